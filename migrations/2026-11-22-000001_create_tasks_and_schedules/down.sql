@@ -1,0 +1,2 @@
+DROP TABLE tasks;
+DROP TABLE schedules;

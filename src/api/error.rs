@@ -1,0 +1,152 @@
+//! The one place errors become HTTP responses, with mula's status codes and bodies:
+//! `{"detail": "<prefix>: <message>"}` for the service's own errors and FastAPI's
+//! `{"detail": [{type, loc, msg}]}` with 422 for requests that do not parse.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::filter::FilterError;
+use crate::queue::QueueError;
+
+/// Seconds mula tells a client to wait after a 409.
+const CONFLICT_RETRY_AFTER_SECS: u64 = 60;
+
+/// The body of every non-422 error.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, prefixed with the error class as mula does.
+    pub detail: String,
+}
+
+/// One problem with a request that does not parse (422).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ValidationIssue {
+    /// A short machine-readable kind (`json_invalid`, `missing`, `uuid_parsing`, …).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Where: `["body", "data", "boefje"]`, `["path", "task_id"]`, `["query", "limit"]`.
+    pub loc: Vec<String>,
+    /// What is wrong.
+    pub msg: String,
+}
+
+/// The 422 body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ValidationBody {
+    /// The problems found.
+    pub detail: Vec<ValidationIssue>,
+}
+
+/// An error on its way to the client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// An error of the queue layer.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// A request that does not parse (422).
+    #[error("{0:?}")]
+    Validation(ValidationIssue),
+    /// A filter that cannot be understood (400).
+    #[error("{0}")]
+    Filter(#[from] FilterError),
+    /// Any other bad request (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Rejected before reaching a handler: unknown route (404) or wrong method (405).
+    #[error("{1}")]
+    Routing(StatusCode, &'static str),
+}
+
+impl ApiError {
+    /// A 422 at `loc` (e.g. `["query", "limit"]`).
+    pub fn validation(kind: &str, loc: &[&str], msg: impl Into<String>) -> Self {
+        Self::Validation(ValidationIssue {
+            kind: kind.to_owned(),
+            loc: loc.iter().map(|s| (*s).to_owned()).collect(),
+            msg: msg.into(),
+        })
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::Queue(QueueError::Duplicate { .. }) => Some(CONFLICT_RETRY_AFTER_SECS),
+            Self::Queue(QueueError::QueueFull(_) | QueueError::Unavailable(_)) => {
+                Some(crate::queue::DEFAULT_RETRY_AFTER_SECS)
+            }
+            Self::Queue(QueueError::Busy) => Some(1),
+            _ => None,
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Self::Queue(e) => match e {
+                QueueError::UnknownScheduler(_) | QueueError::TaskNotFound(_) => {
+                    format!("Resource not found: {e}")
+                }
+                QueueError::BadRequest(_) | QueueError::Malformed(_) => {
+                    format!("Bad request error occurred: {e}")
+                }
+                QueueError::Duplicate { .. }
+                | QueueError::IllegalTransition(_)
+                | QueueError::Conflict(_) => format!("Conflict error occurred: {e}"),
+                QueueError::QueueFull(_) => format!("Too many requests: {e}"),
+                QueueError::Busy | QueueError::Unavailable(_) => {
+                    format!("Service unavailable: {e}")
+                }
+                // The cause is logged; the client gets no internals.
+                QueueError::Internal(_) => "Internal server error".to_owned(),
+            },
+            Self::Filter(e) => format!("Bad request error occurred: invalid filter: {e}"),
+            Self::BadRequest(m) => format!("Bad request error occurred: {m}"),
+            Self::Routing(_, m) => (*m).to_owned(),
+            Self::Validation(_) => String::new(),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::Queue(e) => match e {
+                QueueError::UnknownScheduler(_) | QueueError::TaskNotFound(_) => {
+                    StatusCode::NOT_FOUND
+                }
+                QueueError::BadRequest(_) | QueueError::Malformed(_) => StatusCode::BAD_REQUEST,
+                QueueError::Duplicate { .. }
+                | QueueError::IllegalTransition(_)
+                | QueueError::Conflict(_) => StatusCode::CONFLICT,
+                QueueError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
+                QueueError::Busy | QueueError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                QueueError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Filter(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Routing(status, _) => *status,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        if let Self::Queue(QueueError::Internal(cause)) = self {
+            tracing::error!(error = %cause, "internal error answered with 500");
+        }
+        let mut resp = HttpResponse::build(status);
+        if let Some(secs) = self.retry_after()
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            resp.insert_header((header::RETRY_AFTER, v));
+        }
+        match self {
+            Self::Validation(issue) => resp.json(ValidationBody {
+                detail: vec![issue.clone()],
+            }),
+            _ => resp.json(ErrorBody {
+                detail: self.detail(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! `/`, `/health` and `/metrics`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use actix_web::{HttpResponse, get, web};
+use serde_json::{Value, json};
+
+use super::dto::{Health, HealthQuery, ServiceHealth};
+use crate::domain::SchedulerId;
+use crate::queue::{Broker, SchedulerSnapshot};
+
+/// mula answers `null` at the root.
+#[utoipa::path(tag = "health", responses((status = 200, description = "`null`")))]
+#[get("/")]
+pub async fn root() -> HttpResponse {
+    HttpResponse::Ok().json(Value::Null)
+}
+
+/// Whether the service and its database answer (503 when the database does not).
+#[utoipa::path(
+    tag = "health",
+    params(HealthQuery),
+    responses(
+        (status = 200, description = "Healthy", body = Health),
+        (status = 503, description = "The database does not answer", body = Health)
+    )
+)]
+#[get("/health")]
+pub async fn health(broker: web::Data<Broker>, _query: web::Query<HealthQuery>) -> HttpResponse {
+    let db_ok = broker.database_ok().await;
+    let body = Health {
+        service: "scheduler".into(),
+        healthy: db_ok,
+        version: env!("CARGO_PKG_VERSION").into(),
+        additional: Value::Null,
+        results: vec![ServiceHealth {
+            service: "database".into(),
+            healthy: db_ok,
+            version: None,
+            additional: json!({"backend": broker.backend().name()}),
+            results: Vec::new(),
+        }],
+        // No platform service clients are configured in this version.
+        externals: HashMap::new(),
+    };
+    if db_ok {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+/// Prometheus metrics: per scheduler the heap size, its bound and the pending backlog.
+#[utoipa::path(
+    tag = "health",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
+)]
+#[get("/metrics")]
+pub async fn metrics(broker: web::Data<Broker>) -> HttpResponse {
+    let snapshots = broker.schedulers();
+    let mut out = String::new();
+    type Gauge = (&'static str, &'static str, fn(&SchedulerSnapshot) -> u64);
+    let gauges: [Gauge; 3] = [
+        (
+            "scheduler_qsize",
+            "Tasks queued in the scheduler's heap.",
+            |s| s.qsize,
+        ),
+        (
+            "scheduler_pending",
+            "Tasks waiting outside the full heap.",
+            |s| s.pending,
+        ),
+        (
+            "scheduler_maxsize",
+            "The bound of the scheduler's heap.",
+            |s| s.maxsize as u64,
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for s in &snapshots {
+            let _ = writeln!(out, "{name}{{scheduler_id=\"{}\"}} {}", s.id, get(s));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP app_settings_info Build information.\n# TYPE app_settings_info gauge\napp_settings_info{{version=\"{}\",schedulers=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        SchedulerId::ALL.map(|s| s.as_str()).join(",")
+    );
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(out)
+}

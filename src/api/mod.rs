@@ -1,0 +1,123 @@
+//! The REST API: actix-web handlers (thin: parse, call the queue, shape the answer), the error
+//! mapping, and the OpenAPI document generated from the handlers' annotations.
+
+pub mod dto;
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod schedulers;
+pub mod tasks;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::{App, HttpResponse, web};
+use utoipa::OpenApi;
+use utoipa_actix_web::AppExt;
+use utoipa_actix_web::service_config::ServiceConfig;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::queue::Broker;
+use error::ApiError;
+
+/// Where the OpenAPI document is served.
+pub const OPENAPI_PATH: &str = "/openapi.json";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "kat-scheduler",
+        description = "Priority-queue job broker for OpenKAT-style scanning workers; wire-compatible with OpenKAT's scheduler (mula) API."
+    ),
+    tags(
+        (name = "schedulers", description = "The boefje, normalizer and report schedulers: push and pop"),
+        (name = "tasks", description = "Tasks: listing, status changes, statistics"),
+        (name = "health", description = "Health and metrics")
+    )
+)]
+struct ApiDoc;
+
+/// Registers every endpoint. Order matters where paths overlap: `/tasks/stats` before
+/// `/tasks/{task_id}`.
+pub fn routes(cfg: &mut ServiceConfig) {
+    cfg.service(health::root)
+        .service(health::health)
+        .service(health::metrics)
+        .service(schedulers::list_schedulers)
+        .service(schedulers::get_scheduler)
+        .service(schedulers::push)
+        .service(schedulers::pop)
+        .service(tasks::task_stats)
+        .service(tasks::list_tasks)
+        .service(tasks::search_tasks)
+        .service(tasks::get_task)
+        .service(tasks::patch_task);
+}
+
+/// The OpenAPI document of this build.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, api) = App::new()
+        .into_utoipa_app()
+        .openapi(ApiDoc::openapi())
+        .configure(routes)
+        .split_for_parts();
+    api
+}
+
+/// The OpenAPI document as the pretty JSON committed in `openapi/openapi.json`.
+pub fn openapi_json() -> Result<String, serde_json::Error> {
+    openapi().to_pretty_json().map(|mut s| {
+        s.push('\n');
+        s
+    })
+}
+
+async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::Routing(StatusCode::NOT_FOUND, "Not Found"))
+}
+
+/// The whole application for one HTTP worker.
+pub fn app(
+    broker: Broker,
+    max_body_bytes: usize,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let (app, api) = App::new()
+        .into_utoipa_app()
+        .openapi(ApiDoc::openapi())
+        .app_data(web::Data::new(broker))
+        .app_data(web::PayloadConfig::new(max_body_bytes))
+        .app_data(web::QueryConfig::default().error_handler(extract::query_error))
+        .configure(routes)
+        .split_for_parts();
+    app.service(web::redirect("/docs", "/docs/"))
+        .service(SwaggerUi::new("/docs/{_:.*}").url(OPENAPI_PATH, api))
+        .default_service(web::to(not_found))
+        .wrap(actix_web::middleware::from_fn(log_request))
+}
+
+/// Logs each request once: at debug normally, at warn for server errors. Never bodies.
+async fn log_request(
+    req: ServiceRequest,
+    next: actix_web::middleware::Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let path = req.path().to_owned();
+    let res = next.call(req).await?;
+    let status = res.status().as_u16();
+    let duration_us = started.elapsed().as_micros() as u64;
+    if status >= 500 {
+        tracing::warn!(http.method = %method, http.path = %path, http.status = status, duration_us, "request failed");
+    } else {
+        tracing::debug!(http.method = %method, http.path = %path, http.status = status, duration_us, "request");
+    }
+    Ok(res)
+}

@@ -1,0 +1,121 @@
+//! `/schedulers`: the three schedulers, push and pop.
+
+use actix_web::{HttpResponse, get, post, web};
+
+use super::dto::{FilterRequest, PopQuery, PopResponse, SchedulerOut, TaskPush};
+use super::error::{ApiError, ErrorBody, ValidationBody};
+use super::extract::{json_body, optional_json_body};
+use crate::domain::Task;
+use crate::domain::filter::parse_request;
+use crate::queue::Broker;
+
+/// Most tasks one pop returns.
+pub const MAX_POP_LIMIT: i64 = 1000;
+
+/// The schedulers and their queue sizes.
+#[utoipa::path(
+    tag = "schedulers",
+    responses((status = 200, description = "All schedulers", body = [SchedulerOut]))
+)]
+#[get("/schedulers")]
+pub async fn list_schedulers(broker: web::Data<Broker>) -> HttpResponse {
+    let out: Vec<SchedulerOut> = broker
+        .schedulers()
+        .into_iter()
+        .map(SchedulerOut::from)
+        .collect();
+    HttpResponse::Ok().json(out)
+}
+
+/// One scheduler.
+#[utoipa::path(
+    tag = "schedulers",
+    params(("scheduler_id" = String, Path, description = "`boefje`, `normalizer` or `report`")),
+    responses(
+        (status = 200, description = "The scheduler", body = SchedulerOut),
+        (status = 404, description = "No such scheduler", body = ErrorBody)
+    )
+)]
+#[get("/schedulers/{scheduler_id}")]
+pub async fn get_scheduler(
+    broker: web::Data<Broker>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let s = broker.scheduler_id(&path)?;
+    Ok(HttpResponse::Ok().json(SchedulerOut::from(broker.snapshot(s))))
+}
+
+/// Pushes a task. A duplicate (same hash, still waiting) with a strictly lower priority number
+/// boosts the waiting task (200); otherwise it is a 409. A task id that a worker holds is put
+/// back in the queue (200). When the heap is full an automatic push is stored as `pending`, or
+/// refused with 429 if the scheduler is configured so.
+#[utoipa::path(
+    tag = "schedulers",
+    params(("scheduler_id" = String, Path, description = "`boefje`, `normalizer` or `report`")),
+    request_body(content = TaskPush, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created: queued, or pending when the heap is full", body = Task),
+        (status = 200, description = "An existing task was boosted or re-queued", body = Task),
+        (status = 400, description = "Malformed item or mismatched scheduler", body = ErrorBody),
+        (status = 404, description = "No such scheduler", body = ErrorBody),
+        (status = 409, description = "Already queued (not boosted), or a finished task", body = ErrorBody),
+        (status = 422, description = "The body does not parse", body = ValidationBody),
+        (status = 429, description = "Queue full (scheduler set to reject)", body = ErrorBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody)
+    )
+)]
+#[post("/schedulers/{scheduler_id}/push")]
+pub async fn push(
+    broker: web::Data<Broker>,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let s = broker.scheduler_id(&path)?;
+    let request: TaskPush = json_body(&body)?;
+    let outcome = broker.push(s, request.into()).await?;
+    Ok(if outcome.created {
+        HttpResponse::Created().json(outcome.task)
+    } else {
+        HttpResponse::Ok().json(outcome.task)
+    })
+}
+
+/// Pops the most urgent tasks (lowest priority, then oldest) of one scheduler, optionally
+/// only those matching a filter. They come back `dispatched`, and no other pop gets them.
+#[utoipa::path(
+    tag = "schedulers",
+    params(
+        ("scheduler_id" = String, Path, description = "`boefje`, `normalizer` or `report`"),
+        PopQuery
+    ),
+    request_body(content = Option<FilterRequest>, content_type = "application/json", description = "Optional filters"),
+    responses(
+        (status = 200, description = "The popped tasks; empty when none match", body = PopResponse),
+        (status = 400, description = "Bad limit or filter", body = ErrorBody),
+        (status = 404, description = "No such scheduler", body = ErrorBody),
+        (status = 422, description = "The body does not parse", body = ValidationBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody)
+    )
+)]
+#[post("/schedulers/{scheduler_id}/pop")]
+pub async fn pop(
+    broker: web::Data<Broker>,
+    path: web::Path<String>,
+    query: web::Query<PopQuery>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let s = broker.scheduler_id(&path)?;
+    let limit = query.limit.unwrap_or(1);
+    if !(1..=MAX_POP_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_POP_LIMIT}, got {limit}"
+        )));
+    }
+    let filter = optional_json_body(&body)?
+        .map(|v| parse_request(&v))
+        .transpose()?;
+    let results = broker
+        .pop(s, usize::try_from(limit).unwrap_or(1), filter)
+        .await?;
+    Ok(HttpResponse::Ok().json(PopResponse { results }))
+}

@@ -1,0 +1,317 @@
+//! `/tasks`: listing with filters, one task, status changes, statistics.
+
+use actix_web::{HttpRequest, HttpResponse, get, patch, post, web};
+use serde_json::{Map, Value};
+
+use super::dto::{
+    FilterRequest, PaginatedTasks, StatsQuery, TaskListQuery, TaskPatchBody, TaskStats,
+};
+use super::error::{ApiError, ErrorBody, ValidationBody};
+use super::extract::{json_body, non_empty, optional_json_body, uuid_path};
+use crate::domain::filter::{parse_datetime, parse_request};
+use crate::domain::{SchedulerId, Task, TaskStatus};
+use crate::queue::{Broker, TaskPatch};
+use crate::storage::tasks::ListQuery;
+
+/// Default page size of `/tasks` (mula's).
+pub const DEFAULT_PAGE_LIMIT: i64 = 10;
+/// Largest page of `/tasks`.
+pub const MAX_PAGE_LIMIT: i64 = 1000;
+
+/// Task keys a PATCH cannot change.
+const READ_ONLY_KEYS: [&str; 9] = [
+    "id",
+    "scheduler_id",
+    "schedule_id",
+    "organisation",
+    "type",
+    "hash",
+    "data",
+    "created_at",
+    "modified_at",
+];
+
+fn list_query(q: TaskListQuery, body: &[u8]) -> Result<ListQuery, ApiError> {
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE_LIMIT);
+    if !(0..=MAX_PAGE_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 0 and {MAX_PAGE_LIMIT}, got {limit}"
+        )));
+    }
+    let offset = q.offset.unwrap_or(0);
+    if offset < 0 {
+        return Err(ApiError::BadRequest(format!(
+            "offset must not be negative, got {offset}"
+        )));
+    }
+    let scheduler_id = non_empty(q.scheduler_id)
+        .map(|s| {
+            s.parse::<SchedulerId>().map_err(|()| {
+                ApiError::BadRequest(format!(
+                    "scheduler_id '{s}' is unknown; use boefje, normalizer or report"
+                ))
+            })
+        })
+        .transpose()?;
+    let status = non_empty(q.status)
+        .map(|s| {
+            s.parse::<TaskStatus>().map_err(|()| {
+                let known: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::BadRequest(format!(
+                    "status '{s}' is unknown; use one of {}",
+                    known.join(", ")
+                ))
+            })
+        })
+        .transpose()?;
+    let time = |name: &str, v: Option<String>| {
+        non_empty(v)
+            .map(|s| {
+                parse_datetime(&s).ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "{name} '{s}' is not an ISO 8601 date-time or date"
+                    ))
+                })
+            })
+            .transpose()
+    };
+    let min_created_at = time("min_created_at", q.min_created_at)?;
+    let max_created_at = time("max_created_at", q.max_created_at)?;
+    if let (Some(min), Some(max)) = (min_created_at, max_created_at)
+        && min >= max
+    {
+        return Err(ApiError::BadRequest(
+            "min_created_at must be less than max_created_at".into(),
+        ));
+    }
+    let filter = optional_json_body(body)?
+        .map(|v| parse_request(&v))
+        .transpose()?;
+    Ok(ListQuery {
+        scheduler_id,
+        organisation: non_empty(q.organisation),
+        task_type: non_empty(q.task_type),
+        status,
+        min_created_at,
+        max_created_at,
+        filter,
+        offset,
+        limit,
+    })
+}
+
+/// The URL of another page: this request's URL with `limit` and `offset` replaced.
+fn page_url(req: &HttpRequest, offset: i64, limit: i64) -> String {
+    let info = req.connection_info();
+    let mut pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
+        .into_owned()
+        .filter(|(k, _)| k != "offset" && k != "limit")
+        .collect();
+    pairs.push(("limit".into(), limit.to_string()));
+    pairs.push(("offset".into(), offset.to_string()));
+    let query = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish();
+    format!("{}://{}{}?{query}", info.scheme(), info.host(), req.path())
+}
+
+async fn list(
+    broker: &Broker,
+    req: &HttpRequest,
+    q: TaskListQuery,
+    body: &[u8],
+) -> Result<HttpResponse, ApiError> {
+    let lq = list_query(q, body)?;
+    let (offset, limit) = (lq.offset, lq.limit);
+    let (count, results) = broker.list_tasks(lq).await?;
+    // mula's rule: a next page whenever offset + limit <= count (so an exactly full last page
+    // still links an empty one); a previous page whenever offset - limit >= 0.
+    let next = (offset + limit <= count).then(|| page_url(req, offset + limit, limit));
+    let previous = (offset - limit >= 0).then(|| page_url(req, offset - limit, limit));
+    Ok(HttpResponse::Ok().json(PaginatedTasks {
+        count,
+        next,
+        previous,
+        results,
+    }))
+}
+
+/// Lists tasks, newest first, filtered by the query parameters.
+#[utoipa::path(
+    tag = "tasks",
+    params(TaskListQuery),
+    responses(
+        (status = 200, description = "A page of tasks", body = PaginatedTasks),
+        (status = 400, description = "Bad parameter", body = ErrorBody),
+        (status = 422, description = "A parameter does not parse", body = ValidationBody)
+    )
+)]
+#[get("/tasks")]
+pub async fn list_tasks(
+    broker: web::Data<Broker>,
+    req: HttpRequest,
+    query: web::Query<TaskListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    list(&broker, &req, query.into_inner(), &[]).await
+}
+
+/// Lists tasks, newest first, filtered by the query parameters and the body's filters.
+#[utoipa::path(
+    tag = "tasks",
+    params(TaskListQuery),
+    request_body(content = Option<FilterRequest>, content_type = "application/json", description = "Optional filters"),
+    responses(
+        (status = 200, description = "A page of tasks", body = PaginatedTasks),
+        (status = 400, description = "Bad parameter or filter", body = ErrorBody),
+        (status = 422, description = "The body does not parse", body = ValidationBody)
+    )
+)]
+#[post("/tasks")]
+pub async fn search_tasks(
+    broker: web::Data<Broker>,
+    req: HttpRequest,
+    query: web::Query<TaskListQuery>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    list(&broker, &req, query.into_inner(), &body).await
+}
+
+/// Task counts per hour and status over the last 24 hours (by `modified_at`).
+#[utoipa::path(
+    tag = "tasks",
+    params(StatsQuery),
+    responses((status = 200, description = "Counts per hour, newest hour first", body = TaskStats))
+)]
+#[get("/tasks/stats")]
+pub async fn task_stats(
+    broker: web::Data<Broker>,
+    query: web::Query<StatsQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let q = query.into_inner();
+    let hours = broker
+        .task_stats(non_empty(q.scheduler_id), non_empty(q.organisation_id))
+        .await?;
+    let mut out = Map::new();
+    for (hour, counts) in hours {
+        out.insert(
+            hour,
+            serde_json::to_value(counts)
+                .map_err(|e| ApiError::Queue(crate::queue::QueueError::Internal(e.to_string())))?,
+        );
+    }
+    Ok(HttpResponse::Ok().json(Value::Object(out)))
+}
+
+/// One task.
+#[utoipa::path(
+    tag = "tasks",
+    params(("task_id" = uuid::Uuid, Path, description = "The task id")),
+    responses(
+        (status = 200, description = "The task", body = Task),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 422, description = "Not a UUID", body = ValidationBody)
+    )
+)]
+#[get("/tasks/{task_id}")]
+pub async fn get_task(
+    broker: web::Data<Broker>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = uuid_path("task_id", &path)?;
+    Ok(HttpResponse::Ok().json(broker.get_task(id).await?))
+}
+
+fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
+    let fields: Map<String, Value> = json_body(body)?;
+    let mut patch = TaskPatch::default();
+    let mut read_only = Vec::new();
+    for (key, value) in &fields {
+        match key.as_str() {
+            "status" => {
+                let status = value
+                    .as_str()
+                    .and_then(|s| s.parse::<TaskStatus>().ok())
+                    .ok_or_else(|| {
+                        let known: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+                        ApiError::validation(
+                            "enum",
+                            &["body", "status"],
+                            format!("{value} is not a status; use one of {}", known.join(", ")),
+                        )
+                    })?;
+                patch.status = Some(status);
+            }
+            "priority" => match value.as_i64() {
+                Some(0) => {
+                    return Err(ApiError::BadRequest(
+                        "priority: 0 is not a valid priority (use a non-zero integer)".into(),
+                    ));
+                }
+                Some(p) => patch.priority = Some(p),
+                None => {
+                    return Err(ApiError::validation(
+                        "int_type",
+                        &["body", "priority"],
+                        format!("{value} is not an integer"),
+                    ));
+                }
+            },
+            k if READ_ONLY_KEYS.contains(&k) => read_only.push(k.to_owned()),
+            // Unknown keys are ignored, as mula does.
+            _ => {}
+        }
+    }
+    if patch == TaskPatch::default() {
+        let mut msg = "no data to patch; only 'status' and 'priority' can be changed".to_owned();
+        if !read_only.is_empty() {
+            msg.push_str(&format!(" (read-only: {})", read_only.join(", ")));
+        }
+        return Err(ApiError::BadRequest(msg));
+    }
+    Ok(patch)
+}
+
+/// Changes a task's status (checked against the state machine) and/or priority.
+#[utoipa::path(
+    tag = "tasks",
+    params(("task_id" = uuid::Uuid, Path, description = "The task id")),
+    request_body(content = TaskPatchBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The changed task", body = Task),
+        (status = 400, description = "Nothing to patch", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "A transition the state machine forbids", body = ErrorBody),
+        (status = 422, description = "Not a UUID, or a bad status", body = ValidationBody),
+        (status = 503, description = "Database unavailable", body = ErrorBody)
+    )
+)]
+#[patch("/tasks/{task_id}")]
+pub async fn patch_task(
+    broker: web::Data<Broker>,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let id = uuid_path("task_id", &path)?;
+    let patch = task_patch(&body)?;
+    Ok(HttpResponse::Ok().json(broker.patch(id, patch).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_with_only_read_only_keys_says_which() {
+        let err = task_patch(br#"{"data": {}, "id": "x"}"#).unwrap_err();
+        let ApiError::BadRequest(msg) = err else {
+            panic!("expected a bad request")
+        };
+        assert!(msg.contains("read-only: data, id"), "{msg}");
+    }
+
+    #[test]
+    fn a_patch_takes_status_and_ignores_unknown_keys() {
+        let patch = task_patch(br#"{"status": "running", "colour": 1}"#).unwrap();
+        assert_eq!(patch.status, Some(TaskStatus::Running));
+    }
+}

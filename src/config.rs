@@ -1,0 +1,523 @@
+//! Typed settings, layered: built-in defaults → an optional TOML file (`--config PATH`) → the
+//! environment, under the names mula uses (`SCHEDULER_DB_URI`, `SCHEDULER_API_PORT`, …) so the
+//! service drops into an existing deployment.
+//!
+//! Only the variables in [`ENV_VARS`] are read: a deployment's other mula settings do not stop
+//! start-up. Anything invalid stops start-up with one line naming the key and its variable.
+
+use std::path::Path;
+
+use config::{Config, File, FileFormat};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::SchedulerId;
+use crate::queue::{QueueConfig, SchedulerLimits, WhenFull};
+use crate::storage::DbTarget;
+
+/// Default listen address (mula's).
+pub const DEFAULT_HOST: &str = "0.0.0.0";
+/// Default listen port (mula's).
+pub const DEFAULT_PORT: u16 = 8000;
+/// Default database: an SQLite file under `./data/`, so `cargo run` needs no server.
+pub const DEFAULT_DB_URI: &str = "sqlite://data/scheduler.db";
+/// Default connections in the pool (one is the engine's).
+pub const DEFAULT_POOL_SIZE: u32 = 10;
+/// Default seconds to wait for a database connection before answering 503.
+pub const DEFAULT_CONNECT_TIMEOUT_SECS: u64 = 5;
+/// Default largest request body.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default seconds to let in-flight requests finish at shutdown.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 30;
+/// Default bound of each scheduler's heap.
+pub const DEFAULT_MAXSIZE: usize = 100_000;
+/// Default commands per engine transaction.
+pub const DEFAULT_MAX_BATCH: usize = 512;
+/// Default commands waiting for the engine before callers get 503.
+pub const DEFAULT_CHANNEL_CAPACITY: usize = 16_384;
+
+/// All settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The HTTP server.
+    pub api: ApiSettings,
+    /// The database.
+    pub database: DatabaseSettings,
+    /// Logs.
+    pub logging: LoggingSettings,
+    /// Defaults for every scheduler's queue.
+    pub queue: QueueSettings,
+    /// Per-scheduler overrides of `queue`.
+    #[serde(default)]
+    pub schedulers: SchedulerOverrides,
+}
+
+/// The HTTP server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSettings {
+    /// Address to listen on.
+    pub host: String,
+    /// Port to listen on (0 picks a free one).
+    pub port: u16,
+    /// HTTP worker threads; 0 means one per CPU.
+    pub workers: usize,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// Seconds in-flight requests get to finish at shutdown.
+    pub shutdown_timeout_secs: u64,
+}
+
+/// The database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `postgresql://…` or `sqlite://PATH`.
+    pub uri: String,
+    /// Connections in the pool (at least 2).
+    pub pool_size: u32,
+    /// Apply pending migrations at start; when false, start refuses an outdated schema.
+    pub migrate: bool,
+    /// Seconds to wait for a connection before answering 503.
+    pub connect_timeout_secs: u64,
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoggingSettings {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A tracing filter (`info`, `kat_scheduler=debug,info`); `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Queue settings that apply to every scheduler unless overridden.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSettings {
+    /// Queued tasks each heap holds in memory at most.
+    pub maxsize: usize,
+    /// What a full heap does with automatic pushes: `pending` or `reject` (429).
+    pub when_full: WhenFull,
+    /// Commands applied per transaction at most (group commit).
+    pub max_batch: usize,
+    /// Commands waiting for the engine at most before callers get 503.
+    pub channel_capacity: usize,
+}
+
+/// Per-scheduler overrides.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
+pub struct SchedulerOverrides {
+    /// `boefje`
+    pub boefje: SchedulerOverride,
+    /// `normalizer`
+    pub normalizer: SchedulerOverride,
+    /// `report`
+    pub report: SchedulerOverride,
+}
+
+/// One scheduler's overrides.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerOverride {
+    /// This scheduler's heap bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maxsize: Option<usize>,
+    /// This scheduler's full-heap policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub when_full: Option<WhenFull>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            api: ApiSettings {
+                host: DEFAULT_HOST.into(),
+                port: DEFAULT_PORT,
+                workers: 0,
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+            },
+            database: DatabaseSettings {
+                uri: DEFAULT_DB_URI.into(),
+                pool_size: DEFAULT_POOL_SIZE,
+                migrate: true,
+                connect_timeout_secs: DEFAULT_CONNECT_TIMEOUT_SECS,
+            },
+            logging: LoggingSettings {
+                format: LogFormat::Text,
+                level: "info".into(),
+            },
+            queue: QueueSettings {
+                maxsize: DEFAULT_MAXSIZE,
+                when_full: WhenFull::Pending,
+                max_batch: DEFAULT_MAX_BATCH,
+                channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+            },
+            schedulers: SchedulerOverrides::default(),
+        }
+    }
+}
+
+/// Environment variables read, with the setting each sets and what it means.
+pub const ENV_VARS: &[(&str, &str, &str)] = &[
+    (
+        "SCHEDULER_API_HOST",
+        "api.host",
+        "address to listen on (default 0.0.0.0)",
+    ),
+    (
+        "SCHEDULER_API_PORT",
+        "api.port",
+        "port to listen on (default 8000)",
+    ),
+    (
+        "SCHEDULER_API_WORKERS",
+        "api.workers",
+        "HTTP worker threads, 0 = one per CPU",
+    ),
+    (
+        "SCHEDULER_API_MAX_BODY_BYTES",
+        "api.max_body_bytes",
+        "largest request body (default 1 MiB)",
+    ),
+    (
+        "SCHEDULER_DB_URI",
+        "database.uri",
+        "postgresql://USER@HOST/DB or sqlite://PATH (default sqlite://data/scheduler.db)",
+    ),
+    (
+        "SCHEDULER_DB_DSN",
+        "database.uri",
+        "old name of SCHEDULER_DB_URI",
+    ),
+    (
+        "SCHEDULER_DB_CONNECTION_POOL_SIZE",
+        "database.pool_size",
+        "database connections (default 10)",
+    ),
+    (
+        "SCHEDULER_DB_MIGRATE",
+        "database.migrate",
+        "apply migrations at start (default true)",
+    ),
+    (
+        "DATABASE_MIGRATION",
+        "database.migrate",
+        "mula's name of SCHEDULER_DB_MIGRATE",
+    ),
+    (
+        "SCHEDULER_DB_CONNECT_TIMEOUT",
+        "database.connect_timeout_secs",
+        "seconds to wait for a connection before 503 (default 5)",
+    ),
+    (
+        "SCHEDULER_LOGGING_FORMAT",
+        "logging.format",
+        "text or json (default text)",
+    ),
+    (
+        "SCHEDULER_LOG_LEVEL",
+        "logging.level",
+        "tracing filter (default info); RUST_LOG overrides",
+    ),
+    (
+        "SCHEDULER_PQ_MAXSIZE",
+        "queue.maxsize",
+        "queued tasks per heap (default 100000)",
+    ),
+    (
+        "SCHEDULER_PQ_WHEN_FULL",
+        "queue.when_full",
+        "pending or reject (default pending)",
+    ),
+    (
+        "SCHEDULER_PQ_MAX_BATCH",
+        "queue.max_batch",
+        "commands per transaction (default 512)",
+    ),
+    (
+        "SCHEDULER_BOEFJE_PQ_MAXSIZE",
+        "schedulers.boefje.maxsize",
+        "boefje heap bound",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_PQ_MAXSIZE",
+        "schedulers.normalizer.maxsize",
+        "normalizer heap bound",
+    ),
+    (
+        "SCHEDULER_REPORT_PQ_MAXSIZE",
+        "schedulers.report.maxsize",
+        "report heap bound",
+    ),
+    (
+        "SCHEDULER_BOEFJE_PQ_WHEN_FULL",
+        "schedulers.boefje.when_full",
+        "boefje full-heap policy",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_PQ_WHEN_FULL",
+        "schedulers.normalizer.when_full",
+        "normalizer full-heap policy",
+    ),
+    (
+        "SCHEDULER_REPORT_PQ_WHEN_FULL",
+        "schedulers.report.when_full",
+        "report full-heap policy",
+    ),
+];
+
+/// A configuration that cannot be used; one line, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// Where a key's value came from, for messages: its variable when that is set.
+fn source_of(key: &str, env: &dyn Fn(&str) -> Option<String>) -> String {
+    ENV_VARS
+        .iter()
+        .find(|(var, k, _)| *k == key && env(var).is_some())
+        .map(|(var, _, _)| format!(" (from {var})"))
+        .unwrap_or_default()
+}
+
+impl Settings {
+    /// Loads the settings from the process environment and an optional file.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with(file, &|name| std::env::var(name).ok())
+    }
+
+    /// Loads the settings with `env` as the environment (tests pass a map).
+    pub fn load_with(
+        file: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let defaults = Config::try_from(&Settings::default())
+            .map_err(|e| ConfigError(format!("built-in defaults: {e}")))?;
+        let mut builder = Config::builder().add_source(defaults);
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            builder = builder.add_source(File::from(path).format(FileFormat::Toml));
+        }
+        // Later entries of ENV_VARS are aliases; the first one set for a key wins.
+        let mut seen: Vec<&str> = Vec::new();
+        for (var, key, _) in ENV_VARS {
+            if seen.contains(key) {
+                continue;
+            }
+            if let Some(value) = env(var) {
+                seen.push(key);
+                builder = builder
+                    .set_override(*key, value)
+                    .map_err(|e| ConfigError(format!("{key} (from {var}): {e}")))?;
+            }
+        }
+        let settings: Settings =
+            builder
+                .build()
+                .and_then(Config::try_deserialize)
+                .map_err(|e| {
+                    let msg = e.to_string();
+                    let key = ENV_VARS.iter().map(|(_, k, _)| *k).find(|k| {
+                        msg.contains(&format!("`{k}`")) || msg.contains(&format!("\"{k}\""))
+                    });
+                    match key {
+                        Some(k) => ConfigError(format!("{msg}{}", source_of(k, env))),
+                        None => ConfigError(msg),
+                    }
+                })?;
+        settings.validate(env)?;
+        Ok(settings)
+    }
+
+    fn validate(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: String| {
+            Err(ConfigError(format!("{key}{}: {why}", source_of(key, env))))
+        };
+        if let Err(why) = DbTarget::parse(&self.database.uri) {
+            return bad("database.uri", why);
+        }
+        if self.database.pool_size < 2 {
+            return bad(
+                "database.pool_size",
+                format!(
+                    "must be at least 2 (one connection is the queue engine's), got {}",
+                    self.database.pool_size
+                ),
+            );
+        }
+        if self.api.max_body_bytes == 0 {
+            return bad("api.max_body_bytes", "must be positive".into());
+        }
+        if self.queue.max_batch == 0 {
+            return bad("queue.max_batch", "must be at least 1".into());
+        }
+        if self.queue.channel_capacity == 0 {
+            return bad("queue.channel_capacity", "must be at least 1".into());
+        }
+        for s in SchedulerId::ALL {
+            if self.limits(s).maxsize == 0 {
+                let key = if self.overrides(s).maxsize.is_some() {
+                    format!("schedulers.{s}.maxsize")
+                } else {
+                    "queue.maxsize".to_owned()
+                };
+                return bad(&key, "must be at least 1".into());
+            }
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.logging.level) {
+            return bad(
+                "logging.level",
+                format!("'{}' is not a log filter: {e}", self.logging.level),
+            );
+        }
+        Ok(())
+    }
+
+    fn overrides(&self, s: SchedulerId) -> &SchedulerOverride {
+        match s {
+            SchedulerId::Boefje => &self.schedulers.boefje,
+            SchedulerId::Normalizer => &self.schedulers.normalizer,
+            SchedulerId::Report => &self.schedulers.report,
+        }
+    }
+
+    /// The effective limits of one scheduler.
+    pub fn limits(&self, s: SchedulerId) -> SchedulerLimits {
+        let o = self.overrides(s);
+        SchedulerLimits {
+            maxsize: o.maxsize.unwrap_or(self.queue.maxsize),
+            when_full: o.when_full.unwrap_or(self.queue.when_full),
+        }
+    }
+
+    /// What the queue needs.
+    pub fn queue_config(&self) -> QueueConfig {
+        QueueConfig {
+            limits: SchedulerId::ALL.map(|s| self.limits(s)),
+            max_batch: self.queue.max_batch,
+            channel_capacity: self.queue.channel_capacity,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::load_with(None, &move |k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_serve_on_8000_with_an_sqlite_file() {
+        let s = load(&[]).unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!((s.api.host.as_str(), s.api.port), ("0.0.0.0", 8000));
+        assert_eq!(s.database.uri, "sqlite://data/scheduler.db");
+    }
+
+    #[test]
+    fn mula_environment_names_work_as_is() {
+        let s = load(&[
+            ("SCHEDULER_API_HOST", "127.0.0.1"),
+            ("SCHEDULER_API_PORT", "8004"),
+            ("SCHEDULER_DB_URI", "postgresql://postgres@db/scheduler"),
+            ("SCHEDULER_LOGGING_FORMAT", "json"),
+        ])
+        .unwrap();
+        assert_eq!(s.api.host, "127.0.0.1");
+        assert_eq!(s.api.port, 8004);
+        assert_eq!(s.database.uri, "postgresql://postgres@db/scheduler");
+        assert_eq!(s.logging.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn the_old_dsn_name_is_an_alias_and_the_new_name_wins() {
+        let s = load(&[("SCHEDULER_DB_DSN", "sqlite:///tmp/a.db")]).unwrap();
+        assert_eq!(s.database.uri, "sqlite:///tmp/a.db");
+        let s = load(&[
+            ("SCHEDULER_DB_URI", "sqlite:///tmp/new.db"),
+            ("SCHEDULER_DB_DSN", "sqlite:///tmp/old.db"),
+        ])
+        .unwrap();
+        assert_eq!(s.database.uri, "sqlite:///tmp/new.db");
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key_and_the_variable() {
+        let err = load(&[("SCHEDULER_API_PORT", "eighty")]).unwrap_err().0;
+        assert!(err.contains("api.port"), "{err}");
+        assert!(err.contains("SCHEDULER_API_PORT"), "{err}");
+        let err = load(&[("SCHEDULER_DB_URI", "mysql://x")]).unwrap_err().0;
+        assert!(
+            err.starts_with("database.uri (from SCHEDULER_DB_URI)"),
+            "{err}"
+        );
+        let err = load(&[("SCHEDULER_PQ_WHEN_FULL", "drop")]).unwrap_err().0;
+        assert!(err.contains("queue.when_full"), "{err}");
+    }
+
+    #[test]
+    fn per_scheduler_overrides_apply_to_that_scheduler_only() {
+        let s = load(&[
+            ("SCHEDULER_PQ_MAXSIZE", "50"),
+            ("SCHEDULER_REPORT_PQ_MAXSIZE", "5"),
+            ("SCHEDULER_REPORT_PQ_WHEN_FULL", "reject"),
+        ])
+        .unwrap();
+        assert_eq!(s.limits(SchedulerId::Boefje).maxsize, 50);
+        assert_eq!(s.limits(SchedulerId::Report).maxsize, 5);
+        assert_eq!(s.limits(SchedulerId::Report).when_full, WhenFull::Reject);
+        assert_eq!(s.limits(SchedulerId::Boefje).when_full, WhenFull::Pending);
+    }
+
+    #[test]
+    fn a_zero_maxsize_is_refused() {
+        let err = load(&[("SCHEDULER_PQ_MAXSIZE", "0")]).unwrap_err().0;
+        assert!(
+            err.starts_with("queue.maxsize (from SCHEDULER_PQ_MAXSIZE)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_in_a_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[api]\nprot = 1\n").unwrap();
+        let err = Settings::load_with(Some(&path), &|_| None).unwrap_err().0;
+        assert!(err.contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn the_shipped_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config.example.toml");
+        let s = Settings::load_with(Some(&path), &|_| None).unwrap();
+        assert_eq!(s.api.port, 8000);
+    }
+}

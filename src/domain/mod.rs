@@ -1,0 +1,11 @@
+//! Pure types of the broker: tasks, their statuses and the transitions allowed between them,
+//! scheduler ids, the task hash, task payload rules and the filter language.
+//!
+//! Nothing in here does IO or reads the clock; the other layers build on these types.
+
+pub mod filter;
+pub mod hash;
+pub mod payload;
+pub mod task;
+
+pub use task::{IllegalTransition, SchedulerId, Task, TaskStatus, USER_PRIORITY_MAX};

@@ -1,0 +1,289 @@
+//! Tasks, scheduler ids and the task state machine.
+//!
+//! ```text
+//!            refill                 pop                  PATCH running
+//!  pending ─────────► queued ─────────────► dispatched ─────────────► running ──┐ PATCH running
+//!     ▲   ◄─────────    │  ▲                  │  │                      │  ▲   ◄──┘ (renews the lease)
+//!     │     evict       │  └── PATCH queued / re-push ◄──────────────────┘  │
+//!     │                 │                     │                           │
+//!     └─ push when full │ PATCH cancelled     │ PATCH completed|failed    │ PATCH completed|failed
+//!                       ▼                     ▼                           ▼
+//!                  cancelled            completed | failed | cancelled (terminal)
+//! ```
+//!
+//! `pending`, `dispatched` and the moves between `pending` and `queued` belong to the broker;
+//! clients move a task with `PATCH /tasks/{id}` along the edges [`TaskStatus::check_patch`] allows.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// Pushes with a priority at or below this number are user scans (Rocky pushes priority 1): they
+/// may evict automatic work from a full heap.
+pub const USER_PRIORITY_MAX: i64 = 1;
+
+/// One of the three schedulers; each has its own heap and only its own workers pop from it.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulerId {
+    /// Scanner plugins run against one object.
+    Boefje,
+    /// Parsers of the raw files boefjes produce.
+    Normalizer,
+    /// Report builders, run from report schedules.
+    Report,
+}
+
+impl SchedulerId {
+    /// Every scheduler, in index order.
+    pub const ALL: [SchedulerId; 3] = [Self::Boefje, Self::Normalizer, Self::Report];
+
+    /// The id as it appears in paths and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Boefje => "boefje",
+            Self::Normalizer => "normalizer",
+            Self::Report => "report",
+        }
+    }
+
+    /// The name mula gives the payload schema of this scheduler's tasks.
+    pub fn item_type(self) -> &'static str {
+        match self {
+            Self::Boefje => "BoefjeTask",
+            Self::Normalizer => "NormalizerTask",
+            Self::Report => "ReportTask",
+        }
+    }
+
+    /// A dense index, for per-scheduler arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for SchedulerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SchedulerId {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|id| id.as_str() == s).ok_or(())
+    }
+}
+
+/// Where a task is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    /// Stored but waiting outside the heap, because the heap was full.
+    Pending,
+    /// In the heap, waiting to be popped.
+    Queued,
+    /// Handed to a worker by a pop.
+    Dispatched,
+    /// The worker reported it started.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Finished unsuccessfully.
+    Failed,
+    /// Withdrawn before it finished.
+    Cancelled,
+}
+
+/// A status change the state machine does not allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IllegalTransition {
+    /// The task's current status.
+    pub from: TaskStatus,
+    /// The status asked for.
+    pub to: TaskStatus,
+}
+
+impl fmt::Display for IllegalTransition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a task cannot move from status '{}' to '{}'",
+            self.from, self.to
+        )
+    }
+}
+
+impl TaskStatus {
+    /// Every status.
+    pub const ALL: [TaskStatus; 7] = [
+        Self::Pending,
+        Self::Queued,
+        Self::Dispatched,
+        Self::Running,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// The status as it appears in JSON and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Queued => "queued",
+            Self::Dispatched => "dispatched",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the task has finished for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// Whether the task waits in the queue (in the heap or as pending).
+    pub fn is_waiting(self) -> bool {
+        matches!(self, Self::Pending | Self::Queued)
+    }
+
+    /// Checks a client's `PATCH` from `self` to `to`.
+    ///
+    /// Allowed, besides staying put (idempotent, and `running → running` renews a lease):
+    /// - `dispatched → running | completed | failed | queued | cancelled`: the runtime fails tasks it
+    ///   cannot hydrate, completes or re-queues de-duplicated siblings, gives back what it did not run;
+    /// - `running → completed | failed | queued | cancelled`;
+    /// - `queued | pending → cancelled | failed`: an operator withdraws waiting work.
+    ///
+    /// Everything else is refused, notably leaving a terminal status (a failed job later marked
+    /// completed) and moving to `pending` or `dispatched`, which only the broker does.
+    pub fn check_patch(self, to: TaskStatus) -> Result<(), IllegalTransition> {
+        use TaskStatus::*;
+        let allowed = self == to
+            || matches!(
+                (self, to),
+                (
+                    Dispatched,
+                    Running | Completed | Failed | Queued | Cancelled
+                ) | (Running, Completed | Failed | Queued | Cancelled)
+                    | (Queued | Pending, Cancelled | Failed)
+            );
+        if allowed {
+            Ok(())
+        } else {
+            Err(IllegalTransition { from: self, to })
+        }
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TaskStatus {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
+            .ok_or(())
+    }
+}
+
+/// A stored task, in the JSON shape mula's clients expect (every key always present).
+///
+/// It is also the wire format: serialising the domain type directly keeps the hot pop path free of
+/// a copy into a separate DTO; `data` stays the raw JSON text it was stored as.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Task {
+    /// The task id; equal to `data.id`.
+    pub id: Uuid,
+    /// The scheduler the task belongs to.
+    pub scheduler_id: SchedulerId,
+    /// The schedule that produced the task, if any.
+    pub schedule_id: Option<Uuid>,
+    /// The organisation the task runs for.
+    pub organisation: String,
+    /// Lower is more urgent.
+    pub priority: i64,
+    /// Where the task is in its life.
+    pub status: TaskStatus,
+    /// The task type (equal to the scheduler id).
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// De-duplication key: MurmurHash3 of the payload's identity.
+    pub hash: Option<String>,
+    /// The payload for the worker (BoefjeTask, NormalizerTask or ReportTask).
+    #[schema(value_type = Object)]
+    pub data: Box<RawValue>,
+    /// When the task was created.
+    pub created_at: DateTime<Utc>,
+    /// When the task last changed.
+    pub modified_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TaskStatus::{self, *};
+
+    #[test]
+    fn transitions_the_real_clients_use_are_allowed() {
+        for (from, to) in [
+            (Dispatched, Running),
+            (Running, Completed),
+            (Running, Failed),
+            (Dispatched, Failed),
+            (Dispatched, Completed),
+            (Dispatched, Queued),
+            (Running, Running),
+            (Queued, Cancelled),
+        ] {
+            assert!(from.check_patch(to).is_ok(), "{from} -> {to}");
+        }
+    }
+
+    #[test]
+    fn terminal_statuses_cannot_be_left() {
+        for from in [Completed, Failed, Cancelled] {
+            for to in TaskStatus::ALL {
+                assert_eq!(from.check_patch(to).is_ok(), from == to, "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_broker_moves_tasks_to_pending_or_dispatched() {
+        for from in [Queued, Running] {
+            assert!(from.check_patch(Pending).is_err());
+            assert!(from.check_patch(Dispatched).is_err());
+        }
+    }
+
+    #[test]
+    fn an_illegal_transition_names_both_states() {
+        let err = Completed.check_patch(Running).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "a task cannot move from status 'completed' to 'running'"
+        );
+    }
+
+    #[test]
+    fn statuses_parse_case_insensitively() {
+        assert_eq!("QUEUED".parse::<TaskStatus>(), Ok(Queued));
+        assert!("queud".parse::<TaskStatus>().is_err());
+    }
+}

@@ -1,0 +1,118 @@
+//! The `kat-scheduler` binary: `serve` (the default), `migrate`, `openapi`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use kat_scheduler::clock::SystemClock;
+use kat_scheduler::config::Settings;
+use kat_scheduler::startup::{Application, open_database};
+use kat_scheduler::{api, storage, telemetry};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+#[derive(Parser)]
+#[command(
+    name = "kat-scheduler",
+    version,
+    about = "Priority-queue job broker for OpenKAT-style scanning workers"
+)]
+struct Cli {
+    /// A TOML config file (settings in the environment override it).
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the REST API (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Print the OpenAPI document and exit.
+    Openapi,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::Openapi = command {
+        return match api::openapi_json() {
+            Ok(json) => {
+                print!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cannot render the OpenAPI document: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kat-scheduler: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init(&settings.logging);
+    let result = actix_web::rt::System::new().block_on(async move {
+        match command {
+            Command::Migrate => migrate(settings).await,
+            _ => serve(settings).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e:#}");
+            eprintln!("kat-scheduler: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn migrate(mut settings: Settings) -> anyhow::Result<()> {
+    settings.database.migrate = true;
+    let (pool, target) = open_database(&settings).await?;
+    let mut conn = storage::checkout(&pool)?;
+    let pending = storage::pending_migrations(&mut conn).map_err(anyhow::Error::msg)?;
+    info!(database = %target.display(), pending = pending.len(), "schema is up to date");
+    Ok(())
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let app = Application::build(settings, Arc::new(SystemClock)).await?;
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
+    actix_web::rt::spawn(async move {
+        wait_for_signal().await;
+        trigger.cancel();
+    });
+    app.run_until_stopped(shutdown).await
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => info!("SIGINT received"),
+        () = term => info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,429 @@
+//! The queue: one bounded heap per scheduler and its durable twin, the `tasks` table, kept in
+//! step by a single engine thread that applies pushes, pops and patches in group-committed
+//! batches. This is where the rules of DESIGN.md §5 live:
+//!
+//! - exactly-one pop: only the engine takes tasks out of a heap, and a task is dispatched by a
+//!   conditional `UPDATE … WHERE status = 'queued'`;
+//! - durability: a caller is answered only after the batch holding its change has committed;
+//! - recovery: the heaps are rebuilt from the table at start and after any failed batch;
+//! - bounded memory: a full heap stores automatic pushes as `pending` (or refuses them), user
+//!   scans evict the worst automatic task, and pending tasks flow back best first.
+//!
+//! Reads (`GET /tasks…`) go straight to the pool and never wait for the engine.
+
+mod engine;
+pub mod heap;
+pub mod push;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+
+use chrono::{DateTime, Duration, NaiveDateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::clock::SharedClock;
+use crate::domain::filter::FilterNode;
+use crate::domain::{IllegalTransition, SchedulerId, Task, TaskStatus};
+use crate::storage::{self, Backend, DbPool, StorageError, tasks::ListQuery};
+pub use engine::EngineHandle;
+use engine::{Command, Engine};
+pub use push::PushRequest;
+
+/// What to do with an automatic push when its scheduler's heap is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WhenFull {
+    /// Store it as `pending`; it enters the heap as the heap drains.
+    Pending,
+    /// Refuse it with 429 and `Retry-After`.
+    Reject,
+}
+
+/// The bound of one scheduler's heap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerLimits {
+    /// Queued tasks held in memory at most.
+    pub maxsize: usize,
+    /// What a full heap does with automatic pushes.
+    pub when_full: WhenFull,
+}
+
+/// Everything the queue needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// Limits per scheduler, indexed by [`SchedulerId::index`].
+    pub limits: [SchedulerLimits; 3],
+    /// Commands applied in one transaction at most.
+    pub max_batch: usize,
+    /// Commands waiting for the engine at most; beyond it callers get 503.
+    pub channel_capacity: usize,
+}
+
+/// Seconds a client is told to wait (`Retry-After`) after a 429 (queue full) or a 503
+/// (database unavailable).
+pub const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
+
+/// Errors of the queue layer; `api::error` maps each to one HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// No such scheduler (404).
+    #[error("Scheduler {0} not found")]
+    UnknownScheduler(String),
+    /// No such task (404).
+    #[error("task not found, by task_id: {0}")]
+    TaskNotFound(Uuid),
+    /// A request that contradicts itself (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A payload that does not fit the scheduler's item type (400).
+    #[error("malformed item: {0}")]
+    Malformed(String),
+    /// The same work is already waiting and the push would not make it sooner (409).
+    #[error(
+        "a task with the same hash is already queued (task {existing}); push with a lower priority number to run it sooner"
+    )]
+    Duplicate {
+        /// The waiting task.
+        existing: Uuid,
+    },
+    /// A status change the state machine forbids (409).
+    #[error("{0}")]
+    IllegalTransition(IllegalTransition),
+    /// Another conflict with the task's state (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The heap is full and the scheduler refuses automatic pushes (429).
+    #[error("queue {0} is full")]
+    QueueFull(SchedulerId),
+    /// Too many requests waiting for the engine (503).
+    #[error("the scheduler is busy; retry shortly")]
+    Busy,
+    /// The database cannot be reached, or the service is stopping (503).
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    /// A fault of ours (500); logged with its cause.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StorageError> for QueueError {
+    fn from(e: StorageError) -> Self {
+        if e.is_unavailable() {
+            QueueError::Unavailable(e.to_string())
+        } else {
+            QueueError::Internal(e.to_string())
+        }
+    }
+}
+
+/// The result of a push.
+#[derive(Debug, Clone)]
+pub struct PushOutcome {
+    /// The task as stored (for a boost or re-queue: the existing task).
+    pub task: Task,
+    /// True for a new task (201), false for a boosted or re-queued one (200).
+    pub created: bool,
+}
+
+/// The fields a `PATCH /tasks/{id}` may change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskPatch {
+    /// A new status, checked against the state machine.
+    pub status: Option<TaskStatus>,
+    /// A new priority; re-ranks a queued task.
+    pub priority: Option<i64>,
+}
+
+/// A scheduler as `/schedulers` shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SchedulerSnapshot {
+    /// The scheduler id.
+    pub id: SchedulerId,
+    /// Queued tasks in the heap.
+    pub qsize: u64,
+    /// Tasks waiting outside the heap because it was full.
+    pub pending: u64,
+    /// The heap's bound.
+    pub maxsize: usize,
+    /// Last push or pop.
+    pub last_activity: Option<DateTime<Utc>>,
+}
+
+/// Task counts of one hour, per status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct StatusCounts {
+    /// `pending` tasks.
+    pub pending: i64,
+    /// `queued` tasks.
+    pub queued: i64,
+    /// `dispatched` tasks.
+    pub dispatched: i64,
+    /// `running` tasks.
+    pub running: i64,
+    /// `completed` tasks.
+    pub completed: i64,
+    /// `failed` tasks.
+    pub failed: i64,
+    /// `cancelled` tasks.
+    pub cancelled: i64,
+    /// All of them.
+    pub total: i64,
+}
+
+/// Live per-scheduler figures the engine publishes for readers.
+#[derive(Debug)]
+pub(crate) struct Gauges {
+    qsize: [AtomicU64; 3],
+    pending: [AtomicU64; 3],
+    /// Microseconds since the epoch; `i64::MIN` for never.
+    last_activity: [AtomicI64; 3],
+}
+
+impl Gauges {
+    fn new() -> Self {
+        Self {
+            qsize: Default::default(),
+            pending: Default::default(),
+            last_activity: [
+                AtomicI64::new(i64::MIN),
+                AtomicI64::new(i64::MIN),
+                AtomicI64::new(i64::MIN),
+            ],
+        }
+    }
+
+    pub(crate) fn set(&self, s: SchedulerId, qsize: usize, pending: u64) {
+        self.qsize[s.index()].store(qsize as u64, Ordering::Relaxed);
+        self.pending[s.index()].store(pending, Ordering::Relaxed);
+    }
+
+    pub(crate) fn touch(&self, s: SchedulerId, at: DateTime<Utc>) {
+        self.last_activity[s.index()].store(at.timestamp_micros(), Ordering::Relaxed);
+    }
+}
+
+/// The handle everything else uses to reach the queue. Cheap to clone.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tx: SyncSender<Command>,
+    gauges: Arc<Gauges>,
+    pool: DbPool,
+    backend: Backend,
+    clock: SharedClock,
+    config: QueueConfig,
+}
+
+impl Broker {
+    /// Rebuilds the heaps from the table and starts the engine thread. Blocking: call it from a
+    /// blocking context. Fails if the database cannot be read.
+    pub fn start(
+        pool: DbPool,
+        backend: Backend,
+        clock: SharedClock,
+        config: QueueConfig,
+    ) -> Result<(Broker, EngineHandle), StorageError> {
+        let gauges = Arc::new(Gauges::new());
+        let (tx, rx) = std::sync::mpsc::sync_channel(config.channel_capacity);
+        let mut engine = Engine::new(pool.clone(), clock.clone(), config.clone(), gauges.clone());
+        engine.rebuild()?;
+        let handle = engine.spawn(rx, tx.clone())?;
+        let broker = Broker {
+            inner: Arc::new(Inner {
+                tx,
+                gauges,
+                pool,
+                backend,
+                clock,
+                config,
+            }),
+        };
+        Ok((broker, handle))
+    }
+
+    /// The connected backend.
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    /// Resolves a scheduler id from a path.
+    pub fn scheduler_id(&self, id: &str) -> Result<SchedulerId, QueueError> {
+        id.parse()
+            .map_err(|()| QueueError::UnknownScheduler(id.to_owned()))
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, QueueError>>) -> Command,
+    ) -> Result<T, QueueError> {
+        let (reply, answer) = oneshot::channel();
+        match self.inner.tx.try_send(make(reply)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(QueueError::Busy),
+            Err(TrySendError::Disconnected(_)) => {
+                return Err(QueueError::Unavailable(
+                    "the queue engine has stopped".into(),
+                ));
+            }
+        }
+        answer
+            .await
+            .map_err(|_| QueueError::Unavailable("the queue engine has stopped".into()))?
+    }
+
+    /// Pushes a task onto `scheduler`'s queue; answered once committed.
+    pub async fn push(
+        &self,
+        scheduler: SchedulerId,
+        request: PushRequest,
+    ) -> Result<PushOutcome, QueueError> {
+        let task = push::prepare(scheduler, request)?;
+        self.call(|reply| Command::Push { task, reply }).await
+    }
+
+    /// Pops up to `limit` tasks (best first) matching `filter`; they are `dispatched` and that
+    /// is committed before this returns.
+    pub async fn pop(
+        &self,
+        scheduler: SchedulerId,
+        limit: usize,
+        filter: Option<FilterNode>,
+    ) -> Result<Vec<Task>, QueueError> {
+        self.call(|reply| Command::Pop {
+            scheduler,
+            limit,
+            filter,
+            reply,
+        })
+        .await
+    }
+
+    /// Changes a task's status and/or priority; answered once committed.
+    pub async fn patch(&self, id: Uuid, patch: TaskPatch) -> Result<Task, QueueError> {
+        self.call(|reply| Command::Patch { id, patch, reply }).await
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, QueueError> + Send + 'static,
+    ) -> Result<T, QueueError> {
+        let pool = self.inner.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = storage::checkout(&pool)?;
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| QueueError::Internal(format!("read task panicked: {e}")))?
+    }
+
+    /// One task.
+    pub async fn get_task(&self, id: Uuid) -> Result<Task, QueueError> {
+        self.read(move |c| {
+            let row = storage::tasks::get(c, &id.hyphenated().to_string())
+                .map_err(StorageError::from)?
+                .ok_or(QueueError::TaskNotFound(id))?;
+            Ok(row.into_task()?)
+        })
+        .await
+    }
+
+    /// A page of tasks, newest first, with the total count.
+    pub async fn list_tasks(&self, query: ListQuery) -> Result<(i64, Vec<Task>), QueueError> {
+        self.read(move |c| {
+            let (count, rows) = storage::tasks::list(c, &query).map_err(StorageError::from)?;
+            let tasks = rows
+                .into_iter()
+                .map(|r| r.into_task().map_err(QueueError::from))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((count, tasks))
+        })
+        .await
+    }
+
+    /// Task counts per hour (on `modified_at`) and status over the last 24 hours, newest hour
+    /// first, keyed like mula (`2025-01-31T14:00:00+00:00`).
+    pub async fn task_stats(
+        &self,
+        scheduler_id: Option<String>,
+        organisation: Option<String>,
+    ) -> Result<Vec<(String, StatusCounts)>, QueueError> {
+        let since = (self.inner.clock.now() - Duration::hours(24)).naive_utc();
+        let rows = self
+            .read(move |c| {
+                Ok(storage::tasks::stats(
+                    c,
+                    since,
+                    scheduler_id.as_deref(),
+                    organisation.as_deref(),
+                )
+                .map_err(StorageError::from)?)
+            })
+            .await?;
+        Ok(bucket_stats(rows))
+    }
+
+    /// Every scheduler's live figures.
+    pub fn schedulers(&self) -> Vec<SchedulerSnapshot> {
+        SchedulerId::ALL
+            .into_iter()
+            .map(|s| self.snapshot(s))
+            .collect()
+    }
+
+    /// One scheduler's live figures.
+    pub fn snapshot(&self, s: SchedulerId) -> SchedulerSnapshot {
+        let g = &self.inner.gauges;
+        let i = s.index();
+        let last = g.last_activity[i].load(Ordering::Relaxed);
+        SchedulerSnapshot {
+            id: s,
+            qsize: g.qsize[i].load(Ordering::Relaxed),
+            pending: g.pending[i].load(Ordering::Relaxed),
+            maxsize: self.inner.config.limits[i].maxsize,
+            last_activity: (last != i64::MIN)
+                .then(|| DateTime::from_timestamp_micros(last))
+                .flatten(),
+        }
+    }
+
+    /// Whether the database answers.
+    pub async fn database_ok(&self) -> bool {
+        self.read(|c| {
+            use diesel::connection::SimpleConnection;
+            c.batch_execute("SELECT 1")
+                .map_err(|e| QueueError::from(StorageError::from(e)))
+        })
+        .await
+        .is_ok()
+    }
+}
+
+fn bucket_stats(rows: Vec<storage::rows::StatsRow>) -> Vec<(String, StatusCounts)> {
+    let mut hours: std::collections::BTreeMap<String, StatusCounts> = Default::default();
+    for row in rows {
+        let key =
+            NaiveDateTime::parse_from_str(&format!("{}:00:00", row.hour), "%Y-%m-%d %H:%M:%S")
+                .map(|t| t.and_utc().format("%Y-%m-%dT%H:00:00+00:00").to_string())
+                .unwrap_or(row.hour);
+        let counts = hours.entry(key).or_default();
+        match row.status.parse::<TaskStatus>() {
+            Ok(TaskStatus::Pending) => counts.pending += row.count,
+            Ok(TaskStatus::Queued) => counts.queued += row.count,
+            Ok(TaskStatus::Dispatched) => counts.dispatched += row.count,
+            Ok(TaskStatus::Running) => counts.running += row.count,
+            Ok(TaskStatus::Completed) => counts.completed += row.count,
+            Ok(TaskStatus::Failed) => counts.failed += row.count,
+            Ok(TaskStatus::Cancelled) => counts.cancelled += row.count,
+            Err(()) => {}
+        }
+        counts.total += row.count;
+    }
+    hours.into_iter().rev().collect()
+}

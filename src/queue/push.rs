@@ -1,0 +1,159 @@
+//! Turning a push request into a task ready to store: scheduler check, priority rule, payload
+//! validation, id reconciliation and the hash. Pure; the engine decides where the task goes.
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::QueueError;
+use crate::domain::SchedulerId;
+use crate::domain::payload::{data_id, hash_for};
+
+/// What a client pushes (mula's `TaskPush`, plus the keys of a full task a worker re-pushes).
+#[derive(Debug, Clone, Default)]
+pub struct PushRequest {
+    /// The task id; with a known id the push re-queues that task.
+    pub id: Option<Uuid>,
+    /// Must match the scheduler pushed to, when given.
+    pub scheduler_id: Option<String>,
+    /// The organisation.
+    pub organisation: String,
+    /// Lower is more urgent; required and non-zero (mula's rule).
+    pub priority: Option<i64>,
+    /// The payload.
+    pub data: Map<String, Value>,
+}
+
+/// A validated task, not yet placed.
+#[derive(Debug, Clone)]
+pub(crate) struct NewTask {
+    pub id: Uuid,
+    /// The client named this id, so it may be a re-push of a task that exists.
+    pub id_given: bool,
+    pub scheduler: SchedulerId,
+    pub organisation: String,
+    pub priority: i64,
+    pub hash: String,
+    /// The payload as JSON text, with `id` set to the task id.
+    pub data: String,
+}
+
+/// Validates `req` for `scheduler`.
+pub(crate) fn prepare(scheduler: SchedulerId, req: PushRequest) -> Result<NewTask, QueueError> {
+    if let Some(sent) = &req.scheduler_id
+        && sent != scheduler.as_str()
+    {
+        return Err(QueueError::BadRequest(format!(
+            "scheduler_id in item does not match the scheduler: the item names '{sent}' but was pushed to '{scheduler}'"
+        )));
+    }
+    if req.organisation.trim().is_empty() {
+        return Err(QueueError::Malformed(
+            "organisation: must not be empty".into(),
+        ));
+    }
+    let priority = match req.priority {
+        None => {
+            return Err(QueueError::Malformed(
+                "priority: required (a non-zero integer; lower is more urgent)".into(),
+            ));
+        }
+        Some(0) => {
+            return Err(QueueError::Malformed(
+                "priority: 0 is not a valid priority (use a non-zero integer; lower is more urgent)"
+                    .into(),
+            ));
+        }
+        Some(p) => p,
+    };
+    let mut data = req.data;
+    let hash = hash_for(scheduler, &data).map_err(|e| QueueError::Malformed(e.0))?;
+    let in_data = data_id(&data).map_err(|e| QueueError::Malformed(e.0))?;
+    // mula keeps `id == data.id`; when a client sends two different ids it gives the task a
+    // fresh one rather than guess which was meant.
+    let (id, id_given) = match (req.id, in_data) {
+        (Some(a), Some(b)) if a != b => (Uuid::new_v4(), false),
+        (Some(a), _) | (None, Some(a)) => (a, true),
+        (None, None) => (Uuid::new_v4(), false),
+    };
+    data.insert("id".into(), Value::String(id.hyphenated().to_string()));
+    let data = Value::Object(data).to_string();
+    Ok(NewTask {
+        id,
+        id_given,
+        scheduler,
+        organisation: req.organisation,
+        priority,
+        hash,
+        data,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn boefje_request() -> PushRequest {
+        let Value::Object(data) =
+            json!({"boefje": {"id": "dns-records"}, "input_ooi": null, "organization": "org1"})
+        else {
+            unreachable!()
+        };
+        PushRequest {
+            organisation: "org1".into(),
+            priority: Some(5),
+            data,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn data_id_is_set_to_the_task_id() {
+        let task = prepare(SchedulerId::Boefje, boefje_request()).unwrap();
+        let data: Value = serde_json::from_str(&task.data).unwrap();
+        assert_eq!(data["id"], json!(task.id.to_string()));
+        assert_eq!(task.hash, "316d04d4f0baf363b64ec113ce54f9ce");
+        assert!(!task.id_given);
+    }
+
+    #[test]
+    fn a_given_id_is_kept_and_marks_a_possible_re_push() {
+        let id = Uuid::new_v4();
+        let mut req = boefje_request();
+        req.id = Some(id);
+        let task = prepare(SchedulerId::Boefje, req).unwrap();
+        assert_eq!((task.id, task.id_given), (id, true));
+    }
+
+    #[test]
+    fn two_different_ids_give_a_fresh_one() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut req = boefje_request();
+        req.id = Some(a);
+        req.data.insert("id".into(), json!(b.to_string()));
+        let task = prepare(SchedulerId::Boefje, req).unwrap();
+        assert!(task.id != a && task.id != b);
+    }
+
+    #[test]
+    fn priority_zero_or_missing_is_refused() {
+        let mut req = boefje_request();
+        req.priority = Some(0);
+        assert!(
+            matches!(prepare(SchedulerId::Boefje, req), Err(QueueError::Malformed(m)) if m.starts_with("priority"))
+        );
+        let mut req = boefje_request();
+        req.priority = None;
+        assert!(prepare(SchedulerId::Boefje, req).is_err());
+    }
+
+    #[test]
+    fn a_mismatched_scheduler_id_is_a_bad_request() {
+        let mut req = boefje_request();
+        req.scheduler_id = Some("normalizer".into());
+        assert!(matches!(
+            prepare(SchedulerId::Boefje, req),
+            Err(QueueError::BadRequest(_))
+        ));
+    }
+}

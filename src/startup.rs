@@ -1,0 +1,128 @@
+//! Builds the service and owns its shutdown order: stop accepting and drain HTTP, then let the
+//! queue engine finish the commands it holds, then close the database pool.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use actix_web::HttpServer;
+use actix_web::dev::Server;
+use anyhow::{Context, anyhow};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::clock::SharedClock;
+use crate::config::Settings;
+use crate::queue::{Broker, EngineHandle};
+use crate::storage::{self, DbPool, DbTarget};
+
+/// A built service, bound to its port, not yet serving.
+pub struct Application {
+    port: u16,
+    server: Server,
+    broker: Broker,
+    engine: EngineHandle,
+    pool: DbPool,
+}
+
+/// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
+pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTarget)> {
+    let target = DbTarget::parse(&settings.database.uri).map_err(|e| anyhow!(e))?;
+    let db = settings.database.clone();
+    let t = target.clone();
+    let pool = tokio::task::spawn_blocking(move || -> anyhow::Result<DbPool> {
+        let pool = storage::connect(
+            &t,
+            db.pool_size,
+            Duration::from_secs(db.connect_timeout_secs),
+        )
+        .map_err(|e| anyhow!(e))?;
+        let mut conn = storage::checkout(&pool)?;
+        if db.migrate {
+            let applied = storage::run_migrations(&mut conn).map_err(|e| anyhow!(e))?;
+            for m in &applied {
+                info!(migration = %m, "migration applied");
+            }
+        } else {
+            let pending = storage::pending_migrations(&mut conn).map_err(|e| anyhow!(e))?;
+            if !pending.is_empty() {
+                return Err(anyhow!(
+                    "the database schema is out of date ({} pending migrations); run `kat-scheduler migrate` or set SCHEDULER_DB_MIGRATE=true",
+                    pending.len()
+                ));
+            }
+        }
+        Ok(pool)
+    })
+    .await??;
+    Ok((pool, target))
+}
+
+impl Application {
+    /// Connects, migrates, rebuilds the heaps and binds the HTTP port.
+    pub async fn build(settings: Settings, clock: SharedClock) -> anyhow::Result<Self> {
+        let (pool, target) = open_database(&settings).await?;
+        info!(database = %target.display(), "database ready");
+        let queue_config = settings.queue_config();
+        let p = pool.clone();
+        let (broker, engine) = tokio::task::spawn_blocking(move || {
+            Broker::start(p, target.backend(), clock, queue_config)
+        })
+        .await?
+        .context("cannot load the queue from the database")?;
+
+        let address = format!("{}:{}", settings.api.host, settings.api.port);
+        let listener =
+            TcpListener::bind(&address).with_context(|| format!("cannot listen on {address}"))?;
+        let port = listener.local_addr()?.port();
+        let max_body = settings.api.max_body_bytes;
+        let app_broker = broker.clone();
+        let mut server = HttpServer::new(move || crate::api::app(app_broker.clone(), max_body))
+            .disable_signals()
+            .shutdown_timeout(settings.api.shutdown_timeout_secs);
+        if settings.api.workers > 0 {
+            server = server.workers(settings.api.workers);
+        }
+        let server = server.listen(listener)?.run();
+        info!(address = %format!("{}:{port}", settings.api.host), "listening");
+        Ok(Self {
+            port,
+            server,
+            broker,
+            engine,
+            pool,
+        })
+    }
+
+    /// The bound port (useful with port 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The queue, for in-process callers and tests.
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops in order.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Self {
+            server,
+            engine,
+            pool,
+            broker,
+            ..
+        } = self;
+        let handle = server.handle();
+        let serving = tokio::spawn(server);
+        shutdown.cancelled().await;
+        info!("shutting down: draining HTTP requests");
+        handle.stop(true).await;
+        let served = serving.await;
+        info!("stopping the queue engine");
+        drop(broker);
+        tokio::task::spawn_blocking(move || engine.shutdown()).await?;
+        drop(pool);
+        info!("stopped");
+        served?.context("HTTP server failed")
+    }
+}

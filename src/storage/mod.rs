@@ -1,0 +1,307 @@
+//! The durable side: connections, migrations and every SQL statement. The only module that knows
+//! SQL or which database is behind the pool.
+//!
+//! One code path serves PostgreSQL and SQLite through diesel's `MultiConnection`; where the two
+//! dialects differ (placeholders, JSON access, hour buckets) [`sql::Sql`] and the query functions
+//! pick the text for the connected backend.
+
+pub mod filter_sql;
+pub mod rows;
+pub mod sql;
+pub mod tasks;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::{ManageConnection, Pool, PooledConnection, R2D2Connection};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+/// Either database, behind one type.
+#[derive(diesel::MultiConnection)]
+pub enum AnyConnection {
+    /// PostgreSQL (production).
+    Postgresql(diesel::PgConnection),
+    /// An embedded SQLite file (the default).
+    Sqlite(diesel::SqliteConnection),
+}
+
+/// The schema migrations, compiled into the binary.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// A pool of connections to the configured database.
+pub type DbPool = Pool<Manager>;
+
+/// A connection checked out of the pool.
+pub type DbConn = PooledConnection<Manager>;
+
+/// Which SQL dialect to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// PostgreSQL.
+    Postgres,
+    /// SQLite.
+    Sqlite,
+}
+
+impl Backend {
+    /// The backend of a live connection.
+    pub fn of(conn: &AnyConnection) -> Self {
+        match conn {
+            AnyConnection::Postgresql(_) => Self::Postgres,
+            AnyConnection::Sqlite(_) => Self::Sqlite,
+        }
+    }
+
+    /// A short name for logs and health output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgresql",
+            Self::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// Errors of the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The database cannot be reached (or the pool is exhausted); worth a retry later.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A statement failed.
+    #[error("database error: {0}")]
+    Query(#[from] diesel::result::Error),
+    /// A stored row does not decode (a bug or a hand-edited database).
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+}
+
+impl StorageError {
+    /// Whether the error says the database went away rather than that a statement was wrong.
+    pub fn is_unavailable(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            Self::Unavailable(_) => true,
+            Self::Query(Error::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                _,
+            )) => true,
+            Self::Query(Error::DatabaseError(_, info)) => {
+                let m = info.message();
+                m.contains("server closed the connection")
+                    || m.contains("terminating connection")
+                    || m.contains("no connection to the server")
+                    || m.contains("database is locked")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Where the database is, parsed from `SCHEDULER_DB_URI`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbTarget {
+    /// A `postgres://` or `postgresql://` URL.
+    Postgres(String),
+    /// A file, from `sqlite://PATH` (`sqlite:///abs/path.db` or `sqlite://relative/path.db`).
+    Sqlite(PathBuf),
+}
+
+impl DbTarget {
+    /// Parses a database URI; the error says which forms are accepted.
+    pub fn parse(uri: &str) -> Result<Self, String> {
+        if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+            Ok(Self::Postgres(uri.to_owned()))
+        } else if let Some(path) = uri.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                Err("sqlite:// needs a file path, e.g. sqlite://data/scheduler.db".into())
+            } else {
+                Ok(Self::Sqlite(PathBuf::from(path)))
+            }
+        } else {
+            Err(format!(
+                "'{}' is not a supported database URI; use postgresql://USER@HOST/DB or sqlite://PATH",
+                redact(uri)
+            ))
+        }
+    }
+
+    /// The backend this target speaks.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Postgres(_) => Backend::Postgres,
+            Self::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// The URI with any password hidden, for logs.
+    pub fn display(&self) -> String {
+        match self {
+            Self::Postgres(url) => redact(url),
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+        }
+    }
+}
+
+/// Hides the password of a URL (`user:secret@` → `user:***@`).
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The server refused or could not be reached.
+    #[error(transparent)]
+    Connection(#[from] diesel::ConnectionError),
+    /// A session setting failed.
+    #[error(transparent)]
+    Setup(#[from] diesel::result::Error),
+}
+
+/// An r2d2 manager that opens the backend named by the URI directly, so a failed connect reports
+/// the real cause ("connection refused", "database does not exist") instead of the generic
+/// error `MultiConnection::establish` gives.
+#[derive(Debug, Clone)]
+pub struct Manager {
+    target: DbTarget,
+}
+
+/// SQLite settings for every connection: WAL so readers never block the writer, FULL sync so an
+/// acknowledged commit survives power loss, and a busy timeout instead of instant "locked" errors.
+const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
+     PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;";
+
+impl ManageConnection for Manager {
+    type Connection = AnyConnection;
+    type Error = ConnectError;
+
+    fn connect(&self) -> Result<AnyConnection, ConnectError> {
+        match &self.target {
+            DbTarget::Postgres(url) => {
+                let mut conn = diesel::PgConnection::establish(url)?;
+                conn.batch_execute("SET TIME ZONE 'UTC'")?;
+                Ok(AnyConnection::Postgresql(conn))
+            }
+            DbTarget::Sqlite(path) => {
+                let mut conn = diesel::SqliteConnection::establish(&path.to_string_lossy())?;
+                conn.batch_execute(SQLITE_PRAGMAS)?;
+                Ok(AnyConnection::Sqlite(conn))
+            }
+        }
+    }
+
+    fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), ConnectError> {
+        conn.batch_execute("SELECT 1").map_err(ConnectError::Setup)
+    }
+
+    fn has_broken(&self, conn: &mut AnyConnection) -> bool {
+        std::thread::panicking() || conn.is_broken()
+    }
+}
+
+/// Opens a pool to `target`, checking one connection first so a wrong URI fails start-up with the
+/// database's own message.
+pub fn connect(target: &DbTarget, pool_size: u32, timeout: Duration) -> Result<DbPool, String> {
+    if let DbTarget::Sqlite(path) = target {
+        create_parent_dir(path)?;
+    }
+    let manager = Manager {
+        target: target.clone(),
+    };
+    manager
+        .connect()
+        .map_err(|e| format!("cannot open database {}: {e}", target.display()))?;
+    Pool::builder()
+        .max_size(pool_size)
+        .min_idle(Some(1))
+        .connection_timeout(timeout)
+        .test_on_check_out(false)
+        .build(manager)
+        .map_err(|e| format!("cannot open database {}: {e}", target.display()))
+}
+
+fn create_parent_dir(path: &Path) -> Result<(), String> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create directory {}: {e}", dir.display())),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a connection out of the pool, mapping a timeout to [`StorageError::Unavailable`].
+pub fn checkout(pool: &DbPool) -> Result<DbConn, StorageError> {
+    pool.get()
+        .map_err(|e| StorageError::Unavailable(e.to_string()))
+}
+
+/// Applies every pending migration; returns the names of those applied.
+pub fn run_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, String> {
+    conn.run_pending_migrations(MIGRATIONS)
+        .map(|versions| versions.iter().map(ToString::to_string).collect())
+        .map_err(|e| format!("migration failed: {e}"))
+}
+
+/// The migrations not yet applied.
+pub fn pending_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, String> {
+    conn.pending_migrations(MIGRATIONS)
+        .map(|list| list.iter().map(|m| m.name().to_string()).collect())
+        .map_err(|e| format!("cannot read the migration state: {e}"))
+}
+
+/// Reverts every applied migration (used by the migration round-trip test and for dev resets).
+pub fn revert_all_migrations(conn: &mut AnyConnection) -> Result<usize, String> {
+    conn.revert_all_migrations(MIGRATIONS)
+        .map(|v| v.len())
+        .map_err(|e| format!("revert failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_uris_in_mula_and_sqlite_forms_parse() {
+        assert_eq!(
+            DbTarget::parse("sqlite:///var/lib/x.db").unwrap(),
+            DbTarget::Sqlite(PathBuf::from("/var/lib/x.db"))
+        );
+        assert_eq!(
+            DbTarget::parse("sqlite://data/scheduler.db").unwrap(),
+            DbTarget::Sqlite(PathBuf::from("data/scheduler.db"))
+        );
+        assert_eq!(
+            DbTarget::parse("postgresql://u:p@db:5432/s")
+                .unwrap()
+                .backend(),
+            Backend::Postgres
+        );
+        assert!(
+            DbTarget::parse("mysql://x")
+                .unwrap_err()
+                .contains("not a supported database URI")
+        );
+    }
+
+    #[test]
+    fn passwords_never_reach_the_logs() {
+        assert_eq!(
+            redact("postgresql://kat:s3cret@db/sched"),
+            "postgresql://kat:***@db/sched"
+        );
+        assert_eq!(
+            redact("postgresql://kat@db/sched"),
+            "postgresql://kat@db/sched"
+        );
+    }
+}

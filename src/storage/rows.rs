@@ -1,0 +1,168 @@
+//! Row types as the database returns them, and their conversion into domain types.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamp};
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use super::StorageError;
+use crate::domain::{SchedulerId, Task, TaskStatus};
+
+/// A full `tasks` row. `type` is selected as `task_type` (see [`super::tasks::COLUMNS`]).
+#[derive(Debug, Clone, PartialEq, QueryableByName)]
+pub struct TaskRow {
+    /// UUID, lowercase and hyphenated.
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// `boefje`, `normalizer` or `report`.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// The schedule that produced the task.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub schedule_id: Option<String>,
+    /// The organisation.
+    #[diesel(sql_type = Text)]
+    pub organisation: String,
+    /// The `type` column.
+    #[diesel(sql_type = Text)]
+    pub task_type: String,
+    /// The de-duplication hash.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub hash: Option<String>,
+    /// Lower is more urgent.
+    #[diesel(sql_type = BigInt)]
+    pub priority: i64,
+    /// The payload, as JSON text.
+    #[diesel(sql_type = Text)]
+    pub data: String,
+    /// The status, lowercase.
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    /// How many times the task was handed out and given back by the watchdog.
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    /// When the current lease ends (dispatched and running tasks).
+    #[diesel(sql_type = Nullable<Timestamp>)]
+    pub lease_expires_at: Option<NaiveDateTime>,
+    /// Why the broker failed the task, if it did.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub failure_reason: Option<String>,
+    /// Creation time (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub created_at: NaiveDateTime,
+    /// Last change (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub modified_at: NaiveDateTime,
+}
+
+impl TaskRow {
+    /// The decoded status.
+    pub fn status(&self) -> Result<TaskStatus, StorageError> {
+        self.status.parse().map_err(|()| {
+            StorageError::Corrupt(format!(
+                "task {}: unknown status '{}'",
+                self.id, self.status
+            ))
+        })
+    }
+
+    /// The decoded scheduler.
+    pub fn scheduler(&self) -> Result<SchedulerId, StorageError> {
+        self.scheduler_id.parse().map_err(|()| {
+            StorageError::Corrupt(format!(
+                "task {}: unknown scheduler '{}'",
+                self.id, self.scheduler_id
+            ))
+        })
+    }
+
+    /// The decoded id.
+    pub fn uuid(&self) -> Result<Uuid, StorageError> {
+        Uuid::parse_str(&self.id)
+            .map_err(|_| StorageError::Corrupt(format!("task id '{}' is not a UUID", self.id)))
+    }
+
+    /// Converts the row into the domain task.
+    pub fn into_task(self) -> Result<Task, StorageError> {
+        let id = self.uuid()?;
+        let status = self.status()?;
+        let scheduler_id = self.scheduler()?;
+        let schedule_id = match &self.schedule_id {
+            Some(s) => Some(Uuid::parse_str(s).map_err(|_| {
+                StorageError::Corrupt(format!("task {id}: schedule_id '{s}' is not a UUID"))
+            })?),
+            None => None,
+        };
+        let data = RawValue::from_string(self.data)
+            .map_err(|e| StorageError::Corrupt(format!("task {id}: data is not JSON: {e}")))?;
+        Ok(Task {
+            id,
+            scheduler_id,
+            schedule_id,
+            organisation: self.organisation,
+            priority: self.priority,
+            status,
+            task_type: self.task_type,
+            hash: self.hash,
+            data,
+            created_at: utc(self.created_at),
+            modified_at: utc(self.modified_at),
+        })
+    }
+}
+
+/// A naive UTC timestamp from the database as an aware one.
+pub fn utc(t: NaiveDateTime) -> DateTime<Utc> {
+    t.and_utc()
+}
+
+/// `SELECT COUNT(*) AS count …`
+#[derive(Debug, QueryableByName)]
+pub struct CountRow {
+    /// The count.
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
+/// The part of a waiting task the heap needs.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct WaitingKey {
+    /// Task id.
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// Scheduler.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// Priority.
+    #[diesel(sql_type = BigInt)]
+    pub priority: i64,
+    /// Creation time.
+    #[diesel(sql_type = Timestamp)]
+    pub created_at: NaiveDateTime,
+}
+
+/// `scheduler_id, COUNT(*)` of one status.
+#[derive(Debug, QueryableByName)]
+pub struct SchedulerCount {
+    /// Scheduler.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// Count.
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
+/// One cell of `/tasks/stats`: tasks per hour (`YYYY-MM-DD HH`) and status.
+#[derive(Debug, QueryableByName)]
+pub struct StatsRow {
+    /// The hour bucket, `YYYY-MM-DD HH` in UTC.
+    #[diesel(sql_type = Text)]
+    pub hour: String,
+    /// Status.
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    /// Count.
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
