@@ -1,0 +1,405 @@
+//! `spawn_app()` and a helper per endpoint. Each test gets the real application on port 0 with a
+//! fresh database: a temporary SQLite file, or a new PostgreSQL database (dropped afterwards).
+//!
+//! PostgreSQL is found at `KAT_TEST_PG_URL` (default `postgresql://postgres@127.0.0.1:5432/postgres`).
+//! When it does not answer, PostgreSQL tests print a loud SKIPPED line and pass, except under
+//! `CI=true`, where a missing server fails them.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use kat_scheduler::clock::{Clock, ManualClock};
+use kat_scheduler::config::Settings;
+use kat_scheduler::startup::Application;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Which database a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Generates `sqlite::name` and `postgres::name` tests from `async fn name(backend: Backend)`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+fn pg_admin_url() -> String {
+    std::env::var("KAT_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgresql://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// A database made for one test.
+pub struct TestDb {
+    pub uri: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    /// A fresh database, or `None` (after a loud message) when PostgreSQL is absent outside CI.
+    pub async fn create(backend: Backend) -> Option<TestDb> {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let uri = format!("sqlite://{}", dir.path().join("scheduler.db").display());
+                Some(TestDb {
+                    uri,
+                    pg_name: None,
+                    _dir: Some(dir),
+                })
+            }
+            Backend::Postgres => {
+                let admin = pg_admin_url();
+                let name = format!("kat_test_{}", uuid::Uuid::new_v4().simple());
+                let create = {
+                    let (admin, name) = (admin.clone(), name.clone());
+                    tokio::task::spawn_blocking(move || -> Result<(), String> {
+                        let mut conn =
+                            PgConnection::establish(&admin).map_err(|e| e.to_string())?;
+                        conn.batch_execute(&format!("CREATE DATABASE {name}"))
+                            .map_err(|e| e.to_string())
+                    })
+                    .await
+                    .expect("join")
+                };
+                if let Err(e) = create {
+                    if in_ci() {
+                        panic!("PostgreSQL at {admin} is required under CI=true: {e}");
+                    }
+                    eprintln!(
+                        "\n*** SKIPPED: PostgreSQL not reachable at {admin} ({e}); set KAT_TEST_PG_URL or start it ***\n"
+                    );
+                    return None;
+                }
+                let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+                Some(TestDb {
+                    uri: format!("{base}/{name}"),
+                    pg_name: Some(name),
+                    _dir: None,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = self.pg_name.take() {
+            let admin = pg_admin_url();
+            // Blocking in drop is fine in a test; FORCE ends connections a pool still holds.
+            let _ = std::thread::spawn(move || {
+                if let Ok(mut conn) = PgConnection::establish(&admin) {
+                    let _ =
+                        conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+                }
+            })
+            .join();
+        }
+    }
+}
+
+/// Settings for a test app on `uri`: loopback, port 0, a small pool.
+pub fn test_settings(uri: &str) -> Settings {
+    let mut s = Settings::default();
+    s.api.host = "127.0.0.1".into();
+    s.api.port = 0;
+    s.api.workers = 2;
+    s.database.uri = uri.to_owned();
+    s.database.pool_size = 4;
+    s
+}
+
+/// A running application and a client for it.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub clock: Arc<ManualClock>,
+    pub settings: Settings,
+    pub backend: Backend,
+    token: CancellationToken,
+    join: Option<JoinHandle<anyhow::Result<()>>>,
+    pub db: TestDb,
+}
+
+fn init_logs() {
+    if std::env::var("TEST_LOG").is_ok() {
+        kat_scheduler::telemetry::init(&Settings::default().logging);
+    }
+}
+
+/// A test start time: now, so the last-24-hours statistics include what tests create.
+pub fn start_time() -> DateTime<Utc> {
+    kat_scheduler::clock::truncate_micros(Utc::now())
+}
+
+/// The app on a fresh database with default settings.
+pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
+    spawn_app_with(backend, |_| {}).await
+}
+
+/// The app on a fresh database, with `tweak` applied to its settings.
+pub async fn spawn_app_with(
+    backend: Backend,
+    tweak: impl FnOnce(&mut Settings),
+) -> Option<TestApp> {
+    init_logs();
+    let db = TestDb::create(backend).await?;
+    let mut settings = test_settings(&db.uri);
+    tweak(&mut settings);
+    let clock = Arc::new(ManualClock::new(start_time()));
+    Some(TestApp::start(settings, clock, db, backend).await)
+}
+
+impl TestApp {
+    async fn start(
+        settings: Settings,
+        clock: Arc<ManualClock>,
+        db: TestDb,
+        backend: Backend,
+    ) -> TestApp {
+        let app = Application::build(settings.clone(), clock.clone())
+            .await
+            .expect("the application starts");
+        let address = format!("http://127.0.0.1:{}", app.port());
+        let token = CancellationToken::new();
+        let join = tokio::spawn(app.run_until_stopped(token.clone()));
+        TestApp {
+            address,
+            client: reqwest::Client::new(),
+            clock,
+            settings,
+            backend,
+            token,
+            join: Some(join),
+            db,
+        }
+    }
+
+    /// Stops the app gracefully and starts it again on the same database.
+    pub async fn restart(mut self) -> TestApp {
+        self.stop().await;
+        let db = std::mem::replace(
+            &mut self.db,
+            TestDb {
+                uri: String::new(),
+                pg_name: None,
+                _dir: None,
+            },
+        );
+        TestApp::start(self.settings.clone(), self.clock.clone(), db, self.backend).await
+    }
+
+    /// Stops the app and waits until it has shut down.
+    pub async fn stop(&mut self) {
+        self.token.cancel();
+        if let Some(join) = self.join.take() {
+            join.await.expect("join").expect("clean shutdown");
+        }
+    }
+
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client
+            .get(format!("{}{path}", self.address))
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &str) -> Response {
+        self.client
+            .post(format!("{}{path}", self.address))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post(&self, path: &str, body: Option<&Value>) -> Response {
+        let mut req = self.client.post(format!("{}{path}", self.address));
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        req.send().await.expect("request")
+    }
+
+    pub async fn push(&self, scheduler: &str, body: &Value) -> Response {
+        self.post(&format!("/schedulers/{scheduler}/push"), Some(body))
+            .await
+    }
+
+    /// Pushes and asserts 201; returns the task.
+    pub async fn push_ok(&self, scheduler: &str, body: &Value) -> Value {
+        let resp = self.push(scheduler, body).await;
+        assert_eq!(resp.status(), StatusCode::CREATED, "push failed");
+        resp.json().await.expect("task json")
+    }
+
+    pub async fn pop(
+        &self,
+        scheduler: &str,
+        limit: Option<usize>,
+        filter: Option<&Value>,
+    ) -> Response {
+        let query = limit.map(|l| format!("?limit={l}")).unwrap_or_default();
+        self.post(&format!("/schedulers/{scheduler}/pop{query}"), filter)
+            .await
+    }
+
+    /// Pops and asserts 200; returns the tasks.
+    pub async fn pop_ok(
+        &self,
+        scheduler: &str,
+        limit: usize,
+        filter: Option<&Value>,
+    ) -> Vec<Value> {
+        let resp = self.pop(scheduler, Some(limit), filter).await;
+        assert_eq!(resp.status(), StatusCode::OK, "pop failed");
+        let body: Value = resp.json().await.expect("pop json");
+        body["results"].as_array().expect("results").clone()
+    }
+
+    pub async fn get_task(&self, id: &str) -> Response {
+        self.get(&format!("/tasks/{id}")).await
+    }
+
+    pub async fn task(&self, id: &str) -> Value {
+        let resp = self.get_task(id).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.json().await.expect("task json")
+    }
+
+    pub async fn patch_task(&self, id: &str, body: &Value) -> Response {
+        self.client
+            .patch(format!("{}/tasks/{id}", self.address))
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// `POST /tasks?{query}` with an optional filter body.
+    pub async fn search_tasks(&self, query: &str, body: Option<&Value>) -> Response {
+        self.post(&format!("/tasks?{query}"), body).await
+    }
+
+    /// Ids of the tasks matching `filters`, as a sorted list.
+    pub async fn matching_ids(&self, filters: &Value) -> Vec<String> {
+        let resp = self.search_tasks("limit=1000", Some(filters)).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.expect("json");
+        assert_eq!(status, StatusCode::OK, "filter {filters} failed: {body}");
+        let mut ids: Vec<String> = body["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|t| t["id"].as_str().expect("id").to_owned())
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}
+
+/// A boefje payload.
+pub fn boefje_data(org: &str, boefje: &str, ooi: Option<&str>) -> Value {
+    json!({
+        "boefje": {"id": boefje, "name": boefje, "version": null, "oci_image": format!("ghcr.io/minvws/openkat/{boefje}:latest")},
+        "input_ooi": ooi,
+        "organization": org,
+    })
+}
+
+/// A push body for a boefje task.
+pub fn boefje_push(org: &str, boefje: &str, ooi: Option<&str>, priority: i64) -> Value {
+    json!({"organisation": org, "priority": priority, "data": boefje_data(org, boefje, ooi)})
+}
+
+/// A push body for a normalizer task.
+pub fn normalizer_push(org: &str, normalizer: &str, priority: i64) -> Value {
+    json!({
+        "organisation": org,
+        "priority": priority,
+        "data": {
+            "normalizer": {"id": normalizer, "version": null},
+            "raw_data": {
+                "id": uuid::Uuid::new_v4().to_string(),
+                "boefje_meta": {
+                    "id": uuid::Uuid::new_v4().to_string(),
+                    "boefje": {"id": "dns-records", "version": null},
+                    "input_ooi": "Hostname|internet|example.com",
+                    "arguments": {},
+                    "organization": org,
+                    "started_at": "2025-01-31T12:00:00+00:00",
+                    "ended_at": "2025-01-31T12:00:05+00:00"
+                },
+                "mime_types": [{"value": "boefje/dns-records"}]
+            }
+        }
+    })
+}
+
+/// A push body for a report task.
+pub fn report_push(org: &str, recipe: &str, priority: i64) -> Value {
+    json!({
+        "organisation": org,
+        "priority": priority,
+        "data": {"organisation_id": org, "report_recipe_id": recipe, "type": "report"}
+    })
+}
+
+/// The `id` of a task JSON.
+pub fn id_of(task: &Value) -> String {
+    task["id"].as_str().expect("task id").to_owned()
+}
+
+/// The `detail` message of an error response.
+pub async fn detail(resp: Response) -> String {
+    let body: Value = resp.json().await.expect("error json");
+    match &body["detail"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}

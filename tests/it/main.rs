@@ -1,0 +1,18 @@
+//! Integration tests: the real application on port 0, against SQLite and PostgreSQL.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic with its message is the failure report"
+)]
+
+mod helpers;
+
+mod api_contract;
+mod clients;
+mod concurrency;
+mod filters;
+mod migrations;
+mod openapi;
+mod queue_rules;
+mod recovery;

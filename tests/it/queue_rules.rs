@@ -1,0 +1,336 @@
+//! The queue semantics of DESIGN.md §5: pop order, boost, re-push, bounded heaps with eviction
+//! and refill, and 429 when a scheduler refuses work.
+
+use chrono::Duration;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use kat_scheduler::queue::WhenFull;
+
+async fn pops_come_lowest_priority_first_then_oldest(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    // (boefje, priority), pushed one minute apart: ages differ, priorities are mixed.
+    let plan = [
+        ("a", 50),
+        ("b", 10),
+        ("c", 50),
+        ("d", 1),
+        ("e", 10),
+        ("f", 100),
+        ("g", 1),
+    ];
+    let mut pushed = Vec::new();
+    for (name, priority) in plan {
+        app.advance(Duration::minutes(1));
+        let task = app
+            .push_ok("boefje", &boefje_push("org1", name, None, priority))
+            .await;
+        pushed.push((
+            priority,
+            task["created_at"].as_str().unwrap().to_owned(),
+            id_of(&task),
+        ));
+    }
+    let mut expected = pushed.clone();
+    expected.sort();
+    let expected: Vec<String> = expected.into_iter().map(|(_, _, id)| id).collect();
+
+    let mut popped = Vec::new();
+    // Mixed limits: the order holds across pops of one and of several.
+    for limit in [1, 3, 1, 5] {
+        popped.extend(app.pop_ok("boefje", limit, None).await.iter().map(id_of));
+    }
+    assert_eq!(popped, expected);
+}
+
+async fn equal_priorities_pop_in_push_order_even_within_a_microsecond(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    // The manual clock stands still: every push has the same wall-clock time.
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(id_of(
+            &app.push_ok("report", &report_push("org1", &format!("r{i}"), 5))
+                .await,
+        ));
+    }
+    let popped: Vec<String> = app
+        .pop_ok("report", 20, None)
+        .await
+        .iter()
+        .map(id_of)
+        .collect();
+    assert_eq!(popped, ids);
+}
+
+async fn a_scheduler_only_pops_its_own_tasks(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.push_ok("boefje", &boefje_push("org1", "a", None, 1))
+        .await;
+    let n = app
+        .push_ok("normalizer", &normalizer_push("org1", "n", 9))
+        .await;
+    let popped = app.pop_ok("normalizer", 10, None).await;
+    assert_eq!(popped.len(), 1);
+    assert_eq!(popped[0]["id"], n["id"]);
+}
+
+async fn a_duplicate_with_a_better_priority_boosts_the_queued_task(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let ahead = app
+        .push_ok("boefje", &boefje_push("org1", "ahead", None, 20))
+        .await;
+    let original = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org1", "dns", Some("Hostname|internet|a.nl"), 50),
+        )
+        .await;
+
+    // The user asks for the same scan now, as Rocky does: a new id, priority 1.
+    let mut user = boefje_push("org1", "dns", Some("Hostname|internet|a.nl"), 1);
+    user["id"] = json!(uuid::Uuid::new_v4().to_string());
+    let resp = app.push("boefje", &user).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let boosted: Value = resp.json().await.unwrap();
+    assert_eq!(
+        boosted["id"], original["id"],
+        "the queued task is boosted in place"
+    );
+    assert_eq!(boosted["priority"], 1);
+
+    // Not better: 409, and nothing changes.
+    let resp = app
+        .push(
+            "boefje",
+            &boefje_push("org1", "dns", Some("Hostname|internet|a.nl"), 1),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+
+    let popped: Vec<String> = app
+        .pop_ok("boefje", 5, None)
+        .await
+        .iter()
+        .map(id_of)
+        .collect();
+    assert_eq!(popped, vec![id_of(&original), id_of(&ahead)]);
+    let count: Value = app.get("/tasks?limit=0").await.json().await.unwrap();
+    assert_eq!(count["count"], 2, "no second task was created");
+}
+
+async fn a_worker_re_push_of_a_full_task_queues_it_again(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let pushed = app
+        .push_ok("boefje", &boefje_push("org1", "dns", None, 4))
+        .await;
+    let popped = app.pop_ok("boefje", 1, None).await.remove(0);
+    assert_eq!(popped["status"], "dispatched");
+
+    // The boefje runtime pushes the task JSON back unchanged at shutdown.
+    let resp = app.push("boefje", &popped).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let requeued: Value = resp.json().await.unwrap();
+    assert_eq!(requeued["id"], pushed["id"]);
+    assert_eq!(requeued["status"], "queued");
+    assert_eq!(requeued["created_at"], pushed["created_at"]);
+
+    let again = app.pop_ok("boefje", 1, None).await;
+    assert_eq!(
+        again[0]["id"], pushed["id"],
+        "the same task is handed out again"
+    );
+
+    // A finished task is not brought back by a re-push.
+    assert_eq!(
+        app.patch_task(&id_of(&pushed), &json!({"status": "completed"}))
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    let resp = app.push("boefje", &again[0]).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert!(detail(resp).await.contains("is completed"));
+}
+
+async fn a_full_heap_keeps_automatic_pushes_as_pending_and_refills_best_first(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 3).await else {
+        return;
+    };
+    let mut ids = Vec::new();
+    for (i, priority) in [30, 10, 20, 50, 5, 40].into_iter().enumerate() {
+        let task = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org1", &format!("b{i}"), None, priority),
+            )
+            .await;
+        let want = if i < 3 { "queued" } else { "pending" };
+        assert_eq!(task["status"], want, "push {i}");
+        ids.push((priority, id_of(&task)));
+    }
+    let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+    assert_eq!(
+        (
+            s["qsize"].as_u64(),
+            s["pending"].as_u64(),
+            s["maxsize"].as_u64()
+        ),
+        (Some(3), Some(3), Some(3))
+    );
+
+    // Draining one at a time: the heap holds 10, 20, 30 first; as it drains, pending tasks come
+    // back best first (5, then 40, then 50) and each pop takes the best of what is queued.
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let t = app.pop_ok("boefje", 1, None).await;
+        order.push(t[0]["priority"].as_i64().unwrap());
+        let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+        assert!(s["qsize"].as_u64().unwrap() <= 3, "the bound holds");
+    }
+    assert_eq!(order, vec![10, 5, 20, 30, 40, 50]);
+    let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+    assert_eq!(
+        (s["qsize"].as_u64(), s["pending"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // nothing was dropped
+    let all: Value = app
+        .get("/tasks?status=dispatched&limit=0")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(all["count"], 6);
+}
+
+async fn a_user_scan_evicts_the_worst_automatic_task(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 2).await else {
+        return;
+    };
+    let keep = app
+        .push_ok("boefje", &boefje_push("org1", "keep", None, 10))
+        .await;
+    let worst = app
+        .push_ok("boefje", &boefje_push("org1", "worst", None, 90))
+        .await;
+    let user = app
+        .push_ok("boefje", &boefje_push("org1", "user", None, 1))
+        .await;
+    assert_eq!(user["status"], "queued");
+    assert_eq!(app.task(&id_of(&worst)).await["status"], "pending");
+    let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+    assert_eq!(
+        (s["qsize"].as_u64(), s["pending"].as_u64()),
+        (Some(2), Some(1))
+    );
+
+    let order: Vec<String> = app
+        .pop_ok("boefje", 3, None)
+        .await
+        .iter()
+        .map(id_of)
+        .collect();
+    // The evicted task returns once there is room: popping two frees room, the refill brings it
+    // back in the same batch and the third slot of this pop already sees it next time.
+    assert_eq!(order[..2], [id_of(&user), id_of(&keep)]);
+    let rest: Vec<String> = app
+        .pop_ok("boefje", 3, None)
+        .await
+        .iter()
+        .map(id_of)
+        .collect();
+    let all: Vec<String> = order.into_iter().chain(rest).collect();
+    assert_eq!(all, vec![id_of(&user), id_of(&keep), id_of(&worst)]);
+}
+
+async fn a_user_scan_into_a_heap_of_user_scans_waits_as_pending(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 1).await else {
+        return;
+    };
+    let first = app
+        .push_ok("boefje", &boefje_push("org1", "u1", None, 1))
+        .await;
+    let second = app
+        .push_ok("boefje", &boefje_push("org1", "u2", None, 1))
+        .await;
+    assert_eq!(first["status"], "queued");
+    assert_eq!(second["status"], "pending");
+    let popped: Vec<String> = [
+        app.pop_ok("boefje", 1, None).await,
+        app.pop_ok("boefje", 1, None).await,
+    ]
+    .concat()
+    .iter()
+    .map(id_of)
+    .collect();
+    assert_eq!(popped, vec![id_of(&first), id_of(&second)]);
+}
+
+async fn a_scheduler_set_to_reject_answers_429_but_takes_user_scans(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| {
+        s.queue.maxsize = 1;
+        s.schedulers.normalizer.when_full = Some(WhenFull::Reject);
+    })
+    .await
+    else {
+        return;
+    };
+    app.push_ok("normalizer", &normalizer_push("org1", "n1", 5))
+        .await;
+    let resp = app
+        .push("normalizer", &normalizer_push("org1", "n2", 5))
+        .await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(resp.headers().contains_key("retry-after"));
+    assert!(detail(resp).await.contains("queue normalizer is full"));
+    let user = app
+        .push_ok("normalizer", &normalizer_push("org1", "n3", 1))
+        .await;
+    assert_eq!(user["status"], "queued");
+    // other schedulers keep the default policy
+    app.push_ok("boefje", &boefje_push("org1", "a", None, 5))
+        .await;
+    let b = app
+        .push_ok("boefje", &boefje_push("org1", "b", None, 5))
+        .await;
+    assert_eq!(b["status"], "pending");
+}
+
+async fn a_task_patched_back_to_queued_is_popped_again(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let task = app
+        .push_ok("boefje", &boefje_push("org1", "dns", None, 3))
+        .await;
+    app.pop_ok("boefje", 1, None).await;
+    let resp = app
+        .patch_task(&id_of(&task), &json!({"status": "queued"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(app.pop_ok("boefje", 1, None).await[0]["id"], task["id"]);
+}
+
+crate::backend_tests!(
+    pops_come_lowest_priority_first_then_oldest,
+    equal_priorities_pop_in_push_order_even_within_a_microsecond,
+    a_scheduler_only_pops_its_own_tasks,
+    a_duplicate_with_a_better_priority_boosts_the_queued_task,
+    a_worker_re_push_of_a_full_task_queues_it_again,
+    a_full_heap_keeps_automatic_pushes_as_pending_and_refills_best_first,
+    a_user_scan_evicts_the_worst_automatic_task,
+    a_user_scan_into_a_heap_of_user_scans_waits_as_pending,
+    a_scheduler_set_to_reject_answers_429_but_takes_user_scans,
+    a_task_patched_back_to_queued_is_popped_again,
+);
