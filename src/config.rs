@@ -515,6 +515,18 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_documents_every_environment_variable() {
+        let readme = include_str!("../README.md");
+        for (var, key, _) in ENV_VARS {
+            assert!(readme.contains(var), "README lacks {var}");
+            assert!(
+                readme.contains(key.split('.').next().unwrap_or(key)),
+                "README lacks {key}"
+            );
+        }
+    }
+
+    #[test]
     fn the_shipped_example_config_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config.example.toml");
         let s = Settings::load_with(Some(&path), &|_| None).unwrap();

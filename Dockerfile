@@ -1,0 +1,28 @@
+# Build: docker build -t kat-scheduler .
+# Run:   docker run -p 8004:8000 -e SCHEDULER_DB_URI=postgresql://postgres:postgres@db/kat_scheduler kat-scheduler
+FROM rust:1.95-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY src ./src
+COPY migrations ./migrations
+RUN cargo build --release --locked --bin kat-scheduler
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends libpq5 ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --home /var/lib/kat-scheduler --create-home kat
+COPY --from=build /src/target/release/kat-scheduler /usr/local/bin/kat-scheduler
+USER kat
+WORKDIR /var/lib/kat-scheduler
+# Without SCHEDULER_DB_URI the service keeps an SQLite file in this volume.
+ENV SCHEDULER_DB_URI=sqlite:///var/lib/kat-scheduler/scheduler.db \
+    SCHEDULER_API_HOST=0.0.0.0 \
+    SCHEDULER_API_PORT=8000
+VOLUME ["/var/lib/kat-scheduler"]
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s \
+    CMD curl -fsS http://127.0.0.1:8000/health || exit 1
+ENTRYPOINT ["kat-scheduler"]
+CMD ["serve"]
