@@ -17,6 +17,16 @@ pub async fn root() -> HttpResponse {
     HttpResponse::Ok().json(Value::Null)
 }
 
+/// Liveness: the process serves HTTP. Touches nothing else, so it is also the HTTP floor the
+/// benchmark compares pops with.
+#[utoipa::path(tag = "health", responses((status = 200, description = "The process is up")))]
+#[get("/livez")]
+pub async fn livez() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(r#"{"status":"ok"}"#)
+}
+
 /// Whether the service and its database answer (503 when the database does not).
 #[utoipa::path(
     tag = "health",

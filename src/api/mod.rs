@@ -41,6 +41,7 @@ struct ApiDoc;
 /// `/tasks/{task_id}`.
 pub fn routes(cfg: &mut ServiceConfig) {
     cfg.service(health::root)
+        .service(health::livez)
         .service(health::health)
         .service(health::metrics)
         .service(schedulers::list_schedulers)

@@ -29,11 +29,15 @@ use super::{Gauges, PushOutcome, QueueConfig, QueueError, TaskPatch, WhenFull};
 use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::{SchedulerId, Task, TaskStatus};
-use crate::storage::rows::TaskRow;
+use crate::storage::rows::{TaskRow, WaitingKey};
 use crate::storage::{self, AnyConnection, DbPool, StorageError, tasks};
 
 /// Pending tasks moved back into a heap per refill statement at most.
 const REFILL_BATCH: usize = 1_000;
+
+/// Queued rows read per page when rebuilding the heaps: bounds the transient memory of a
+/// rebuild of millions of rows.
+const REBUILD_PAGE: usize = 10_000;
 
 type Reply<T> = oneshot::Sender<Result<T, QueueError>>;
 
@@ -191,35 +195,44 @@ impl Engine {
         let now = naive(self.clock.now());
         let limits = self.config.limits;
         let (heaps, pending) = conn.transaction::<_, StorageError, _>(|c| {
-            let mut per: [Vec<(Uuid, Rank)>; 3] = Default::default();
-            for key in tasks::queued_keys(c)? {
-                let Ok(s) = key.scheduler_id.parse::<SchedulerId>() else {
-                    warn!(task.id = %key.id, scheduler.id = %key.scheduler_id, "queued task of an unknown scheduler left alone");
-                    continue;
-                };
-                per[s.index()].push((parse_uuid(&key.id)?, Rank::new(key.priority, key.created_at)));
-            }
             let mut pending = [0u64; 3];
             for row in tasks::count_by_scheduler(c, TaskStatus::Pending)? {
                 if let Ok(s) = row.scheduler_id.parse::<SchedulerId>() {
                     pending[s.index()] = u64::try_from(row.count).unwrap_or(0);
                 }
             }
+            let mut per: [Vec<(Uuid, Rank)>; 3] = Default::default();
             for s in SchedulerId::ALL {
-                let entries = &mut per[s.index()];
-                let maxsize = limits[s.index()].maxsize;
-                if entries.len() > maxsize {
-                    entries.select_nth_unstable_by_key(maxsize, |(_, r)| *r);
-                    let overflow: Vec<String> =
-                        entries.drain(maxsize..).map(|(id, _)| id.to_string()).collect();
-                    let moved =
-                        tasks::transition(c, &overflow, TaskStatus::Queued, TaskStatus::Pending, now, None)?;
-                    pending[s.index()] += moved.len() as u64;
-                    info!(scheduler.id = %s, moved = moved.len(), "queued tasks beyond maxsize moved to pending");
+                let i = s.index();
+                let maxsize = limits[i].maxsize;
+                let mut last: Option<WaitingKey> = None;
+                loop {
+                    let want = REBUILD_PAGE.min(maxsize - per[i].len());
+                    if want == 0 {
+                        // The heap is full: whatever ranks after the last entry waits as pending.
+                        if let Some(last) = &last {
+                            let moved = tasks::demote_after(c, s, last, now)?;
+                            if moved > 0 {
+                                pending[i] += moved as u64;
+                                info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
+                            }
+                        }
+                        break;
+                    }
+                    let page = tasks::queued_page(c, s, last.as_ref(), want)?;
+                    let got = page.len();
+                    for key in &page {
+                        per[i].push((parse_uuid(&key.id)?, Rank::new(key.priority, key.created_at)));
+                    }
+                    if let Some(key) = page.into_iter().last() {
+                        last = Some(key);
+                    }
+                    if got < want {
+                        break;
+                    }
                 }
             }
-            let heaps = per.map(|entries| entries);
-            Ok((heaps, pending))
+            Ok((per, pending))
         })?;
         let mut i = 0;
         self.heaps = heaps.map(|entries| {

@@ -180,7 +180,7 @@ pub fn dispatch_matching(
         .bind(Bind::OptTime(lease_expires_at))
         .push(" WHERE status = 'queued' AND id IN (SELECT id FROM tasks WHERE scheduler_id = ")
         .bind(scheduler.as_str())
-        .push(" AND status = 'queued' AND ");
+        .push(&format!(" AND {WAITING} AND status = 'queued' AND "));
     push_filter(&mut q, filter);
     q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -188,7 +188,65 @@ pub fn dispatch_matching(
     q.load::<TaskRow>(conn)
 }
 
-/// Every queued task's heap key (for rebuilding the heaps).
+/// The redundant `status IN (…)` term lets SQLite use the partial index `ix_tasks_waiting`:
+/// it only recognises a partial index whose WHERE terms appear in the query as written.
+const WAITING: &str = "status IN ('pending', 'queued')";
+
+/// The next `limit` queued tasks of `scheduler` in pop order, after `after` (a keyset page, so a
+/// rebuild of millions of rows never holds more than one page of rows at once).
+pub fn queued_page(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    after: Option<&WaitingKey>,
+    limit: usize,
+) -> QueryResult<Vec<WaitingKey>> {
+    let mut q = sql(
+        conn,
+        &format!(
+            "SELECT id, scheduler_id, priority, created_at FROM tasks WHERE {WAITING} \
+             AND status = 'queued' AND scheduler_id = "
+        ),
+    );
+    q.bind(scheduler.as_str());
+    if let Some(k) = after {
+        q.push(" AND (priority, created_at, id) > (")
+            .bind(k.priority)
+            .push(", ")
+            .bind(k.created_at)
+            .push(", ")
+            .bind(k.id.as_str())
+            .push(")");
+    }
+    q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    q.load(conn)
+}
+
+/// Moves every queued task of `scheduler` ranked after `after` to `pending` (when the heap
+/// bound is lower than what is queued); returns how many moved.
+pub fn demote_after(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    after: &WaitingKey,
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    let mut q = sql(conn, "UPDATE tasks SET status = 'pending', modified_at = ");
+    q.bind(now)
+        .push(&format!(
+            " WHERE {WAITING} AND status = 'queued' AND scheduler_id = "
+        ))
+        .bind(scheduler.as_str())
+        .push(" AND (priority, created_at, id) > (")
+        .bind(after.priority)
+        .push(", ")
+        .bind(after.created_at)
+        .push(", ")
+        .bind(after.id.as_str())
+        .push(")");
+    q.execute(conn)
+}
+
+/// Every queued task's heap key (tests and tools; the engine pages with [`queued_page`]).
 pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<WaitingKey>> {
     sql(
         conn,
@@ -205,7 +263,10 @@ pub fn best_pending(
 ) -> QueryResult<Vec<WaitingKey>> {
     let mut q = sql(
         conn,
-        "SELECT id, scheduler_id, priority, created_at FROM tasks WHERE status = 'pending' AND scheduler_id = ",
+        &format!(
+            "SELECT id, scheduler_id, priority, created_at FROM tasks WHERE {WAITING} \
+             AND status = 'pending' AND scheduler_id = "
+        ),
     );
     q.bind(scheduler.as_str())
         .push(&format!(" ORDER BY {POP_ORDER} LIMIT "))

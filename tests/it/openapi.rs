@@ -34,7 +34,7 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
             );
         }
     }
-    assert_eq!(operations, 12);
+    assert_eq!(operations, 13);
     for path in [
         "/schedulers/{scheduler_id}/push",
         "/schedulers/{scheduler_id}/pop",
