@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 
 use actix_web::{HttpResponse, get, web};
 use serde_json::{Value, json};
@@ -93,6 +94,40 @@ pub async fn metrics(broker: web::Data<Broker>) -> HttpResponse {
         for s in &snapshots {
             let _ = writeln!(out, "{name}{{scheduler_id=\"{}\"}} {}", s.id, get(s));
         }
+    }
+    let e = broker.engine_counters();
+    let counters: [(&str, &str, u64); 5] = [
+        (
+            "scheduler_engine_batches_total",
+            "Transactions the queue engine committed.",
+            e.batches.load(Ordering::Relaxed),
+        ),
+        (
+            "scheduler_engine_commands_total",
+            "Pushes, pops and patches answered from committed batches.",
+            e.commands.load(Ordering::Relaxed),
+        ),
+        (
+            "scheduler_engine_failed_batches_total",
+            "Batches rolled back.",
+            e.failed_batches.load(Ordering::Relaxed),
+        ),
+        (
+            "scheduler_engine_apply_microseconds_total",
+            "Time spent applying batches, before COMMIT.",
+            e.apply_micros.load(Ordering::Relaxed),
+        ),
+        (
+            "scheduler_engine_batch_microseconds_total",
+            "Time from BEGIN to the end of COMMIT.",
+            e.batch_micros.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
     }
     let _ = writeln!(
         out,

@@ -13,9 +13,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::Connection;
@@ -287,11 +288,28 @@ impl Engine {
             }
         };
         let mut done: Vec<Option<Done>> = (0..batch.len()).map(|_| None).collect();
-        let result =
-            conn.transaction::<_, StorageError, _>(|c| self.apply(c, &batch, now, &mut done));
+        let began = Instant::now();
+        let mut applied = Duration::ZERO;
+        let result = conn.transaction::<_, StorageError, _>(|c| {
+            let r = self.apply(c, &batch, now, &mut done);
+            applied = began.elapsed();
+            r
+        });
+        let total = began.elapsed();
         drop(conn);
+        let counters = &self.gauges.engine;
         match result {
             Ok(()) => {
+                counters.batches.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .commands
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                counters
+                    .apply_micros
+                    .fetch_add(applied.as_micros() as u64, Ordering::Relaxed);
+                counters
+                    .batch_micros
+                    .fetch_add(total.as_micros() as u64, Ordering::Relaxed);
                 self.publish();
                 for (cmd, d) in batch.into_iter().zip(done) {
                     reply(
@@ -304,6 +322,7 @@ impl Engine {
             }
             Err(e) => {
                 self.dirty = true;
+                counters.failed_batches.fetch_add(1, Ordering::Relaxed);
                 if batch.len() > 1 && !e.is_unavailable() {
                     warn!(error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
                     for cmd in batch {

@@ -181,6 +181,23 @@ pub(crate) struct Gauges {
     pending: [AtomicU64; 3],
     /// Microseconds since the epoch; `i64::MIN` for never.
     last_activity: [AtomicI64; 3],
+    /// Engine counters, for `/metrics`.
+    pub(crate) engine: EngineCounters,
+}
+
+/// What the engine has done since start: batches, commands, and time spent.
+#[derive(Debug, Default)]
+pub struct EngineCounters {
+    /// Transactions committed.
+    pub batches: AtomicU64,
+    /// Commands answered from committed batches.
+    pub commands: AtomicU64,
+    /// Microseconds spent applying batches (inside the transaction, before COMMIT).
+    pub apply_micros: AtomicU64,
+    /// Microseconds from BEGIN to the end of COMMIT.
+    pub batch_micros: AtomicU64,
+    /// Batches that failed and were rolled back.
+    pub failed_batches: AtomicU64,
 }
 
 impl Gauges {
@@ -193,6 +210,7 @@ impl Gauges {
                 AtomicI64::new(i64::MIN),
                 AtomicI64::new(i64::MIN),
             ],
+            engine: EngineCounters::default(),
         }
     }
 
@@ -391,6 +409,11 @@ impl Broker {
                 .then(|| DateTime::from_timestamp_micros(last))
                 .flatten(),
         }
+    }
+
+    /// The engine's counters.
+    pub fn engine_counters(&self) -> &EngineCounters {
+        &self.inner.gauges.engine
     }
 
     /// Whether the database answers.
