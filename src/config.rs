@@ -6,6 +6,7 @@
 //! start-up. Anything invalid stops start-up with one line naming the key and its variable.
 
 use std::path::Path;
+use std::time::Duration;
 
 use config::{Config, File, FileFormat};
 use serde::{Deserialize, Serialize};
@@ -32,8 +33,18 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 30;
 pub const DEFAULT_MAXSIZE: usize = 100_000;
 /// Default commands per engine transaction.
 pub const DEFAULT_MAX_BATCH: usize = 512;
-/// Default commands waiting for the engine before callers get 503.
+/// Default commands waiting for an engine before callers get 503.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 16_384;
+/// Default seconds a popped task may stay `dispatched` before it must be `running`. The boefje
+/// runtime buffers popped tasks locally behind running jobs, so this is generous.
+pub const DEFAULT_DISPATCH_TIMEOUT_SECS: u64 = 30 * 60;
+/// Default seconds a `running` task may go without finishing (or a `PATCH running` heartbeat).
+/// Real runtimes do not heartbeat, so it must outlast the longest scan.
+pub const DEFAULT_RUN_TIMEOUT_SECS: u64 = 4 * 60 * 60;
+/// Default leases a task may let expire before it is failed.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Default seconds between lease-expiry sweeps.
+pub const DEFAULT_WATCHDOG_INTERVAL_SECS: u64 = 30;
 
 /// All settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,8 +123,16 @@ pub struct QueueSettings {
     pub when_full: WhenFull,
     /// Commands applied per transaction at most (group commit).
     pub max_batch: usize,
-    /// Commands waiting for the engine at most before callers get 503.
+    /// Commands waiting for an engine at most before callers get 503.
     pub channel_capacity: usize,
+    /// Seconds a popped task may stay `dispatched` (its lease) before it is re-queued.
+    pub dispatch_timeout_secs: u64,
+    /// Seconds a `running` task may go without finishing or a renewing `PATCH running`.
+    pub run_timeout_secs: u64,
+    /// Leases a task may let expire; at that count it is failed instead of re-queued.
+    pub max_attempts: u32,
+    /// Seconds between lease-expiry sweeps (0 turns the watchdog off).
+    pub watchdog_interval_secs: u64,
 }
 
 /// Per-scheduler overrides.
@@ -139,6 +158,15 @@ pub struct SchedulerOverride {
     /// This scheduler's full-heap policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when_full: Option<WhenFull>,
+    /// This scheduler's dispatch lease, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatch_timeout_secs: Option<u64>,
+    /// This scheduler's run lease, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_timeout_secs: Option<u64>,
+    /// This scheduler's attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
 }
 
 impl Default for Settings {
@@ -166,6 +194,10 @@ impl Default for Settings {
                 when_full: WhenFull::Pending,
                 max_batch: DEFAULT_MAX_BATCH,
                 channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+                dispatch_timeout_secs: DEFAULT_DISPATCH_TIMEOUT_SECS,
+                run_timeout_secs: DEFAULT_RUN_TIMEOUT_SECS,
+                max_attempts: DEFAULT_MAX_ATTEMPTS,
+                watchdog_interval_secs: DEFAULT_WATCHDOG_INTERVAL_SECS,
             },
             schedulers: SchedulerOverrides::default(),
         }
@@ -375,6 +407,33 @@ impl Settings {
             return bad("queue.channel_capacity", "must be at least 1".into());
         }
         for s in SchedulerId::ALL {
+            let limits = self.limits(s);
+            let o = self.overrides(s);
+            let key = |field: &str, overridden: bool| {
+                if overridden {
+                    format!("schedulers.{s}.{field}")
+                } else {
+                    format!("queue.{field}")
+                }
+            };
+            if limits.dispatch_timeout.is_zero() {
+                return bad(
+                    &key("dispatch_timeout_secs", o.dispatch_timeout_secs.is_some()),
+                    "must be at least 1".into(),
+                );
+            }
+            if limits.run_timeout.is_zero() {
+                return bad(
+                    &key("run_timeout_secs", o.run_timeout_secs.is_some()),
+                    "must be at least 1".into(),
+                );
+            }
+            if limits.max_attempts == 0 {
+                return bad(
+                    &key("max_attempts", o.max_attempts.is_some()),
+                    "must be at least 1".into(),
+                );
+            }
             if self.limits(s).maxsize == 0 {
                 let key = if self.overrides(s).maxsize.is_some() {
                     format!("schedulers.{s}.maxsize")
@@ -407,6 +466,14 @@ impl Settings {
         SchedulerLimits {
             maxsize: o.maxsize.unwrap_or(self.queue.maxsize),
             when_full: o.when_full.unwrap_or(self.queue.when_full),
+            dispatch_timeout: Duration::from_secs(
+                o.dispatch_timeout_secs
+                    .unwrap_or(self.queue.dispatch_timeout_secs),
+            ),
+            run_timeout: Duration::from_secs(
+                o.run_timeout_secs.unwrap_or(self.queue.run_timeout_secs),
+            ),
+            max_attempts: o.max_attempts.unwrap_or(self.queue.max_attempts),
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way: `domain` ← `storage` ← `queue` ← `api` ← `startup`.
+//! Dependencies point one way: `domain` ← `storage` ← `queue` ← {`api`, `watchdog`} ← `startup`.
 //!
 //! | module | owns |
 //! |---|---|
@@ -11,6 +11,7 @@
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
 //! | [`queue`] | the bounded heaps, the engine that group-commits pushes, pops and patches, the rules of DESIGN.md §5 |
+//! | [`watchdog`] | the lease watchdog loop: re-queues or fails tasks whose lease ended |
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start |
 //! | [`telemetry`] | the tracing subscriber |
@@ -26,3 +27,4 @@ pub mod queue;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;
+pub mod watchdog;

@@ -22,6 +22,7 @@ pub struct Application {
     broker: Broker,
     engine: EngineHandle,
     pool: DbPool,
+    watchdog_interval: Duration,
 }
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
@@ -90,6 +91,7 @@ impl Application {
             broker,
             engine,
             pool,
+            watchdog_interval: Duration::from_secs(settings.queue.watchdog_interval_secs),
         })
     }
 
@@ -110,14 +112,27 @@ impl Application {
             engine,
             pool,
             broker,
+            watchdog_interval,
             ..
         } = self;
         let handle = server.handle();
         let serving = tokio::spawn(server);
+        let ticks = shutdown.child_token();
+        let watchdog = (!watchdog_interval.is_zero()).then(|| {
+            tokio::spawn(crate::watchdog::run(
+                broker.clone(),
+                watchdog_interval,
+                ticks.clone(),
+            ))
+        });
         shutdown.cancelled().await;
         info!("shutting down: draining HTTP requests");
         handle.stop(true).await;
         let served = serving.await;
+        ticks.cancel();
+        if let Some(w) = watchdog {
+            let _ = w.await;
+        }
         info!("stopping the queue engine");
         drop(broker);
         tokio::task::spawn_blocking(move || engine.shutdown()).await?;

@@ -14,7 +14,8 @@ use crate::queue::{PushRequest, SchedulerSnapshot, StatusCounts};
 
 /// A task to push (mula's `TaskPush`). A worker may also push back a full task as it popped
 /// it; the task keys that are not listed here (`status`, `type`, `hash`, `schedule_id`,
-/// `created_at`, `modified_at`) are then accepted and ignored. Any other key is refused.
+/// `created_at`, `modified_at`, `attempts`, `lease_expires_at`, `failure_reason`) are then
+/// accepted and ignored. Any other key is refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskPush {
@@ -49,6 +50,15 @@ pub struct TaskPush {
     /// Ignored (accepted for re-pushes of a full task).
     #[schema(value_type = Option<String>, format = DateTime)]
     pub modified_at: Option<Value>,
+    /// Ignored (accepted for re-pushes of a full task).
+    #[schema(value_type = Option<i32>)]
+    pub attempts: Option<Value>,
+    /// Ignored (accepted for re-pushes of a full task).
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub lease_expires_at: Option<Value>,
+    /// Ignored (accepted for re-pushes of a full task).
+    #[schema(value_type = Option<String>)]
+    pub failure_reason: Option<Value>,
 }
 
 impl From<TaskPush> for PushRequest {

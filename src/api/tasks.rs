@@ -19,7 +19,7 @@ pub const DEFAULT_PAGE_LIMIT: i64 = 10;
 pub const MAX_PAGE_LIMIT: i64 = 1000;
 
 /// Task keys a PATCH cannot change.
-const READ_ONLY_KEYS: [&str; 9] = [
+const READ_ONLY_KEYS: [&str; 12] = [
     "id",
     "scheduler_id",
     "schedule_id",
@@ -29,6 +29,9 @@ const READ_ONLY_KEYS: [&str; 9] = [
     "data",
     "created_at",
     "modified_at",
+    "attempts",
+    "lease_expires_at",
+    "failure_reason",
 ];
 
 fn list_query(q: TaskListQuery, body: &[u8]) -> Result<ListQuery, ApiError> {

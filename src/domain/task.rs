@@ -233,6 +233,13 @@ pub struct Task {
     pub created_at: DateTime<Utc>,
     /// When the task last changed.
     pub modified_at: DateTime<Utc>,
+    /// How many times a lease on this task expired (the watchdog re-queued or failed it).
+    pub attempts: i32,
+    /// When the current lease ends (`dispatched` and `running` tasks); a task that is neither
+    /// running nor finished by then goes back to the queue.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// Why the broker re-queued or failed the task, if it did.
+    pub failure_reason: Option<String>,
 }
 
 #[cfg(test)]

@@ -1,15 +1,17 @@
-//! The engine: the one thread that changes queue state.
+//! An engine: the one thread that changes one scheduler's queue state.
 //!
-//! It takes every command waiting in its channel (up to `max_batch`), applies them in one
-//! transaction in three phases — pushes, then patches, then pops, then refills from `pending` —
-//! commits, and only then answers each caller. Requests that arrive while a commit is in flight
-//! wait in the channel and form the next batch, so commits are grouped without any timer.
+//! Each scheduler has its own engine, heap and database connection, so the three schedulers'
+//! transactions run side by side and PostgreSQL merges their commits. An engine takes every
+//! command waiting in its channel (up to `max_batch`), applies them in one transaction — pushes,
+//! then patches, then lease expiry, then pops, then a refill from `pending` — commits, and only
+//! then answers each caller. Requests that arrive while a commit is in flight wait in the channel
+//! and form the next batch, so commits are grouped without any timer.
 //!
-//! Being the only writer of the heaps, it needs no locks. The heaps change as the batch is
-//! applied; if the transaction fails they may hold changes that were rolled back, so the engine
-//! marks itself dirty and rebuilds them from the table (the truth) before the next batch. A batch
-//! that fails for a reason other than a lost database is retried command by command, so one bad
-//! command cannot fail the others.
+//! Being the only writer of its heap, it needs no locks. The heap changes as the batch is
+//! applied; if the transaction fails it may hold changes that were rolled back, so the engine
+//! marks itself dirty and rebuilds the heap from the table (the truth) before the next batch. A
+//! batch that fails for a reason other than a lost database is retried command by command, so one
+//! bad command cannot fail the others.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -26,30 +28,32 @@ use uuid::Uuid;
 
 use super::heap::{Rank, SchedulerHeap};
 use super::push::NewTask;
-use super::{Gauges, PushOutcome, QueueConfig, QueueError, TaskPatch, WhenFull};
+use super::{ExpiryReport, Gauges, PushOutcome, QueueError, SchedulerLimits, TaskPatch, WhenFull};
 use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::storage::rows::{TaskRow, WaitingKey};
-use crate::storage::{self, AnyConnection, DbPool, StorageError, tasks};
+use crate::storage::{self, AnyConnection, DbConn, DbPool, StorageError, tasks};
 
 /// Pending tasks moved back into a heap per refill statement at most.
 const REFILL_BATCH: usize = 1_000;
 
-/// Queued rows read per page when rebuilding the heaps: bounds the transient memory of a
-/// rebuild of millions of rows.
+/// Queued rows read per page when rebuilding a heap: bounds the transient memory of a rebuild of
+/// millions of rows.
 const REBUILD_PAGE: usize = 10_000;
+
+/// Expired leases handled per sweep at most; the next sweep takes the rest.
+const EXPIRY_BATCH: usize = 1_000;
 
 type Reply<T> = oneshot::Sender<Result<T, QueueError>>;
 
-/// A request to the engine.
+/// A request to an engine.
 pub(crate) enum Command {
     Push {
         task: NewTask,
         reply: Reply<PushOutcome>,
     },
     Pop {
-        scheduler: SchedulerId,
         limit: usize,
         filter: Option<FilterNode>,
         reply: Reply<Vec<Task>>,
@@ -59,6 +63,10 @@ pub(crate) enum Command {
         patch: TaskPatch,
         reply: Reply<Task>,
     },
+    /// The watchdog: re-queue or fail tasks whose lease ended.
+    Expire {
+        reply: Reply<ExpiryReport>,
+    },
     Shutdown,
 }
 
@@ -66,6 +74,7 @@ pub(crate) enum Command {
 enum Answer {
     Task { row: Box<TaskRow>, created: bool },
     Tasks(Vec<TaskRow>),
+    Expired(ExpiryReport),
 }
 
 type Done = Result<Answer, QueueError>;
@@ -81,37 +90,112 @@ struct BatchState {
     rows: HashMap<String, TaskRow>,
     /// Rows pushed in this batch and not yet inserted.
     unsaved: HashSet<String>,
-    /// Waiting (pending or queued) tasks by scheduler and hash.
-    waiting_by_hash: HashMap<(SchedulerId, String), String>,
+    /// Waiting (pending or queued) tasks of this scheduler by hash.
+    waiting_by_hash: HashMap<String, String>,
 }
 
-/// Stops the engine: finishes what it already received, then exits.
+/// The running engines; stops them in order.
 pub struct EngineHandle {
-    tx: SyncSender<Command>,
-    join: Option<JoinHandle<()>>,
+    engines: Vec<(SyncSender<Command>, JoinHandle<()>)>,
 }
 
 impl EngineHandle {
-    /// Asks the engine to stop after the commands already queued and waits for it.
-    pub fn shutdown(mut self) {
-        // A full channel still drains: a blocking send waits for room behind earlier commands.
-        let _ = self.tx.send(Command::Shutdown);
-        if let Some(join) = self.join.take()
-            && join.join().is_err()
-        {
-            error!("the queue engine thread panicked");
+    /// Asks every engine to stop after the commands already queued and waits for them.
+    pub fn shutdown(self) {
+        for (tx, _) in &self.engines {
+            // A full channel still drains: a blocking send waits behind earlier commands.
+            let _ = tx.send(Command::Shutdown);
+        }
+        for (_, join) in self.engines {
+            if join.join().is_err() {
+                error!("a queue engine thread panicked");
+            }
         }
     }
 }
 
-pub(crate) struct Engine {
+/// Starts one engine per scheduler, each rebuilding its heap first (in parallel); returns their
+/// channels once all are ready, or the first rebuild error.
+pub(crate) fn start_all(
+    pool: &DbPool,
+    clock: &SharedClock,
+    limits: [SchedulerLimits; 3],
+    max_batch: usize,
+    channel_capacity: usize,
+    gauges: &Arc<Gauges>,
+) -> Result<([SyncSender<Command>; 3], EngineHandle), StorageError> {
+    let mut engines = Vec::new();
+    let mut ready = Vec::new();
+    for s in SchedulerId::ALL {
+        let (tx, rx) = std::sync::mpsc::sync_channel(channel_capacity);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let mut engine = Engine {
+            scheduler: s,
+            pool: pool.clone(),
+            conn: None,
+            clock: clock.clone(),
+            limits: limits[s.index()],
+            max_batch: max_batch.max(1),
+            gauges: gauges.clone(),
+            heap: SchedulerHeap::new(limits[s.index()].maxsize),
+            pending: 0,
+            dirty: true,
+            last_created: i64::MIN,
+        };
+        let join = std::thread::Builder::new()
+            .name(format!("engine-{s}"))
+            .spawn(move || {
+                let result = engine.rebuild();
+                let ok = result.is_ok();
+                let _ = ready_tx.send(result);
+                if ok {
+                    engine.run(rx);
+                }
+            })
+            .map_err(|e| StorageError::Unavailable(format!("cannot start an engine: {e}")))?;
+        engines.push((tx, join));
+        ready.push(ready_rx);
+    }
+    let mut first_error = None;
+    for rx in ready {
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {
+                first_error.get_or_insert(StorageError::Unavailable(
+                    "an engine stopped during start".into(),
+                ));
+            }
+        }
+    }
+    let senders: Vec<SyncSender<Command>> = engines.iter().map(|(tx, _)| tx.clone()).collect();
+    let handle = EngineHandle { engines };
+    if let Some(e) = first_error {
+        handle.shutdown();
+        return Err(e);
+    }
+    let senders: [SyncSender<Command>; 3] = senders
+        .try_into()
+        .map_err(|_| StorageError::Unavailable("engine count".into()))?;
+    Ok((senders, handle))
+}
+
+struct Engine {
+    scheduler: SchedulerId,
     pool: DbPool,
+    /// The engine's own connection, kept between batches; dropped after a failure so the next
+    /// batch starts on a fresh one.
+    conn: Option<DbConn>,
     clock: SharedClock,
-    config: QueueConfig,
+    limits: SchedulerLimits,
+    max_batch: usize,
     gauges: Arc<Gauges>,
-    heaps: [SchedulerHeap; 3],
-    pending: [u64; 3],
-    /// The heaps may hold changes a failed transaction rolled back.
+    heap: SchedulerHeap,
+    /// Tasks of this scheduler waiting as `pending`.
+    pending: u64,
+    /// The heap may hold changes a failed transaction rolled back.
     dirty: bool,
     /// The last `created_at` handed out, in microseconds: creation times are strictly
     /// increasing, so pop order among equal priorities is push order even within a microsecond.
@@ -131,46 +215,11 @@ fn parse_uuid(id: &str) -> Result<Uuid, StorageError> {
 }
 
 impl Engine {
-    pub(crate) fn new(
-        pool: DbPool,
-        clock: SharedClock,
-        config: QueueConfig,
-        gauges: Arc<Gauges>,
-    ) -> Self {
-        let heaps = config.limits.map(|l| SchedulerHeap::new(l.maxsize));
-        Self {
-            pool,
-            clock,
-            config,
-            gauges,
-            heaps,
-            pending: [0; 3],
-            dirty: true,
-            last_created: i64::MIN,
-        }
-    }
-
-    pub(crate) fn spawn(
-        self,
-        rx: Receiver<Command>,
-        tx: SyncSender<Command>,
-    ) -> Result<EngineHandle, StorageError> {
-        let join = std::thread::Builder::new()
-            .name("queue-engine".into())
-            .spawn(move || self.run(rx))
-            .map_err(|e| StorageError::Unavailable(format!("cannot start the engine: {e}")))?;
-        Ok(EngineHandle {
-            tx,
-            join: Some(join),
-        })
-    }
-
     fn run(mut self, rx: Receiver<Command>) {
-        let max_batch = self.config.max_batch.max(1);
         loop {
             let Ok(first) = rx.recv() else { break };
             let mut batch = vec![first];
-            while batch.len() < max_batch {
+            while batch.len() < self.max_batch {
                 match rx.try_recv() {
                     Ok(cmd) => batch.push(cmd),
                     Err(_) => break,
@@ -185,36 +234,39 @@ impl Engine {
                 break;
             }
         }
-        debug!("queue engine stopped");
+        debug!(scheduler.id = %self.scheduler, "queue engine stopped");
     }
 
-    /// Rebuilds every heap and pending count from the table. Queued tasks beyond a heap's bound
-    /// (after `maxsize` was lowered) are moved to `pending`, then the heaps are refilled.
-    pub(crate) fn rebuild(&mut self) -> Result<(), StorageError> {
+    fn connection(&mut self) -> Result<&mut DbConn, StorageError> {
+        if self.conn.is_none() {
+            self.conn = Some(storage::checkout(&self.pool)?);
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| StorageError::Unavailable("no connection".into()))
+    }
+
+    /// Rebuilds the heap and the pending count from the table. Queued tasks beyond the heap's
+    /// bound (after `maxsize` was lowered) are moved to `pending`; then the heap is refilled.
+    fn rebuild(&mut self) -> Result<(), StorageError> {
         let started = Instant::now();
-        let mut conn = storage::checkout(&self.pool)?;
+        let s = self.scheduler;
         let now = naive(self.clock.now());
-        let limits = self.config.limits;
-        let (heaps, pending) = conn.transaction::<_, StorageError, _>(|c| {
-            let mut pending = [0u64; 3];
-            for row in tasks::count_by_scheduler(c, TaskStatus::Pending)? {
-                if let Ok(s) = row.scheduler_id.parse::<SchedulerId>() {
-                    pending[s.index()] = u64::try_from(row.count).unwrap_or(0);
-                }
-            }
-            let mut per: [Vec<(Uuid, Rank)>; 3] = Default::default();
-            for s in SchedulerId::ALL {
-                let i = s.index();
-                let maxsize = limits[i].maxsize;
+        let maxsize = self.limits.maxsize;
+        let result = (|| {
+            let conn = self.connection()?;
+            conn.transaction::<_, StorageError, _>(|c| {
+                let mut pending = tasks::count_waiting(c, s, TaskStatus::Pending)?;
+                let mut entries: Vec<(Uuid, Rank)> = Vec::new();
                 let mut last: Option<WaitingKey> = None;
                 loop {
-                    let want = REBUILD_PAGE.min(maxsize - per[i].len());
+                    let want = REBUILD_PAGE.min(maxsize - entries.len());
                     if want == 0 {
-                        // The heap is full: whatever ranks after the last entry waits as pending.
+                        // The heap is full: whatever ranks after its last entry waits as pending.
                         if let Some(last) = &last {
                             let moved = tasks::demote_after(c, s, last, now)?;
                             if moved > 0 {
-                                pending[i] += moved as u64;
+                                pending += moved as u64;
                                 info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
                             }
                         }
@@ -223,7 +275,10 @@ impl Engine {
                     let page = tasks::queued_page(c, s, last.as_ref(), want)?;
                     let got = page.len();
                     for key in &page {
-                        per[i].push((parse_uuid(&key.id)?, Rank::new(key.priority, key.created_at)));
+                        entries.push((
+                            parse_uuid(&key.id)?,
+                            Rank::new(key.priority, key.created_at),
+                        ));
                     }
                     if let Some(key) = page.into_iter().last() {
                         last = Some(key);
@@ -232,26 +287,39 @@ impl Engine {
                         break;
                     }
                 }
+                Ok((entries, pending))
+            })
+        })();
+        let (entries, pending) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.conn = None;
+                return Err(e);
             }
-            Ok((per, pending))
-        })?;
-        let mut i = 0;
-        self.heaps = heaps.map(|entries| {
-            let heap = SchedulerHeap::from_entries(limits[i].maxsize, entries);
-            i += 1;
-            heap
-        });
+        };
+        self.heap = SchedulerHeap::from_entries(maxsize, entries);
         self.pending = pending;
         self.dirty = false;
-        // Fill any room from pending.
-        conn.transaction::<_, StorageError, _>(|c| self.refill_all(c, now))
-            .inspect_err(|_| self.dirty = true)?;
+        let refill = (|| {
+            let conn = self.conn.take();
+            let mut conn = match conn {
+                Some(c) => c,
+                None => storage::checkout(&self.pool)?,
+            };
+            let r = conn.transaction::<_, StorageError, _>(|c| self.refill(c, now));
+            self.conn = Some(conn);
+            r
+        })();
+        if let Err(e) = refill {
+            self.dirty = true;
+            self.conn = None;
+            return Err(e);
+        }
         self.publish();
         info!(
-            boefje = self.heaps[0].len(),
-            normalizer = self.heaps[1].len(),
-            report = self.heaps[2].len(),
-            pending = self.pending.iter().sum::<u64>(),
+            scheduler.id = %s,
+            queued = self.heap.len(),
+            pending = self.pending,
             duration_ms = started.elapsed().as_millis() as u64,
             "heaps rebuilt from the tasks table"
         );
@@ -259,9 +327,13 @@ impl Engine {
     }
 
     fn publish(&self) {
-        for s in SchedulerId::ALL {
-            self.gauges
-                .set(s, self.heaps[s.index()].len(), self.pending[s.index()]);
+        self.gauges
+            .set(self.scheduler, self.heap.len(), self.pending);
+    }
+
+    fn fail_all(batch: Vec<Command>, err: &QueueError) {
+        for cmd in batch {
+            reply(cmd, Err(clone_err(err)));
         }
     }
 
@@ -269,23 +341,20 @@ impl Engine {
         if self.dirty
             && let Err(e) = self.rebuild()
         {
-            warn!(error = %e, "heaps could not be rebuilt; answering 503");
-            let err = QueueError::from(e);
-            for cmd in batch {
-                reply(cmd, Err(clone_err(&err)));
-            }
+            warn!(scheduler.id = %self.scheduler, error = %e, "heap could not be rebuilt; answering 503");
+            Self::fail_all(batch, &QueueError::from(e));
             return;
         }
         let now = self.clock.now();
-        let mut conn = match storage::checkout(&self.pool) {
-            Ok(c) => c,
-            Err(e) => {
-                let err = QueueError::from(e);
-                for cmd in batch {
-                    reply(cmd, Err(clone_err(&err)));
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => match storage::checkout(&self.pool) {
+                Ok(c) => c,
+                Err(e) => {
+                    Self::fail_all(batch, &QueueError::from(e));
+                    return;
                 }
-                return;
-            }
+            },
         };
         let mut done: Vec<Option<Done>> = (0..batch.len()).map(|_| None).collect();
         let began = Instant::now();
@@ -296,10 +365,10 @@ impl Engine {
             r
         });
         let total = began.elapsed();
-        drop(conn);
         let counters = &self.gauges.engine;
         match result {
             Ok(()) => {
+                self.conn = Some(conn);
                 counters.batches.fetch_add(1, Ordering::Relaxed);
                 counters
                     .commands
@@ -321,23 +390,22 @@ impl Engine {
                 }
             }
             Err(e) => {
+                // The connection may be the cause (a dropped server); start over on a fresh one.
+                drop(conn);
                 self.dirty = true;
                 counters.failed_batches.fetch_add(1, Ordering::Relaxed);
                 if batch.len() > 1 && !e.is_unavailable() {
-                    warn!(error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
+                    warn!(scheduler.id = %self.scheduler, error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
                     for cmd in batch {
                         self.process(vec![cmd]);
                     }
                 } else {
                     if e.is_unavailable() {
-                        warn!(error = %e, "database unavailable");
+                        warn!(scheduler.id = %self.scheduler, error = %e, "database unavailable");
                     } else {
-                        error!(error = %e, "command failed in the database");
+                        error!(scheduler.id = %self.scheduler, error = %e, "command failed in the database");
                     }
-                    let err = QueueError::from(e);
-                    for cmd in batch {
-                        reply(cmd, Err(clone_err(&err)));
-                    }
+                    Self::fail_all(batch, &QueueError::from(e));
                 }
             }
         }
@@ -373,23 +441,23 @@ impl Engine {
         if !patches.is_empty() {
             self.apply_patches(c, &mut st, &patches, now, done)?;
         }
-        let pops: Vec<(usize, SchedulerId, usize, Option<&FilterNode>)> = batch
+        for (i, cmd) in batch.iter().enumerate() {
+            if matches!(cmd, Command::Expire { .. }) {
+                done[i] = Some(self.expire(c, &mut st, now)?);
+            }
+        }
+        let pops: Vec<(usize, usize, Option<&FilterNode>)> = batch
             .iter()
             .enumerate()
             .filter_map(|(i, c)| match c {
-                Command::Pop {
-                    scheduler,
-                    limit,
-                    filter,
-                    ..
-                } => Some((i, *scheduler, *limit, filter.as_ref())),
+                Command::Pop { limit, filter, .. } => Some((i, *limit, filter.as_ref())),
                 _ => None,
             })
             .collect();
         if !pops.is_empty() {
             self.apply_pops(c, &pops, now, done)?;
         }
-        self.refill_all(c, naive(now))
+        self.refill(c, naive(now))
     }
 
     // ---------------------------------------------------------------- pushes
@@ -410,14 +478,16 @@ impl Engine {
         let mut hashes: Vec<String> = pushes.iter().map(|(_, t)| t.hash.clone()).collect();
         hashes.sort_unstable();
         hashes.dedup();
-        for row in tasks::find_for_push(c, &ids, &hashes)? {
-            let waiting = row.status()?.is_waiting();
-            if waiting && let (Some(hash), Ok(s)) = (&row.hash, row.scheduler()) {
-                st.waiting_by_hash.insert((s, hash.clone()), row.id.clone());
+        for row in tasks::find_for_push(c, self.scheduler, &ids, &hashes)? {
+            if row.status()?.is_waiting()
+                && row.scheduler_id == self.scheduler.as_str()
+                && let Some(hash) = &row.hash
+            {
+                st.waiting_by_hash.insert(hash.clone(), row.id.clone());
             }
             st.rows.insert(row.id.clone(), row);
         }
-        let mut answers: Vec<(usize, Pushed)> = Vec::new();
+        let mut answers: Vec<(usize, Pushed)> = Vec::with_capacity(pushes.len());
         for &(i, task) in pushes {
             let result = self.push_one(c, st, task, now)?;
             answers.push((i, result));
@@ -431,10 +501,7 @@ impl Engine {
         new_rows.sort_by_key(|r| r.created_at);
         tasks::insert(c, &new_rows)?;
         st.unsaved.clear();
-        let touched: HashSet<SchedulerId> = pushes.iter().map(|(_, t)| t.scheduler).collect();
-        for s in touched {
-            self.gauges.touch(s, now);
-        }
+        self.gauges.touch(self.scheduler, now);
         for (i, result) in answers {
             done[i] = Some(result.and_then(|(id, created)| {
                 st.rows
@@ -459,7 +526,7 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Result<Pushed, StorageError> {
         let id = task.id.to_string();
-        let s = task.scheduler;
+        let s = self.scheduler;
         if task.id_given
             && let Some(existing) = st.rows.get(&id)
         {
@@ -469,8 +536,7 @@ impl Engine {
                     existing.scheduler_id
                 ))));
             }
-            let status = existing.status()?;
-            return match status {
+            return match existing.status()? {
                 TaskStatus::Queued | TaskStatus::Pending => {
                     self.boost_or_conflict(c, st, &id, task.priority, now)
                 }
@@ -480,12 +546,12 @@ impl Engine {
                 )))),
             };
         }
-        if let Some(other) = st.waiting_by_hash.get(&(s, task.hash.clone())).cloned() {
+        if let Some(other) = st.waiting_by_hash.get(&task.hash).cloned() {
             return self.boost_or_conflict(c, st, &other, task.priority, now);
         }
         let created = self.next_created(now);
         let rank = Rank::new(task.priority, created);
-        let status = match self.place(c, st, s, task.id, rank, true, naive(now))? {
+        let status = match self.place(c, st, task.id, rank, true, naive(now))? {
             Ok(status) => status,
             Err(e) => return Ok(Err(e)),
         };
@@ -507,8 +573,7 @@ impl Engine {
         };
         st.rows.insert(id.clone(), row);
         st.unsaved.insert(id.clone());
-        st.waiting_by_hash
-            .insert((s, task.hash.clone()), id.clone());
+        st.waiting_by_hash.insert(task.hash.clone(), id.clone());
         Ok(Ok((id, true)))
     }
 
@@ -522,30 +587,28 @@ impl Engine {
         priority: i64,
         now: DateTime<Utc>,
     ) -> Result<Pushed, StorageError> {
-        let Some(row) = st.rows.get(id).cloned() else {
+        let Some(mut row) = st.rows.get(id).cloned() else {
             return Ok(Err(QueueError::Internal("waiting task not loaded".into())));
         };
         let uuid = parse_uuid(id)?;
         if priority >= row.priority {
             return Ok(Err(QueueError::Duplicate { existing: uuid }));
         }
-        let s = row.scheduler()?;
-        let mut row = row;
         row.priority = priority;
         row.modified_at = naive(now);
         let rank = rank_of(&row);
         match row.status()? {
             TaskStatus::Queued => {
-                self.heaps[s.index()].rerank(&uuid, rank);
+                self.heap.rerank(&uuid, rank);
             }
-            TaskStatus::Pending if rank.is_user() => {
-                // A user scan waiting outside a full heap gets in now if it can evict.
-                let heap = &self.heaps[s.index()];
-                if !heap.is_full() || heap.worst_automatic().is_some() {
-                    self.pending[s.index()] = self.pending[s.index()].saturating_sub(1);
-                    if let Ok(status) = self.place(c, st, s, uuid, rank, false, naive(now))? {
-                        row.status = status.as_str().to_owned();
-                    }
+            TaskStatus::Pending
+                if rank.is_user()
+                    && (!self.heap.is_full() || self.heap.worst_automatic().is_some()) =>
+            {
+                // A user scan waiting outside a full heap gets in now by evicting.
+                self.pending = self.pending.saturating_sub(1);
+                if let Ok(status) = self.place(c, st, uuid, rank, false, naive(now))? {
+                    row.status = status.as_str().to_owned();
                 }
             }
             _ => {}
@@ -564,8 +627,7 @@ impl Engine {
         task: &NewTask,
         now: DateTime<Utc>,
     ) -> Result<Pushed, StorageError> {
-        let s = task.scheduler;
-        if let Some(other) = st.waiting_by_hash.get(&(s, task.hash.clone()))
+        if let Some(other) = st.waiting_by_hash.get(&task.hash)
             && other != id
         {
             return Ok(Err(QueueError::Duplicate {
@@ -578,13 +640,13 @@ impl Engine {
         row.priority = task.priority;
         row.lease_expires_at = None;
         row.modified_at = naive(now);
-        let status = match self.place(c, st, s, task.id, rank_of(&row), false, naive(now))? {
+        let status = match self.place(c, st, task.id, rank_of(&row), false, naive(now))? {
             Ok(status) => status,
             Err(e) => return Ok(Err(e)),
         };
         row.status = status.as_str().to_owned();
         if let Some(hash) = &row.hash {
-            st.waiting_by_hash.insert((s, hash.clone()), id.to_owned());
+            st.waiting_by_hash.insert(hash.clone(), id.to_owned());
         }
         self.save(c, st, row)?;
         Ok(Ok((id.to_owned(), false)))
@@ -608,34 +670,31 @@ impl Engine {
     /// Finds a task a place: the heap if it has room; else a user scan evicts the worst automatic
     /// task; else `pending`, or 429 for an automatic push when the scheduler refuses
     /// (`allow_reject`, new pushes only: work already accepted is never refused).
-    #[allow(clippy::too_many_arguments)]
     fn place(
         &mut self,
         c: &mut AnyConnection,
         st: &mut BatchState,
-        s: SchedulerId,
         id: Uuid,
         rank: Rank,
         allow_reject: bool,
         now: NaiveDateTime,
     ) -> Result<Result<TaskStatus, QueueError>, StorageError> {
-        let i = s.index();
-        if !self.heaps[i].is_full() {
-            self.heaps[i].insert(id, rank);
+        if !self.heap.is_full() {
+            self.heap.insert(id, rank);
             return Ok(Ok(TaskStatus::Queued));
         }
         if rank.is_user()
-            && let Some((victim, _)) = self.heaps[i].worst_automatic()
+            && let Some((victim, _)) = self.heap.worst_automatic()
         {
-            self.heaps[i].remove(&victim);
-            self.demote(c, st, s, victim, now)?;
-            self.heaps[i].insert(id, rank);
+            self.heap.remove(&victim);
+            self.demote(c, st, victim, now)?;
+            self.heap.insert(id, rank);
             return Ok(Ok(TaskStatus::Queued));
         }
-        if allow_reject && !rank.is_user() && self.config.limits[i].when_full == WhenFull::Reject {
-            return Ok(Err(QueueError::QueueFull(s)));
+        if allow_reject && !rank.is_user() && self.limits.when_full == WhenFull::Reject {
+            return Ok(Err(QueueError::QueueFull(self.scheduler)));
         }
-        self.pending[i] += 1;
+        self.pending += 1;
         Ok(Ok(TaskStatus::Pending))
     }
 
@@ -644,7 +703,6 @@ impl Engine {
         &mut self,
         c: &mut AnyConnection,
         st: &mut BatchState,
-        s: SchedulerId,
         victim: Uuid,
         now: NaiveDateTime,
     ) -> Result<(), StorageError> {
@@ -665,8 +723,8 @@ impl Engine {
                 st.rows.insert(row.id.clone(), row);
             }
         }
-        self.pending[s.index()] += 1;
-        debug!(task.id = %victim, scheduler.id = %s, "evicted to pending by a user scan");
+        self.pending += 1;
+        debug!(task.id = %victim, scheduler.id = %self.scheduler, "evicted to pending by a user scan");
         Ok(())
     }
 
@@ -678,6 +736,18 @@ impl Engine {
         DateTime::from_timestamp_micros(micros)
             .unwrap_or(now)
             .naive_utc()
+    }
+
+    fn lease(&self, now: DateTime<Utc>, status: TaskStatus) -> Option<NaiveDateTime> {
+        let ttl = match status {
+            TaskStatus::Dispatched => self.limits.dispatch_timeout,
+            TaskStatus::Running => self.limits.run_timeout,
+            _ => return None,
+        };
+        chrono::Duration::from_std(ttl)
+            .ok()
+            .and_then(|ttl| now.checked_add_signed(ttl))
+            .map(naive)
     }
 
     // ---------------------------------------------------------------- patches
@@ -716,7 +786,10 @@ impl Engine {
         let Some(mut row) = st.rows.get(&key).cloned() else {
             return Ok(Err(QueueError::TaskNotFound(id)));
         };
-        let s = row.scheduler()?;
+        if row.scheduler_id != self.scheduler.as_str() {
+            // Routed by the task's scheduler, so this only happens if the row changed hands.
+            return Ok(Err(QueueError::TaskNotFound(id)));
+        }
         let from = row.status()?;
         let mut changed = false;
         if let Some(p) = patch.priority
@@ -724,7 +797,7 @@ impl Engine {
         {
             row.priority = p;
             if from == TaskStatus::Queued {
-                self.heaps[s.index()].rerank(&id, rank_of(&row));
+                self.heap.rerank(&id, rank_of(&row));
             }
             changed = true;
         }
@@ -735,15 +808,15 @@ impl Engine {
             if to != from {
                 match from {
                     TaskStatus::Queued => {
-                        self.heaps[s.index()].remove(&id);
+                        self.heap.remove(&id);
                     }
                     TaskStatus::Pending => {
-                        self.pending[s.index()] = self.pending[s.index()].saturating_sub(1);
+                        self.pending = self.pending.saturating_sub(1);
                     }
                     _ => {}
                 }
                 let status = if to == TaskStatus::Queued {
-                    match self.place(c, st, s, id, rank_of(&row), false, naive(now))? {
+                    match self.place(c, st, id, rank_of(&row), false, naive(now))? {
                         Ok(status) => status,
                         Err(e) => return Ok(Err(e)),
                     }
@@ -751,9 +824,11 @@ impl Engine {
                     to
                 };
                 row.status = status.as_str().to_owned();
-                if !matches!(status, TaskStatus::Dispatched | TaskStatus::Running) {
-                    row.lease_expires_at = None;
-                }
+                row.lease_expires_at = self.lease(now, status);
+                changed = true;
+            } else if to == TaskStatus::Running {
+                // A repeated `running` is a heartbeat: it renews the lease.
+                row.lease_expires_at = self.lease(now, TaskStatus::Running);
                 changed = true;
             }
         }
@@ -767,31 +842,71 @@ impl Engine {
         }))
     }
 
+    // ---------------------------------------------------------------- leases
+
+    /// Re-queues (attempts + 1) or fails every task whose lease ended.
+    fn expire(
+        &mut self,
+        c: &mut AnyConnection,
+        st: &mut BatchState,
+        now: DateTime<Utc>,
+    ) -> Result<Done, StorageError> {
+        let mut report = ExpiryReport::default();
+        for mut row in tasks::expired_leases(c, self.scheduler, naive(now), EXPIRY_BATCH)? {
+            let held = row.status()?;
+            let id = row.uuid()?;
+            row.attempts = row.attempts.saturating_add(1);
+            row.lease_expires_at = None;
+            row.modified_at = naive(now);
+            let max = self.limits.max_attempts;
+            if u32::try_from(row.attempts).unwrap_or(u32::MAX) >= max {
+                row.status = TaskStatus::Failed.as_str().to_owned();
+                row.failure_reason = Some(format!(
+                    "lease expired while {held}, {} of {max} attempts used",
+                    row.attempts
+                ));
+                report.failed.push(id);
+                warn!(task.id = %id, scheduler.id = %self.scheduler, attempts = row.attempts, "lease expired; attempts used up, task failed");
+            } else {
+                let status = match self.place(c, st, id, rank_of(&row), false, naive(now))? {
+                    Ok(status) => status,
+                    Err(e) => return Ok(Err(e)),
+                };
+                row.status = status.as_str().to_owned();
+                row.failure_reason = Some(format!("lease expired while {held}"));
+                report.requeued.push(id);
+                info!(task.id = %id, scheduler.id = %self.scheduler, attempts = row.attempts, "lease expired; task queued again");
+            }
+            self.save(c, st, row)?;
+        }
+        Ok(Ok(Answer::Expired(report)))
+    }
+
     // ---------------------------------------------------------------- pops
 
     fn apply_pops(
         &mut self,
         c: &mut AnyConnection,
-        pops: &[(usize, SchedulerId, usize, Option<&FilterNode>)],
+        pops: &[(usize, usize, Option<&FilterNode>)],
         now: DateTime<Utc>,
         done: &mut [Option<Done>],
     ) -> Result<(), StorageError> {
         let at = naive(now);
-        // Unfiltered pops come straight off the heaps and are dispatched in one statement.
+        let lease = self.lease(now, TaskStatus::Dispatched);
+        // Unfiltered pops come straight off the heap and are dispatched in one statement.
         let mut claims: Vec<(usize, Vec<String>)> = Vec::new();
         let mut all: Vec<String> = Vec::new();
-        for &(i, s, limit, filter) in pops {
+        for &(i, limit, filter) in pops {
             if filter.is_some() {
                 continue;
             }
-            let heap = &mut self.heaps[s.index()];
+            let heap = &mut self.heap;
             let ids: Vec<String> = std::iter::from_fn(|| heap.pop_best())
                 .take(limit)
                 .map(|(id, _)| id.to_string())
                 .collect();
             all.extend(ids.iter().cloned());
             claims.push((i, ids));
-            self.gauges.touch(s, now);
         }
         if !claims.is_empty() {
             let mut by_id: HashMap<String, TaskRow> = if all.is_empty() {
@@ -803,7 +918,7 @@ impl Engine {
                     TaskStatus::Queued,
                     TaskStatus::Dispatched,
                     at,
-                    None,
+                    lease,
                 )?
                 .into_iter()
                 .map(|r| (r.id.clone(), r))
@@ -813,6 +928,7 @@ impl Engine {
                 let rows: Vec<TaskRow> = ids.iter().filter_map(|id| by_id.remove(id)).collect();
                 if rows.len() < ids.len() {
                     warn!(
+                        scheduler.id = %self.scheduler,
                         missing = ids.len() - rows.len(),
                         "heap held tasks the table no longer has queued; skipped"
                     );
@@ -821,51 +937,44 @@ impl Engine {
             }
         }
         // Filtered pops select in SQL, in pop order, and take the rows out of the heap.
-        for &(i, s, limit, filter) in pops {
+        for &(i, limit, filter) in pops {
             let Some(filter) = filter else { continue };
-            let mut rows = tasks::dispatch_matching(c, s, filter, limit, at, None)?;
+            let mut rows = tasks::dispatch_matching(c, self.scheduler, filter, limit, at, lease)?;
             for row in &rows {
-                self.heaps[s.index()].remove(&parse_uuid(&row.id)?);
+                self.heap.remove(&parse_uuid(&row.id)?);
             }
             rows.sort_by(|a, b| {
                 (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
             });
-            self.gauges.touch(s, now);
             done[i] = Some(Ok(Answer::Tasks(rows)));
         }
+        self.gauges.touch(self.scheduler, now);
         Ok(())
     }
 
     // ---------------------------------------------------------------- refill
 
-    /// Moves the best pending tasks into every heap that has room.
-    fn refill_all(
-        &mut self,
-        c: &mut AnyConnection,
-        now: NaiveDateTime,
-    ) -> Result<(), StorageError> {
-        for s in SchedulerId::ALL {
-            let i = s.index();
-            while self.pending[i] > 0 && self.heaps[i].room() > 0 {
-                let want = self.heaps[i].room().min(REFILL_BATCH);
-                let keys = tasks::best_pending(c, s, want)?;
-                if keys.len() < want {
-                    // Fewer than counted: the count drifted (e.g. another writer); trust the table.
-                    self.pending[i] = keys.len() as u64;
-                }
-                if keys.is_empty() {
-                    break;
-                }
-                let ids: Vec<String> = keys.iter().map(|k| k.id.clone()).collect();
-                let moved =
-                    tasks::transition(c, &ids, TaskStatus::Pending, TaskStatus::Queued, now, None)?;
-                for row in &moved {
-                    self.heaps[i].insert(parse_uuid(&row.id)?, rank_of(row));
-                }
-                self.pending[i] = self.pending[i].saturating_sub(moved.len() as u64);
-                if moved.is_empty() {
-                    break;
-                }
+    /// Moves the best pending tasks into the heap while it has room.
+    fn refill(&mut self, c: &mut AnyConnection, now: NaiveDateTime) -> Result<(), StorageError> {
+        while self.pending > 0 && self.heap.room() > 0 {
+            let want = self.heap.room().min(REFILL_BATCH);
+            let keys = tasks::best_pending(c, self.scheduler, want)?;
+            if keys.len() < want {
+                // Fewer than counted: the count drifted (e.g. another writer); trust the table.
+                self.pending = keys.len() as u64;
+            }
+            if keys.is_empty() {
+                break;
+            }
+            let ids: Vec<String> = keys.iter().map(|k| k.id.clone()).collect();
+            let moved =
+                tasks::transition(c, &ids, TaskStatus::Pending, TaskStatus::Queued, now, None)?;
+            for row in &moved {
+                self.heap.insert(parse_uuid(&row.id)?, rank_of(row));
+            }
+            self.pending = self.pending.saturating_sub(moved.len() as u64);
+            if moved.is_empty() {
+                break;
             }
         }
         Ok(())
@@ -882,6 +991,7 @@ fn clone_err(e: &QueueError) -> QueueError {
 fn reply(cmd: Command, done: Done) {
     // A caller that went away (client disconnected) no longer needs its answer; its change is
     // committed all the same.
+    let wrong = || QueueError::Internal("command answered with the wrong shape".into());
     match cmd {
         Command::Push { reply, .. } => {
             let _ = reply.send(done.and_then(|a| match a {
@@ -889,7 +999,7 @@ fn reply(cmd: Command, done: Done) {
                     task: row.into_task()?,
                     created,
                 }),
-                Answer::Tasks(_) => Err(QueueError::Internal("push answered with a list".into())),
+                _ => Err(wrong()),
             }));
         }
         Command::Pop { reply, .. } => {
@@ -899,16 +1009,20 @@ fn reply(cmd: Command, done: Done) {
                         .into_iter()
                         .map(|r| r.into_task().map_err(QueueError::from))
                         .collect(),
-                    Answer::Task { .. } => {
-                        Err(QueueError::Internal("pop answered with one task".into()))
-                    }
+                    _ => Err(wrong()),
                 }
             }));
         }
         Command::Patch { reply, .. } => {
             let _ = reply.send(done.and_then(|a| match a {
                 Answer::Task { row, .. } => Ok(row.into_task()?),
-                Answer::Tasks(_) => Err(QueueError::Internal("patch answered with a list".into())),
+                _ => Err(wrong()),
+            }));
+        }
+        Command::Expire { reply } => {
+            let _ = reply.send(done.and_then(|a| match a {
+                Answer::Expired(report) => Ok(report),
+                _ => Err(wrong()),
             }));
         }
         Command::Shutdown => {}

@@ -18,8 +18,9 @@ pub mod push;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
+use std::time::Duration;
 
-use chrono::{DateTime, Duration, NaiveDateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use utoipa::ToSchema;
@@ -29,8 +30,8 @@ use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::{IllegalTransition, SchedulerId, Task, TaskStatus};
 use crate::storage::{self, Backend, DbPool, StorageError, tasks::ListQuery};
+use engine::Command;
 pub use engine::EngineHandle;
-use engine::{Command, Engine};
 pub use push::PushRequest;
 
 /// What to do with an automatic push when its scheduler's heap is full.
@@ -43,13 +44,19 @@ pub enum WhenFull {
     Reject,
 }
 
-/// The bound of one scheduler's heap.
+/// One scheduler's bound and leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerLimits {
     /// Queued tasks held in memory at most.
     pub maxsize: usize,
     /// What a full heap does with automatic pushes.
     pub when_full: WhenFull,
+    /// How long a popped task may stay `dispatched` before it must be `running`.
+    pub dispatch_timeout: Duration,
+    /// How long a `running` task may go without finishing or a renewing `PATCH running`.
+    pub run_timeout: Duration,
+    /// How many leases a task may let expire; at that count it is failed instead of re-queued.
+    pub max_attempts: u32,
 }
 
 /// Everything the queue needs from the configuration.
@@ -127,6 +134,15 @@ pub struct PushOutcome {
     pub task: Task,
     /// True for a new task (201), false for a boosted or re-queued one (200).
     pub created: bool,
+}
+
+/// What one lease-expiry sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ExpiryReport {
+    /// Tasks put back in the queue, their attempt count raised.
+    pub requeued: Vec<Uuid>,
+    /// Tasks failed because they used up their attempts.
+    pub failed: Vec<Uuid>,
 }
 
 /// The fields a `PATCH /tasks/{id}` may change.
@@ -231,7 +247,8 @@ pub struct Broker {
 }
 
 struct Inner {
-    tx: SyncSender<Command>,
+    /// One engine per scheduler, indexed by [`SchedulerId::index`].
+    txs: [SyncSender<Command>; 3],
     gauges: Arc<Gauges>,
     pool: DbPool,
     backend: Backend,
@@ -249,13 +266,17 @@ impl Broker {
         config: QueueConfig,
     ) -> Result<(Broker, EngineHandle), StorageError> {
         let gauges = Arc::new(Gauges::new());
-        let (tx, rx) = std::sync::mpsc::sync_channel(config.channel_capacity);
-        let mut engine = Engine::new(pool.clone(), clock.clone(), config.clone(), gauges.clone());
-        engine.rebuild()?;
-        let handle = engine.spawn(rx, tx.clone())?;
+        let (txs, handle) = engine::start_all(
+            &pool,
+            &clock,
+            config.limits,
+            config.max_batch,
+            config.channel_capacity,
+            &gauges,
+        )?;
         let broker = Broker {
             inner: Arc::new(Inner {
-                tx,
+                txs,
                 gauges,
                 pool,
                 backend,
@@ -279,10 +300,11 @@ impl Broker {
 
     async fn call<T>(
         &self,
+        scheduler: SchedulerId,
         make: impl FnOnce(oneshot::Sender<Result<T, QueueError>>) -> Command,
     ) -> Result<T, QueueError> {
         let (reply, answer) = oneshot::channel();
-        match self.inner.tx.try_send(make(reply)) {
+        match self.inner.txs[scheduler.index()].try_send(make(reply)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(QueueError::Busy),
             Err(TrySendError::Disconnected(_)) => {
@@ -303,7 +325,8 @@ impl Broker {
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
         let task = push::prepare(scheduler, request)?;
-        self.call(|reply| Command::Push { task, reply }).await
+        self.call(scheduler, |reply| Command::Push { task, reply })
+            .await
     }
 
     /// Pops up to `limit` tasks (best first) matching `filter`; they are `dispatched` and that
@@ -314,8 +337,7 @@ impl Broker {
         limit: usize,
         filter: Option<FilterNode>,
     ) -> Result<Vec<Task>, QueueError> {
-        self.call(|reply| Command::Pop {
-            scheduler,
+        self.call(scheduler, |reply| Command::Pop {
             limit,
             filter,
             reply,
@@ -323,9 +345,32 @@ impl Broker {
         .await
     }
 
-    /// Changes a task's status and/or priority; answered once committed.
+    /// Changes a task's status and/or priority; answered once committed. The task's scheduler is
+    /// read first, since its engine owns the heap the change may touch.
     pub async fn patch(&self, id: Uuid, patch: TaskPatch) -> Result<Task, QueueError> {
-        self.call(|reply| Command::Patch { id, patch, reply }).await
+        let scheduler = self
+            .read(move |c| {
+                storage::tasks::scheduler_of(c, &id.hyphenated().to_string())
+                    .map_err(|e| QueueError::from(StorageError::from(e)))
+            })
+            .await?
+            .ok_or(QueueError::TaskNotFound(id))?
+            .parse::<SchedulerId>()
+            .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))?;
+        self.call(scheduler, |reply| Command::Patch { id, patch, reply })
+            .await
+    }
+
+    /// Sweeps every scheduler for expired leases: each such task is queued again with its
+    /// attempt count raised, or failed once it has used its attempts.
+    pub async fn expire_leases(&self) -> Result<ExpiryReport, QueueError> {
+        let mut report = ExpiryReport::default();
+        for s in SchedulerId::ALL {
+            let r = self.call(s, |reply| Command::Expire { reply }).await?;
+            report.requeued.extend(r.requeued);
+            report.failed.extend(r.failed);
+        }
+        Ok(report)
     }
 
     async fn read<T: Send + 'static>(
@@ -372,7 +417,7 @@ impl Broker {
         scheduler_id: Option<String>,
         organisation: Option<String>,
     ) -> Result<Vec<(String, StatusCounts)>, QueueError> {
-        let since = (self.inner.clock.now() - Duration::hours(24)).naive_utc();
+        let since = (self.inner.clock.now() - chrono::Duration::hours(24)).naive_utc();
         let rows = self
             .read(move |c| {
                 Ok(storage::tasks::stats(

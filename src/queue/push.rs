@@ -29,7 +29,6 @@ pub(crate) struct NewTask {
     pub id: Uuid,
     /// The client named this id, so it may be a re-push of a task that exists.
     pub id_given: bool,
-    pub scheduler: SchedulerId,
     pub organisation: String,
     pub priority: i64,
     pub hash: String,
@@ -80,7 +79,6 @@ pub(crate) fn prepare(scheduler: SchedulerId, req: PushRequest) -> Result<NewTas
     Ok(NewTask {
         id,
         id_given,
-        scheduler,
         organisation: req.organisation,
         priority,
         hash,

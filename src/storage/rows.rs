@@ -108,6 +108,9 @@ impl TaskRow {
             data,
             created_at: utc(self.created_at),
             modified_at: utc(self.modified_at),
+            attempts: self.attempts,
+            lease_expires_at: self.lease_expires_at.map(utc),
+            failure_reason: self.failure_reason,
         })
     }
 }

@@ -48,9 +48,10 @@ pub fn get_many(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<Tas
 }
 
 /// What a batch of pushes must know: tasks with one of these ids, and waiting (pending or
-/// queued) tasks with one of these hashes.
+/// queued) tasks of `scheduler` with one of these hashes.
 pub fn find_for_push(
     conn: &mut AnyConnection,
+    scheduler: SchedulerId,
     ids: &[String],
     hashes: &[String],
 ) -> QueryResult<Vec<TaskRow>> {
@@ -58,14 +59,69 @@ pub fn find_for_push(
     for chunk in hashes.chunks(CHUNK) {
         let mut q = sql(
             conn,
-            &format!(
-                "SELECT {COLUMNS} FROM tasks WHERE status IN ('pending', 'queued') AND hash IN "
-            ),
+            &format!("SELECT {COLUMNS} FROM tasks WHERE {WAITING} AND scheduler_id = "),
         );
-        q.bind_list(chunk.iter().map(String::as_str));
+        q.bind(scheduler.as_str())
+            .push(" AND hash IN ")
+            .bind_list(chunk.iter().map(String::as_str));
         out.extend(q.load::<TaskRow>(conn)?);
     }
     Ok(out)
+}
+
+/// The scheduler a task belongs to.
+pub fn scheduler_of(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<String>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        scheduler_id: String,
+    }
+    let mut q = sql(conn, "SELECT scheduler_id FROM tasks WHERE id = ");
+    q.bind(id);
+    Ok(q.load::<Row>(conn)?
+        .into_iter()
+        .next()
+        .map(|r| r.scheduler_id))
+}
+
+/// Dispatched or running tasks of `scheduler` whose lease ended before `now`, oldest lease first.
+pub fn expired_leases(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    now: NaiveDateTime,
+    limit: usize,
+) -> QueryResult<Vec<TaskRow>> {
+    let mut q = sql(
+        conn,
+        &format!(
+            "SELECT {COLUMNS} FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = "
+        ),
+    );
+    q.bind(scheduler.as_str())
+        .push(" AND lease_expires_at < ")
+        .bind(now)
+        .push(" ORDER BY lease_expires_at LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    q.load(conn)
+}
+
+/// How many tasks of `scheduler` are in `status` (`pending` or `queued`).
+pub fn count_waiting(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    status: TaskStatus,
+) -> QueryResult<u64> {
+    let mut q = sql(
+        conn,
+        &format!("SELECT COUNT(*) AS count FROM tasks WHERE {WAITING} AND scheduler_id = "),
+    );
+    q.bind(scheduler.as_str())
+        .push(" AND status = ")
+        .bind(status.as_str());
+    Ok(q.load::<CountRow>(conn)?
+        .first()
+        .map(|r| u64::try_from(r.count).unwrap_or(0))
+        .unwrap_or(0))
 }
 
 /// Inserts new rows.

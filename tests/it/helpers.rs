@@ -134,7 +134,9 @@ pub fn test_settings(uri: &str) -> Settings {
     s.api.port = 0;
     s.api.workers = 2;
     s.database.uri = uri.to_owned();
-    s.database.pool_size = 4;
+    s.database.pool_size = 6;
+    // Tests run sweeps themselves, on the manual clock.
+    s.queue.watchdog_interval_secs = 0;
     s
 }
 
@@ -145,6 +147,7 @@ pub struct TestApp {
     pub clock: Arc<ManualClock>,
     pub settings: Settings,
     pub backend: Backend,
+    pub broker: kat_scheduler::queue::Broker,
     token: CancellationToken,
     join: Option<JoinHandle<anyhow::Result<()>>>,
     pub db: TestDb,
@@ -190,6 +193,7 @@ impl TestApp {
             .await
             .expect("the application starts");
         let address = format!("http://127.0.0.1:{}", app.port());
+        let broker = app.broker().clone();
         let token = CancellationToken::new();
         let join = tokio::spawn(app.run_until_stopped(token.clone()));
         TestApp {
@@ -198,10 +202,16 @@ impl TestApp {
             clock,
             settings,
             backend,
+            broker,
             token,
             join: Some(join),
             db,
         }
+    }
+
+    /// Runs one lease-expiry sweep now, as the watchdog does on its tick.
+    pub async fn sweep(&self) -> kat_scheduler::queue::ExpiryReport {
+        self.broker.expire_leases().await.expect("sweep")
     }
 
     /// Stops the app gracefully and starts it again on the same database.

@@ -12,6 +12,7 @@ mod api_contract;
 mod clients;
 mod concurrency;
 mod filters;
+mod leases;
 mod migrations;
 mod openapi;
 mod queue_rules;

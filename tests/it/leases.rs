@@ -1,0 +1,175 @@
+//! Leases and the watchdog: a popped task must become `running` within the dispatch timeout and
+//! finish within the run timeout (renewed by `PATCH running`); otherwise it is queued again with
+//! its attempt count raised, keeping its id, and failed once its attempts are used up.
+
+use chrono::Duration;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+fn leases(s: &mut kat_scheduler::config::Settings) {
+    s.queue.dispatch_timeout_secs = 60;
+    s.queue.run_timeout_secs = 100;
+    s.queue.max_attempts = 3;
+}
+
+fn lease_of(task: &Value) -> chrono::DateTime<chrono::Utc> {
+    task["lease_expires_at"].as_str().unwrap().parse().unwrap()
+}
+
+async fn a_dispatched_task_not_started_in_time_is_queued_again_keeping_its_id(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, leases).await else {
+        return;
+    };
+    let pushed = app
+        .push_ok("boefje", &boefje_push("org1", "dns", None, 3))
+        .await;
+    assert_eq!(pushed["attempts"], 0);
+    assert_eq!(pushed["lease_expires_at"], Value::Null);
+    let popped = app.pop_ok("boefje", 1, None).await.remove(0);
+    assert_eq!(lease_of(&popped), app.now() + Duration::seconds(60));
+
+    app.advance(Duration::seconds(59));
+    assert_eq!(
+        app.sweep().await,
+        Default::default(),
+        "the lease has not ended yet"
+    );
+    app.advance(Duration::seconds(2));
+    let report = app.sweep().await;
+    assert_eq!(report.requeued.len(), 1);
+    assert_eq!(report.requeued[0].to_string(), id_of(&pushed));
+
+    let task = app.task(&id_of(&pushed)).await;
+    assert_eq!(task["status"], "queued");
+    assert_eq!(task["attempts"], 1);
+    assert_eq!(task["lease_expires_at"], Value::Null);
+    assert_eq!(task["failure_reason"], "lease expired while dispatched");
+    // Handed out again under the same id, so a worker can tell it saw it before.
+    assert_eq!(app.pop_ok("boefje", 1, None).await[0]["id"], pushed["id"]);
+}
+
+async fn patching_running_again_renews_the_lease(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, leases).await else {
+        return;
+    };
+    let task = app
+        .push_ok("normalizer", &normalizer_push("org1", "n", 3))
+        .await;
+    let id = id_of(&task);
+    app.pop_ok("normalizer", 1, None).await;
+    let running: Value = app
+        .patch_task(&id, &json!({"status": "running"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(lease_of(&running), app.now() + Duration::seconds(100));
+
+    app.advance(Duration::seconds(90));
+    let beat: Value = app
+        .patch_task(&id, &json!({"status": "running"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        lease_of(&beat),
+        app.now() + Duration::seconds(100),
+        "the heartbeat renews"
+    );
+    app.advance(Duration::seconds(50));
+    assert!(
+        app.sweep().await.requeued.is_empty(),
+        "the renewed lease still holds"
+    );
+    app.advance(Duration::seconds(51));
+    assert_eq!(app.sweep().await.requeued.len(), 1);
+    let task = app.task(&id).await;
+    assert_eq!(task["status"], "queued");
+    assert_eq!(task["failure_reason"], "lease expired while running");
+}
+
+async fn a_task_that_uses_up_its_attempts_is_failed_with_the_reason(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| {
+        leases(s);
+        s.schedulers.report.max_attempts = Some(2);
+    })
+    .await
+    else {
+        return;
+    };
+    let task = app.push_ok("report", &report_push("org1", "r", 3)).await;
+    let id = id_of(&task);
+    for attempt in 1..=2 {
+        assert_eq!(app.pop_ok("report", 1, None).await[0]["id"], task["id"]);
+        app.advance(Duration::seconds(61));
+        let report = app.sweep().await;
+        if attempt < 2 {
+            assert_eq!(report.requeued.len(), 1);
+        } else {
+            assert_eq!(report.failed.len(), 1);
+        }
+    }
+    let failed = app.task(&id).await;
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["attempts"], 2);
+    assert_eq!(
+        failed["failure_reason"],
+        "lease expired while dispatched, 2 of 2 attempts used"
+    );
+    assert!(app.pop_ok("report", 1, None).await.is_empty());
+    // Terminal: the late worker's completion is refused.
+    let resp = app.patch_task(&id, &json!({"status": "completed"})).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+}
+
+async fn finished_and_waiting_tasks_hold_no_lease(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, leases).await else {
+        return;
+    };
+    let done = app
+        .push_ok("boefje", &boefje_push("org1", "a", None, 3))
+        .await;
+    let waiting = app
+        .push_ok("boefje", &boefje_push("org1", "b", None, 9))
+        .await;
+    app.pop_ok("boefje", 1, None).await;
+    app.patch_task(&id_of(&done), &json!({"status": "running"}))
+        .await;
+    let completed: Value = app
+        .patch_task(&id_of(&done), &json!({"status": "completed"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(completed["lease_expires_at"], Value::Null);
+    app.advance(Duration::days(2));
+    assert_eq!(app.sweep().await, Default::default());
+    assert_eq!(app.task(&id_of(&done)).await["status"], "completed");
+    assert_eq!(app.task(&id_of(&waiting)).await["status"], "queued");
+}
+
+async fn a_worker_giving_a_task_back_clears_its_lease(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, leases).await else {
+        return;
+    };
+    app.push_ok("boefje", &boefje_push("org1", "a", None, 3))
+        .await;
+    let popped = app.pop_ok("boefje", 1, None).await.remove(0);
+    let back: Value = app.push("boefje", &popped).await.json().await.unwrap();
+    assert_eq!(back["status"], "queued");
+    assert_eq!(back["lease_expires_at"], Value::Null);
+    app.advance(Duration::seconds(61));
+    assert_eq!(app.sweep().await, Default::default());
+    assert_eq!(app.task(&id_of(&popped)).await["attempts"], 0);
+}
+
+crate::backend_tests!(
+    a_dispatched_task_not_started_in_time_is_queued_again_keeping_its_id,
+    patching_running_again_renews_the_lease,
+    a_task_that_uses_up_its_attempts_is_failed_with_the_reason,
+    finished_and_waiting_tasks_hold_no_lease,
+    a_worker_giving_a_task_back_clears_its_lease,
+);
