@@ -52,6 +52,8 @@ struct Options {
     pg_clients: usize,
     pg: String,
     keep: bool,
+    /// Only run broker pops for this many seconds (for profiling), then stop.
+    profile_pops: Option<f64>,
 }
 
 fn options() -> Result<Options> {
@@ -64,6 +66,7 @@ fn options() -> Result<Options> {
         pg: std::env::var("KAT_TEST_PG_URL")
             .unwrap_or_else(|_| "postgresql://postgres@127.0.0.1:5432/postgres".into()),
         keep: false,
+        profile_pops: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -76,6 +79,7 @@ fn options() -> Result<Options> {
             "--pg-clients" => o.pg_clients = value()?.parse()?,
             "--pg" => o.pg = value()?,
             "--keep" => o.keep = true,
+            "--profile-pops" => o.profile_pops = Some(value()?.parse()?),
             "--bench" => {} // cargo bench passes this
             other => {
                 return Err(
@@ -701,6 +705,26 @@ fn run(o: &Options, db: &str) -> Result<()> {
     let rss_per_task = (rss_loaded as f64 - rss_empty as f64) / o.tasks as f64;
     let pg_bytes_per_row =
         pg_number(db, "SELECT pg_total_relation_size('bench_q') AS n")? as f64 / o.tasks as f64;
+
+    if let Some(seconds) = o.profile_pops {
+        eprintln!(
+            "profiling: broker pops only, {seconds} s (pid {})",
+            broker.child.id()
+        );
+        let before = rt.block_on(engine_counters(broker.port))?;
+        let (f, _) = rt.block_on(http_load(broker.port, o.clients, seconds, None, Op::Pop, 0))?;
+        let e = engine_delta(before, rt.block_on(engine_counters(broker.port))?);
+        println!(
+            "broker pops: {:.0}/s, p50 {:.0} µs, p99 {:.0} µs; {:.1} per transaction, {:.0} µs applying, {:.0} µs committing",
+            f.ops_per_sec,
+            f.p50_us,
+            f.p99_us,
+            e[0],
+            e[1],
+            e[2] - e[1]
+        );
+        return stop_broker(broker);
+    }
 
     let mut rounds = Vec::new();
     let mut popped: HashSet<String> = HashSet::new();

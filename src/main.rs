@@ -85,34 +85,39 @@ async fn migrate(mut settings: Settings) -> anyhow::Result<()> {
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
+    // Handlers go in before the port opens: a SIGTERM that arrives the moment the service
+    // listens must still stop it gracefully, not kill it.
+    let signals = Signals::install()?;
     let app = Application::build(settings, Arc::new(SystemClock)).await?;
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     actix_web::rt::spawn(async move {
-        wait_for_signal().await;
+        signals.wait().await;
         trigger.cancel();
     });
     app.run_until_stopped(shutdown).await
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn wait_for_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// SIGINT and SIGTERM, registered at creation.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Resolves on the first SIGINT or SIGTERM.
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.int.recv() => info!("SIGINT received"),
+            _ = self.term.recv() => info!("SIGTERM received"),
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => info!("SIGINT received"),
-        () = term => info!("SIGTERM received"),
     }
 }

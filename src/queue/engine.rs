@@ -45,6 +45,11 @@ const REBUILD_PAGE: usize = 10_000;
 /// Expired leases handled per sweep at most; the next sweep takes the rest.
 const EXPIRY_BATCH: usize = 1_000;
 
+/// After the database was found unreachable, commands are answered 503 at once for this long
+/// before the next connection attempt, so an outage costs callers no wait beyond one connect
+/// timeout.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
 type Reply<T> = oneshot::Sender<Result<T, QueueError>>;
 
 /// A request to an engine.
@@ -140,6 +145,7 @@ pub(crate) fn start_all(
             heap: SchedulerHeap::new(limits[s.index()].maxsize),
             pending: 0,
             dirty: true,
+            down_since: None,
             last_created: i64::MIN,
         };
         let join = std::thread::Builder::new()
@@ -197,6 +203,8 @@ struct Engine {
     pending: u64,
     /// The heap may hold changes a failed transaction rolled back.
     dirty: bool,
+    /// When the database was last found unreachable.
+    down_since: Option<Instant>,
     /// The last `created_at` handed out, in microseconds: creation times are strictly
     /// increasing, so pop order among equal priorities is push order even within a microsecond.
     last_created: i64,
@@ -337,13 +345,37 @@ impl Engine {
         }
     }
 
+    fn unavailable(&mut self, batch: Vec<Command>, why: &str) {
+        if self.down_since.is_none() {
+            warn!(scheduler.id = %self.scheduler, error = %why, "database unavailable; answering 503 until it returns");
+        }
+        self.down_since = Some(Instant::now());
+        Self::fail_all(batch, &QueueError::Unavailable(why.to_owned()));
+    }
+
     fn process(&mut self, batch: Vec<Command>) {
+        if let Some(since) = self.down_since
+            && since.elapsed() < RECONNECT_PAUSE
+        {
+            Self::fail_all(
+                batch,
+                &QueueError::Unavailable("the database is unreachable".into()),
+            );
+            return;
+        }
         if self.dirty
             && let Err(e) = self.rebuild()
         {
-            warn!(scheduler.id = %self.scheduler, error = %e, "heap could not be rebuilt; answering 503");
-            Self::fail_all(batch, &QueueError::from(e));
+            if e.is_unavailable() || !storage::reachable(&self.pool) {
+                self.unavailable(batch, &e.to_string());
+            } else {
+                error!(scheduler.id = %self.scheduler, error = %e, "heap could not be rebuilt");
+                Self::fail_all(batch, &QueueError::from(e));
+            }
             return;
+        }
+        if self.down_since.take().is_some() {
+            info!(scheduler.id = %self.scheduler, "database reachable again");
         }
         let now = self.clock.now();
         let mut conn = match self.conn.take() {
@@ -351,7 +383,7 @@ impl Engine {
             None => match storage::checkout(&self.pool) {
                 Ok(c) => c,
                 Err(e) => {
-                    Self::fail_all(batch, &QueueError::from(e));
+                    self.unavailable(batch, &e.to_string());
                     return;
                 }
             },
@@ -394,17 +426,16 @@ impl Engine {
                 drop(conn);
                 self.dirty = true;
                 counters.failed_batches.fetch_add(1, Ordering::Relaxed);
-                if batch.len() > 1 && !e.is_unavailable() {
+                // Tell a lost database from a bad statement by asking the database.
+                if e.is_unavailable() || !storage::reachable(&self.pool) {
+                    self.unavailable(batch, &e.to_string());
+                } else if batch.len() > 1 {
                     warn!(scheduler.id = %self.scheduler, error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
                     for cmd in batch {
                         self.process(vec![cmd]);
                     }
                 } else {
-                    if e.is_unavailable() {
-                        warn!(scheduler.id = %self.scheduler, error = %e, "database unavailable");
-                    } else {
-                        error!(scheduler.id = %self.scheduler, error = %e, "command failed in the database");
-                    }
+                    error!(scheduler.id = %self.scheduler, error = %e, "command failed in the database");
                     Self::fail_all(batch, &QueueError::from(e));
                 }
             }

@@ -380,7 +380,12 @@ impl Broker {
         let pool = self.inner.pool.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = storage::checkout(&pool)?;
-            f(&mut conn)
+            f(&mut conn).map_err(|e| match e {
+                // A failing read on a validated connection: the server went away mid-query
+                // unless it still answers.
+                QueueError::Internal(m) if !storage::reachable(&pool) => QueueError::Unavailable(m),
+                other => other,
+            })
         })
         .await
         .map_err(|e| QueueError::Internal(format!("read task panicked: {e}")))?
@@ -463,13 +468,10 @@ impl Broker {
 
     /// Whether the database answers.
     pub async fn database_ok(&self) -> bool {
-        self.read(|c| {
-            use diesel::connection::SimpleConnection;
-            c.batch_execute("SELECT 1")
-                .map_err(|e| QueueError::from(StorageError::from(e)))
-        })
-        .await
-        .is_ok()
+        let pool = self.inner.pool.clone();
+        tokio::task::spawn_blocking(move || storage::reachable(&pool))
+            .await
+            .unwrap_or(false)
     }
 }
 

@@ -226,7 +226,10 @@ pub fn connect(target: &DbTarget, pool_size: u32, timeout: Duration) -> Result<D
         .max_size(pool_size)
         .min_idle(Some(1))
         .connection_timeout(timeout)
-        .test_on_check_out(false)
+        // diesel cannot tell that a PostgreSQL connection died with its server; a `SELECT 1` at
+        // checkout throws such connections away. The engines keep their own connection, so the
+        // hot path does not pay for it.
+        .test_on_check_out(true)
         .build(manager)
         .map_err(|e| format!("cannot open database {}: {e}", target.display()))
 }
@@ -243,6 +246,11 @@ fn create_parent_dir(path: &Path) -> Result<(), String> {
 pub fn checkout(pool: &DbPool) -> Result<DbConn, StorageError> {
     pool.get()
         .map_err(|e| StorageError::Unavailable(e.to_string()))
+}
+
+/// Whether the database answers: a connection can be checked out (and validated) and used.
+pub fn reachable(pool: &DbPool) -> bool {
+    checkout(pool).is_ok_and(|mut c| c.batch_execute("SELECT 1").is_ok())
 }
 
 /// Applies every pending migration; returns the names of those applied.

@@ -9,8 +9,10 @@
 mod helpers;
 
 mod api_contract;
+mod child;
 mod clients;
 mod concurrency;
+mod crash;
 mod filters;
 mod leases;
 mod migrations;

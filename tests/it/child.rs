@@ -1,0 +1,79 @@
+//! The real `kat-scheduler` binary as a child process, for tests that kill it.
+//!
+//! The binary is the one cargo built for this test run (`CARGO_BIN_EXE_kat-scheduler`), or the
+//! path in `KAT_SCHEDULER_BIN` (CI points it at the release build).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A running service process.
+pub struct ChildApp {
+    process: Child,
+    pub address: String,
+}
+
+fn binary() -> String {
+    std::env::var("KAT_SCHEDULER_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kat-scheduler").to_owned())
+}
+
+impl ChildApp {
+    /// Starts the binary on `db_uri` (port 0) and waits until it listens.
+    pub fn start(db_uri: &str, env: &[(&str, &str)]) -> ChildApp {
+        let mut cmd = Command::new(binary());
+        cmd.env("SCHEDULER_DB_URI", db_uri)
+            .env("SCHEDULER_API_HOST", "127.0.0.1")
+            .env("SCHEDULER_API_PORT", "0")
+            .env("SCHEDULER_API_WORKERS", "2")
+            .env("SCHEDULER_LOGGING_FORMAT", "json")
+            .env("SCHEDULER_WATCHDOG_INTERVAL", "0")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut process = cmd.spawn().expect("the binary starts");
+        let stderr = process.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        let show = std::env::var("TEST_LOG").is_ok();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if show {
+                    eprintln!("child: {line}");
+                }
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                    && v["message"] == "listening"
+                {
+                    let _ = tx.send(v["address"].as_str().unwrap_or_default().to_owned());
+                }
+            }
+        });
+        let address = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the child listens (run with TEST_LOG=1 to see its log)");
+        ChildApp {
+            process,
+            address: format!("http://{address}"),
+        }
+    }
+
+    /// SIGKILL: no chance to flush or clean up.
+    pub fn kill_9(mut self) {
+        self.process.kill().expect("kill");
+        self.process.wait().expect("reap");
+    }
+
+    /// SIGTERM, then waits; returns whether it exited cleanly.
+    pub fn terminate(mut self) -> bool {
+        let pid = self.process.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        assert!(sent.success());
+        self.process.wait().expect("wait").success()
+    }
+}

@@ -1,0 +1,253 @@
+//! Crash safety: the release binary under concurrent pushes and pops, killed with SIGKILL at
+//! random moments, then restarted. Every push answered 2xx must be stored, no task answered as
+//! popped may be queued again (leases are long here, so none expires), and no task may be popped
+//! twice. The seed of the random kill moments is printed; `KAT_CRASH_SEED` replays it.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::child::ChildApp;
+use crate::helpers::*;
+
+const KILLS: usize = 5;
+const PUSHERS: usize = 12;
+const POPPERS: usize = 6;
+
+/// xorshift64*: enough randomness for kill moments, reproducible from the printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+#[derive(Default)]
+struct Acknowledged {
+    pushes: Vec<String>,
+    pops: Vec<String>,
+}
+
+/// Pushes and pops until the service stops answering; records only what was answered 2xx.
+async fn drive(address: String, cycle: usize, seen: Arc<Mutex<Acknowledged>>) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let mut workers = Vec::new();
+    for w in 0..PUSHERS {
+        let (client, address, seen) = (client.clone(), address.clone(), seen.clone());
+        workers.push(tokio::spawn(async move {
+            for n in 0.. {
+                let body = boefje_push(
+                    "crash",
+                    &format!("c{cycle}-w{w}-n{n}"),
+                    None,
+                    2 + (n % 50) as i64,
+                );
+                let Ok(resp) = client
+                    .post(format!("{address}/schedulers/boefje/push"))
+                    .json(&body)
+                    .send()
+                    .await
+                else {
+                    return;
+                };
+                if resp.status() != 201 {
+                    return;
+                }
+                let Ok(task) = resp.json::<Value>().await else {
+                    return;
+                };
+                seen.lock().unwrap().pushes.push(id_of(&task));
+            }
+        }));
+    }
+    for w in 0..POPPERS {
+        let (client, address, seen) = (client.clone(), address.clone(), seen.clone());
+        workers.push(tokio::spawn(async move {
+            for n in 0.. {
+                let limit = 1 + (w + n) % 3;
+                let Ok(resp) = client
+                    .post(format!("{address}/schedulers/boefje/pop?limit={limit}"))
+                    .send()
+                    .await
+                else {
+                    return;
+                };
+                if resp.status() != 200 {
+                    return;
+                }
+                let Ok(body) = resp.json::<Value>().await else {
+                    return;
+                };
+                let ids: Vec<String> = body["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(id_of)
+                    .collect();
+                seen.lock().unwrap().pops.extend(ids);
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+async fn status_of(client: &reqwest::Client, address: &str, id: &str) -> Option<String> {
+    let resp = client
+        .get(format!("{address}/tasks/{id}"))
+        .send()
+        .await
+        .unwrap();
+    if resp.status() == 404 {
+        return None;
+    }
+    assert_eq!(resp.status(), 200);
+    resp.json::<Value>().await.unwrap()["status"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let seed = std::env::var("KAT_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("crash test on {backend:?}: KAT_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let client = reqwest::Client::new();
+    let mut pushed: Vec<String> = Vec::new();
+    let mut popped: HashSet<String> = HashSet::new();
+
+    for cycle in 0..KILLS {
+        let uri = db.uri.clone();
+        let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, &[]))
+            .await
+            .unwrap();
+        let address = child.address.clone();
+
+        // What the previous kill left: every acknowledged push stored, every pop still dispatched.
+        for id in &pushed {
+            assert!(
+                status_of(&client, &address, id).await.is_some(),
+                "acknowledged push {id} lost (seed {seed})"
+            );
+        }
+        for id in &popped {
+            assert_eq!(
+                status_of(&client, &address, id).await.as_deref(),
+                Some("dispatched"),
+                "popped task {id} changed (seed {seed})"
+            );
+        }
+
+        let seen = Arc::new(Mutex::new(Acknowledged::default()));
+        let load = tokio::spawn(drive(address, cycle, seen.clone()));
+        let moment = Duration::from_millis(50 + rng.next() % 400);
+        tokio::time::sleep(moment).await; // the random kill moment, not a wait for a state
+        tokio::task::spawn_blocking(move || child.kill_9())
+            .await
+            .unwrap();
+        load.await.unwrap();
+
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
+        eprintln!(
+            "kill {} after {moment:?}: {} pushes and {} pops acknowledged",
+            cycle + 1,
+            seen.pushes.len(),
+            seen.pops.len()
+        );
+        for id in seen.pops {
+            assert!(
+                popped.insert(id.clone()),
+                "task {id} was popped twice (seed {seed})"
+            );
+        }
+        pushed.extend(seen.pushes);
+    }
+    assert!(
+        !pushed.is_empty() && !popped.is_empty(),
+        "the load did some work before the kills"
+    );
+
+    // Last restart: check, then drain. Nothing popped before comes out again, and every
+    // acknowledged push was either popped before or is still waiting.
+    let uri = db.uri.clone();
+    let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, &[]))
+        .await
+        .unwrap();
+    let mut drained = HashSet::new();
+    loop {
+        let body: Value = client
+            .post(format!(
+                "{}/schedulers/boefje/pop?limit=1000",
+                child.address
+            ))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ids: Vec<String> = body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(id_of)
+            .collect();
+        if ids.is_empty() {
+            break;
+        }
+        for id in ids {
+            assert!(
+                !popped.contains(&id),
+                "task {id} was handed out again after a kill (seed {seed})"
+            );
+            drained.insert(id);
+        }
+    }
+    // A pop committed just before a kill whose answer never arrived leaves its tasks
+    // `dispatched` but unacknowledged: their lease brings them back. At most one in-flight pop
+    // (limit ≤ 3) per popper per kill can be in that state.
+    let mut in_flight = 0;
+    for id in &pushed {
+        if !popped.contains(id) && !drained.contains(id) {
+            let status = status_of(&client, &child.address, id).await;
+            assert_eq!(
+                status.as_deref(),
+                Some("dispatched"),
+                "acknowledged push {id} is neither popped nor waiting (seed {seed})"
+            );
+            in_flight += 1;
+        }
+    }
+    assert!(
+        in_flight <= KILLS * POPPERS * 3,
+        "{in_flight} tasks dispatched without an answer (seed {seed})"
+    );
+    // A graceful stop after all that exits cleanly.
+    let clean = tokio::task::spawn_blocking(move || child.terminate())
+        .await
+        .unwrap();
+    assert!(clean, "SIGTERM exits 0");
+}
+
+crate::backend_tests!(acknowledged_work_survives_kill_9_at_random_moments);
