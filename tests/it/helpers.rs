@@ -111,6 +111,17 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// A database the test manages itself (nothing is dropped afterwards).
+    pub fn external(uri: &str) -> TestDb {
+        TestDb {
+            uri: uri.to_owned(),
+            pg_name: None,
+            _dir: None,
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(name) = self.pg_name.take() {
@@ -176,10 +187,19 @@ pub async fn spawn_app_with(
 ) -> Option<TestApp> {
     init_logs();
     let db = TestDb::create(backend).await?;
+    Some(spawn_app_on(db, backend, tweak).await)
+}
+
+/// The app on a given database.
+pub async fn spawn_app_on(
+    db: TestDb,
+    backend: Backend,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
     let mut settings = test_settings(&db.uri);
     tweak(&mut settings);
     let clock = Arc::new(ManualClock::new(start_time()));
-    Some(TestApp::start(settings, clock, db, backend).await)
+    TestApp::start(settings, clock, db, backend).await
 }
 
 impl TestApp {

@@ -17,5 +17,6 @@ mod filters;
 mod leases;
 mod migrations;
 mod openapi;
+mod outage;
 mod queue_rules;
 mod recovery;
