@@ -158,6 +158,143 @@ fn pg_number(url: &str, sql: &str) -> Result<i64> {
     Ok(rows.first().map(|r| r.n).unwrap_or(0))
 }
 
+/// Rows for the PostgreSQL-only ceiling: same shape and table as the broker's, under a scheduler
+/// id the broker never loads, so measuring them leaves the broker's heaps alone.
+const CEILING_SCHEDULER: &str = "bench-ceiling";
+
+fn seed_ceiling(url: &str, n: usize) -> Result<()> {
+    pg_exec(
+        url,
+        &format!(
+            "INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, hash, priority, data, \
+               status, attempts, created_at, modified_at)
+             SELECT t.id, '{CEILING_SCHEDULER}', NULL, 'org' || (t.g % 300), 'boefje', md5(t.id), (t.g % 1000) + 2,
+               json_build_object('boefje', json_build_object('id', 'bench-' || (t.g % 50),
+                 'oci_image', 'ghcr.io/minvws/openkat/bench:latest'),
+                 'input_ooi', 'Hostname|internet|host' || t.g || '.example.com',
+                 'organization', 'org' || (t.g % 300), 'id', t.id)::text,
+               'queued', 0, now() AT TIME ZONE 'utc', now() AT TIME ZONE 'utc'
+             FROM (SELECT g, gen_random_uuid()::text AS id FROM generate_series(1, {n}) g) t"
+        ),
+    )
+}
+
+/// PostgreSQL alone doing the broker's durable write per pop (the engine's own statement, from
+/// the library), three connections like the three engines, `batch` tasks per statement, no HTTP
+/// and no heap: what durable pops could reach if the broker cost nothing.
+fn ceiling_pops(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f64> {
+    use kat_scheduler::domain::TaskStatus;
+    use kat_scheduler::storage::{self, DbTarget, tasks};
+    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
+    let pool = storage::connect(&target, conns as u32 + 1, Duration::from_secs(5))?;
+    #[derive(QueryableByName)]
+    struct IdRow {
+        #[diesel(sql_type = Text)]
+        id: String,
+    }
+    let ids: Vec<String> = {
+        let mut c = storage::checkout(&pool)?;
+        diesel::sql_query(format!(
+            "SELECT id FROM tasks WHERE scheduler_id = '{CEILING_SCHEDULER}' AND status = 'queued'"
+        ))
+        .load::<IdRow>(&mut *c)?
+        .into_iter()
+        .map(|r| r.id)
+        .collect()
+    };
+    let per = ids.len() / conns;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..conns)
+        .map(|i| {
+            let mine: Vec<String> = ids[i * per..(i + 1) * per].to_vec();
+            let pool = pool.clone();
+            std::thread::spawn(move || -> Result<usize> {
+                let mut c = storage::checkout(&pool)?;
+                let mut done = 0;
+                for chunk in mine.chunks(batch) {
+                    if start.elapsed().as_secs_f64() >= seconds {
+                        break;
+                    }
+                    let now = chrono::Utc::now().naive_utc();
+                    done += tasks::transition(
+                        &mut c,
+                        chunk,
+                        TaskStatus::Queued,
+                        TaskStatus::Dispatched,
+                        now,
+                        Some(now),
+                    )?
+                    .len();
+                }
+                Ok(done)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for h in handles {
+        total += h.join().map_err(|_| "ceiling thread panicked")??;
+    }
+    if start.elapsed().as_secs_f64() < seconds * 0.9 {
+        return Err("the ceiling ran out of rows; use more --tasks".into());
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// PostgreSQL alone inserting new tasks the way the broker does (the library's multi-row insert),
+/// three connections, `batch` rows per statement, no HTTP: what durable pushes could reach if
+/// the broker cost nothing.
+fn ceiling_pushes(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f64> {
+    use kat_scheduler::storage::rows::TaskRow;
+    use kat_scheduler::storage::{self, DbTarget, tasks};
+    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
+    let pool = storage::connect(&target, conns as u32 + 1, Duration::from_secs(5))?;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..conns)
+        .map(|c| {
+            let pool = pool.clone();
+            std::thread::spawn(move || -> Result<usize> {
+                let mut conn = storage::checkout(&pool)?;
+                let mut done = 0usize;
+                while start.elapsed().as_secs_f64() < seconds {
+                    let now = chrono::Utc::now().naive_utc();
+                    let rows: Vec<TaskRow> = (0..batch)
+                        .map(|k| {
+                            let id = uuid::Uuid::new_v4().to_string();
+                            let name = format!("ceiling-{c}-{done}-{k}");
+                            TaskRow {
+                                data: format!(
+                                    r#"{{"boefje":{{"id":"{name}","oci_image":"ghcr.io/minvws/openkat/bench:latest"}},"input_ooi":"Hostname|internet|{name}.example.com","organization":"bench-ceiling","id":"{id}"}}"#
+                                ),
+                                hash: Some(kat_scheduler::domain::hash::task_hash(&name)),
+                                id,
+                                scheduler_id: CEILING_SCHEDULER.into(),
+                                schedule_id: None,
+                                organisation: "bench-ceiling".into(),
+                                task_type: "boefje".into(),
+                                priority: 2 + (k as i64 % 1000),
+                                status: "queued".into(),
+                                attempts: 0,
+                                lease_expires_at: None,
+                                failure_reason: None,
+                                created_at: now,
+                                modified_at: now,
+                            }
+                        })
+                        .collect();
+                    tasks::insert(&mut conn, &rows)?;
+                    done += batch;
+                }
+                Ok(done)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for h in handles {
+        total += h.join().map_err(|_| "ceiling thread panicked")??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
 /// Queues `n` tasks across the three schedulers straight in the table (pushing a million over
 /// HTTP would take longer than the benchmark), with payloads shaped like real ones.
 fn seed_tasks(url: &str, n: usize) -> Result<()> {
@@ -615,6 +752,8 @@ struct Round {
     baseline_insert: Figure,
     pop_engine: [f64; 3],
     push_engine: [f64; 3],
+    ceiling: f64,
+    push_ceiling: f64,
 }
 
 fn copy_out_seconds(db: &str) -> Result<f64> {
@@ -695,6 +834,8 @@ fn run(o: &Options, db: &str) -> Result<()> {
     eprintln!("seeding {} tasks and {} baseline rows…", o.tasks, o.tasks);
     seed_tasks(db, o.tasks)?;
     seed_baseline(db, o.tasks)?;
+    seed_ceiling(db, o.tasks.max(300_000))?;
+    pg_exec(db, "VACUUM ANALYZE tasks")?;
 
     // Rebuild: a restart with N queued, against COPY-out of the same rows.
     let copy_s = copy_out_seconds(db)?;
@@ -770,6 +911,9 @@ fn run(o: &Options, db: &str) -> Result<()> {
             Op::Noop,
             round,
         ))?;
+        // The same durable writes without HTTP, at the batch size the broker just ran with.
+        let batch = pop_engine[0].round().max(1.0) as usize;
+        let ceiling = ceiling_pops(db, 3, batch, (o.seconds / 2.0).max(1.0))?;
 
         let half = broker_pop.ops_per_sec / 2.0;
         let (broker_pop_half, r) = rt.block_on(http_load(
@@ -828,12 +972,20 @@ fn run(o: &Options, db: &str) -> Result<()> {
             baseline_insert,
             pop_engine,
             push_engine,
+            ceiling,
+            push_ceiling: ceiling_pushes(
+                db,
+                3,
+                push_engine[0].round().max(1.0) as usize,
+                (o.seconds / 2.0).max(1.0),
+            )?,
         });
     }
     let ready_s = broker.ready_after.as_secs_f64();
     stop_broker(broker)?;
 
     // Checks: every acknowledged push is stored, every popped task is dispatched.
+    let dispatched_sql = "SELECT COUNT(*) AS n FROM tasks WHERE status = 'dispatched' AND scheduler_id IN ('boefje', 'normalizer', 'report')";
     let stored = pg_number(
         db,
         "SELECT COUNT(*) AS n FROM tasks WHERE organisation = 'bench-push'",
@@ -854,10 +1006,7 @@ fn run(o: &Options, db: &str) -> Result<()> {
         .iter()
         .filter(|id| !stored_ids.contains(*id))
         .count();
-    let dispatched = pg_number(
-        db,
-        "SELECT COUNT(*) AS n FROM tasks WHERE status = 'dispatched'",
-    )?;
+    let dispatched = pg_number(db, dispatched_sql)?;
     if missing > 0 {
         return Err(format!("{missing} acknowledged pushes are not stored").into());
     }
@@ -869,6 +1018,8 @@ fn run(o: &Options, db: &str) -> Result<()> {
         .into());
     }
 
+    let ceiling = median(rounds.iter().map(|r| r.ceiling).collect());
+    let push_ceiling = median(rounds.iter().map(|r| r.push_ceiling).collect());
     let m = |f: fn(&Round) -> Figure| median_figure(&rounds.iter().map(f).collect::<Vec<_>>());
     let (bp, lp, np) = (m(|r| r.broker_pop), m(|r| r.baseline_pop), m(|r| r.noop));
     let (bh, lh, nh) = (
@@ -932,6 +1083,32 @@ fn run(o: &Options, db: &str) -> Result<()> {
             e(2) - e(1)
         );
     }
+    let batch_of = |pick: usize| {
+        median(
+            rounds
+                .iter()
+                .map(|r| {
+                    if pick == 0 {
+                        r.pop_engine[0]
+                    } else {
+                        r.push_engine[0]
+                    }
+                })
+                .collect(),
+        )
+        .round()
+    };
+    println!(
+        "ceiling, PostgreSQL alone doing the broker's writes (3 connections, no HTTP, same batch size): \
+         pops {ceiling:.0}/s at {:.0} per statement = {:.2}x the baseline (the broker reaches {:.0}% of it); \
+         pushes {push_ceiling:.0}/s at {:.0} per statement = {:.2}x single-row INSERTs (the broker reaches {:.0}%)",
+        batch_of(0),
+        ceiling / lp.ops_per_sec,
+        100.0 * bp.ops_per_sec / ceiling,
+        batch_of(1),
+        push_ceiling / lins.ops_per_sec,
+        100.0 * bpush.ops_per_sec / push_ceiling
+    );
     println!(
         "checks: {} pops, none twice; {} acknowledged pushes, all stored ({stored} rows)",
         popped.len(),
@@ -989,6 +1166,11 @@ fn run(o: &Options, db: &str) -> Result<()> {
         rss_per_task,
         pg_bytes_per_row
     );
+    line.push_str(&format!(
+        " ceiling_pops_per_s={ceiling:.0} ceiling_pop_ratio={:.3} ceiling_pushes_per_s={push_ceiling:.0} ceiling_push_ratio={:.3}",
+        ceiling / lp.ops_per_sec,
+        push_ceiling / lins.ops_per_sec
+    ));
     for (k, v, _) in ratios {
         line.push_str(&format!(" {k}={v:.3}"));
     }

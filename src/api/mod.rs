@@ -37,22 +37,22 @@ pub const OPENAPI_PATH: &str = "/openapi.json";
 )]
 struct ApiDoc;
 
-/// Registers every endpoint. Order matters where paths overlap: `/tasks/stats` before
-/// `/tasks/{task_id}`.
+/// Registers every endpoint. actix tries them in this order, so the hot paths (pop, push,
+/// patch) come first; where paths overlap, `/tasks/stats` must precede `/tasks/{task_id}`.
 pub fn routes(cfg: &mut ServiceConfig) {
-    cfg.service(health::root)
+    cfg.service(schedulers::pop)
+        .service(schedulers::push)
+        .service(tasks::patch_task)
+        .service(health::root)
         .service(health::livez)
         .service(health::health)
         .service(health::metrics)
         .service(schedulers::list_schedulers)
         .service(schedulers::get_scheduler)
-        .service(schedulers::push)
-        .service(schedulers::pop)
         .service(tasks::task_stats)
         .service(tasks::list_tasks)
         .service(tasks::search_tasks)
-        .service(tasks::get_task)
-        .service(tasks::patch_task);
+        .service(tasks::get_task);
 }
 
 /// The OpenAPI document of this build.

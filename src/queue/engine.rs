@@ -391,11 +391,20 @@ impl Engine {
         let mut done: Vec<Option<Done>> = (0..batch.len()).map(|_| None).collect();
         let began = Instant::now();
         let mut applied = Duration::ZERO;
-        let result = conn.transaction::<_, StorageError, _>(|c| {
-            let r = self.apply(c, &batch, now, &mut done);
-            applied = began.elapsed();
-            r
-        });
+        // A batch that needs one statement runs it in autocommit: one round trip instead of
+        // BEGIN, statement, COMMIT, and a single statement is atomic all the same.
+        let result = match self.single_statement(&mut conn, &batch, now, &mut done) {
+            Ok(true) => {
+                applied = began.elapsed();
+                Ok(())
+            }
+            Ok(false) => conn.transaction::<_, StorageError, _>(|c| {
+                let r = self.apply(c, &batch, now, &mut done);
+                applied = began.elapsed();
+                r
+            }),
+            Err(e) => Err(e),
+        };
         let total = began.elapsed();
         let counters = &self.gauges.engine;
         match result {
@@ -442,6 +451,77 @@ impl Engine {
         }
     }
 
+    /// Applies the batch with a single autocommitted statement if it can be: only unfiltered pops
+    /// with nothing pending to refill, or only new pushes that fit the heap and duplicate nothing
+    /// (checked by a read first). Returns false, having changed nothing, when it cannot.
+    fn single_statement(
+        &mut self,
+        c: &mut AnyConnection,
+        batch: &[Command],
+        now: DateTime<Utc>,
+        done: &mut [Option<Done>],
+    ) -> Result<bool, StorageError> {
+        let all_pops = batch
+            .iter()
+            .all(|c| matches!(c, Command::Pop { filter: None, .. }));
+        if all_pops && self.pending == 0 {
+            let wanted: usize = batch
+                .iter()
+                .map(|c| match c {
+                    Command::Pop { limit, .. } => *limit,
+                    _ => 0,
+                })
+                .sum();
+            if wanted.min(self.heap.len()) <= tasks::CHUNK {
+                let pops: Vec<(usize, usize, Option<&FilterNode>)> = batch
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| match c {
+                        Command::Pop { limit, .. } => Some((i, *limit, None)),
+                        _ => None,
+                    })
+                    .collect();
+                self.apply_pops(c, &pops, now, done)?;
+                return Ok(true);
+            }
+        }
+        let plain_pushes = batch.len() <= tasks::INSERT_CHUNK
+            && batch.len() <= self.heap.room()
+            && batch
+                .iter()
+                .all(|c| matches!(c, Command::Push { task, .. } if !task.id_given));
+        if plain_pushes {
+            let mut hashes: Vec<String> = batch
+                .iter()
+                .filter_map(|c| match c {
+                    Command::Push { task, .. } => Some(task.hash.clone()),
+                    _ => None,
+                })
+                .collect();
+            hashes.sort_unstable();
+            let count = hashes.len();
+            hashes.dedup();
+            if hashes.len() == count
+                && tasks::find_for_push(c, self.scheduler, &[], &hashes)?.is_empty()
+            {
+                let mut st = BatchState::default();
+                let pushes: Vec<(usize, &NewTask)> = batch
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| match c {
+                        Command::Push { task, .. } => Some((i, task)),
+                        _ => None,
+                    })
+                    .collect();
+                // Nothing waits with these hashes and the heap has room: each push is a plain
+                // insert, so this issues exactly one INSERT.
+                self.apply_pushes(c, &mut st, &pushes, now, done, false)?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn apply(
         &mut self,
         c: &mut AnyConnection,
@@ -459,7 +539,7 @@ impl Engine {
             })
             .collect();
         if !pushes.is_empty() {
-            self.apply_pushes(c, &mut st, &pushes, now, done)?;
+            self.apply_pushes(c, &mut st, &pushes, now, done, true)?;
         }
         let patches: Vec<(usize, Uuid, &TaskPatch)> = batch
             .iter()
@@ -500,6 +580,7 @@ impl Engine {
         pushes: &[(usize, &NewTask)],
         now: DateTime<Utc>,
         done: &mut [Option<Done>],
+        lookup: bool,
     ) -> Result<(), StorageError> {
         let ids: Vec<String> = pushes
             .iter()
@@ -509,7 +590,12 @@ impl Engine {
         let mut hashes: Vec<String> = pushes.iter().map(|(_, t)| t.hash.clone()).collect();
         hashes.sort_unstable();
         hashes.dedup();
-        for row in tasks::find_for_push(c, self.scheduler, &ids, &hashes)? {
+        let found = if lookup {
+            tasks::find_for_push(c, self.scheduler, &ids, &hashes)?
+        } else {
+            Vec::new()
+        };
+        for row in found {
             if row.status()?.is_waiting()
                 && row.scheduler_id == self.scheduler.as_str()
                 && let Some(hash) = &row.hash

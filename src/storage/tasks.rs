@@ -18,9 +18,9 @@ pub const COLUMNS: &str = "id, scheduler_id, schedule_id, organisation, type AS 
      priority, data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at";
 
 /// Ids per statement.
-const CHUNK: usize = 1000;
+pub const CHUNK: usize = 1000;
 /// Rows per multi-row INSERT (14 binds each).
-const INSERT_CHUNK: usize = 500;
+pub const INSERT_CHUNK: usize = 500;
 
 /// Pop order, as the heap ranks: most urgent first, then oldest, then id for a total order.
 pub const POP_ORDER: &str = "priority ASC, created_at ASC, id ASC";
