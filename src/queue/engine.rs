@@ -215,7 +215,7 @@ fn naive(t: DateTime<Utc>) -> NaiveDateTime {
 }
 
 fn rank_of(row: &TaskRow) -> Rank {
-    Rank::new(row.priority, row.created_at)
+    Rank::new(row.priority, row.created_at, row.hash.as_deref())
 }
 
 fn parse_uuid(id: &str) -> Result<Uuid, StorageError> {
@@ -285,7 +285,7 @@ impl Engine {
                     for key in &page {
                         entries.push((
                             parse_uuid(&key.id)?,
-                            Rank::new(key.priority, key.created_at),
+                            Rank::new(key.priority, key.created_at, key.hash.as_deref()),
                         ));
                     }
                     if let Some(key) = page.into_iter().last() {
@@ -501,9 +501,16 @@ impl Engine {
             hashes.sort_unstable();
             let count = hashes.len();
             hashes.dedup();
-            if hashes.len() == count
-                && tasks::find_for_push(c, self.scheduler, &[], &hashes)?.is_empty()
-            {
+            // With nothing pending, every waiting task of this scheduler is in the heap, and its
+            // hash index answers without a read; otherwise the table does.
+            let duplicates_none = if self.pending == 0 {
+                hashes
+                    .iter()
+                    .all(|h| self.heap.find_hash(Some(h)).is_none())
+            } else {
+                tasks::find_for_push(c, self.scheduler, &[], &hashes)?.is_empty()
+            };
+            if hashes.len() == count && duplicates_none {
                 let mut st = BatchState::default();
                 let pushes: Vec<(usize, &NewTask)> = batch
                     .iter()
@@ -667,7 +674,7 @@ impl Engine {
             return self.boost_or_conflict(c, st, &other, task.priority, now);
         }
         let created = self.next_created(now);
-        let rank = Rank::new(task.priority, created);
+        let rank = Rank::new(task.priority, created, Some(&task.hash));
         let status = match self.place(c, st, task.id, rank, true, naive(now))? {
             Ok(status) => status,
             Err(e) => return Ok(Err(e)),

@@ -143,6 +143,9 @@ pub struct WaitingKey {
     /// Creation time.
     #[diesel(sql_type = Timestamp)]
     pub created_at: NaiveDateTime,
+    /// The task hash.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub hash: Option<String>,
 }
 
 /// `scheduler_id, COUNT(*)` of one status.

@@ -259,7 +259,7 @@ pub fn queued_page(
     let mut q = sql(
         conn,
         &format!(
-            "SELECT id, scheduler_id, priority, created_at FROM tasks WHERE {WAITING} \
+            "SELECT id, scheduler_id, priority, created_at, hash FROM tasks WHERE {WAITING} \
              AND status = 'queued' AND scheduler_id = "
         ),
     );
@@ -306,7 +306,7 @@ pub fn demote_after(
 pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<WaitingKey>> {
     sql(
         conn,
-        "SELECT id, scheduler_id, priority, created_at FROM tasks WHERE status = 'queued'",
+        "SELECT id, scheduler_id, priority, created_at, hash FROM tasks WHERE status = 'queued'",
     )
     .load(conn)
 }
@@ -320,7 +320,7 @@ pub fn best_pending(
     let mut q = sql(
         conn,
         &format!(
-            "SELECT id, scheduler_id, priority, created_at FROM tasks WHERE {WAITING} \
+            "SELECT id, scheduler_id, priority, created_at, hash FROM tasks WHERE {WAITING} \
              AND status = 'pending' AND scheduler_id = "
         ),
     );
