@@ -210,6 +210,30 @@ struct Engine {
     last_created: i64,
 }
 
+/// The batch's pushes, with their positions.
+fn pushes_of(batch: &[Command]) -> Vec<(usize, &NewTask)> {
+    batch
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| match c {
+            Command::Push { task, .. } => Some((i, task)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The batch's pops (limit and filter), with their positions.
+fn pops_of(batch: &[Command]) -> Vec<(usize, usize, Option<&FilterNode>)> {
+    batch
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| match c {
+            Command::Pop { limit, filter, .. } => Some((i, *limit, filter.as_ref())),
+            _ => None,
+        })
+        .collect()
+}
+
 fn naive(t: DateTime<Utc>) -> NaiveDateTime {
     t.naive_utc()
 }
@@ -465,22 +489,9 @@ impl Engine {
             .iter()
             .all(|c| matches!(c, Command::Pop { filter: None, .. }));
         if all_pops && self.pending == 0 {
-            let wanted: usize = batch
-                .iter()
-                .map(|c| match c {
-                    Command::Pop { limit, .. } => *limit,
-                    _ => 0,
-                })
-                .sum();
+            let pops = pops_of(batch);
+            let wanted: usize = pops.iter().map(|(_, limit, _)| limit).sum();
             if wanted.min(self.heap.len()) <= tasks::CHUNK {
-                let pops: Vec<(usize, usize, Option<&FilterNode>)> = batch
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, c)| match c {
-                        Command::Pop { limit, .. } => Some((i, *limit, None)),
-                        _ => None,
-                    })
-                    .collect();
                 self.apply_pops(c, &pops, now, done)?;
                 return Ok(true);
             }
@@ -491,13 +502,8 @@ impl Engine {
                 .iter()
                 .all(|c| matches!(c, Command::Push { task, .. } if !task.id_given));
         if plain_pushes {
-            let mut hashes: Vec<String> = batch
-                .iter()
-                .filter_map(|c| match c {
-                    Command::Push { task, .. } => Some(task.hash.clone()),
-                    _ => None,
-                })
-                .collect();
+            let pushes = pushes_of(batch);
+            let mut hashes: Vec<String> = pushes.iter().map(|(_, t)| t.hash.clone()).collect();
             hashes.sort_unstable();
             let count = hashes.len();
             hashes.dedup();
@@ -512,14 +518,6 @@ impl Engine {
             };
             if hashes.len() == count && duplicates_none {
                 let mut st = BatchState::default();
-                let pushes: Vec<(usize, &NewTask)> = batch
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, c)| match c {
-                        Command::Push { task, .. } => Some((i, task)),
-                        _ => None,
-                    })
-                    .collect();
                 // Nothing waits with these hashes and the heap has room: each push is a plain
                 // insert, so this issues exactly one INSERT.
                 self.apply_pushes(c, &mut st, &pushes, now, done, false)?;
@@ -537,14 +535,7 @@ impl Engine {
         done: &mut [Option<Done>],
     ) -> Result<(), StorageError> {
         let mut st = BatchState::default();
-        let pushes: Vec<(usize, &NewTask)> = batch
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| match c {
-                Command::Push { task, .. } => Some((i, task)),
-                _ => None,
-            })
-            .collect();
+        let pushes = pushes_of(batch);
         if !pushes.is_empty() {
             self.apply_pushes(c, &mut st, &pushes, now, done, true)?;
         }
@@ -564,14 +555,7 @@ impl Engine {
                 done[i] = Some(self.expire(c, &mut st, now)?);
             }
         }
-        let pops: Vec<(usize, usize, Option<&FilterNode>)> = batch
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| match c {
-                Command::Pop { limit, filter, .. } => Some((i, *limit, filter.as_ref())),
-                _ => None,
-            })
-            .collect();
+        let pops = pops_of(batch);
         if !pops.is_empty() {
             self.apply_pops(c, &pops, now, done)?;
         }
