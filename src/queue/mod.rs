@@ -1,11 +1,13 @@
 //! The queue: one bounded heap per scheduler and its durable twin, the `tasks` table, kept in
-//! step by a single engine thread that applies pushes, pops and patches in group-committed
-//! batches. This is where the rules of DESIGN.md §5 live:
+//! step by one engine thread per scheduler that applies pushes, pops, patches and lease expiry
+//! in group-committed batches. This is where the rules of DESIGN.md §5 live:
 //!
-//! - exactly-one pop: only the engine takes tasks out of a heap, and a task is dispatched by a
+//! - exactly-one pop: only its engine takes tasks out of a heap, and a task is dispatched by a
 //!   conditional `UPDATE … WHERE status = 'queued'`;
 //! - durability: a caller is answered only after the batch holding its change has committed;
 //! - recovery: the heaps are rebuilt from the table at start and after any failed batch;
+//! - leases: a popped task that is not started, or a running one that is not finished, in time
+//!   goes back to the queue (attempts + 1) or is failed once its attempts are used;
 //! - bounded memory: a full heap stores automatic pushes as `pending` (or refuses them), user
 //!   scans evict the worst automatic task, and pending tasks flow back best first.
 //!
@@ -257,7 +259,7 @@ struct Inner {
 }
 
 impl Broker {
-    /// Rebuilds the heaps from the table and starts the engine thread. Blocking: call it from a
+    /// Rebuilds the heaps from the table and starts one engine thread per scheduler. Blocking: call it from a
     /// blocking context. Fails if the database cannot be read.
     pub fn start(
         pool: DbPool,
