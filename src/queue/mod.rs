@@ -259,8 +259,8 @@ struct Inner {
 }
 
 impl Broker {
-    /// Rebuilds the heaps from the table and starts one engine thread per scheduler. Blocking: call it from a
-    /// blocking context. Fails if the database cannot be read.
+    /// Rebuilds the heaps from the table and starts one engine thread per scheduler. Blocking:
+    /// call it from a blocking context. Fails if the database cannot be read.
     pub fn start(
         pool: DbPool,
         backend: Backend,
