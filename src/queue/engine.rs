@@ -14,9 +14,9 @@
 //! bad command cannot fail the others.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::storage::rows::{TaskRow, WaitingKey};
-use crate::storage::{self, AnyConnection, DbConn, DbPool, StorageError, tasks};
+use crate::storage::{self, AnyConnection, Backend, DbConn, DbPool, StorageError, tasks};
 
 /// Pending tasks moved back into a heap per refill statement at most.
 const REFILL_BATCH: usize = 1_000;
@@ -123,6 +123,7 @@ impl EngineHandle {
 /// channels once all are ready, or the first rebuild error.
 pub(crate) fn start_all(
     pool: &DbPool,
+    backend: Backend,
     clock: &SharedClock,
     limits: [SchedulerLimits; 3],
     max_batch: usize,
@@ -131,12 +132,17 @@ pub(crate) fn start_all(
 ) -> Result<([SyncSender<Command>; 3], EngineHandle), StorageError> {
     let mut engines = Vec::new();
     let mut ready = Vec::new();
+    // SQLite has one writer at a time, and a transaction that read before it writes fails at
+    // once (not after busy_timeout) if another connection wrote in between. So on SQLite the
+    // engines take turns; PostgreSQL lets them write side by side.
+    let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(())));
     for s in SchedulerId::ALL {
         let (tx, rx) = std::sync::mpsc::sync_channel(channel_capacity);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut engine = Engine {
             scheduler: s,
             pool: pool.clone(),
+            write_lock: write_lock.clone(),
             conn: None,
             clock: clock.clone(),
             limits: limits[s.index()],
@@ -191,6 +197,8 @@ pub(crate) fn start_all(
 struct Engine {
     scheduler: SchedulerId,
     pool: DbPool,
+    /// Held for each transaction when the database takes one writer at a time (SQLite).
+    write_lock: Option<Arc<Mutex<()>>>,
     /// The engine's own connection, kept between batches; dropped after a failure so the next
     /// batch starts on a fresh one.
     conn: Option<DbConn>,
@@ -246,6 +254,12 @@ fn parse_uuid(id: &str) -> Result<Uuid, StorageError> {
     Uuid::parse_str(id).map_err(|_| StorageError::Corrupt(format!("task id '{id}' is not a UUID")))
 }
 
+/// Takes the shared write lock, if any; a panic in another engine does not make it unusable.
+fn write_turn(lock: &Option<Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
+    lock.as_ref()
+        .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
 impl Engine {
     fn run(mut self, rx: Receiver<Command>) {
         loop {
@@ -281,6 +295,8 @@ impl Engine {
     /// Rebuilds the heap and the pending count from the table. Queued tasks beyond the heap's
     /// bound (after `maxsize` was lowered) are moved to `pending`; then the heap is refilled.
     fn rebuild(&mut self) -> Result<(), StorageError> {
+        let lock = self.write_lock.clone();
+        let _turn = write_turn(&lock);
         let started = Instant::now();
         let s = self.scheduler;
         let now = naive(self.clock.now());
@@ -401,6 +417,8 @@ impl Engine {
         if self.down_since.take().is_some() {
             info!(scheduler.id = %self.scheduler, "database reachable again");
         }
+        let lock = self.write_lock.clone();
+        let turn = write_turn(&lock);
         let now = self.clock.now();
         let mut conn = match self.conn.take() {
             Some(c) => c,
@@ -430,6 +448,8 @@ impl Engine {
             Err(e) => Err(e),
         };
         let total = began.elapsed();
+        // The transaction is over; a retry below (one command at a time) takes its own turn.
+        drop(turn);
         let counters = &self.gauges.engine;
         match result {
             Ok(()) => {

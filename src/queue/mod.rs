@@ -270,6 +270,7 @@ impl Broker {
         let gauges = Arc::new(Gauges::new());
         let (txs, handle) = engine::start_all(
             &pool,
+            backend,
             &clock,
             config.limits,
             config.max_batch,

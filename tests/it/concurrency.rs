@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use futures_util::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::helpers::*;
 
@@ -92,4 +92,52 @@ async fn eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once(backend: B
     assert_eq!(dispatched["count"], TASKS);
 }
 
-crate::backend_tests!(eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once);
+async fn concurrent_pushes_and_pops_on_all_three_schedulers_all_succeed(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let app = &app;
+    // The three schedulers' engines write side by side; on SQLite they share one file.
+    let codes: Vec<u16> = futures_util::stream::iter(0..600usize)
+        .map(|i| async move {
+            let s = ["boefje", "normalizer", "report"][i % 3];
+            if i % 4 == 3 {
+                return app.pop(s, Some(2), None).await.status().as_u16();
+            }
+            // Every fifth push repeats the work of the push 15 before it (same scheduler), so
+            // de-duplication runs too: a boost or a 409.
+            let n = if i % 5 == 0 && i >= 15 { i - 15 } else { i };
+            let body = match s {
+                "boefje" => boefje_push("org1", &format!("b{n}"), None, 5 - (i % 5 == 0) as i64),
+                "normalizer" => json!({"organisation": "org1", "priority": 5, "data": {
+                    "normalizer": {"id": format!("n{n}")},
+                    "raw_data": {"boefje_meta": {"id": format!("00000000-0000-4000-8000-{n:012}"), "organization": "org1"}}}}),
+                _ => report_push("org1", &format!("r{n}"), 5),
+            };
+            app.push(s, &body).await.status().as_u16()
+        })
+        .buffer_unordered(48)
+        .collect()
+        .await;
+    let failed: Vec<u16> = codes
+        .iter()
+        .copied()
+        .filter(|c| !(200..300).contains(c) && *c != 409)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failed.len(),
+        codes.len(),
+        &failed[..failed.len().min(10)]
+    );
+    assert!(
+        codes.contains(&409) || codes.contains(&200),
+        "duplicates were exercised"
+    );
+}
+
+crate::backend_tests!(
+    eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once,
+    concurrent_pushes_and_pops_on_all_three_schedulers_all_succeed,
+);
