@@ -218,7 +218,11 @@ impl TestApp {
         let join = tokio::spawn(app.run_until_stopped(token.clone()));
         TestApp {
             address,
-            client: reqwest::Client::new(),
+            // A request that hangs fails its test instead of stalling the run.
+            client: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(30))
+                .build()
+                .expect("client"),
             clock,
             settings,
             backend,

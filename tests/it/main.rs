@@ -14,6 +14,7 @@ mod clients;
 mod concurrency;
 mod crash;
 mod filters;
+mod isolation;
 mod leases;
 mod migrations;
 mod openapi;
