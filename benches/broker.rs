@@ -240,6 +240,85 @@ fn ceiling_pops(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f6
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
+/// PostgreSQL alone doing the broker's pop write for tasks arriving at `rate` per second, with
+/// group commit as the engines do it: each of `conns` connections writes, in one statement,
+/// every task that arrived while its previous statement ran. Each task's latency counts from its
+/// scheduled arrival to the end of its statement. Returns the p98: a lower bound for the write
+/// part of a pop's latency at that load (the broker adds HTTP and hand-offs on top).
+fn paced_write_p98(db: &str, conns: usize, rate: f64, seconds: f64) -> Result<f64> {
+    use kat_scheduler::domain::TaskStatus;
+    use kat_scheduler::storage::{self, DbTarget, tasks};
+    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
+    let pool = storage::connect(&target, conns as u32 + 1, Duration::from_secs(5))?;
+    #[derive(QueryableByName)]
+    struct IdRow {
+        #[diesel(sql_type = Text)]
+        id: String,
+    }
+    let ids: Vec<String> = {
+        let mut c = storage::checkout(&pool)?;
+        diesel::sql_query(format!(
+            "SELECT id FROM tasks WHERE scheduler_id = '{CEILING_SCHEDULER}' AND status = 'queued'"
+        ))
+        .load::<IdRow>(&mut *c)?
+        .into_iter()
+        .map(|r| r.id)
+        .collect()
+    };
+    let per = ids.len() / conns;
+    let needed = (rate / conns as f64 * seconds) as usize + 1;
+    if per < needed {
+        return Err("the paced write ran out of rows; use more --tasks".into());
+    }
+    let interval = Duration::from_secs_f64(conns as f64 / rate);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..conns)
+        .map(|i| {
+            let mine: Vec<String> = ids[i * per..i * per + needed].to_vec();
+            let pool = pool.clone();
+            std::thread::spawn(move || -> Result<Vec<u32>> {
+                let mut c = storage::checkout(&pool)?;
+                let arrival =
+                    |k: usize| start + interval.mul_f64(k as f64 + i as f64 / conns as f64);
+                let mut lat = Vec::new();
+                let mut next = 0;
+                while next < mine.len() && start.elapsed().as_secs_f64() < seconds {
+                    if let Some(wait) = arrival(next).checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let now = Instant::now();
+                    let mut end = next + 1;
+                    while end < mine.len() && arrival(end) <= now {
+                        end += 1;
+                    }
+                    let at = chrono::Utc::now().naive_utc();
+                    tasks::transition(
+                        &mut c,
+                        &mine[next..end],
+                        TaskStatus::Queued,
+                        TaskStatus::Dispatched,
+                        at,
+                        Some(at),
+                    )?;
+                    for k in next..end {
+                        lat.push(
+                            u32::try_from(arrival(k).elapsed().as_micros()).unwrap_or(u32::MAX),
+                        );
+                    }
+                    next = end;
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for h in handles {
+        lat.extend(h.join().map_err(|_| "paced write thread panicked")??);
+    }
+    lat.sort_unstable();
+    Ok(percentile(&lat, 98))
+}
+
 /// PostgreSQL alone inserting new tasks the way the broker does (the library's multi-row insert),
 /// three connections, `batch` rows per statement, no HTTP: what durable pushes could reach if
 /// the broker cost nothing.
@@ -754,6 +833,8 @@ struct Round {
     push_engine: [f64; 3],
     ceiling: f64,
     push_ceiling: f64,
+    half_engine: [f64; 3],
+    write_p98_half: f64,
 }
 
 fn copy_out_seconds(db: &str) -> Result<f64> {
@@ -913,6 +994,7 @@ fn run(o: &Options, db: &str) -> Result<()> {
         ))?;
 
         let half = broker_pop.ops_per_sec / 2.0;
+        let before = rt.block_on(engine_counters(broker.port))?;
         let (broker_pop_half, r) = rt.block_on(http_load(
             broker.port,
             o.clients,
@@ -921,7 +1003,11 @@ fn run(o: &Options, db: &str) -> Result<()> {
             Op::Pop,
             round,
         ))?;
+        let half_engine = engine_delta(before, rt.block_on(engine_counters(broker.port))?);
         record(r.ids, &mut popped)?;
+        // PostgreSQL alone doing the same writes for tasks arriving at the same rate, right
+        // after, under the same conditions: a lower bound for the write part of a pop's latency.
+        let write_p98 = paced_write_p98(db, 3, half, o.seconds)?;
         let (noop_half, _) = rt.block_on(http_load(
             broker.port,
             o.clients,
@@ -974,6 +1060,8 @@ fn run(o: &Options, db: &str) -> Result<()> {
             pop_engine,
             push_engine,
             ceiling,
+            half_engine,
+            write_p98_half: write_p98,
             push_ceiling: ceiling_pushes(
                 db,
                 3,
@@ -1084,6 +1172,14 @@ fn run(o: &Options, db: &str) -> Result<()> {
             e(2) - e(1)
         );
     }
+    let write_p98 = median(rounds.iter().map(|r| r.write_p98_half).collect());
+    let half_batch = median(rounds.iter().map(|r| r.half_engine[0]).collect());
+    let bound = nh.p50_us + write_p98;
+    println!(
+        "latency at 50 % load: PostgreSQL alone doing the broker's pop write for tasks arriving at that rate (group-committed; the broker's engines formed {half_batch:.1} per transaction) has p98 {write_p98:.0} µs; \
+         so a pop's p99 is at least no-op p50 + that = {bound:.0} µs = {:.2}x the no-op p99 (the target allows 2x)",
+        bound / nh.p99_us
+    );
     let batch_of = |pick: usize| {
         median(
             rounds
@@ -1168,9 +1264,11 @@ fn run(o: &Options, db: &str) -> Result<()> {
         pg_bytes_per_row
     );
     line.push_str(&format!(
-        " ceiling_pops_per_s={ceiling:.0} ceiling_pop_ratio={:.3} ceiling_pushes_per_s={push_ceiling:.0} ceiling_push_ratio={:.3}",
+        " ceiling_pops_per_s={ceiling:.0} ceiling_pop_ratio={:.3} ceiling_pushes_per_s={push_ceiling:.0} ceiling_push_ratio={:.3} \
+         write_p98_half_load_us={write_p98:.0} pop_p99_lower_bound_vs_noop={:.3}",
         ceiling / lp.ops_per_sec,
-        push_ceiling / lins.ops_per_sec
+        push_ceiling / lins.ops_per_sec,
+        bound / nh.p99_us
     ));
     for (k, v, _) in ratios {
         line.push_str(&format!(" {k}={v:.3}"));
