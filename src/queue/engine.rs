@@ -42,9 +42,6 @@ const REFILL_BATCH: usize = 1_000;
 /// millions of rows.
 const REBUILD_PAGE: usize = 10_000;
 
-/// Expired leases handled per sweep at most; the next sweep takes the rest.
-const EXPIRY_BATCH: usize = 1_000;
-
 /// After the database was found unreachable, commands are answered 503 at once for this long
 /// before the next connection attempt, so an outage costs callers no wait beyond one connect
 /// timeout.
@@ -68,8 +65,9 @@ pub(crate) enum Command {
         patch: TaskPatch,
         reply: Reply<Task>,
     },
-    /// The watchdog: re-queue or fail tasks whose lease ended.
+    /// The watchdog: re-queue or fail these tasks if their lease has ended.
     Expire {
+        ids: Vec<String>,
         reply: Reply<ExpiryReport>,
     },
     Shutdown,
@@ -571,8 +569,8 @@ impl Engine {
             self.apply_patches(c, &mut st, &patches, now, done)?;
         }
         for (i, cmd) in batch.iter().enumerate() {
-            if matches!(cmd, Command::Expire { .. }) {
-                done[i] = Some(self.expire(c, &mut st, now)?);
+            if let Command::Expire { ids, .. } = cmd {
+                done[i] = Some(self.expire(c, &mut st, ids, now)?);
             }
         }
         let pops = pops_of(batch);
@@ -972,16 +970,38 @@ impl Engine {
 
     // ---------------------------------------------------------------- leases
 
-    /// Re-queues (attempts + 1) or fails every task whose lease ended.
+    /// Re-queues (attempts + 1) or fails those of `ids` whose lease has ended. The watchdog found
+    /// them with a read outside this transaction, so each is checked again here: a task finished
+    /// or renewed since is left alone.
     fn expire(
         &mut self,
         c: &mut AnyConnection,
         st: &mut BatchState,
+        ids: &[String],
         now: DateTime<Utc>,
     ) -> Result<Done, StorageError> {
         let mut report = ExpiryReport::default();
-        for mut row in tasks::expired_leases(c, self.scheduler, naive(now), EXPIRY_BATCH)? {
+        let missing: Vec<String> = ids
+            .iter()
+            .filter(|id| !st.rows.contains_key(*id))
+            .cloned()
+            .collect();
+        for row in tasks::get_many(c, &missing)? {
+            st.rows.insert(row.id.clone(), row);
+        }
+        let candidates: Vec<TaskRow> = ids
+            .iter()
+            .filter_map(|id| st.rows.get(id).cloned())
+            .collect();
+        for mut row in candidates {
             let held = row.status()?;
+            let ended = row.lease_expires_at.is_some_and(|at| at < naive(now));
+            if !matches!(held, TaskStatus::Dispatched | TaskStatus::Running)
+                || !ended
+                || row.scheduler_id != self.scheduler.as_str()
+            {
+                continue;
+            }
             let id = row.uuid()?;
             row.attempts = row.attempts.saturating_add(1);
             row.lease_expires_at = None;
@@ -1147,7 +1167,7 @@ fn reply(cmd: Command, done: Done) {
                 _ => Err(wrong()),
             }));
         }
-        Command::Expire { reply } => {
+        Command::Expire { reply, .. } => {
             let _ = reply.send(done.and_then(|a| match a {
                 Answer::Expired(report) => Ok(report),
                 _ => Err(wrong()),

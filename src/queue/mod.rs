@@ -72,6 +72,9 @@ pub struct QueueConfig {
     pub channel_capacity: usize,
 }
 
+/// Expired leases handled per scheduler per sweep at most; the next sweep takes the rest.
+const EXPIRY_BATCH: usize = 1_000;
+
 /// Seconds a client is told to wait (`Retry-After`) after a 429 (queue full) or a 503
 /// (database unavailable).
 pub const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
@@ -365,11 +368,22 @@ impl Broker {
     }
 
     /// Sweeps every scheduler for expired leases: each such task is queued again with its
-    /// attempt count raised, or failed once it has used its attempts.
+    /// attempt count raised, or failed once it has used its attempts. The search is a read on a
+    /// pooled connection (it scans); only what it finds goes to the engines, which check again.
     pub async fn expire_leases(&self) -> Result<ExpiryReport, QueueError> {
         let mut report = ExpiryReport::default();
+        let now = self.inner.clock.now().naive_utc();
         for s in SchedulerId::ALL {
-            let r = self.call(s, |reply| Command::Expire { reply }).await?;
+            let ids = self
+                .read(move |c| {
+                    storage::tasks::expired_lease_ids(c, s, now, EXPIRY_BATCH)
+                        .map_err(|e| QueueError::from(StorageError::from(e)))
+                })
+                .await?;
+            if ids.is_empty() {
+                continue;
+            }
+            let r = self.call(s, |reply| Command::Expire { ids, reply }).await?;
             report.requeued.extend(r.requeued);
             report.failed.extend(r.failed);
         }

@@ -84,25 +84,30 @@ pub fn scheduler_of(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<St
         .map(|r| r.scheduler_id))
 }
 
-/// Dispatched or running tasks of `scheduler` whose lease ended before `now`, oldest lease first.
-pub fn expired_leases(
+/// Ids of dispatched or running tasks of `scheduler` whose lease ended before `now`, oldest lease
+/// first. There is no index on leases (every pop would have to update it), so this scans; the
+/// watchdog runs it on a pooled connection, never on an engine's.
+pub fn expired_lease_ids(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     now: NaiveDateTime,
     limit: usize,
-) -> QueryResult<Vec<TaskRow>> {
+) -> QueryResult<Vec<String>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        id: String,
+    }
     let mut q = sql(
         conn,
-        &format!(
-            "SELECT {COLUMNS} FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = "
-        ),
+        "SELECT id FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = ",
     );
     q.bind(scheduler.as_str())
         .push(" AND lease_expires_at < ")
         .bind(now)
         .push(" ORDER BY lease_expires_at LIMIT ")
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    q.load(conn)
+    Ok(q.load::<Row>(conn)?.into_iter().map(|r| r.id).collect())
 }
 
 /// How many tasks of `scheduler` are in `status` (`pending` or `queued`).
