@@ -7,6 +7,9 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY migrations ./migrations
+# The manifest names the test and bench targets; cargo refuses it when their files are missing.
+COPY tests ./tests
+COPY benches ./benches
 RUN cargo build --release --locked --bin kat-scheduler
 
 FROM debian:bookworm-slim
