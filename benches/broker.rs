@@ -179,12 +179,9 @@ fn seed_ceiling(url: &str, n: usize) -> Result<()> {
     )
 }
 
-/// PostgreSQL alone doing the broker's durable write per pop (the engine's own statement, from
-/// the library), three connections like the three engines, `batch` tasks per statement, no HTTP
-/// and no heap: what durable pops could reach if the broker cost nothing.
-fn ceiling_pops(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f64> {
-    use kat_scheduler::domain::TaskStatus;
-    use kat_scheduler::storage::{self, DbTarget, tasks};
+/// A pool of `conns + 1` connections to `db` and the ids of the queued ceiling rows.
+fn ceiling_rows(db: &str, conns: usize) -> Result<(kat_scheduler::storage::DbPool, Vec<String>)> {
+    use kat_scheduler::storage::{self, DbTarget};
     let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
     let pool = storage::connect(&target, conns as u32 + 1, Duration::from_secs(5))?;
     #[derive(QueryableByName)]
@@ -192,7 +189,7 @@ fn ceiling_pops(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f6
         #[diesel(sql_type = Text)]
         id: String,
     }
-    let ids: Vec<String> = {
+    let ids = {
         let mut c = storage::checkout(&pool)?;
         diesel::sql_query(format!(
             "SELECT id FROM tasks WHERE scheduler_id = '{CEILING_SCHEDULER}' AND status = 'queued'"
@@ -202,6 +199,16 @@ fn ceiling_pops(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f6
         .map(|r| r.id)
         .collect()
     };
+    Ok((pool, ids))
+}
+
+/// PostgreSQL alone doing the broker's durable write per pop (the engine's own statement, from
+/// the library), three connections like the three engines, `batch` tasks per statement, no HTTP
+/// and no heap: what durable pops could reach if the broker cost nothing.
+fn ceiling_pops(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f64> {
+    use kat_scheduler::domain::TaskStatus;
+    use kat_scheduler::storage::{self, tasks};
+    let (pool, ids) = ceiling_rows(db, conns)?;
     let per = ids.len() / conns;
     let start = Instant::now();
     let handles: Vec<_> = (0..conns)
@@ -247,24 +254,8 @@ fn ceiling_pops(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f6
 /// part of a pop's latency at that load (the broker adds HTTP and hand-offs on top).
 fn paced_write_p98(db: &str, conns: usize, rate: f64, seconds: f64) -> Result<f64> {
     use kat_scheduler::domain::TaskStatus;
-    use kat_scheduler::storage::{self, DbTarget, tasks};
-    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
-    let pool = storage::connect(&target, conns as u32 + 1, Duration::from_secs(5))?;
-    #[derive(QueryableByName)]
-    struct IdRow {
-        #[diesel(sql_type = Text)]
-        id: String,
-    }
-    let ids: Vec<String> = {
-        let mut c = storage::checkout(&pool)?;
-        diesel::sql_query(format!(
-            "SELECT id FROM tasks WHERE scheduler_id = '{CEILING_SCHEDULER}' AND status = 'queued'"
-        ))
-        .load::<IdRow>(&mut *c)?
-        .into_iter()
-        .map(|r| r.id)
-        .collect()
-    };
+    use kat_scheduler::storage::{self, tasks};
+    let (pool, ids) = ceiling_rows(db, conns)?;
     let per = ids.len() / conns;
     let needed = (rate / conns as f64 * seconds) as usize + 1;
     if per < needed {

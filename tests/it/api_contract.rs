@@ -5,20 +5,6 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-const TASK_KEYS: [&str; 11] = [
-    "id",
-    "scheduler_id",
-    "schedule_id",
-    "organisation",
-    "priority",
-    "status",
-    "type",
-    "hash",
-    "data",
-    "created_at",
-    "modified_at",
-];
-
 async fn root_answers_null(backend: Backend) {
     let Some(app) = spawn_app(backend).await else {
         return;

@@ -10,19 +10,7 @@ use crate::helpers::*;
 /// What the runtime's pydantic model insists on (reference §3.1): every key present, `priority`
 /// and `type` non-null, `data.id == id`, a non-empty `data.boefje.id` for boefje tasks.
 fn assert_runtime_can_parse(task: &Value) {
-    for key in [
-        "id",
-        "scheduler_id",
-        "schedule_id",
-        "organisation",
-        "priority",
-        "status",
-        "type",
-        "hash",
-        "data",
-        "created_at",
-        "modified_at",
-    ] {
+    for key in TASK_KEYS {
         assert!(task.get(key).is_some(), "missing {key}");
     }
     assert!(Uuid::parse_str(task["id"].as_str().unwrap()).is_ok());

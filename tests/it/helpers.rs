@@ -377,6 +377,21 @@ impl Drop for TestApp {
     }
 }
 
+/// Every key of a task as mula's clients require it (reference §2.1).
+pub const TASK_KEYS: [&str; 11] = [
+    "id",
+    "scheduler_id",
+    "schedule_id",
+    "organisation",
+    "priority",
+    "status",
+    "type",
+    "hash",
+    "data",
+    "created_at",
+    "modified_at",
+];
+
 /// A boefje payload.
 pub fn boefje_data(org: &str, boefje: &str, ooi: Option<&str>) -> Value {
     json!({
