@@ -253,6 +253,20 @@ pub fn dispatch_matching(
 /// it only recognises a partial index whose WHERE terms appear in the query as written.
 const WAITING: &str = "status IN ('pending', 'queued')";
 
+/// The columns that decode into [`WaitingKey`].
+const KEY_COLUMNS: &str = "id, scheduler_id, priority, created_at, hash";
+
+/// Appends `AND (priority, created_at, id) > (key)`: everything ranked after `key` in pop order.
+fn push_ranked_after(q: &mut Sql, key: &WaitingKey) {
+    q.push(" AND (priority, created_at, id) > (")
+        .bind(key.priority)
+        .push(", ")
+        .bind(key.created_at)
+        .push(", ")
+        .bind(key.id.as_str())
+        .push(")");
+}
+
 /// The next `limit` queued tasks of `scheduler` in pop order, after `after` (a keyset page, so a
 /// rebuild of millions of rows never holds more than one page of rows at once).
 pub fn queued_page(
@@ -264,19 +278,13 @@ pub fn queued_page(
     let mut q = sql(
         conn,
         &format!(
-            "SELECT id, scheduler_id, priority, created_at, hash FROM tasks WHERE {WAITING} \
+            "SELECT {KEY_COLUMNS} FROM tasks WHERE {WAITING} \
              AND status = 'queued' AND scheduler_id = "
         ),
     );
     q.bind(scheduler.as_str());
     if let Some(k) = after {
-        q.push(" AND (priority, created_at, id) > (")
-            .bind(k.priority)
-            .push(", ")
-            .bind(k.created_at)
-            .push(", ")
-            .bind(k.id.as_str())
-            .push(")");
+        push_ranked_after(&mut q, k);
     }
     q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
@@ -296,14 +304,8 @@ pub fn demote_after(
         .push(&format!(
             " WHERE {WAITING} AND status = 'queued' AND scheduler_id = "
         ))
-        .bind(scheduler.as_str())
-        .push(" AND (priority, created_at, id) > (")
-        .bind(after.priority)
-        .push(", ")
-        .bind(after.created_at)
-        .push(", ")
-        .bind(after.id.as_str())
-        .push(")");
+        .bind(scheduler.as_str());
+    push_ranked_after(&mut q, after);
     q.execute(conn)
 }
 
@@ -311,7 +313,7 @@ pub fn demote_after(
 pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<WaitingKey>> {
     sql(
         conn,
-        "SELECT id, scheduler_id, priority, created_at, hash FROM tasks WHERE status = 'queued'",
+        &format!("SELECT {KEY_COLUMNS} FROM tasks WHERE status = 'queued'"),
     )
     .load(conn)
 }
@@ -325,7 +327,7 @@ pub fn best_pending(
     let mut q = sql(
         conn,
         &format!(
-            "SELECT id, scheduler_id, priority, created_at, hash FROM tasks WHERE {WAITING} \
+            "SELECT {KEY_COLUMNS} FROM tasks WHERE {WAITING} \
              AND status = 'pending' AND scheduler_id = "
         ),
     );

@@ -330,6 +330,15 @@ impl TestApp {
         body["results"].as_array().expect("results").clone()
     }
 
+    /// Pops (asserting 200) and returns the popped tasks' ids, in pop order.
+    pub async fn pop_ids(&self, scheduler: &str, limit: usize) -> Vec<String> {
+        self.pop_ok(scheduler, limit, None)
+            .await
+            .iter()
+            .map(id_of)
+            .collect()
+    }
+
     pub async fn get_task(&self, id: &str) -> Response {
         self.get(&format!("/tasks/{id}")).await
     }

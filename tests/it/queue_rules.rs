@@ -58,12 +58,7 @@ async fn equal_priorities_pop_in_push_order_even_within_a_microsecond(backend: B
                 .await,
         ));
     }
-    let popped: Vec<String> = app
-        .pop_ok("report", 20, None)
-        .await
-        .iter()
-        .map(id_of)
-        .collect();
+    let popped: Vec<String> = app.pop_ids("report", 20).await;
     assert_eq!(popped, ids);
 }
 
@@ -116,12 +111,7 @@ async fn a_duplicate_with_a_better_priority_boosts_the_queued_task(backend: Back
         .await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
 
-    let popped: Vec<String> = app
-        .pop_ok("boefje", 5, None)
-        .await
-        .iter()
-        .map(id_of)
-        .collect();
+    let popped: Vec<String> = app.pop_ids("boefje", 5).await;
     assert_eq!(popped, vec![id_of(&original), id_of(&ahead)]);
     let count: Value = app.get("/tasks?limit=0").await.json().await.unwrap();
     assert_eq!(count["count"], 2, "no second task was created");
@@ -235,21 +225,11 @@ async fn a_user_scan_evicts_the_worst_automatic_task(backend: Backend) {
         (Some(2), Some(1))
     );
 
-    let order: Vec<String> = app
-        .pop_ok("boefje", 3, None)
-        .await
-        .iter()
-        .map(id_of)
-        .collect();
+    let order: Vec<String> = app.pop_ids("boefje", 3).await;
     // The evicted task returns once there is room: popping two frees room, the refill brings it
     // back in the same batch and the third slot of this pop already sees it next time.
     assert_eq!(order[..2], [id_of(&user), id_of(&keep)]);
-    let rest: Vec<String> = app
-        .pop_ok("boefje", 3, None)
-        .await
-        .iter()
-        .map(id_of)
-        .collect();
+    let rest: Vec<String> = app.pop_ids("boefje", 3).await;
     let all: Vec<String> = order.into_iter().chain(rest).collect();
     assert_eq!(all, vec![id_of(&user), id_of(&keep), id_of(&worst)]);
 }

@@ -59,12 +59,7 @@ async fn tasks_queued_before_a_restart_pop_in_the_same_order_after_it(backend: B
     let app = app.restart().await;
     let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
     assert_eq!(s["qsize"], expected.len());
-    let after: Vec<String> = app
-        .pop_ok("boefje", 1000, None)
-        .await
-        .iter()
-        .map(id_of)
-        .collect();
+    let after: Vec<String> = app.pop_ids("boefje", 1000).await;
     assert_eq!(after, expected);
     // dispatched stays dispatched across the restart; nothing is handed out twice
     for id in out {
