@@ -1,10 +1,12 @@
 //! Pure types of the broker: tasks, their statuses and the transitions allowed between them,
-//! scheduler ids, the task hash, task payload rules and the filter language.
+//! scheduler ids, the task hash, task payload rules, the key fields tasks are found by and the
+//! filter language (parsed, planned and evaluated in memory).
 //!
 //! Nothing in here does IO or reads the clock; the other layers build on these types.
 
 pub mod filter;
 pub mod hash;
+pub mod keys;
 pub mod payload;
 pub mod task;
 

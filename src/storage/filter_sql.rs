@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::Backend;
 use super::sql::{Bind, Sql};
-use crate::domain::filter::{Column, Condition, FilterNode, Operand, Operator, Scalar};
+use crate::domain::filter::{Column, Condition, FilterNode, JsonAs, Operand, Operator, Scalar};
 
 /// Appends the condition for `node` to `sql`.
 pub fn push_filter(sql: &mut Sql, node: &FilterNode) {
@@ -41,27 +41,6 @@ fn push_join(sql: &mut Sql, items: &[FilterNode], sep: &str, empty: &str) {
         push_filter(sql, item);
     }
     sql.push(")");
-}
-
-/// How a JSON field is read: as text, as a number or as a boolean.
-#[derive(Clone, Copy, PartialEq)]
-enum JsonAs {
-    Text,
-    Number,
-    Bool,
-}
-
-fn json_as(operand: &Operand) -> JsonAs {
-    let first = match operand {
-        Operand::One(s) => Some(s),
-        Operand::Many(items) => items.first(),
-        Operand::None => None,
-    };
-    match first {
-        Some(Scalar::Int(_) | Scalar::Float(_)) => JsonAs::Number,
-        Some(Scalar::Bool(_)) => JsonAs::Bool,
-        _ => JsonAs::Text,
-    }
 }
 
 fn push_json_path_pg(sql: &mut Sql, path: &[String]) {
@@ -125,7 +104,7 @@ fn push_json_expr(sql: &mut Sql, path: &[String], how: JsonAs) {
 
 fn push_column(sql: &mut Sql, cond: &Condition) {
     if cond.column == Column::Data {
-        push_json_expr(sql, &cond.path, json_as(&cond.operand));
+        push_json_expr(sql, &cond.path, cond.json_as());
     } else {
         sql.push(cond.column.sql_name());
     }

@@ -8,6 +8,12 @@
 //! `not: [A, B]` means neither A nor B.
 //!
 //! Every error names where it is (`filters[1].operator`) and what is wrong.
+//!
+//! [`eval`] evaluates a tree against one task in memory with SQL's semantics; [`plan`] finds the
+//! key-field lookups a tree allows.
+
+pub mod eval;
+pub mod plan;
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
@@ -180,6 +186,35 @@ pub struct Condition {
     pub op: Operator,
     /// The typed value.
     pub operand: Operand,
+}
+
+/// How a condition on a `data` field reads the field, chosen by the type of the value it compares
+/// with: numbers compare only with JSON numbers, booleans only with JSON booleans, and anything
+/// else compares the field's text form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonAs {
+    /// The text form (PostgreSQL's `#>>`).
+    Text,
+    /// JSON numbers only.
+    Number,
+    /// JSON booleans only.
+    Bool,
+}
+
+impl Condition {
+    /// How this condition reads a `data` field.
+    pub fn json_as(&self) -> JsonAs {
+        let first = match &self.operand {
+            Operand::One(s) => Some(s),
+            Operand::Many(items) => items.first(),
+            Operand::None => None,
+        };
+        match first {
+            Some(Scalar::Int(_) | Scalar::Float(_)) => JsonAs::Number,
+            Some(Scalar::Bool(_)) => JsonAs::Bool,
+            _ => JsonAs::Text,
+        }
+    }
 }
 
 /// Parses the body of a filtered request (`{"filters": …}`).
