@@ -342,12 +342,15 @@ fn ceiling_pushes(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<
                                 organisation: "bench-ceiling".into(),
                                 task_type: "boefje".into(),
                                 priority: 2 + (k as i64 % 1000),
-                                status: "queued".into(),
+                                status: kat_scheduler::domain::TaskStatus::Queued,
                                 attempts: 0,
                                 lease_expires_at: None,
                                 failure_reason: None,
                                 created_at: now,
                                 modified_at: now,
+                                plugin_id: Some(name.clone()),
+                                oci_image: Some("ghcr.io/minvws/openkat/bench:latest".into()),
+                                input_ooi: Some(format!("Hostname|internet|{name}.example.com")),
                             }
                         })
                         .collect();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use config::{Config, File, FileFormat};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::SchedulerId;
+use crate::domain::{PerScheduler, SchedulerId};
 use crate::queue::{QueueConfig, SchedulerLimits, WhenFull};
 use crate::storage::DbTarget;
 
@@ -29,6 +29,14 @@ pub const DEFAULT_CONNECT_TIMEOUT_SECS: u64 = 5;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Default seconds to let in-flight requests finish at shutdown.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 30;
+/// Default seconds an idle keep-alive connection stays open: longer than the runners' 10 s poll
+/// interval, so a polling worker keeps its connection.
+pub const DEFAULT_KEEP_ALIVE_SECS: u64 = 75;
+/// Default seconds a client has to send a request's head (408 beyond; a request read in full is
+/// never answered 408).
+pub const DEFAULT_REQUEST_HEAD_TIMEOUT_SECS: u64 = 10;
+/// Default seconds a command may wait for its engine before it is answered 503 unapplied.
+pub const DEFAULT_SHED_AFTER_SECS: u64 = 20;
 /// Default bound of each scheduler's heap.
 pub const DEFAULT_MAXSIZE: usize = 100_000;
 /// Default commands per engine transaction.
@@ -77,6 +85,10 @@ pub struct ApiSettings {
     pub max_body_bytes: usize,
     /// Seconds in-flight requests get to finish at shutdown.
     pub shutdown_timeout_secs: u64,
+    /// Seconds an idle keep-alive connection stays open (0 closes after each response).
+    pub keep_alive_secs: u64,
+    /// Seconds a client has to send a request's head before it is answered 408.
+    pub request_head_timeout_secs: u64,
 }
 
 /// The database.
@@ -133,6 +145,9 @@ pub struct QueueSettings {
     pub max_attempts: u32,
     /// Seconds between lease-expiry sweeps (0 turns the watchdog off).
     pub watchdog_interval_secs: u64,
+    /// Seconds a command may wait for its scheduler's engine; one that waited longer is answered
+    /// 503 (with `Retry-After`) without being applied.
+    pub shed_after_secs: u64,
 }
 
 /// Per-scheduler overrides.
@@ -178,6 +193,8 @@ impl Default for Settings {
                 workers: 0,
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                 shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+                keep_alive_secs: DEFAULT_KEEP_ALIVE_SECS,
+                request_head_timeout_secs: DEFAULT_REQUEST_HEAD_TIMEOUT_SECS,
             },
             database: DatabaseSettings {
                 uri: DEFAULT_DB_URI.into(),
@@ -198,6 +215,7 @@ impl Default for Settings {
                 run_timeout_secs: DEFAULT_RUN_TIMEOUT_SECS,
                 max_attempts: DEFAULT_MAX_ATTEMPTS,
                 watchdog_interval_secs: DEFAULT_WATCHDOG_INTERVAL_SECS,
+                shed_after_secs: DEFAULT_SHED_AFTER_SECS,
             },
             schedulers: SchedulerOverrides::default(),
         }
@@ -225,6 +243,16 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_API_MAX_BODY_BYTES",
         "api.max_body_bytes",
         "largest request body (default 1 MiB)",
+    ),
+    (
+        "SCHEDULER_API_KEEP_ALIVE",
+        "api.keep_alive_secs",
+        "seconds an idle keep-alive connection stays open (default 75)",
+    ),
+    (
+        "SCHEDULER_API_REQUEST_HEAD_TIMEOUT",
+        "api.request_head_timeout_secs",
+        "seconds to send a request's head before 408 (default 10)",
     ),
     (
         "SCHEDULER_DB_URI",
@@ -280,6 +308,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_PQ_MAX_BATCH",
         "queue.max_batch",
         "commands per transaction (default 512)",
+    ),
+    (
+        "SCHEDULER_PQ_SHED_AFTER",
+        "queue.shed_after_secs",
+        "seconds a command may wait for its engine before 503 (default 20)",
     ),
     (
         "SCHEDULER_BOEFJE_PQ_MAXSIZE",
@@ -406,6 +439,12 @@ impl Settings {
         if self.queue.channel_capacity == 0 {
             return bad("queue.channel_capacity", "must be at least 1".into());
         }
+        if self.queue.shed_after_secs == 0 {
+            return bad("queue.shed_after_secs", "must be at least 1".into());
+        }
+        if self.api.request_head_timeout_secs == 0 {
+            return bad("api.request_head_timeout_secs", "must be at least 1".into());
+        }
         for s in SchedulerId::ALL {
             let limits = self.limits(s);
             let o = self.overrides(s);
@@ -480,9 +519,10 @@ impl Settings {
     /// What the queue needs.
     pub fn queue_config(&self) -> QueueConfig {
         QueueConfig {
-            limits: SchedulerId::ALL.map(|s| self.limits(s)),
+            limits: PerScheduler::from_fn(|s| self.limits(s)),
             max_batch: self.queue.max_batch,
             channel_capacity: self.queue.channel_capacity,
+            shed_after: Duration::from_secs(self.queue.shed_after_secs),
         }
     }
 }

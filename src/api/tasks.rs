@@ -9,9 +9,9 @@ use super::dto::{
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{json_body, non_empty, optional_json_body, uuid_path};
 use crate::domain::filter::{parse_datetime, parse_request};
+use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::queue::{Broker, TaskPatch};
-use crate::storage::tasks::ListQuery;
 
 /// Default page size of `/tasks` (mula's).
 pub const DEFAULT_PAGE_LIMIT: i64 = 10;
@@ -34,7 +34,7 @@ const READ_ONLY_KEYS: [&str; 12] = [
     "failure_reason",
 ];
 
-fn list_query(q: TaskListQuery, body: &[u8]) -> Result<ListQuery, ApiError> {
+fn list_query(q: TaskListQuery, body: &[u8]) -> Result<TaskQuery, ApiError> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE_LIMIT);
     if !(0..=MAX_PAGE_LIMIT).contains(&limit) {
         return Err(ApiError::BadRequest(format!(
@@ -90,7 +90,7 @@ fn list_query(q: TaskListQuery, body: &[u8]) -> Result<ListQuery, ApiError> {
     let filter = optional_json_body(body)?
         .map(|v| parse_request(&v))
         .transpose()?;
-    Ok(ListQuery {
+    Ok(TaskQuery {
         scheduler_id,
         organisation: non_empty(q.organisation),
         task_type: non_empty(q.task_type),

@@ -104,6 +104,16 @@ impl DataKeys {
         }
     }
 
+    /// The value of a payload key field (`None` for the organisation, which is a column).
+    pub fn get(&self, field: KeyField) -> Option<&str> {
+        match field {
+            KeyField::Organisation => None,
+            KeyField::PluginId => self.plugin_id.as_deref(),
+            KeyField::OciImage => self.oci_image.as_deref(),
+            KeyField::InputOoi => self.input_ooi.as_deref(),
+        }
+    }
+
     /// Reads the key fields from payload JSON text; a payload that is not a JSON object has none.
     pub fn of_json(scheduler: SchedulerId, data: &str) -> Self {
         match serde_json::from_str::<Value>(data) {

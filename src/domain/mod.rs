@@ -8,6 +8,9 @@ pub mod filter;
 pub mod hash;
 pub mod keys;
 pub mod payload;
+pub mod query;
 pub mod task;
 
-pub use task::{IllegalTransition, SchedulerId, Task, TaskStatus, USER_PRIORITY_MAX};
+pub use task::{
+    IllegalTransition, PerScheduler, Placement, SchedulerId, Task, TaskStatus, USER_PRIORITY_MAX,
+};

@@ -83,6 +83,45 @@ impl FromStr for SchedulerId {
     }
 }
 
+/// One `T` per scheduler, indexed by [`SchedulerId`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PerScheduler<T>([T; 3]);
+
+impl<T> PerScheduler<T> {
+    /// Builds each scheduler's value.
+    pub fn from_fn(mut f: impl FnMut(SchedulerId) -> T) -> Self {
+        Self(SchedulerId::ALL.map(&mut f))
+    }
+
+    /// Each scheduler with its value, in [`SchedulerId::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (SchedulerId, &T)> {
+        SchedulerId::ALL.into_iter().zip(self.0.iter())
+    }
+}
+
+impl<T> TryFrom<Vec<T>> for PerScheduler<T> {
+    type Error = Vec<T>;
+
+    /// One value per scheduler, in [`SchedulerId::ALL`] order.
+    fn try_from(v: Vec<T>) -> Result<Self, Vec<T>> {
+        <[T; 3]>::try_from(v).map(Self)
+    }
+}
+
+impl<T> std::ops::Index<SchedulerId> for PerScheduler<T> {
+    type Output = T;
+
+    fn index(&self, s: SchedulerId) -> &T {
+        &self.0[s as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<SchedulerId> for PerScheduler<T> {
+    fn index_mut(&mut self, s: SchedulerId) -> &mut T {
+        &mut self.0[s as usize]
+    }
+}
+
 /// Where a task is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -186,6 +225,74 @@ impl TaskStatus {
     }
 }
 
+/// Where the broker puts a waiting task: in its scheduler's heap (`queued`) or, when the heap is
+/// full, in the backlog outside it (`pending`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In the heap.
+    Heap,
+    /// Outside the full heap.
+    Backlog,
+}
+
+impl TaskStatus {
+    /// The status of a new task placed at `p`.
+    pub fn new_task(p: Placement) -> TaskStatus {
+        match p {
+            Placement::Heap => Self::Queued,
+            Placement::Backlog => Self::Pending,
+        }
+    }
+
+    /// The broker (re-)places a task: a worker gives it back (re-push, `PATCH queued`), a pop's
+    /// answer was not delivered, a better task evicts it from the full heap, room or a boost
+    /// lets it into the heap.
+    pub fn enqueue(self, p: Placement) -> Result<TaskStatus, IllegalTransition> {
+        let to = Self::new_task(p);
+        match self {
+            Self::Dispatched | Self::Running | Self::Queued | Self::Pending => Ok(to),
+            from => Err(IllegalTransition { from, to }),
+        }
+    }
+
+    /// A pop hands the task to a worker.
+    pub fn dispatch(self) -> Result<TaskStatus, IllegalTransition> {
+        match self {
+            Self::Queued | Self::Pending => Ok(Self::Dispatched),
+            from => Err(IllegalTransition {
+                from,
+                to: Self::Dispatched,
+            }),
+        }
+    }
+
+    /// The task's lease ended: it waits again at `p`, or fails once its attempts are used up.
+    pub fn expire(self, exhausted: bool, p: Placement) -> Result<TaskStatus, IllegalTransition> {
+        let to = if exhausted {
+            Self::Failed
+        } else {
+            Self::new_task(p)
+        };
+        match self {
+            Self::Dispatched | Self::Running => Ok(to),
+            from => Err(IllegalTransition { from, to }),
+        }
+    }
+}
+
+impl TryFrom<String> for TaskStatus {
+    type Error = UnknownStatus;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse().map_err(|()| UnknownStatus(s))
+    }
+}
+
+/// A status name that is not one of [`TaskStatus::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown task status '{0}'")]
+pub struct UnknownStatus(pub String);
+
 impl fmt::Display for TaskStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -286,6 +393,20 @@ mod tests {
             err.to_string(),
             "a task cannot move from status 'completed' to 'running'"
         );
+    }
+
+    #[test]
+    fn the_broker_moves_only_along_its_own_edges() {
+        use super::Placement::*;
+        assert_eq!(Queued.dispatch(), Ok(Dispatched));
+        assert_eq!(Pending.dispatch(), Ok(Dispatched));
+        assert!(Running.dispatch().is_err());
+        assert_eq!(Queued.enqueue(Backlog), Ok(Pending), "evicted");
+        assert_eq!(Dispatched.enqueue(Heap), Ok(Queued), "given back");
+        assert!(Completed.enqueue(Heap).is_err());
+        assert_eq!(Running.expire(true, Heap), Ok(Failed));
+        assert_eq!(Dispatched.expire(false, Backlog), Ok(Pending));
+        assert!(Queued.expire(false, Heap).is_err());
     }
 
     #[test]

@@ -1,120 +1,227 @@
-//! One scheduler's bounded in-memory heap of queued tasks.
+//! One scheduler's bounded in-memory heap of queued tasks, and its indexes.
 //!
-//! It holds only what ranks a task, keyed by task id, never the payload: the `tasks` table is the
-//! truth and the heap is its index of `queued` rows. Best first is the lowest
-//! `(priority, created_at)`; the worst entry is just as cheap to find, for eviction. Beside it,
-//! an index from task hash to task id lets a push find a queued duplicate without asking the
-//! database.
+//! The heap is an index of the `queued` rows of the `tasks` table, which stays the truth. It
+//! holds every column of a queued task except the payload and the lease: enough to rank a task
+//! (`priority`, then `created_at`, then `id`, as SQL's pop order), to find a duplicate by hash,
+//! and to evaluate any filter that reads no payload field other than the key fields
+//! (see [`crate::domain::keys`]).
+//!
+//! Beside the min-max heap it keeps, per key field, an index from each value to the ordered set
+//! of the tasks that have it. A pop with `data.boefje.oci_image in [a, b]` walks the sets of `a`
+//! and `b` in merged pop order and stops at its limit: O(k·log n) for k values, whatever the
+//! depth of the queue. A filter with no usable lookup walks the organisation index merged over
+//! all its values, which is the whole heap in pop order, still stopping at the limit.
+//!
+//! Key-field values are shared (`Arc<str>`) between a task and its index entry, so a value held
+//! by many tasks is stored once.
 
-use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
 
+use chrono::{DateTime, NaiveDateTime};
 use priority_queue::DoublePriorityQueue;
 use uuid::Uuid;
 
-use crate::domain::USER_PRIORITY_MAX;
+use crate::domain::filter::eval::{Json, Record};
+use crate::domain::filter::plan::{Lookup, Plan};
+use crate::domain::filter::{Column, FilterNode, eval};
+use crate::domain::keys::{DataKeys, KeyField};
+use crate::domain::{SchedulerId, USER_PRIORITY_MAX};
 
-/// Where a task ranks: lower is popped first. It also carries the task's hash (the first 64 bits),
-/// which takes no part in the order, so the hash index can be kept exact as entries leave.
-#[derive(Debug, Clone, Copy)]
+/// Where a task ranks: lower is popped first (`priority`, then `created_at`, then `id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Rank {
     /// The task priority (lower is more urgent).
     pub priority: i64,
     /// Creation time in microseconds since the epoch (older first among equals).
     pub created_micros: i64,
-    /// The first 64 bits of the task hash (0 if the task has none).
-    pub hash: u64,
-}
-
-impl PartialEq for Rank {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Rank {}
-
-impl PartialOrd for Rank {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Rank {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.priority, self.created_micros).cmp(&(other.priority, other.created_micros))
-    }
-}
-
-/// The first 64 bits of a task hash (32 hex digits), or 0 when there is none.
-pub fn hash_key(hash: Option<&str>) -> u64 {
-    hash.and_then(|h| h.get(..16))
-        .and_then(|h| u64::from_str_radix(h, 16).ok())
-        .unwrap_or(0)
+    /// The task id, so that no two tasks rank equal.
+    pub id: Uuid,
 }
 
 impl Rank {
-    /// A rank from a priority, a creation time and the task hash.
-    pub fn new(priority: i64, created_at: chrono::NaiveDateTime, hash: Option<&str>) -> Self {
+    /// A rank from a priority, a creation time and the task id.
+    pub fn new(priority: i64, created_at: NaiveDateTime, id: Uuid) -> Self {
         Self {
             priority,
-            created_micros: created_at.and_utc().timestamp_micros(),
-            hash: hash_key(hash),
+            created_micros: micros(created_at),
+            id,
         }
     }
 
-    /// Whether this is a user scan (priority ≤ 1), which may evict automatic work.
+    /// Whether this is a user scan (priority ≤ 1).
     pub fn is_user(self) -> bool {
         self.priority <= USER_PRIORITY_MAX
     }
 }
 
-/// A bounded min-max heap of task ids, with an index from task hash to task id.
+fn micros(t: NaiveDateTime) -> i64 {
+    t.and_utc().timestamp_micros()
+}
+
+fn from_micros(m: i64) -> NaiveDateTime {
+    DateTime::from_timestamp_micros(m)
+        .map(|t| t.naive_utc())
+        .unwrap_or_default()
+}
+
+/// A task hash as 16 bytes (32 hex digits); `None` if it is not in that form.
+pub fn hash_bytes(hash: &str) -> Option<[u8; 16]> {
+    u128::from_str_radix(hash, 16)
+        .ok()
+        .filter(|_| hash.len() == 32)
+        .map(u128::to_be_bytes)
+}
+
+/// A queued task as the heap takes it in.
+#[derive(Debug, Clone)]
+pub struct HeapTask {
+    /// Task id.
+    pub id: Uuid,
+    /// Priority.
+    pub priority: i64,
+    /// Creation time.
+    pub created_at: NaiveDateTime,
+    /// Last change.
+    pub modified_at: NaiveDateTime,
+    /// The task hash.
+    pub hash: Option<String>,
+    /// The schedule that produced it.
+    pub schedule_id: Option<Uuid>,
+    /// The organisation.
+    pub organisation: String,
+    /// The payload's key fields.
+    pub data_keys: DataKeys,
+}
+
+impl HeapTask {
+    /// Its rank.
+    pub fn rank(&self) -> Rank {
+        Rank::new(self.priority, self.created_at, self.id)
+    }
+}
+
+/// Everything held of a queued task besides its rank.
+#[derive(Debug)]
+struct Fields {
+    modified_micros: i64,
+    hash: Option<[u8; 16]>,
+    schedule_id: Option<Uuid>,
+    /// Values by [`KeyField::index`]; the organisation is always there.
+    keys: [Option<Arc<str>>; 4],
+}
+
+/// The ordered set of the tasks that share one key-field value. Most values of a
+/// high-cardinality field (an object reference) have a handful of tasks, for which a sorted
+/// vector is far smaller than a B-tree; it grows into one past [`FEW_MAX`].
+#[derive(Debug)]
+enum KeySet {
+    Few(Vec<Rank>),
+    Many(BTreeSet<Rank>),
+}
+
+const FEW_MAX: usize = 32;
+
+impl KeySet {
+    fn insert(&mut self, r: Rank) {
+        match self {
+            Self::Few(v) => {
+                if let Err(at) = v.binary_search(&r) {
+                    v.insert(at, r);
+                }
+                if v.len() > FEW_MAX {
+                    *self = Self::Many(v.drain(..).collect());
+                }
+            }
+            Self::Many(s) => {
+                s.insert(r);
+            }
+        }
+    }
+
+    fn remove(&mut self, r: &Rank) {
+        match self {
+            Self::Few(v) => {
+                if let Ok(at) = v.binary_search(r) {
+                    v.remove(at);
+                }
+            }
+            Self::Many(s) => {
+                s.remove(r);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Few(v) => v.len(),
+            Self::Many(s) => s.len(),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = Rank> + '_> {
+        match self {
+            Self::Few(v) => Box::new(v.iter().copied()),
+            Self::Many(s) => Box::new(s.iter().copied()),
+        }
+    }
+}
+
+/// Several ordered sets walked as one, in pop order.
+struct Merge<'a> {
+    iters: Vec<Box<dyn Iterator<Item = Rank> + 'a>>,
+    heads: BinaryHeap<Reverse<(Rank, usize)>>,
+}
+
+impl<'a> Merge<'a> {
+    fn new(sets: impl Iterator<Item = &'a KeySet>) -> Self {
+        let mut iters: Vec<Box<dyn Iterator<Item = Rank> + 'a>> = sets.map(KeySet::iter).collect();
+        let mut heads = BinaryHeap::with_capacity(iters.len());
+        for (i, it) in iters.iter_mut().enumerate() {
+            if let Some(r) = it.next() {
+                heads.push(Reverse((r, i)));
+            }
+        }
+        Self { iters, heads }
+    }
+}
+
+impl Iterator for Merge<'_> {
+    type Item = Rank;
+
+    fn next(&mut self) -> Option<Rank> {
+        let Reverse((r, i)) = self.heads.pop()?;
+        if let Some(next) = self.iters.get_mut(i).and_then(Iterator::next) {
+            self.heads.push(Reverse((next, i)));
+        }
+        Some(r)
+    }
+}
+
+/// A bounded min-max heap of queued tasks, with an index by hash and one per key field.
 #[derive(Debug)]
 pub struct SchedulerHeap {
+    scheduler: SchedulerId,
     queue: DoublePriorityQueue<Uuid, Rank>,
-    by_hash: HashMap<u64, Uuid>,
+    fields: HashMap<Uuid, Fields>,
+    by_hash: HashMap<[u8; 16], Uuid>,
+    /// Per key field ([`KeyField::index`]): value → its tasks in pop order.
+    keys: [HashMap<Arc<str>, KeySet>; 4],
     maxsize: usize,
 }
 
 impl SchedulerHeap {
     /// An empty heap that holds at most `maxsize` tasks.
-    pub fn new(maxsize: usize) -> Self {
+    pub fn new(scheduler: SchedulerId, maxsize: usize) -> Self {
         Self {
+            scheduler,
             queue: DoublePriorityQueue::new(),
+            fields: HashMap::new(),
             by_hash: HashMap::new(),
+            keys: Default::default(),
             maxsize,
-        }
-    }
-
-    /// A heap holding `entries` (built in O(n)); the caller keeps it within `maxsize`.
-    pub fn from_entries(maxsize: usize, entries: Vec<(Uuid, Rank)>) -> Self {
-        let mut by_hash = HashMap::with_capacity(entries.len());
-        for (id, rank) in &entries {
-            if rank.hash != 0 {
-                by_hash.insert(rank.hash, *id);
-            }
-        }
-        Self {
-            queue: entries.into_iter().collect(),
-            by_hash,
-            maxsize,
-        }
-    }
-
-    fn forget(&mut self, id: &Uuid, rank: &Rank) {
-        if self.by_hash.get(&rank.hash) == Some(id) {
-            self.by_hash.remove(&rank.hash);
-        }
-    }
-
-    /// The queued task whose hash starts with these 64 bits, if any. Two different hashes
-    /// sharing 64 bits is possible in principle, so a caller that acts on a hit compares the full
-    /// hash of the task it finds.
-    pub fn find_hash(&self, hash: Option<&str>) -> Option<Uuid> {
-        match hash_key(hash) {
-            0 => None,
-            key => self.by_hash.get(&key).copied(),
         }
     }
 
@@ -143,24 +250,9 @@ impl SchedulerHeap {
         self.maxsize.saturating_sub(self.queue.len())
     }
 
-    /// Adds (or re-ranks) a task. The caller checks the bound first.
-    pub fn insert(&mut self, id: Uuid, rank: Rank) {
-        if rank.hash != 0 {
-            self.by_hash.insert(rank.hash, id);
-        }
-        self.queue.push(id, rank);
-    }
-
-    /// Removes a task; returns its rank if it was there.
-    pub fn remove(&mut self, id: &Uuid) -> Option<Rank> {
-        let (id, rank) = self.queue.remove(id)?;
-        self.forget(&id, &rank);
-        Some(rank)
-    }
-
-    /// Changes a queued task's rank; false if the task is not in the heap.
-    pub fn rerank(&mut self, id: &Uuid, rank: Rank) -> bool {
-        self.queue.change_priority(id, rank).is_some()
+    /// A task's rank, if it is in the heap.
+    pub fn rank(&self, id: &Uuid) -> Option<Rank> {
+        self.queue.get_priority(id).copied()
     }
 
     /// Whether a task is in the heap.
@@ -168,91 +260,406 @@ impl SchedulerHeap {
         self.queue.get_priority(id).is_some()
     }
 
-    /// Takes the best task out.
-    pub fn pop_best(&mut self) -> Option<(Uuid, Rank)> {
-        let (id, rank) = self.queue.pop_min()?;
-        self.forget(&id, &rank);
-        Some((id, rank))
+    /// A queued task's hash.
+    pub fn hash_of(&self, id: &Uuid) -> Option<String> {
+        self.fields
+            .get(id)?
+            .hash
+            .map(|h| format!("{:032x}", u128::from_be_bytes(h)))
     }
 
-    /// The worst automatic task (priority > 1), the one a user scan may evict.
-    pub fn worst_automatic(&self) -> Option<(Uuid, Rank)> {
-        self.queue
-            .peek_max()
-            .filter(|(_, rank)| !rank.is_user())
-            .map(|(id, rank)| (*id, *rank))
+    /// The queued task with this hash, if any.
+    pub fn find_hash(&self, hash: &str) -> Option<Uuid> {
+        self.by_hash.get(&hash_bytes(hash)?).copied()
+    }
+
+    fn intern(&mut self, field: KeyField, value: &str) -> Arc<str> {
+        match self.keys[field.index()].get_key_value(value) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(value),
+        }
+    }
+
+    fn index(&mut self, field: KeyField, value: &Arc<str>, rank: Rank) {
+        self.keys[field.index()]
+            .entry(value.clone())
+            .or_insert_with(|| KeySet::Few(Vec::new()))
+            .insert(rank);
+    }
+
+    fn unindex(&mut self, field: KeyField, value: &Arc<str>, rank: &Rank) {
+        let map = &mut self.keys[field.index()];
+        if let Some(set) = map.get_mut(value) {
+            set.remove(rank);
+            if set.len() == 0 {
+                map.remove(value);
+            }
+        }
+    }
+
+    /// Adds a task (the caller checks the bound first); a task already held is replaced.
+    pub fn insert(&mut self, task: HeapTask) {
+        self.remove(&task.id);
+        let rank = task.rank();
+        let mut keys: [Option<Arc<str>>; 4] = Default::default();
+        keys[KeyField::Organisation.index()] =
+            Some(self.intern(KeyField::Organisation, &task.organisation));
+        for field in KeyField::ALL {
+            if let Some(v) = task.data_keys.get(field) {
+                keys[field.index()] = Some(self.intern(field, v));
+            }
+        }
+        for field in KeyField::ALL {
+            if let Some(v) = keys[field.index()].clone() {
+                self.index(field, &v, rank);
+            }
+        }
+        let hash = task.hash.as_deref().and_then(hash_bytes);
+        if let Some(h) = hash {
+            self.by_hash.insert(h, task.id);
+        }
+        self.fields.insert(
+            task.id,
+            Fields {
+                modified_micros: micros(task.modified_at),
+                hash,
+                schedule_id: task.schedule_id,
+                keys,
+            },
+        );
+        self.queue.push(task.id, rank);
+    }
+
+    /// Removes a task; returns its rank if it was there.
+    pub fn remove(&mut self, id: &Uuid) -> Option<Rank> {
+        let (_, rank) = self.queue.remove(id)?;
+        self.forget(&rank);
+        Some(rank)
+    }
+
+    fn forget(&mut self, rank: &Rank) {
+        let Some(fields) = self.fields.remove(&rank.id) else {
+            return;
+        };
+        if let Some(h) = fields.hash
+            && self.by_hash.get(&h) == Some(&rank.id)
+        {
+            self.by_hash.remove(&h);
+        }
+        for field in KeyField::ALL {
+            if let Some(v) = &fields.keys[field.index()] {
+                self.unindex(field, v, rank);
+            }
+        }
+    }
+
+    /// Gives a queued task a new priority (and records when it changed); false if the task is
+    /// not in the heap.
+    pub fn rerank(&mut self, id: &Uuid, priority: i64, modified_at: NaiveDateTime) -> bool {
+        let Some(old) = self.rank(id) else {
+            return false;
+        };
+        let rank = Rank { priority, ..old };
+        let keys = match self.fields.get_mut(id) {
+            Some(f) => {
+                f.modified_micros = micros(modified_at);
+                f.keys.clone()
+            }
+            None => return false,
+        };
+        for field in KeyField::ALL {
+            if let Some(v) = &keys[field.index()] {
+                self.unindex(field, v, &old);
+                self.index(field, v, rank);
+            }
+        }
+        self.queue.change_priority(id, rank);
+        true
+    }
+
+    /// Takes the best task out.
+    pub fn pop_best(&mut self) -> Option<Uuid> {
+        let (id, rank) = self.queue.pop_min()?;
+        self.forget(&rank);
+        Some(id)
+    }
+
+    /// The best task, without taking it out.
+    pub fn best(&self) -> Option<Rank> {
+        self.queue.peek_min().map(|(_, r)| *r)
+    }
+
+    /// The worst task, the one a better newcomer pushes out of a full heap.
+    pub fn worst(&self) -> Option<Rank> {
+        self.queue.peek_max().map(|(_, r)| *r)
+    }
+
+    fn set_size(&self, lookup: &Lookup) -> usize {
+        let map = &self.keys[lookup.field.index()];
+        lookup
+            .values
+            .iter()
+            .map(|v| map.get(v.as_str()).map_or(0, KeySet::len))
+            .sum()
+    }
+
+    /// The lookup of `plan` that names the fewest tasks in this heap.
+    pub fn best_lookup<'p>(&self, plan: &'p Plan) -> Option<&'p Lookup> {
+        plan.lookups.iter().min_by_key(|l| self.set_size(l))
+    }
+
+    /// The tasks a filter planned as `plan` can match, in pop order: through its narrowest
+    /// lookup, else the whole heap.
+    pub fn candidates<'a>(&'a self, plan: &Plan) -> Box<dyn Iterator<Item = Uuid> + 'a> {
+        if plan.nothing {
+            return Box::new(std::iter::empty());
+        }
+        let merge = match self.best_lookup(plan) {
+            Some(lookup) => {
+                let map = &self.keys[lookup.field.index()];
+                let sets: Vec<&KeySet> = lookup
+                    .values
+                    .iter()
+                    .filter_map(|v| map.get(v.as_str()))
+                    .collect();
+                Merge::new(sets.into_iter())
+            }
+            // Every queued task has an organisation: that index over all its values is the
+            // whole heap.
+            None => Merge::new(self.keys[KeyField::Organisation.index()].values()),
+        };
+        Box::new(merge.map(|r| r.id))
+    }
+
+    /// The first `limit` tasks matching `filter`, in pop order, for a filter that reads no
+    /// payload (`!plan.needs_payload`). They stay in the heap.
+    pub fn matching(&self, filter: &FilterNode, plan: &Plan, limit: usize) -> Vec<Uuid> {
+        self.candidates(plan)
+            .filter(|id| {
+                self.record(id, None)
+                    .is_some_and(|r| eval::matches(filter, &r))
+            })
+            .take(limit)
+            .collect()
+    }
+
+    /// A queued task as the filter evaluator sees it, with its payload if the caller read it.
+    pub fn record<'a>(
+        &'a self,
+        id: &Uuid,
+        payload: Option<&'a serde_json::Value>,
+    ) -> Option<HeapRecord<'a>> {
+        let rank = self.queue.get_priority(id)?;
+        let fields = self.fields.get(id)?;
+        Some(HeapRecord {
+            scheduler: self.scheduler,
+            rank: *rank,
+            fields,
+            payload,
+        })
+    }
+}
+
+/// A queued task in the heap, for filter evaluation.
+pub struct HeapRecord<'a> {
+    scheduler: SchedulerId,
+    rank: Rank,
+    fields: &'a Fields,
+    payload: Option<&'a serde_json::Value>,
+}
+
+impl Record for HeapRecord<'_> {
+    fn text(&self, column: Column) -> Option<Cow<'_, str>> {
+        match column {
+            Column::Id => Some(Cow::Owned(self.rank.id.hyphenated().to_string())),
+            Column::SchedulerId | Column::Type => Some(Cow::Borrowed(self.scheduler.as_str())),
+            Column::ScheduleId => self
+                .fields
+                .schedule_id
+                .map(|s| Cow::Owned(s.hyphenated().to_string())),
+            Column::Organisation => self.fields.keys[KeyField::Organisation.index()]
+                .as_deref()
+                .map(Cow::Borrowed),
+            Column::Hash => self
+                .fields
+                .hash
+                .map(|h| Cow::Owned(format!("{:032x}", u128::from_be_bytes(h)))),
+            Column::Status => Some(Cow::Borrowed("queued")),
+            _ => None,
+        }
+    }
+
+    fn priority(&self) -> i64 {
+        self.rank.priority
+    }
+
+    fn time(&self, column: Column) -> Option<NaiveDateTime> {
+        match column {
+            Column::CreatedAt => Some(from_micros(self.rank.created_micros)),
+            Column::ModifiedAt => Some(from_micros(self.fields.modified_micros)),
+            _ => None,
+        }
+    }
+
+    fn json(&self, path: &[String]) -> Json<'_> {
+        if let Some(data) = self.payload {
+            return json_at(data, path);
+        }
+        match KeyField::of_data_path(self.scheduler, path) {
+            Some(field) => self.fields.keys[field.index()]
+                .as_deref()
+                .map_or(Json::Missing, Json::Text),
+            None => Json::Missing,
+        }
+    }
+}
+
+/// The value at `path` in a payload; JSON null counts as missing, as in SQL.
+pub fn json_at<'a>(data: &'a serde_json::Value, path: &[String]) -> Json<'a> {
+    let mut v = data;
+    for key in path {
+        match v.get(key) {
+            Some(next) => v = next,
+            None => return Json::Missing,
+        }
+    }
+    if v.is_null() {
+        Json::Missing
+    } else {
+        Json::Value(v)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::filter::parse_request;
+    use crate::domain::filter::plan::plan;
+    use serde_json::json;
 
-    fn rank(priority: i64, created_micros: i64) -> Rank {
-        Rank {
+    fn t(n: i64) -> NaiveDateTime {
+        from_micros(n)
+    }
+
+    fn task(priority: i64, created: i64, org: &str, image: Option<&str>) -> HeapTask {
+        let id = Uuid::new_v4();
+        HeapTask {
+            id,
             priority,
-            created_micros,
-            hash: 0,
+            created_at: t(created),
+            modified_at: t(created),
+            hash: Some(format!("{:032x}", id.as_u128())),
+            schedule_id: None,
+            organisation: org.into(),
+            data_keys: DataKeys {
+                plugin_id: Some("b1".into()),
+                oci_image: image.map(str::to_owned),
+                input_ooi: None,
+            },
         }
+    }
+
+    fn ids(heap: &mut SchedulerHeap) -> Vec<Uuid> {
+        std::iter::from_fn(|| heap.pop_best()).collect()
     }
 
     #[test]
     fn pops_lowest_priority_then_oldest() {
-        let mut heap = SchedulerHeap::new(10);
-        let ids: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
-        heap.insert(ids[0], rank(5, 10));
-        heap.insert(ids[1], rank(1, 30));
-        heap.insert(ids[2], rank(5, 5));
-        heap.insert(ids[3], rank(1, 20));
-        let order: Vec<Uuid> = std::iter::from_fn(|| heap.pop_best().map(|(id, _)| id)).collect();
-        assert_eq!(order, vec![ids[3], ids[1], ids[2], ids[0]]);
-    }
-
-    #[test]
-    fn the_worst_automatic_task_is_the_eviction_candidate() {
-        let mut heap = SchedulerHeap::new(3);
-        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-        heap.insert(a, rank(1, 1));
-        heap.insert(b, rank(100, 2));
-        heap.insert(c, rank(50, 3));
-        assert!(heap.is_full());
-        assert_eq!(heap.worst_automatic().map(|(id, _)| id), Some(b));
-        heap.remove(&b);
-        heap.remove(&c);
-        // only user scans left: nothing to evict
-        assert_eq!(heap.worst_automatic(), None);
-    }
-
-    #[test]
-    fn the_hash_index_follows_every_way_in_and_out() {
-        let h = |n: u64| format!("{n:016x}{:016x}", 0);
-        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-        let t = chrono::DateTime::from_timestamp(0, 0).unwrap().naive_utc();
-        let mut heap = SchedulerHeap::from_entries(10, vec![(a, Rank::new(1, t, Some(&h(1))))]);
-        heap.insert(b, Rank::new(2, t, Some(&h(2))));
-        heap.insert(c, Rank::new(3, t, Some(&h(3))));
-        assert_eq!(heap.find_hash(Some(&h(1))), Some(a));
-        assert_eq!(heap.pop_best().map(|(id, _)| id), Some(a));
-        assert_eq!(heap.find_hash(Some(&h(1))), None, "popped");
-        heap.remove(&b);
-        assert_eq!(heap.find_hash(Some(&h(2))), None, "removed");
-        assert!(heap.rerank(&c, Rank::new(0, t, Some(&h(3)))));
+        let mut heap = SchedulerHeap::new(SchedulerId::Boefje, 10);
+        let tasks = [
+            task(5, 10, "o", None),
+            task(1, 30, "o", None),
+            task(5, 5, "o", None),
+            task(1, 20, "o", None),
+        ];
+        for t in &tasks {
+            heap.insert(t.clone());
+        }
         assert_eq!(
-            heap.find_hash(Some(&h(3))),
-            Some(c),
-            "re-ranked, still there"
+            ids(&mut heap),
+            vec![tasks[3].id, tasks[1].id, tasks[2].id, tasks[0].id]
         );
-        assert_eq!(heap.find_hash(None), None);
     }
 
     #[test]
-    fn rerank_moves_a_task_forward() {
-        let mut heap = SchedulerHeap::new(10);
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        heap.insert(a, rank(5, 1));
-        heap.insert(b, rank(9, 2));
-        assert!(heap.rerank(&b, rank(1, 2)));
-        assert_eq!(heap.pop_best().map(|(id, _)| id), Some(b));
-        assert!(!heap.rerank(&Uuid::new_v4(), rank(1, 1)));
+    fn indexes_follow_every_way_in_and_out() {
+        let mut heap = SchedulerHeap::new(SchedulerId::Boefje, 10);
+        let a = task(3, 1, "org1", Some("img1"));
+        let b = task(2, 2, "org2", Some("img1"));
+        let c = task(1, 3, "org1", Some("img2"));
+        for t in [&a, &b, &c] {
+            heap.insert(t.clone());
+        }
+        let f = parse_request(&json!({"filters": [
+            {"column": "data", "field": "boefje__oci_image", "operator": "in", "value": ["img1"]}
+        ]}))
+        .unwrap();
+        let p = plan(&f, SchedulerId::Boefje);
+        assert_eq!(heap.matching(&f, &p, 10), vec![b.id, a.id]);
+        assert_eq!(heap.find_hash(a.hash.as_deref().unwrap()), Some(a.id));
+        // re-rank moves it within its index
+        assert!(heap.rerank(&a.id, 1, t(9)));
+        assert_eq!(heap.matching(&f, &p, 10), vec![a.id, b.id]);
+        assert_eq!(heap.matching(&f, &p, 1), vec![a.id], "stops at the limit");
+        heap.remove(&a.id);
+        assert_eq!(heap.matching(&f, &p, 10), vec![b.id]);
+        assert_eq!(heap.find_hash(a.hash.as_deref().unwrap()), None);
+        assert_eq!(heap.pop_best(), Some(c.id));
+        assert_eq!(heap.pop_best(), Some(b.id));
+        assert!(
+            heap.keys.iter().all(HashMap::is_empty),
+            "no empty sets left"
+        );
+        assert!(heap.fields.is_empty() && heap.by_hash.is_empty());
+    }
+
+    #[test]
+    fn a_filter_without_lookup_walks_the_whole_heap_in_pop_order() {
+        let mut heap = SchedulerHeap::new(SchedulerId::Boefje, 100);
+        let mut all: Vec<HeapTask> = (0..60)
+            .map(|i| task(i % 7, i, &format!("org{}", i % 5), None))
+            .collect();
+        for t in &all {
+            heap.insert(t.clone());
+        }
+        let f = parse_request(
+            &json!({"filters": [{"column": "priority", "operator": ">", "value": 2}]}),
+        )
+        .unwrap();
+        let p = plan(&f, SchedulerId::Boefje);
+        all.retain(|t| t.priority > 2);
+        all.sort_by_key(HeapTask::rank);
+        let want: Vec<Uuid> = all.iter().take(25).map(|t| t.id).collect();
+        assert_eq!(heap.matching(&f, &p, 25), want);
+    }
+
+    #[test]
+    fn a_value_with_many_tasks_grows_into_a_tree_and_keeps_its_order() {
+        let mut heap = SchedulerHeap::new(SchedulerId::Boefje, 1000);
+        let tasks: Vec<HeapTask> = (0..100).rev().map(|i| task(i, i, "org", None)).collect();
+        for t in &tasks {
+            heap.insert(t.clone());
+        }
+        let f = parse_request(&json!({"filters": [{"column": "organisation", "value": "org"}]}))
+            .unwrap();
+        let p = plan(&f, SchedulerId::Boefje);
+        let got = heap.matching(&f, &p, 3);
+        assert_eq!(got, vec![tasks[99].id, tasks[98].id, tasks[97].id]);
+    }
+
+    #[test]
+    fn the_worst_task_is_the_one_pushed_out() {
+        let mut heap = SchedulerHeap::new(SchedulerId::Boefje, 3);
+        let (a, b, c) = (
+            task(1, 1, "o", None),
+            task(100, 2, "o", None),
+            task(50, 3, "o", None),
+        );
+        for t in [&a, &b, &c] {
+            heap.insert(t.clone());
+        }
+        assert!(heap.is_full());
+        assert_eq!(heap.worst().map(|r| r.id), Some(b.id));
+        assert_eq!(heap.best().map(|r| r.id), Some(a.id));
     }
 }

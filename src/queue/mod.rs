@@ -11,18 +11,19 @@
 //! - bounded memory: a full heap stores automatic pushes as `pending` (or refuses them), user
 //!   scans evict the worst automatic task, and pending tasks flow back best first.
 //!
-//! Reads (`GET /tasks…`) go straight to the pool and never wait for the engine.
+//! Reads (`GET /tasks…`, [`reads`]) go straight to the pool and never wait for an engine.
 
 mod engine;
 pub mod heap;
 pub mod push;
+mod reads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use utoipa::ToSchema;
@@ -30,10 +31,10 @@ use uuid::Uuid;
 
 use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
-use crate::domain::{IllegalTransition, SchedulerId, Task, TaskStatus};
-use crate::storage::{self, Backend, DbPool, StorageError, tasks::ListQuery};
-use engine::Command;
+use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStatus};
+use crate::storage::{self, Backend, DbPool, StorageError};
 pub use engine::EngineHandle;
+use engine::command::{Command, PatchRequest, PopRequest, Request};
 pub use push::PushRequest;
 
 /// What to do with an automatic push when its scheduler's heap is full.
@@ -64,12 +65,15 @@ pub struct SchedulerLimits {
 /// Everything the queue needs from the configuration.
 #[derive(Debug, Clone)]
 pub struct QueueConfig {
-    /// Limits per scheduler, indexed by [`SchedulerId::index`].
-    pub limits: [SchedulerLimits; 3],
+    /// Limits per scheduler.
+    pub limits: PerScheduler<SchedulerLimits>,
     /// Commands applied in one transaction at most.
     pub max_batch: usize,
-    /// Commands waiting for the engine at most; beyond it callers get 503.
+    /// Commands waiting for an engine at most; beyond it callers get 503 at once.
     pub channel_capacity: usize,
+    /// A command that waited longer than this for its engine is answered 503 without being
+    /// applied: its caller has likely given up, and the work would only delay the others.
+    pub shed_after: Duration,
 }
 
 /// Expired leases handled per scheduler per sweep at most; the next sweep takes the rest.
@@ -120,6 +124,17 @@ pub enum QueueError {
     /// A fault of ours (500); logged with its cause.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl QueueError {
+    /// The same error for another caller of a failed batch.
+    pub(crate) fn duplicate(&self) -> QueueError {
+        match self {
+            QueueError::Unavailable(m) => QueueError::Unavailable(m.clone()),
+            QueueError::Busy => QueueError::Busy,
+            other => QueueError::Internal(other.to_string()),
+        }
+    }
 }
 
 impl From<StorageError> for QueueError {
@@ -195,13 +210,13 @@ pub struct StatusCounts {
     pub total: i64,
 }
 
-/// Live per-scheduler figures the engine publishes for readers.
+/// Live per-scheduler figures the engines publish for readers.
 #[derive(Debug)]
 pub(crate) struct Gauges {
-    qsize: [AtomicU64; 3],
-    pending: [AtomicU64; 3],
+    qsize: PerScheduler<AtomicU64>,
+    pending: PerScheduler<AtomicU64>,
     /// Microseconds since the epoch; `i64::MIN` for never.
-    last_activity: [AtomicI64; 3],
+    last_activity: PerScheduler<AtomicI64>,
     /// Engine counters, for `/metrics`.
     pub(crate) engine: EngineCounters,
 }
@@ -213,12 +228,17 @@ pub struct EngineCounters {
     pub batches: AtomicU64,
     /// Commands answered from committed batches.
     pub commands: AtomicU64,
-    /// Microseconds spent applying batches (inside the transaction, before COMMIT).
+    /// Microseconds spent reading and deciding batches, before their writes.
     pub apply_micros: AtomicU64,
-    /// Microseconds from BEGIN to the end of COMMIT.
+    /// Microseconds from a batch's first read to the end of its commit.
     pub batch_micros: AtomicU64,
+    /// Statements written by committed batches.
+    pub statements: AtomicU64,
     /// Batches that failed and were rolled back.
     pub failed_batches: AtomicU64,
+    /// Commands answered without being applied: pops whose caller had gone, and commands that
+    /// waited past `shed_after`.
+    pub shed: AtomicU64,
 }
 
 impl Gauges {
@@ -226,22 +246,18 @@ impl Gauges {
         Self {
             qsize: Default::default(),
             pending: Default::default(),
-            last_activity: [
-                AtomicI64::new(i64::MIN),
-                AtomicI64::new(i64::MIN),
-                AtomicI64::new(i64::MIN),
-            ],
+            last_activity: PerScheduler::from_fn(|_| AtomicI64::new(i64::MIN)),
             engine: EngineCounters::default(),
         }
     }
 
     pub(crate) fn set(&self, s: SchedulerId, qsize: usize, pending: u64) {
-        self.qsize[s.index()].store(qsize as u64, Ordering::Relaxed);
-        self.pending[s.index()].store(pending, Ordering::Relaxed);
+        self.qsize[s].store(qsize as u64, Ordering::Relaxed);
+        self.pending[s].store(pending, Ordering::Relaxed);
     }
 
     pub(crate) fn touch(&self, s: SchedulerId, at: DateTime<Utc>) {
-        self.last_activity[s.index()].store(at.timestamp_micros(), Ordering::Relaxed);
+        self.last_activity[s].store(at.timestamp_micros(), Ordering::Relaxed);
     }
 }
 
@@ -252,8 +268,8 @@ pub struct Broker {
 }
 
 struct Inner {
-    /// One engine per scheduler, indexed by [`SchedulerId::index`].
-    txs: [SyncSender<Command>; 3],
+    /// One engine per scheduler.
+    txs: PerScheduler<SyncSender<Command>>,
     gauges: Arc<Gauges>,
     pool: DbPool,
     backend: Backend,
@@ -271,15 +287,7 @@ impl Broker {
         config: QueueConfig,
     ) -> Result<(Broker, EngineHandle), StorageError> {
         let gauges = Arc::new(Gauges::new());
-        let (txs, handle) = engine::start_all(
-            &pool,
-            backend,
-            &clock,
-            config.limits,
-            config.max_batch,
-            config.channel_capacity,
-            &gauges,
-        )?;
+        let (txs, handle) = engine::start_all(&pool, backend, &clock, &config, &gauges)?;
         let broker = Broker {
             inner: Arc::new(Inner {
                 txs,
@@ -304,13 +312,14 @@ impl Broker {
             .map_err(|()| QueueError::UnknownScheduler(id.to_owned()))
     }
 
-    async fn call<T>(
+    async fn call<R, T>(
         &self,
         scheduler: SchedulerId,
-        make: impl FnOnce(oneshot::Sender<Result<T, QueueError>>) -> Command,
+        body: R,
+        make: impl FnOnce(Request<R, T>) -> Command,
     ) -> Result<T, QueueError> {
         let (reply, answer) = oneshot::channel();
-        match self.inner.txs[scheduler.index()].try_send(make(reply)) {
+        match self.inner.txs[scheduler].try_send(make(Request::new(body, reply))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(QueueError::Busy),
             Err(TrySendError::Disconnected(_)) => {
@@ -331,8 +340,7 @@ impl Broker {
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
         let task = push::prepare(scheduler, request)?;
-        self.call(scheduler, |reply| Command::Push { task, reply })
-            .await
+        self.call(scheduler, task, Command::Push).await
     }
 
     /// Pops up to `limit` tasks (best first) matching `filter`; they are `dispatched` and that
@@ -343,12 +351,8 @@ impl Broker {
         limit: usize,
         filter: Option<FilterNode>,
     ) -> Result<Vec<Task>, QueueError> {
-        self.call(scheduler, |reply| Command::Pop {
-            limit,
-            filter,
-            reply,
-        })
-        .await
+        self.call(scheduler, PopRequest { limit, filter }, Command::Pop)
+            .await
     }
 
     /// Changes a task's status and/or priority; answered once committed. The task's scheduler is
@@ -363,7 +367,7 @@ impl Broker {
             .ok_or(QueueError::TaskNotFound(id))?
             .parse::<SchedulerId>()
             .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))?;
-        self.call(scheduler, |reply| Command::Patch { id, patch, reply })
+        self.call(scheduler, PatchRequest { id, patch }, Command::Patch)
             .await
     }
 
@@ -380,78 +384,18 @@ impl Broker {
                         .map_err(|e| QueueError::from(StorageError::from(e)))
                 })
                 .await?;
+            let ids: Vec<Uuid> = ids
+                .iter()
+                .filter_map(|id| Uuid::parse_str(id).ok())
+                .collect();
             if ids.is_empty() {
                 continue;
             }
-            let r = self.call(s, |reply| Command::Expire { ids, reply }).await?;
+            let r = self.call(s, ids, Command::Expire).await?;
             report.requeued.extend(r.requeued);
             report.failed.extend(r.failed);
         }
         Ok(report)
-    }
-
-    async fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, QueueError> + Send + 'static,
-    ) -> Result<T, QueueError> {
-        let pool = self.inner.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = storage::checkout(&pool)?;
-            f(&mut conn).map_err(|e| match e {
-                // A failing read on a validated connection: the server went away mid-query
-                // unless it still answers.
-                QueueError::Internal(m) if !storage::reachable(&pool) => QueueError::Unavailable(m),
-                other => other,
-            })
-        })
-        .await
-        .map_err(|e| QueueError::Internal(format!("read task panicked: {e}")))?
-    }
-
-    /// One task.
-    pub async fn get_task(&self, id: Uuid) -> Result<Task, QueueError> {
-        self.read(move |c| {
-            let row = storage::tasks::get(c, &id.hyphenated().to_string())
-                .map_err(StorageError::from)?
-                .ok_or(QueueError::TaskNotFound(id))?;
-            Ok(row.into_task()?)
-        })
-        .await
-    }
-
-    /// A page of tasks, newest first, with the total count.
-    pub async fn list_tasks(&self, query: ListQuery) -> Result<(i64, Vec<Task>), QueueError> {
-        self.read(move |c| {
-            let (count, rows) = storage::tasks::list(c, &query).map_err(StorageError::from)?;
-            let tasks = rows
-                .into_iter()
-                .map(|r| r.into_task().map_err(QueueError::from))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok((count, tasks))
-        })
-        .await
-    }
-
-    /// Task counts per hour (on `modified_at`) and status over the last 24 hours, newest hour
-    /// first, keyed like mula (`2025-01-31T14:00:00+00:00`).
-    pub async fn task_stats(
-        &self,
-        scheduler_id: Option<String>,
-        organisation: Option<String>,
-    ) -> Result<Vec<(String, StatusCounts)>, QueueError> {
-        let since = (self.inner.clock.now() - chrono::Duration::hours(24)).naive_utc();
-        let rows = self
-            .read(move |c| {
-                Ok(storage::tasks::stats(
-                    c,
-                    since,
-                    scheduler_id.as_deref(),
-                    organisation.as_deref(),
-                )
-                .map_err(StorageError::from)?)
-            })
-            .await?;
-        Ok(bucket_stats(rows))
     }
 
     /// Every scheduler's live figures.
@@ -465,13 +409,12 @@ impl Broker {
     /// One scheduler's live figures.
     pub fn snapshot(&self, s: SchedulerId) -> SchedulerSnapshot {
         let g = &self.inner.gauges;
-        let i = s.index();
-        let last = g.last_activity[i].load(Ordering::Relaxed);
+        let last = g.last_activity[s].load(Ordering::Relaxed);
         SchedulerSnapshot {
             id: s,
-            qsize: g.qsize[i].load(Ordering::Relaxed),
-            pending: g.pending[i].load(Ordering::Relaxed),
-            maxsize: self.inner.config.limits[i].maxsize,
+            qsize: g.qsize[s].load(Ordering::Relaxed),
+            pending: g.pending[s].load(Ordering::Relaxed),
+            maxsize: self.inner.config.limits[s].maxsize,
             last_activity: (last != i64::MIN)
                 .then(|| DateTime::from_timestamp_micros(last))
                 .flatten(),
@@ -490,27 +433,4 @@ impl Broker {
             .await
             .unwrap_or(false)
     }
-}
-
-fn bucket_stats(rows: Vec<storage::rows::StatsRow>) -> Vec<(String, StatusCounts)> {
-    let mut hours: std::collections::BTreeMap<String, StatusCounts> = Default::default();
-    for row in rows {
-        let key =
-            NaiveDateTime::parse_from_str(&format!("{}:00:00", row.hour), "%Y-%m-%d %H:%M:%S")
-                .map(|t| t.and_utc().format("%Y-%m-%dT%H:00:00+00:00").to_string())
-                .unwrap_or(row.hour);
-        let counts = hours.entry(key).or_default();
-        match row.status.parse::<TaskStatus>() {
-            Ok(TaskStatus::Pending) => counts.pending += row.count,
-            Ok(TaskStatus::Queued) => counts.queued += row.count,
-            Ok(TaskStatus::Dispatched) => counts.dispatched += row.count,
-            Ok(TaskStatus::Running) => counts.running += row.count,
-            Ok(TaskStatus::Completed) => counts.completed += row.count,
-            Ok(TaskStatus::Failed) => counts.failed += row.count,
-            Ok(TaskStatus::Cancelled) => counts.cancelled += row.count,
-            Err(()) => {}
-        }
-        counts.total += row.count;
-    }
-    hours.into_iter().rev().collect()
 }

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::QueueError;
 use crate::domain::SchedulerId;
+use crate::domain::keys::DataKeys;
 use crate::domain::payload::{data_id, hash_for};
 
 /// What a client pushes (mula's `TaskPush`, plus the keys of a full task a worker re-pushes).
@@ -34,6 +35,8 @@ pub(crate) struct NewTask {
     pub hash: String,
     /// The payload as JSON text, with `id` set to the task id.
     pub data: String,
+    /// The payload's key fields.
+    pub keys: DataKeys,
 }
 
 /// Validates `req` for `scheduler`.
@@ -75,6 +78,7 @@ pub(crate) fn prepare(scheduler: SchedulerId, req: PushRequest) -> Result<NewTas
         (None, None) => (Uuid::new_v4(), false),
     };
     data.insert("id".into(), Value::String(id.hyphenated().to_string()));
+    let keys = DataKeys::of(scheduler, &data);
     let data = Value::Object(data).to_string();
     Ok(NewTask {
         id,
@@ -83,6 +87,7 @@ pub(crate) fn prepare(scheduler: SchedulerId, req: PushRequest) -> Result<NewTas
         priority,
         hash,
         data,
+        keys,
     })
 }
 

@@ -36,9 +36,9 @@ pub struct TaskRow {
     /// The payload, as JSON text.
     #[diesel(sql_type = Text)]
     pub data: String,
-    /// The status, lowercase.
+    /// The status.
     #[diesel(sql_type = Text)]
-    pub status: String,
+    pub status: TaskStatus,
     /// How many times the task was handed out and given back by the watchdog.
     #[diesel(sql_type = Integer)]
     pub attempts: i32,
@@ -54,19 +54,18 @@ pub struct TaskRow {
     /// Last change (UTC).
     #[diesel(sql_type = Timestamp)]
     pub modified_at: NaiveDateTime,
+    /// Key field: the scheduler's plugin (see [`crate::domain::keys`]).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub plugin_id: Option<String>,
+    /// Key field: `data.boefje.oci_image`.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub oci_image: Option<String>,
+    /// Key field: `data.input_ooi`.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub input_ooi: Option<String>,
 }
 
 impl TaskRow {
-    /// The decoded status.
-    pub fn status(&self) -> Result<TaskStatus, StorageError> {
-        self.status.parse().map_err(|()| {
-            StorageError::Corrupt(format!(
-                "task {}: unknown status '{}'",
-                self.id, self.status
-            ))
-        })
-    }
-
     /// The decoded scheduler.
     pub fn scheduler(&self) -> Result<SchedulerId, StorageError> {
         self.scheduler_id.parse().map_err(|()| {
@@ -86,7 +85,7 @@ impl TaskRow {
     /// Converts the row into the domain task.
     pub fn into_task(self) -> Result<Task, StorageError> {
         let id = self.uuid()?;
-        let status = self.status()?;
+        let status = self.status;
         let scheduler_id = self.scheduler()?;
         let schedule_id = match &self.schedule_id {
             Some(s) => Some(Uuid::parse_str(s).map_err(|_| {
@@ -115,6 +114,18 @@ impl TaskRow {
     }
 }
 
+/// A status column decodes straight into the domain's status; an unknown name is a corrupt row.
+impl<DB> diesel::deserialize::FromSql<Text, DB> for TaskStatus
+where
+    DB: diesel::backend::Backend,
+    String: diesel::deserialize::FromSql<Text, DB>,
+{
+    fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
+        let name = String::from_sql(bytes)?;
+        Ok(TaskStatus::try_from(name)?)
+    }
+}
+
 /// A naive UTC timestamp from the database as an aware one.
 pub fn utc(t: NaiveDateTime) -> DateTime<Utc> {
     t.and_utc()
@@ -128,22 +139,67 @@ pub struct CountRow {
     pub count: i64,
 }
 
-/// The part of a waiting task the heap needs.
+/// What a heap holds of a queued task: everything but the payload and the lease.
 #[derive(Debug, Clone, QueryableByName)]
-pub struct WaitingKey {
+pub struct HeapRow {
     /// Task id.
     #[diesel(sql_type = Text)]
     pub id: String,
-    /// Scheduler.
-    #[diesel(sql_type = Text)]
-    pub scheduler_id: String,
     /// Priority.
     #[diesel(sql_type = BigInt)]
     pub priority: i64,
     /// Creation time.
     #[diesel(sql_type = Timestamp)]
     pub created_at: NaiveDateTime,
+    /// Last change.
+    #[diesel(sql_type = Timestamp)]
+    pub modified_at: NaiveDateTime,
     /// The task hash.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub hash: Option<String>,
+    /// The schedule that produced the task.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub schedule_id: Option<String>,
+    /// The organisation.
+    #[diesel(sql_type = Text)]
+    pub organisation: String,
+    /// Key field.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub plugin_id: Option<String>,
+    /// Key field.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub oci_image: Option<String>,
+    /// Key field.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub input_ooi: Option<String>,
+}
+
+/// A task's place in pop order: `(priority, created_at, id)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PopKey {
+    /// Priority.
+    pub priority: i64,
+    /// Creation time.
+    pub created_at: NaiveDateTime,
+    /// Task id (the tie-breaker).
+    pub id: String,
+}
+
+/// A task id and its payload.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct PayloadRow {
+    /// Task id.
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// The payload, as JSON text.
+    #[diesel(sql_type = Text)]
+    pub data: String,
+}
+
+/// A task hash.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct HashRow {
+    /// The hash.
     #[diesel(sql_type = Nullable<Text>)]
     pub hash: Option<String>,
 }

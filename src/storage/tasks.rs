@@ -7,20 +7,36 @@ use chrono::NaiveDateTime;
 use diesel::QueryResult;
 
 use super::filter_sql::push_filter;
-use super::rows::{CountRow, SchedulerCount, StatsRow, TaskRow, WaitingKey};
+use super::rows::{
+    CountRow, HashRow, HeapRow, PayloadRow, PopKey, SchedulerCount, StatsRow, TaskRow,
+};
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend};
 use crate::domain::filter::FilterNode;
+use crate::domain::keys::{DataKeys, KeyField};
+use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, TaskStatus};
 
 /// The column list that decodes into [`TaskRow`].
 pub const COLUMNS: &str = "id, scheduler_id, schedule_id, organisation, type AS task_type, hash, \
-     priority, data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at";
+     priority, data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
+     plugin_id, oci_image, input_ooi";
+
+/// The column list that decodes into [`HeapRow`].
+const HEAP_COLUMNS: &str = "id, priority, created_at, modified_at, hash, schedule_id, organisation, \
+     plugin_id, oci_image, input_ooi";
 
 /// Ids per statement.
 pub const CHUNK: usize = 1000;
-/// Rows per multi-row INSERT (14 binds each).
+/// Rows per multi-row INSERT (17 binds each).
 pub const INSERT_CHUNK: usize = 500;
+
+/// Pending tasks a filtered pop examines at most when its filter names no key field: a bounded
+/// look at the head of the backlog instead of a scan of all of it.
+pub const PENDING_PROBE: usize = 1_000;
+
+/// Values of an `in` list looked up one index range each; a longer list is one `IN (…)` range.
+const LOOKUP_RANGES_MAX: usize = 32;
 
 /// Pop order, as the heap ranks: most urgent first, then oldest, then id for a total order.
 pub const POP_ORDER: &str = "priority ASC, created_at ASC, id ASC";
@@ -47,15 +63,13 @@ pub fn get_many(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<Tas
     Ok(out)
 }
 
-/// What a batch of pushes must know: tasks with one of these ids, and waiting (pending or
-/// queued) tasks of `scheduler` with one of these hashes.
-pub fn find_for_push(
+/// Waiting (pending or queued) tasks of `scheduler` with one of these hashes.
+pub fn waiting_by_hash(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    ids: &[String],
     hashes: &[String],
 ) -> QueryResult<Vec<TaskRow>> {
-    let mut out = get_many(conn, ids)?;
+    let mut out = Vec::new();
     for chunk in hashes.chunks(CHUNK) {
         let mut q = sql(
             conn,
@@ -65,6 +79,17 @@ pub fn find_for_push(
             .push(" AND hash IN ")
             .bind_list(chunk.iter().map(String::as_str));
         out.extend(q.load::<TaskRow>(conn)?);
+    }
+    Ok(out)
+}
+
+/// The payloads of these tasks (in no particular order).
+pub fn payloads(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<PayloadRow>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        let mut q = sql(conn, "SELECT id, data FROM tasks WHERE id IN ");
+        q.bind_list(chunk.iter().map(String::as_str));
+        out.extend(q.load::<PayloadRow>(conn)?);
     }
     Ok(out)
 }
@@ -135,7 +160,8 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
         let mut q = sql(
             conn,
             "INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, hash, priority, \
-             data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at) VALUES ",
+             data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
+             plugin_id, oci_image, input_ooi) VALUES ",
         );
         for (i, r) in chunk.iter().enumerate() {
             q.push(if i == 0 { "(" } else { ", (" });
@@ -166,6 +192,12 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
                 .bind(r.created_at)
                 .push(", ")
                 .bind(r.modified_at)
+                .push(", ")
+                .bind(Bind::OptText(r.plugin_id.clone()))
+                .push(", ")
+                .bind(Bind::OptText(r.oci_image.clone()))
+                .push(", ")
+                .bind(Bind::OptText(r.input_ooi.clone()))
                 .push(")");
         }
         q.execute(conn)?;
@@ -222,49 +254,24 @@ pub fn transition(
     Ok(out)
 }
 
-/// Dispatches up to `limit` queued tasks of `scheduler` that match `filter`, best first, in one
-/// statement; returns the dispatched rows.
-pub fn dispatch_matching(
-    conn: &mut AnyConnection,
-    scheduler: SchedulerId,
-    filter: &FilterNode,
-    limit: usize,
-    now: NaiveDateTime,
-    lease_expires_at: Option<NaiveDateTime>,
-) -> QueryResult<Vec<TaskRow>> {
-    let mut q = sql(
-        conn,
-        "UPDATE tasks SET status = 'dispatched', modified_at = ",
-    );
-    q.bind(now)
-        .push(", lease_expires_at = ")
-        .bind(Bind::OptTime(lease_expires_at))
-        .push(" WHERE status = 'queued' AND id IN (SELECT id FROM tasks WHERE scheduler_id = ")
-        .bind(scheduler.as_str())
-        .push(&format!(" AND {WAITING} AND status = 'queued' AND "));
-    push_filter(&mut q, filter);
-    q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .push(&format!(") RETURNING {COLUMNS}"));
-    q.load::<TaskRow>(conn)
-}
-
 /// The redundant `status IN (…)` term lets SQLite use the partial index `ix_tasks_waiting`:
 /// it only recognises a partial index whose WHERE terms appear in the query as written.
 const WAITING: &str = "status IN ('pending', 'queued')";
 
-/// The columns that decode into [`WaitingKey`].
-const KEY_COLUMNS: &str = "id, scheduler_id, priority, created_at, hash";
-
-/// Appends `AND (priority, created_at, id) > (key)`: everything ranked after `key` in pop order.
-fn push_ranked_after(q: &mut Sql, key: &WaitingKey) {
-    q.push(" AND (priority, created_at, id) > (")
-        .bind(key.priority)
-        .push(", ")
-        .bind(key.created_at)
-        .push(", ")
-        .bind(key.id.as_str())
-        .push(")");
+/// Appends `AND (priority, created_at, id) > (key)` (or `<` with `before`): everything ranked
+/// after (before) `key` in pop order.
+fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
+    q.push(if before {
+        " AND (priority, created_at, id) < ("
+    } else {
+        " AND (priority, created_at, id) > ("
+    })
+    .bind(key.priority)
+    .push(", ")
+    .bind(key.created_at)
+    .push(", ")
+    .bind(key.id.as_str())
+    .push(")");
 }
 
 /// The next `limit` queued tasks of `scheduler` in pop order, after `after` (a keyset page, so a
@@ -272,19 +279,19 @@ fn push_ranked_after(q: &mut Sql, key: &WaitingKey) {
 pub fn queued_page(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    after: Option<&WaitingKey>,
+    after: Option<&PopKey>,
     limit: usize,
-) -> QueryResult<Vec<WaitingKey>> {
+) -> QueryResult<Vec<HeapRow>> {
     let mut q = sql(
         conn,
         &format!(
-            "SELECT {KEY_COLUMNS} FROM tasks WHERE {WAITING} \
+            "SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} \
              AND status = 'queued' AND scheduler_id = "
         ),
     );
     q.bind(scheduler.as_str());
     if let Some(k) = after {
-        push_ranked_after(&mut q, k);
+        push_ranked(&mut q, k, false);
     }
     q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
@@ -296,7 +303,7 @@ pub fn queued_page(
 pub fn demote_after(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    after: &WaitingKey,
+    after: &PopKey,
     now: NaiveDateTime,
 ) -> QueryResult<usize> {
     let mut q = sql(conn, "UPDATE tasks SET status = 'pending', modified_at = ");
@@ -305,36 +312,195 @@ pub fn demote_after(
             " WHERE {WAITING} AND status = 'queued' AND scheduler_id = "
         ))
         .bind(scheduler.as_str());
-    push_ranked_after(&mut q, after);
+    push_ranked(&mut q, after, false);
     q.execute(conn)
 }
 
-/// Every queued task's heap key (tests and tools; the engine pages with [`queued_page`]).
-pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<WaitingKey>> {
+/// Every queued task as a heap holds it (tests and tools; the engine pages with [`queued_page`]).
+pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
     sql(
         conn,
-        &format!("SELECT {KEY_COLUMNS} FROM tasks WHERE status = 'queued'"),
+        &format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE status = 'queued'"),
     )
     .load(conn)
 }
 
-/// The best `limit` pending tasks of `scheduler`, in pop order.
-pub fn best_pending(
+/// Moves the best `limit` pending tasks of `scheduler` to `queued` in one statement and returns
+/// them as a heap holds them.
+pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     limit: usize,
-) -> QueryResult<Vec<WaitingKey>> {
+    now: NaiveDateTime,
+) -> QueryResult<Vec<HeapRow>> {
+    let mut q = sql(conn, "UPDATE tasks SET status = 'queued', modified_at = ");
+    q.bind(now)
+        .push(&format!(
+            " WHERE status = 'pending' AND id IN (SELECT id FROM tasks WHERE {WAITING} \
+              AND status = 'pending' AND scheduler_id = "
+        ))
+        .bind(scheduler.as_str())
+        .push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .push(&format!(") RETURNING {HEAP_COLUMNS}"));
+    q.load(conn)
+}
+
+/// The best `limit` pending tasks of `scheduler` ranked before `before`, in pop order (a heap
+/// rebuilt from the table takes them in for its worst tasks).
+pub fn pending_before(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    before: &PopKey,
+    limit: usize,
+) -> QueryResult<Vec<HeapRow>> {
     let mut q = sql(
         conn,
         &format!(
-            "SELECT {KEY_COLUMNS} FROM tasks WHERE {WAITING} \
+            "SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} \
              AND status = 'pending' AND scheduler_id = "
         ),
     );
-    q.bind(scheduler.as_str())
-        .push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
+    q.bind(scheduler.as_str());
+    push_ranked(&mut q, before, true);
+    q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
     q.load(conn)
+}
+
+/// The best `limit` pending tasks of `scheduler` matching `filter`, in pop order, skipping
+/// `skip`. With a `lookup` on a key field the search walks that field's index of pending tasks
+/// (one range per value); without one it looks only at the best [`PENDING_PROBE`] pending tasks.
+pub fn pending_matching(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    lookup: Option<(KeyField, &[String])>,
+    filter: &FilterNode,
+    limit: usize,
+    skip: &[String],
+) -> QueryResult<Vec<TaskRow>> {
+    let want = i64::try_from(limit.saturating_add(skip.len())).unwrap_or(i64::MAX);
+    let matching = |conn: &AnyConnection, key: Option<(KeyField, &[String])>| {
+        let mut q = sql(
+            conn,
+            &format!("SELECT {COLUMNS} FROM tasks WHERE status = 'pending' AND scheduler_id = "),
+        );
+        q.bind(scheduler.as_str());
+        match key {
+            Some((field, [value])) => {
+                q.push(&format!(" AND {} = ", field.column()))
+                    .bind(value.as_str());
+            }
+            Some((field, values)) => {
+                q.push(&format!(" AND {} IN ", field.column()))
+                    .bind_list(values.iter().map(String::as_str));
+            }
+            None => {}
+        }
+        q.push(" AND ");
+        push_filter(&mut q, filter);
+        q.push(&format!(" ORDER BY {POP_ORDER} LIMIT ")).bind(want);
+        q
+    };
+    let mut rows: Vec<TaskRow> = match lookup {
+        Some((_, [])) => Vec::new(),
+        Some((field, values)) if values.len() <= LOOKUP_RANGES_MAX => {
+            let mut out = Vec::new();
+            for value in values {
+                out.extend(
+                    matching(conn, Some((field, std::slice::from_ref(value))))
+                        .load::<TaskRow>(conn)?,
+                );
+            }
+            out
+        }
+        Some(key) => matching(conn, Some(key)).load(conn)?,
+        None => {
+            let mut q = sql(
+                conn,
+                &format!(
+                    "SELECT {COLUMNS} FROM (SELECT * FROM tasks WHERE {WAITING} \
+                     AND status = 'pending' AND scheduler_id = "
+                ),
+            );
+            q.bind(scheduler.as_str())
+                .push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
+                .bind(i64::try_from(PENDING_PROBE).unwrap_or(i64::MAX))
+                .push(") head WHERE ");
+            push_filter(&mut q, filter);
+            q.push(&format!(" ORDER BY {POP_ORDER} LIMIT ")).bind(want);
+            q.load(conn)?
+        }
+    };
+    rows.retain(|r| !skip.contains(&r.id));
+    rows.sort_by(|a, b| (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id)));
+    rows.truncate(limit);
+    Ok(rows)
+}
+
+/// The hashes of `scheduler`'s pending tasks, at most `limit` (read once per rebuild, so pushes
+/// into a full heap need not ask the table whether the work already waits).
+pub fn pending_hashes(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    limit: usize,
+) -> QueryResult<Vec<Option<String>>> {
+    let mut q = sql(
+        conn,
+        &format!(
+            "SELECT hash FROM tasks WHERE {WAITING} AND status = 'pending' AND scheduler_id = "
+        ),
+    );
+    q.bind(scheduler.as_str())
+        .push(" LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    Ok(q.load::<HashRow>(conn)?
+        .into_iter()
+        .map(|r| r.hash)
+        .collect())
+}
+
+/// Fills the key-field columns of `scheduler`'s waiting tasks written before they existed (or by
+/// an older version during a rolling deploy); returns how many rows it filled.
+pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryResult<usize> {
+    let mut filled = 0;
+    let mut after = String::new();
+    loop {
+        let mut q = sql(
+            conn,
+            &format!(
+                "SELECT id, data FROM tasks WHERE {WAITING} AND plugin_id IS NULL \
+                 AND scheduler_id = "
+            ),
+        );
+        q.bind(scheduler.as_str())
+            .push(" AND id > ")
+            .bind(after.as_str())
+            .push(" ORDER BY id LIMIT ")
+            .bind(i64::try_from(CHUNK).unwrap_or(i64::MAX));
+        let page: Vec<PayloadRow> = q.load(conn)?;
+        let Some(last) = page.last() else { break };
+        after = last.id.clone();
+        for row in &page {
+            let keys = DataKeys::of_json(scheduler, &row.data);
+            if keys == DataKeys::default() {
+                continue;
+            }
+            let mut u = sql(conn, "UPDATE tasks SET plugin_id = ");
+            u.bind(Bind::OptText(keys.plugin_id))
+                .push(", oci_image = ")
+                .bind(Bind::OptText(keys.oci_image))
+                .push(", input_ooi = ")
+                .bind(Bind::OptText(keys.input_ooi))
+                .push(" WHERE id = ")
+                .bind(row.id.as_str());
+            filled += u.execute(conn)?;
+        }
+        if page.len() < CHUNK {
+            break;
+        }
+    }
+    Ok(filled)
 }
 
 /// Tasks per scheduler in `status`.
@@ -350,30 +516,7 @@ pub fn count_by_scheduler(
     q.load(conn)
 }
 
-/// A `/tasks` listing: equality filters from the query string plus an optional filter tree.
-#[derive(Debug, Clone, Default)]
-pub struct ListQuery {
-    /// `scheduler_id = …`
-    pub scheduler_id: Option<SchedulerId>,
-    /// `organisation = …`
-    pub organisation: Option<String>,
-    /// `type = …`
-    pub task_type: Option<String>,
-    /// `status = …`
-    pub status: Option<TaskStatus>,
-    /// `created_at >= …`
-    pub min_created_at: Option<NaiveDateTime>,
-    /// `created_at <= …`
-    pub max_created_at: Option<NaiveDateTime>,
-    /// The body's filters.
-    pub filter: Option<FilterNode>,
-    /// Rows to skip.
-    pub offset: i64,
-    /// Rows to return (0: only count).
-    pub limit: i64,
-}
-
-fn push_list_conditions(q: &mut Sql, lq: &ListQuery) {
+fn push_list_conditions(q: &mut Sql, lq: &TaskQuery) {
     q.push(" WHERE 1 = 1");
     if let Some(s) = lq.scheduler_id {
         q.push(" AND scheduler_id = ").bind(s.as_str());
@@ -400,7 +543,7 @@ fn push_list_conditions(q: &mut Sql, lq: &ListQuery) {
 }
 
 /// The total count and one page, newest first.
-pub fn list(conn: &mut AnyConnection, lq: &ListQuery) -> QueryResult<(i64, Vec<TaskRow>)> {
+pub fn list(conn: &mut AnyConnection, lq: &TaskQuery) -> QueryResult<(i64, Vec<TaskRow>)> {
     let mut count = sql(conn, "SELECT COUNT(*) AS count FROM tasks");
     push_list_conditions(&mut count, lq);
     let total = count

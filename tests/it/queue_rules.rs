@@ -153,7 +153,9 @@ async fn a_worker_re_push_of_a_full_task_queues_it_again(backend: Backend) {
     assert!(detail(resp).await.contains("is completed"));
 }
 
-async fn a_full_heap_keeps_automatic_pushes_as_pending_and_refills_best_first(backend: Backend) {
+async fn a_full_heap_keeps_the_best_tasks_and_the_rest_as_pending_and_pops_best_first(
+    backend: Backend,
+) {
     let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 3).await else {
         return;
     };
@@ -165,7 +167,13 @@ async fn a_full_heap_keeps_automatic_pushes_as_pending_and_refills_best_first(ba
                 &boefje_push("org1", &format!("b{i}"), None, priority),
             )
             .await;
-        let want = if i < 3 { "queued" } else { "pending" };
+        // 5 ranks before the heap's worst (30), which makes way for it; 50 and 40 rank after
+        // everything in the heap.
+        let want = if i < 3 || priority == 5 {
+            "queued"
+        } else {
+            "pending"
+        };
         assert_eq!(task["status"], want, "push {i}");
         ids.push((priority, id_of(&task)));
     }
@@ -179,8 +187,8 @@ async fn a_full_heap_keeps_automatic_pushes_as_pending_and_refills_best_first(ba
         (Some(3), Some(3), Some(3))
     );
 
-    // Draining one at a time: the heap holds 10, 20, 30 first; as it drains, pending tasks come
-    // back best first (5, then 40, then 50) and each pop takes the best of what is queued.
+    // Draining one at a time: the heap holds 5, 10, 20; as it drains, pending tasks come back
+    // best first (30, then 40, then 50), so every pop takes the best task waiting anywhere.
     let mut order = Vec::new();
     for _ in 0..6 {
         let t = app.pop_ok("boefje", 1, None).await;
@@ -188,7 +196,7 @@ async fn a_full_heap_keeps_automatic_pushes_as_pending_and_refills_best_first(ba
         let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
         assert!(s["qsize"].as_u64().unwrap() <= 3, "the bound holds");
     }
-    assert_eq!(order, vec![10, 5, 20, 30, 40, 50]);
+    assert_eq!(order, vec![5, 10, 20, 30, 40, 50]);
     let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
     assert_eq!(
         (s["qsize"].as_u64(), s["pending"].as_u64()),
@@ -308,7 +316,7 @@ crate::backend_tests!(
     a_scheduler_only_pops_its_own_tasks,
     a_duplicate_with_a_better_priority_boosts_the_queued_task,
     a_worker_re_push_of_a_full_task_queues_it_again,
-    a_full_heap_keeps_automatic_pushes_as_pending_and_refills_best_first,
+    a_full_heap_keeps_the_best_tasks_and_the_rest_as_pending_and_pops_best_first,
     a_user_scan_evicts_the_worst_automatic_task,
     a_user_scan_into_a_heap_of_user_scans_waits_as_pending,
     a_scheduler_set_to_reject_answers_429_but_takes_user_scans,

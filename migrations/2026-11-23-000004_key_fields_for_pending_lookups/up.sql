@@ -1,0 +1,17 @@
+-- The fields workers and the webapp select tasks by (see src/domain/keys.rs), held next to the
+-- payload so the pending backlog can be searched by index: a worker whose filter matches only
+-- pending tasks must find them without a scan. Filled by the broker on every write; rows written
+-- before this migration are filled when an engine rebuilds its heap.
+ALTER TABLE tasks ADD COLUMN plugin_id TEXT;
+ALTER TABLE tasks ADD COLUMN oci_image TEXT;
+ALTER TABLE tasks ADD COLUMN input_ooi TEXT;
+-- Only pending rows are indexed (queued ones are indexed in memory), so pushes with room in the
+-- heap and pops write none of these.
+CREATE INDEX ix_tasks_pending_organisation ON tasks (scheduler_id, organisation, priority, created_at, id)
+    WHERE status = 'pending';
+CREATE INDEX ix_tasks_pending_plugin_id ON tasks (scheduler_id, plugin_id, priority, created_at, id)
+    WHERE status = 'pending' AND plugin_id IS NOT NULL;
+CREATE INDEX ix_tasks_pending_oci_image ON tasks (scheduler_id, oci_image, priority, created_at, id)
+    WHERE status = 'pending' AND oci_image IS NOT NULL;
+CREATE INDEX ix_tasks_pending_input_ooi ON tasks (scheduler_id, input_ooi, priority, created_at, id)
+    WHERE status = 'pending' AND input_ooi IS NOT NULL;

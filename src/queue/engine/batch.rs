@@ -1,0 +1,156 @@
+//! The rows one batch reads and changes, and the writes that follow from them.
+//!
+//! The rules never write to the database: they change the in-memory state and record here what
+//! became of each row. Rows the batch read are changed in place, so a later command in the same
+//! batch sees an earlier one; heap tasks popped or evicted without their row having been read are
+//! listed for a conditional update by id. [`BatchRows::writes`] turns it all into statements.
+
+use std::collections::{HashMap, HashSet};
+
+use uuid::Uuid;
+
+use crate::domain::TaskStatus;
+use crate::storage::rows::TaskRow;
+
+/// Rows read or created in this batch, by task id.
+#[derive(Default)]
+pub(crate) struct BatchRows {
+    rows: HashMap<Uuid, TaskRow>,
+    /// Created in this batch, in creation order: inserted.
+    created: Vec<Uuid>,
+    /// Read and then changed: updated.
+    changed: HashSet<Uuid>,
+    /// Waiting tasks of this scheduler by hash, as this batch knows them.
+    waiting_by_hash: HashMap<String, Uuid>,
+    /// Heap tasks popped whose rows were not read: moved `queued → dispatched` by id.
+    pub dispatched: Vec<Uuid>,
+    /// Heap tasks evicted whose rows were not read: moved `queued → pending` by id.
+    pub evicted: Vec<Uuid>,
+}
+
+/// The statements a batch makes, in order.
+#[derive(Default)]
+pub(crate) struct Writes {
+    pub inserts: Vec<TaskRow>,
+    pub updates: Vec<TaskRow>,
+    pub evicted: Vec<String>,
+    pub dispatched: Vec<String>,
+    /// Pending tasks to move into the heap after the rest.
+    pub refill: usize,
+}
+
+impl Writes {
+    /// How many statements these writes take (with a chunk size for inserts).
+    pub fn statements(&self, insert_chunk: usize) -> usize {
+        self.inserts.len().div_ceil(insert_chunk.max(1))
+            + self.updates.len()
+            + usize::from(!self.evicted.is_empty())
+            + usize::from(!self.dispatched.is_empty())
+            + usize::from(self.refill > 0)
+    }
+}
+
+impl BatchRows {
+    /// Takes in rows read from the table (a row already known keeps its batch state).
+    pub fn load(&mut self, rows: Vec<TaskRow>, scheduler: &str) {
+        for row in rows {
+            let Ok(id) = row.uuid() else { continue };
+            if self.rows.contains_key(&id) {
+                continue;
+            }
+            if row.status.is_waiting()
+                && row.scheduler_id == scheduler
+                && let Some(hash) = &row.hash
+            {
+                self.waiting_by_hash.insert(hash.clone(), id);
+            }
+            self.rows.insert(id, row);
+        }
+    }
+
+    /// A row of this batch.
+    pub fn get(&self, id: &Uuid) -> Option<&TaskRow> {
+        self.rows.get(id)
+    }
+
+    /// Whether the batch knows this row.
+    pub fn contains(&self, id: &Uuid) -> bool {
+        self.rows.contains_key(id)
+    }
+
+    /// A task created in this batch.
+    pub fn create(&mut self, id: Uuid, row: TaskRow) {
+        if row.status.is_waiting()
+            && let Some(hash) = &row.hash
+        {
+            self.waiting_by_hash.insert(hash.clone(), id);
+        }
+        self.created.push(id);
+        self.rows.insert(id, row);
+    }
+
+    /// Records a changed row.
+    pub fn update(&mut self, id: Uuid, row: TaskRow) {
+        if let Some(hash) = &row.hash {
+            if row.status.is_waiting() {
+                self.waiting_by_hash.insert(hash.clone(), id);
+            } else if self.waiting_by_hash.get(hash) == Some(&id) {
+                self.waiting_by_hash.remove(hash);
+            }
+        }
+        if !self.created.contains(&id) {
+            self.changed.insert(id);
+        }
+        self.rows.insert(id, row);
+    }
+
+    /// The waiting task with this hash, if the batch knows one.
+    pub fn waiting_with_hash(&self, hash: &str) -> Option<Uuid> {
+        self.waiting_by_hash.get(hash).copied()
+    }
+
+    /// Pending tasks created in this batch (not yet in the table).
+    pub fn created_pending(&self) -> impl Iterator<Item = (&Uuid, &TaskRow)> {
+        self.created.iter().filter_map(|id| {
+            self.rows
+                .get(id)
+                .filter(|r| r.status == TaskStatus::Pending)
+                .map(|r| (id, r))
+        })
+    }
+
+    /// Rows the batch read that are no longer pending but may still be in the table as pending:
+    /// a search of the pending backlog must skip them.
+    pub fn left_pending(&self) -> Vec<String> {
+        self.changed
+            .iter()
+            .filter_map(|id| self.rows.get(id))
+            .filter(|r| r.status != TaskStatus::Pending)
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    /// The statements, and the rows as they will be once written.
+    pub fn writes(&self, refill: usize) -> Writes {
+        Writes {
+            inserts: self
+                .created
+                .iter()
+                .filter_map(|id| self.rows.get(id).cloned())
+                .collect(),
+            updates: self
+                .changed
+                .iter()
+                .filter_map(|id| self.rows.get(id).cloned())
+                .collect(),
+            evicted: self.evicted.iter().map(Uuid::to_string).collect(),
+            dispatched: self.dispatched.iter().map(Uuid::to_string).collect(),
+            refill,
+        }
+    }
+
+    /// Consumes the batch's rows (to answer from).
+    pub fn into_rows(self) -> HashMap<Uuid, TaskRow> {
+        self.rows
+    }
+}

@@ -1,0 +1,166 @@
+//! What callers ask of an engine, each request with a reply channel of its own answer type, and
+//! the batch an engine forms from them.
+
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::domain::Task;
+use crate::domain::filter::FilterNode;
+use crate::queue::push::NewTask;
+use crate::queue::{ExpiryReport, PushOutcome, QueueError, TaskPatch};
+
+/// Where an answer goes.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, QueueError>>;
+
+/// A request to an engine.
+pub(crate) enum Command {
+    /// Store a task (or boost or re-queue an existing one).
+    Push(Request<NewTask, PushOutcome>),
+    /// Hand out the best tasks, optionally matching a filter.
+    Pop(Request<PopRequest, Vec<Task>>),
+    /// Change a task's status or priority.
+    Patch(Request<PatchRequest, Task>),
+    /// The watchdog: re-queue or fail these tasks if their lease has ended.
+    Expire(Request<Vec<Uuid>, ExpiryReport>),
+    /// Stop after the commands already queued.
+    Shutdown,
+}
+
+/// One request and where its answer goes.
+pub(crate) struct Request<R, T> {
+    pub body: R,
+    pub reply: Reply<T>,
+    /// When the caller sent it; a command that waited past the engine's deadline is shed.
+    pub sent: Instant,
+}
+
+impl<R, T> Request<R, T> {
+    pub fn new(body: R, reply: Reply<T>) -> Self {
+        Self {
+            body,
+            reply,
+            sent: Instant::now(),
+        }
+    }
+
+    /// Sends the answer; false if the caller is gone.
+    pub fn answer(self, result: Result<T, QueueError>) -> bool {
+        self.reply.send(result).is_ok()
+    }
+}
+
+/// A pop's parameters.
+pub(crate) struct PopRequest {
+    pub limit: usize,
+    pub filter: Option<FilterNode>,
+}
+
+/// A patch's parameters.
+pub(crate) struct PatchRequest {
+    pub id: Uuid,
+    pub patch: TaskPatch,
+}
+
+/// The commands an engine applies in one transaction, by kind, in arrival order within each.
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub pushes: Vec<Request<NewTask, PushOutcome>>,
+    pub pops: Vec<Request<PopRequest, Vec<Task>>>,
+    pub patches: Vec<Request<PatchRequest, Task>>,
+    pub expiries: Vec<Request<Vec<Uuid>, ExpiryReport>>,
+}
+
+impl Batch {
+    /// Adds a command (not `Shutdown`).
+    pub fn add(&mut self, cmd: Command) {
+        match cmd {
+            Command::Push(r) => self.pushes.push(r),
+            Command::Pop(r) => self.pops.push(r),
+            Command::Patch(r) => self.patches.push(r),
+            Command::Expire(r) => self.expiries.push(r),
+            Command::Shutdown => {}
+        }
+    }
+
+    /// How many commands it holds.
+    pub fn len(&self) -> usize {
+        self.pushes.len() + self.pops.len() + self.patches.len() + self.expiries.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One batch per command, to retry them apart after the batch failed.
+    pub fn into_singles(self) -> Vec<Batch> {
+        let mut out = Vec::with_capacity(self.len());
+        out.extend(self.pushes.into_iter().map(|r| Batch {
+            pushes: vec![r],
+            ..Default::default()
+        }));
+        out.extend(self.patches.into_iter().map(|r| Batch {
+            patches: vec![r],
+            ..Default::default()
+        }));
+        out.extend(self.expiries.into_iter().map(|r| Batch {
+            expiries: vec![r],
+            ..Default::default()
+        }));
+        out.extend(self.pops.into_iter().map(|r| Batch {
+            pops: vec![r],
+            ..Default::default()
+        }));
+        out
+    }
+
+    /// Answers every command with `err`.
+    pub fn fail(self, err: &QueueError) {
+        for r in self.pushes {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.pops {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.patches {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.expiries {
+            r.answer(Err(err.duplicate()));
+        }
+    }
+
+    /// Takes out, unanswered, the pops whose caller has gone: nothing is done for them. Returns
+    /// how many.
+    pub fn drop_abandoned_pops(&mut self) -> usize {
+        let before = self.pops.len();
+        self.pops.retain(|r| !r.reply.is_closed());
+        before - self.pops.len()
+    }
+
+    /// Answers `Busy` to the commands that waited longer than `deadline` (the caller has likely
+    /// given up; doing the work would only delay the others). Returns how many.
+    pub fn shed_older_than(&mut self, deadline: std::time::Duration) -> usize {
+        let now = Instant::now();
+        let old = |sent: Instant| now.duration_since(sent) > deadline;
+        let mut shed = 0;
+        macro_rules! shed {
+            ($list:expr) => {{
+                let (late, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut $list)
+                    .into_iter()
+                    .partition(|r| old(r.sent));
+                $list = keep;
+                shed += late.len();
+                for r in late {
+                    r.answer(Err(QueueError::Busy));
+                }
+            }};
+        }
+        shed!(self.pushes);
+        shed!(self.pops);
+        shed!(self.patches);
+        shed
+    }
+}

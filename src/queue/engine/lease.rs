@@ -1,0 +1,141 @@
+//! Leases: a popped task must be started, and a running one finished or renewed, in time. The
+//! watchdog finds tasks whose lease ended with a read outside the engine; this rule checks each
+//! again (a task finished or renewed since is left alone) and re-queues it with one more attempt,
+//! or fails it once its attempts are used up.
+
+use chrono::{DateTime, Utc};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::batch::BatchRows;
+use super::place::{Admission, internal, place};
+use super::state::QueueState;
+use crate::domain::{Placement, TaskStatus};
+use crate::queue::{ExpiryReport, QueueError};
+
+/// Expires the leases of those of `ids` (their rows read) that have ended.
+pub(crate) fn expire(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<ExpiryReport, QueueError> {
+    let mut report = ExpiryReport::default();
+    let at = now.naive_utc();
+    for id in ids {
+        let Some(mut row) = rows.get(id).cloned() else {
+            continue;
+        };
+        let held = row.status;
+        let ended = row.lease_expires_at.is_some_and(|end| end < at);
+        if !matches!(held, TaskStatus::Dispatched | TaskStatus::Running)
+            || !ended
+            || row.scheduler_id != st.scheduler.as_str()
+        {
+            continue;
+        }
+        row.attempts = row.attempts.saturating_add(1);
+        row.lease_expires_at = None;
+        row.modified_at = at;
+        let max = st.limits.max_attempts;
+        let exhausted = u32::try_from(row.attempts).unwrap_or(u32::MAX) >= max;
+        if exhausted {
+            row.status = held.expire(true, Placement::Heap).map_err(internal)?;
+            row.failure_reason = Some(format!(
+                "lease expired while {held}, {} of {max} attempts used",
+                row.attempts
+            ));
+            report.failed.push(*id);
+            warn!(task.id = %id, scheduler.id = %st.scheduler, attempts = row.attempts, "lease expired; attempts used up, task failed");
+        } else {
+            let p = place(st, rows, *id, &row, Admission::Accepted)?;
+            row.status = held.expire(false, p).map_err(internal)?;
+            row.failure_reason = Some(format!("lease expired while {held}"));
+            report.requeued.push(*id);
+            info!(task.id = %id, scheduler.id = %st.scheduler, attempts = row.attempts, "lease expired; task queued again");
+        }
+        rows.update(*id, row);
+    }
+    Ok(report)
+}
+
+/// Tasks whose pop was committed but whose answer never reached the caller (it hung up) go back
+/// to the queue at once rather than waiting out their lease. A task the worker has since touched
+/// (it is no longer `dispatched`) is left alone.
+pub(crate) fn give_back(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) {
+    for id in ids {
+        let Some(mut row) = rows.get(id).cloned() else {
+            continue;
+        };
+        if row.status != TaskStatus::Dispatched || row.scheduler_id != st.scheduler.as_str() {
+            continue;
+        }
+        let placed = place(st, rows, *id, &row, Admission::Accepted)
+            .and_then(|p| row.status.enqueue(p).map_err(internal));
+        match placed {
+            Ok(status) => {
+                row.status = status;
+                row.lease_expires_at = None;
+                row.modified_at = now.naive_utc();
+                rows.update(*id, row);
+            }
+            Err(e) => {
+                warn!(task.id = %id, error = %e, "an undelivered task could not be given back; its lease will")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::WhenFull;
+    use crate::queue::engine::testing::{now, row, state};
+
+    #[test]
+    fn an_ended_lease_requeues_until_the_attempts_are_used() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (id, mut r) = row(5, 1);
+        r.status = TaskStatus::Running;
+        r.lease_expires_at = Some(now().naive_utc() - chrono::Duration::seconds(1));
+        r.attempts = i32::try_from(st.limits.max_attempts).unwrap() - 2;
+        rows.load(vec![r], "boefje");
+        let report = expire(&mut st, &mut rows, &[id], now()).unwrap();
+        assert_eq!(report.requeued, vec![id]);
+        assert!(st.heap.contains(&id));
+        // popped again, and again not finished in time: failed
+        let mut r = rows.get(&id).unwrap().clone();
+        st.heap.remove(&id);
+        r.status = TaskStatus::Dispatched;
+        r.lease_expires_at = Some(now().naive_utc() - chrono::Duration::seconds(1));
+        rows.update(id, r);
+        let report = expire(&mut st, &mut rows, &[id], now()).unwrap();
+        assert_eq!(report.failed, vec![id]);
+        let r = rows.get(&id).unwrap();
+        assert_eq!(r.status, TaskStatus::Failed);
+        assert!(
+            r.failure_reason
+                .as_deref()
+                .unwrap()
+                .contains("attempts used")
+        );
+    }
+
+    #[test]
+    fn a_renewed_lease_is_left_alone() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (id, mut r) = row(5, 1);
+        r.status = TaskStatus::Running;
+        r.lease_expires_at = Some(now().naive_utc() + chrono::Duration::seconds(30));
+        rows.load(vec![r], "boefje");
+        let report = expire(&mut st, &mut rows, &[id], now()).unwrap();
+        assert!(report.requeued.is_empty() && report.failed.is_empty());
+    }
+}

@@ -1,0 +1,569 @@
+//! An engine: the one thread that changes one scheduler's queue.
+//!
+//! Each scheduler has its own engine, state and database connection, so the three schedulers'
+//! transactions run side by side and PostgreSQL merges their commits. An engine takes every
+//! command waiting in its channel (up to `max_batch`) and applies them as one batch:
+//!
+//! 1. **read** the rows the batch may meet ([`push::reads`], the tasks patched or expired);
+//! 2. **decide**, in memory, rule by rule: pushes ([`push`]), patches ([`patch`]), lease expiry
+//!    ([`lease`]), pops ([`pop`]), each placing tasks through [`place`]; a pop may read pending
+//!    tasks or payloads through [`pop::Reads`]. The rules change the state and record what became
+//!    of each row in [`batch::BatchRows`]; they never write;
+//! 3. **write** what the batch decided, plus a [`refill`] from pending, in one transaction (or one
+//!    autocommitted statement when that is all it takes);
+//! 4. **answer** each caller, only after the commit.
+//!
+//! Requests that arrive while a commit is in flight wait in the channel and form the next batch,
+//! so commits are grouped without any timer. If a batch fails, the state may hold changes that
+//! were not committed: the engine rebuilds it from the table ([`rebuild`]) before the next
+//! batch, and retries the failed batch's commands one by one, so one bad command cannot fail the
+//! others. A lost database is answered 503 at once until it returns.
+
+mod batch;
+pub(crate) mod command;
+mod lease;
+mod patch;
+mod place;
+mod pop;
+mod push;
+mod rebuild;
+mod refill;
+mod state;
+#[cfg(test)]
+mod testing;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use diesel::Connection;
+use tracing::{debug, error, info, warn};
+use uuid::Uuid;
+
+use self::batch::{BatchRows, Writes};
+use self::command::{Batch, Command};
+use self::pop::Reads;
+use self::state::QueueState;
+use super::{ExpiryReport, Gauges, PushOutcome, QueueConfig, QueueError};
+use crate::clock::SharedClock;
+use crate::domain::filter::FilterNode;
+use crate::domain::keys::KeyField;
+use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
+use crate::storage::rows::TaskRow;
+use crate::storage::{self, AnyConnection, Backend, DbConn, DbPool, StorageError, tasks};
+
+/// After the database was found unreachable, commands are answered 503 at once for this long
+/// before the next connection attempt, so an outage costs callers no wait beyond one connect
+/// timeout.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// The running engines; stops them in order.
+pub struct EngineHandle {
+    engines: Vec<(SyncSender<Command>, JoinHandle<()>)>,
+}
+
+impl EngineHandle {
+    /// Asks every engine to stop after the commands already queued and waits for them.
+    pub fn shutdown(self) {
+        for (tx, _) in &self.engines {
+            // A full channel still drains: a blocking send waits behind earlier commands.
+            let _ = tx.send(Command::Shutdown);
+        }
+        for (_, join) in self.engines {
+            if join.join().is_err() {
+                error!("a queue engine thread panicked");
+            }
+        }
+    }
+}
+
+/// Starts one engine per scheduler, each rebuilding its state first (in parallel); returns their
+/// channels once all are ready, or the first rebuild error.
+pub(crate) fn start_all(
+    pool: &DbPool,
+    backend: Backend,
+    clock: &SharedClock,
+    config: &QueueConfig,
+    gauges: &Arc<Gauges>,
+) -> Result<(PerScheduler<SyncSender<Command>>, EngineHandle), StorageError> {
+    let mut engines = Vec::new();
+    let mut ready = Vec::new();
+    // SQLite has one writer at a time, and a transaction that read before it writes fails at
+    // once (not after busy_timeout) if another connection wrote in between. So on SQLite the
+    // engines take turns writing; PostgreSQL lets them write side by side.
+    let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(())));
+    for s in SchedulerId::ALL {
+        let (tx, rx) = std::sync::mpsc::sync_channel(config.channel_capacity);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let mut engine = Engine {
+            state: QueueState::new(s, config.limits[s]),
+            pool: pool.clone(),
+            write_lock: write_lock.clone(),
+            conn: None,
+            clock: clock.clone(),
+            max_batch: config.max_batch.max(1),
+            shed_after: config.shed_after,
+            gauges: gauges.clone(),
+            dirty: true,
+            down_since: None,
+            undelivered: Vec::new(),
+        };
+        let join = std::thread::Builder::new()
+            .name(format!("engine-{s}"))
+            .spawn(move || {
+                let result = engine.rebuild();
+                let ok = result.is_ok();
+                let _ = ready_tx.send(result);
+                if ok {
+                    engine.run(rx);
+                }
+            })
+            .map_err(|e| StorageError::Unavailable(format!("cannot start an engine: {e}")))?;
+        engines.push((tx, join));
+        ready.push(ready_rx);
+    }
+    let mut first_error = None;
+    for rx in ready {
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {
+                first_error.get_or_insert(StorageError::Unavailable(
+                    "an engine stopped during start".into(),
+                ));
+            }
+        }
+    }
+    let senders: Vec<SyncSender<Command>> = engines.iter().map(|(tx, _)| tx.clone()).collect();
+    let handle = EngineHandle { engines };
+    if let Some(e) = first_error {
+        handle.shutdown();
+        return Err(e);
+    }
+    match PerScheduler::try_from(senders) {
+        Ok(senders) => Ok((senders, handle)),
+        Err(_) => {
+            handle.shutdown();
+            Err(StorageError::Unavailable("engine count".into()))
+        }
+    }
+}
+
+struct Engine {
+    state: QueueState,
+    pool: DbPool,
+    /// Held for each transaction when the database takes one writer at a time (SQLite).
+    write_lock: Option<Arc<Mutex<()>>>,
+    /// The engine's own connection, kept between batches; dropped after a failure so the next
+    /// batch starts on a fresh one.
+    conn: Option<DbConn>,
+    clock: SharedClock,
+    max_batch: usize,
+    /// Commands that waited longer than this are answered 503 without being applied.
+    shed_after: Duration,
+    gauges: Arc<Gauges>,
+    /// The state may hold changes a failed batch did not commit.
+    dirty: bool,
+    /// When the database was last found unreachable.
+    down_since: Option<Instant>,
+    /// Tasks popped and committed whose caller had gone when the answer was ready: they go back
+    /// to the queue in the next batch instead of waiting out their lease.
+    undelivered: Vec<Uuid>,
+}
+
+/// Takes the shared write lock, if any; a panic in another engine does not make it unusable.
+fn write_turn(lock: &Option<Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
+    lock.as_ref()
+        .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// What a batch decided, per command, before it is written.
+#[derive(Default)]
+struct Decisions {
+    pushes: Vec<Result<(Uuid, bool), QueueError>>,
+    patches: Vec<Result<Uuid, QueueError>>,
+    expiries: Vec<Result<ExpiryReport, QueueError>>,
+    pops: Vec<Vec<Uuid>>,
+}
+
+/// The pop rule's view of the table, on the engine's connection.
+struct TableReads<'a> {
+    conn: &'a mut AnyConnection,
+    scheduler: SchedulerId,
+}
+
+impl Reads for TableReads<'_> {
+    fn pending_matching(
+        &mut self,
+        lookup: Option<(KeyField, &[String])>,
+        filter: &FilterNode,
+        limit: usize,
+        skip: &[String],
+    ) -> Result<Vec<TaskRow>, StorageError> {
+        Ok(tasks::pending_matching(
+            self.conn,
+            self.scheduler,
+            lookup,
+            filter,
+            limit,
+            skip,
+        )?)
+    }
+
+    fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError> {
+        let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        Ok(tasks::payloads(self.conn, &ids)?
+            .into_iter()
+            .filter_map(|r| Uuid::parse_str(&r.id).ok().map(|id| (id, r.data)))
+            .collect())
+    }
+}
+
+impl Engine {
+    fn scheduler(&self) -> SchedulerId {
+        self.state.scheduler
+    }
+
+    fn run(mut self, rx: Receiver<Command>) {
+        loop {
+            let first = if self.undelivered.is_empty() {
+                match rx.recv() {
+                    Ok(cmd) => Some(cmd),
+                    Err(_) => break,
+                }
+            } else {
+                // Answers went undelivered: give those tasks back now, with whatever is waiting.
+                match rx.try_recv() {
+                    Ok(cmd) => Some(cmd),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            };
+            let mut batch = Batch::default();
+            let mut stop = false;
+            let mut next = first;
+            while let Some(cmd) = next.take() {
+                if matches!(cmd, Command::Shutdown) {
+                    stop = true;
+                } else {
+                    batch.add(cmd);
+                }
+                if batch.len() < self.max_batch {
+                    next = rx.try_recv().ok();
+                }
+            }
+            self.process(batch);
+            if stop {
+                break;
+            }
+        }
+        debug!(scheduler.id = %self.scheduler(), "queue engine stopped");
+    }
+
+    fn connection(&mut self) -> Result<DbConn, StorageError> {
+        match self.conn.take() {
+            Some(c) => Ok(c),
+            None => storage::checkout(&self.pool),
+        }
+    }
+
+    /// Rebuilds the state from the table.
+    fn rebuild(&mut self) -> Result<(), StorageError> {
+        let lock = self.write_lock.clone();
+        let _turn = write_turn(&lock);
+        let started = Instant::now();
+        let now = self.clock.now().naive_utc();
+        let mut conn = self.connection()?;
+        let state = &mut self.state;
+        let result = conn.transaction::<_, StorageError, _>(|c| rebuild::rebuild(c, state, now));
+        if let Err(e) = result {
+            self.dirty = true;
+            return Err(e);
+        }
+        self.conn = Some(conn);
+        self.dirty = false;
+        self.publish();
+        info!(
+            scheduler.id = %self.scheduler(),
+            queued = self.state.heap.len(),
+            pending = self.state.pending.count(),
+            duration_ms = started.elapsed().as_millis() as u64,
+            "heaps rebuilt from the tasks table"
+        );
+        Ok(())
+    }
+
+    fn publish(&self) {
+        self.gauges.set(
+            self.scheduler(),
+            self.state.heap.len(),
+            self.state.pending.count(),
+        );
+    }
+
+    fn unavailable(&mut self, batch: Batch, why: &str) {
+        if self.down_since.is_none() {
+            warn!(scheduler.id = %self.scheduler(), error = %why, "database unavailable; answering 503 until it returns");
+        }
+        self.down_since = Some(Instant::now());
+        batch.fail(&QueueError::Unavailable(why.to_owned()));
+    }
+
+    fn process(&mut self, mut batch: Batch) {
+        let abandoned = batch.drop_abandoned_pops();
+        let shed = batch.shed_older_than(self.shed_after);
+        if abandoned + shed > 0 {
+            debug!(scheduler.id = %self.scheduler(), abandoned, shed, "commands dropped before any work");
+            self.gauges
+                .engine
+                .shed
+                .fetch_add((abandoned + shed) as u64, Ordering::Relaxed);
+        }
+        if batch.is_empty() && self.undelivered.is_empty() {
+            return;
+        }
+        if let Some(since) = self.down_since
+            && since.elapsed() < RECONNECT_PAUSE
+        {
+            batch.fail(&QueueError::Unavailable(
+                "the database is unreachable".into(),
+            ));
+            return;
+        }
+        if self.dirty
+            && let Err(e) = self.rebuild()
+        {
+            if e.is_unavailable() || !storage::reachable(&self.pool) {
+                self.unavailable(batch, &e.to_string());
+            } else {
+                error!(scheduler.id = %self.scheduler(), error = %e, "heap could not be rebuilt");
+                batch.fail(&QueueError::from(e));
+            }
+            return;
+        }
+        if self.down_since.take().is_some() {
+            info!(scheduler.id = %self.scheduler(), "database reachable again");
+        }
+        let mut conn = match self.connection() {
+            Ok(c) => c,
+            Err(e) => {
+                self.unavailable(batch, &e.to_string());
+                return;
+            }
+        };
+        let began = Instant::now();
+        let result = self.apply(&mut conn, &batch);
+        let counters = &self.gauges.engine;
+        match result {
+            Ok((decisions, rows, statements)) => {
+                self.conn = Some(conn);
+                counters.batches.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .commands
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                counters
+                    .statements
+                    .fetch_add(statements as u64, Ordering::Relaxed);
+                counters
+                    .batch_micros
+                    .fetch_add(began.elapsed().as_micros() as u64, Ordering::Relaxed);
+                self.publish();
+                self.answer(batch, decisions, rows);
+            }
+            Err(e) => {
+                // The connection may be the cause (a dropped server); start over on a fresh one.
+                drop(conn);
+                self.dirty = true;
+                counters.failed_batches.fetch_add(1, Ordering::Relaxed);
+                // Tell a lost database from a bad statement by asking the database.
+                if e.is_unavailable() || !storage::reachable(&self.pool) {
+                    self.unavailable(batch, &e.to_string());
+                } else if batch.len() > 1 {
+                    warn!(scheduler.id = %self.scheduler(), error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
+                    for single in batch.into_singles() {
+                        self.process(single);
+                    }
+                } else {
+                    error!(scheduler.id = %self.scheduler(), error = %e, "command failed in the database");
+                    batch.fail(&QueueError::from(e));
+                }
+            }
+        }
+    }
+
+    /// Reads, decides and writes one batch. Returns the decisions, the rows to answer from and
+    /// how many statements were written.
+    fn apply(
+        &mut self,
+        conn: &mut AnyConnection,
+        batch: &Batch,
+    ) -> Result<(Decisions, HashMap<Uuid, TaskRow>, usize), StorageError> {
+        let started = Instant::now();
+        let now = self.clock.now();
+        let s = self.scheduler();
+        let st = &mut self.state;
+        let mut rows = BatchRows::default();
+
+        // 1. Read what the batch may meet.
+        let needs = push::reads(st, batch.pushes.iter().map(|r| &r.body));
+        let mut ids = needs.ids;
+        ids.extend(batch.patches.iter().map(|r| r.body.id.to_string()));
+        ids.extend(
+            batch
+                .expiries
+                .iter()
+                .flat_map(|r| r.body.iter().map(Uuid::to_string)),
+        );
+        let undelivered = std::mem::take(&mut self.undelivered);
+        ids.extend(undelivered.iter().map(Uuid::to_string));
+        if !ids.is_empty() {
+            ids.sort_unstable();
+            ids.dedup();
+            rows.load(tasks::get_many(conn, &ids)?, s.as_str());
+        }
+        if !needs.hashes.is_empty() {
+            rows.load(tasks::waiting_by_hash(conn, s, &needs.hashes)?, s.as_str());
+        }
+
+        // 2. Decide, rule by rule.
+        let mut d = Decisions::default();
+        lease::give_back(st, &mut rows, &undelivered, now);
+        for r in &batch.pushes {
+            d.pushes.push(push::push(st, &mut rows, &r.body, now));
+        }
+        for r in &batch.patches {
+            d.patches
+                .push(patch::patch(st, &mut rows, r.body.id, &r.body.patch, now));
+        }
+        for r in &batch.expiries {
+            d.expiries.push(lease::expire(st, &mut rows, &r.body, now));
+        }
+        {
+            let mut reads = TableReads {
+                conn: &mut *conn,
+                scheduler: s,
+            };
+            for r in &batch.pops {
+                d.pops
+                    .push(pop::pop(st, &mut rows, &mut reads, &r.body, now)?);
+            }
+        }
+        let refill = refill::wanted(st);
+        let writes = rows.writes(refill);
+
+        self.gauges
+            .engine
+            .apply_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+
+        // 3. Write, in one transaction unless one statement does it.
+        let statements = writes.statements(tasks::INSERT_CHUNK);
+        let lock = self.write_lock.clone();
+        let _turn = write_turn(&lock);
+        let lease = self.state.lease(now, TaskStatus::Dispatched);
+        let state = &mut self.state;
+        let returned = if statements <= 1 {
+            write(conn, state, &writes, now, lease)?
+        } else {
+            conn.transaction::<_, StorageError, _>(|c| write(c, state, &writes, now, lease))?
+        };
+        if !batch.pushes.is_empty() || !batch.pops.is_empty() {
+            self.gauges.touch(s, now);
+        }
+        let mut rows = rows.into_rows();
+        rows.extend(returned);
+        Ok((d, rows, statements))
+    }
+
+    /// Answers every command from the committed rows.
+    fn answer(&mut self, batch: Batch, d: Decisions, rows: HashMap<Uuid, TaskRow>) {
+        let task = |id: &Uuid| -> Result<Task, QueueError> {
+            rows.get(id)
+                .cloned()
+                .ok_or_else(|| QueueError::Internal(format!("task {id} vanished from its batch")))?
+                .into_task()
+                .map_err(QueueError::from)
+        };
+        for (r, out) in batch.pushes.into_iter().zip(d.pushes) {
+            r.answer(out.and_then(|(id, created)| {
+                Ok(PushOutcome {
+                    task: task(&id)?,
+                    created,
+                })
+            }));
+        }
+        for (r, out) in batch.patches.into_iter().zip(d.patches) {
+            r.answer(out.and_then(|id| task(&id)));
+        }
+        for (r, out) in batch.expiries.into_iter().zip(d.expiries) {
+            r.answer(out);
+        }
+        for (r, ids) in batch.pops.into_iter().zip(d.pops) {
+            let found: Vec<Task> = ids.iter().filter_map(|id| task(id).ok()).collect();
+            if found.len() < ids.len() {
+                warn!(
+                    scheduler.id = %self.scheduler(),
+                    missing = ids.len() - found.len(),
+                    "heap held tasks the table no longer has queued; skipped"
+                );
+            }
+            let handed: Vec<Uuid> = found.iter().map(|t| t.id).collect();
+            if !r.answer(Ok(found)) && !handed.is_empty() {
+                // Committed, but the caller is gone: nobody will run these tasks.
+                info!(scheduler.id = %self.scheduler(), tasks = handed.len(), "pop answer not delivered; the tasks go back to the queue");
+                self.undelivered.extend(handed);
+            }
+        }
+    }
+}
+
+/// Executes a batch's writes and its refill; returns the rows of heap tasks dispatched by id.
+fn write(
+    c: &mut AnyConnection,
+    st: &mut QueueState,
+    w: &Writes,
+    now: DateTime<Utc>,
+    lease: Option<chrono::NaiveDateTime>,
+) -> Result<HashMap<Uuid, TaskRow>, StorageError> {
+    let at = now.naive_utc();
+    if !w.inserts.is_empty() {
+        tasks::insert(c, &w.inserts)?;
+    }
+    for row in &w.updates {
+        tasks::update(c, row)?;
+    }
+    if !w.evicted.is_empty() {
+        tasks::transition(
+            c,
+            &w.evicted,
+            TaskStatus::Queued,
+            TaskStatus::Pending,
+            at,
+            None,
+        )?;
+    }
+    let mut out = HashMap::new();
+    if !w.dispatched.is_empty() {
+        for row in tasks::transition(
+            c,
+            &w.dispatched,
+            TaskStatus::Queued,
+            TaskStatus::Dispatched,
+            at,
+            lease,
+        )? {
+            out.insert(row.uuid()?, row);
+        }
+    }
+    if w.refill > 0 {
+        let moved = tasks::refill(c, st.scheduler, w.refill, at)?;
+        refill::refilled(st, moved, w.refill).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,189 @@
+//! Placement and eviction: where a waiting task goes.
+//!
+//! The heap holds the best `maxsize` waiting tasks. A task goes into the heap while it has room;
+//! into a full heap only if it ranks before the heap's worst task, which then moves out to the
+//! pending backlog; otherwise it waits as pending itself. So whatever waits as pending ranks after
+//! everything in the heap, and pops take from the backlog only what the heap cannot give them
+//! (the one exception: a `PATCH` that makes a queued task less urgent leaves it in the heap).
+//!
+//! A scheduler configured to refuse (`when_full = reject`) answers a *new* automatic push 429
+//! instead, when the heap is full; user scans and work already accepted are always placed.
+
+use uuid::Uuid;
+
+use super::batch::BatchRows;
+use super::state::QueueState;
+use crate::domain::keys::DataKeys;
+use crate::domain::{Placement, TaskStatus};
+use crate::queue::heap::{HeapTask, Rank};
+use crate::queue::{QueueError, WhenFull};
+use crate::storage::rows::{HeapRow, TaskRow};
+
+/// Whether a placement may be refused when the heap is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// A new push: an automatic one may be refused (429) when the scheduler says so.
+    New,
+    /// Work already accepted (a boost, a re-queue, an expired lease): never refused.
+    Accepted,
+}
+
+/// The heap's view of a row.
+pub(crate) fn heap_task(id: Uuid, row: &TaskRow) -> Result<HeapTask, QueueError> {
+    Ok(HeapTask {
+        id,
+        priority: row.priority,
+        created_at: row.created_at,
+        modified_at: row.modified_at,
+        hash: row.hash.clone(),
+        schedule_id: parse_schedule(&row.schedule_id)?,
+        organisation: row.organisation.clone(),
+        data_keys: DataKeys {
+            plugin_id: row.plugin_id.clone(),
+            oci_image: row.oci_image.clone(),
+            input_ooi: row.input_ooi.clone(),
+        },
+    })
+}
+
+/// The heap's view of a queued row read for a rebuild or a refill.
+pub(crate) fn heap_task_of(row: HeapRow) -> Result<HeapTask, QueueError> {
+    Ok(HeapTask {
+        id: Uuid::parse_str(&row.id)
+            .map_err(|_| QueueError::Internal(format!("task id '{}' is not a UUID", row.id)))?,
+        priority: row.priority,
+        created_at: row.created_at,
+        modified_at: row.modified_at,
+        schedule_id: parse_schedule(&row.schedule_id)?,
+        hash: row.hash,
+        organisation: row.organisation,
+        data_keys: DataKeys {
+            plugin_id: row.plugin_id,
+            oci_image: row.oci_image,
+            input_ooi: row.input_ooi,
+        },
+    })
+}
+
+fn parse_schedule(s: &Option<String>) -> Result<Option<Uuid>, QueueError> {
+    s.as_deref()
+        .map(|s| {
+            Uuid::parse_str(s)
+                .map_err(|_| QueueError::Internal(format!("schedule id '{s}' is not a UUID")))
+        })
+        .transpose()
+}
+
+/// Finds `row` a place, updating the heap and the pending set; the caller sets the row's status
+/// from the placement. An automatic new push to a full, refusing scheduler is a `QueueFull`.
+pub(crate) fn place(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    id: Uuid,
+    row: &TaskRow,
+    admission: Admission,
+) -> Result<Placement, QueueError> {
+    let task = heap_task(id, row)?;
+    let rank = task.rank();
+    if !st.heap.is_full() {
+        st.heap.insert(task);
+        return Ok(Placement::Heap);
+    }
+    if admission == Admission::New && !rank.is_user() && st.limits.when_full == WhenFull::Reject {
+        return Err(QueueError::QueueFull(st.scheduler));
+    }
+    if let Some(worst) = st.heap.worst().filter(|w| rank < *w) {
+        evict(st, rows, worst)?;
+        st.heap.insert(task);
+        return Ok(Placement::Heap);
+    }
+    st.pending.add(row.hash.as_deref());
+    Ok(Placement::Backlog)
+}
+
+/// Moves a heap task out to the pending backlog.
+fn evict(st: &mut QueueState, rows: &mut BatchRows, victim: Rank) -> Result<(), QueueError> {
+    let hash = st.heap.hash_of(&victim.id);
+    st.heap.remove(&victim.id);
+    st.pending.add(hash.as_deref());
+    match rows.get(&victim.id).cloned() {
+        Some(mut row) => {
+            row.status = row.status.enqueue(Placement::Backlog).map_err(internal)?;
+            rows.update(victim.id, row);
+        }
+        None => rows.evicted.push(victim.id),
+    }
+    tracing::debug!(task.id = %victim.id, scheduler.id = %st.scheduler, "evicted to pending by a better task");
+    Ok(())
+}
+
+/// An illegal move the broker tried on its own: a bug, reported as an internal error.
+pub(crate) fn internal(e: crate::domain::IllegalTransition) -> QueueError {
+    QueueError::Internal(format!("broker move refused: {e}"))
+}
+
+/// The row's status after being placed.
+pub(crate) fn placed_status(from: TaskStatus, p: Placement) -> Result<TaskStatus, QueueError> {
+    from.enqueue(p).map_err(internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::engine::testing::{limits, row, state};
+
+    #[test]
+    fn a_better_task_pushes_the_worst_out_of_a_full_heap() {
+        let mut st = state(2, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row(10, 1);
+        let (b, rb) = row(20, 2);
+        let (c, rc) = row(5, 3);
+        let (d, rd) = row(30, 4);
+        assert_eq!(
+            place(&mut st, &mut rows, a, &ra, Admission::New).unwrap(),
+            Placement::Heap
+        );
+        assert_eq!(
+            place(&mut st, &mut rows, b, &rb, Admission::New).unwrap(),
+            Placement::Heap
+        );
+        assert_eq!(
+            place(&mut st, &mut rows, c, &rc, Admission::New).unwrap(),
+            Placement::Heap
+        );
+        assert_eq!(rows.evicted, vec![b], "the worst went out, by id");
+        assert_eq!(st.pending.count(), 1);
+        assert_eq!(
+            place(&mut st, &mut rows, d, &rd, Admission::New).unwrap(),
+            Placement::Backlog,
+            "worse than all: waits outside"
+        );
+        assert_eq!(st.pending.count(), 2);
+        assert!(st.pending.may_hold(rd.hash.as_deref().unwrap()));
+    }
+
+    #[test]
+    fn a_refusing_scheduler_refuses_only_new_automatic_pushes() {
+        let mut st = state(1, WhenFull::Reject);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row(10, 1);
+        let (b, rb) = row(5, 2);
+        let (u, ru) = row(1, 3);
+        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
+        assert!(matches!(
+            place(&mut st, &mut rows, b, &rb, Admission::New),
+            Err(QueueError::QueueFull(_))
+        ));
+        assert_eq!(
+            place(&mut st, &mut rows, b, &rb, Admission::Accepted).unwrap(),
+            Placement::Heap
+        );
+        assert_eq!(
+            place(&mut st, &mut rows, u, &ru, Admission::New).unwrap(),
+            Placement::Heap,
+            "user scan"
+        );
+        let _ = limits(1, WhenFull::Reject);
+    }
+}

@@ -1,0 +1,309 @@
+//! Pops: the best tasks, optionally matching a filter, handed out exactly once.
+//!
+//! The heap answers first, from memory: unfiltered pops take its best tasks; a filter is planned
+//! ([`crate::domain::filter::plan`]) and the heap walks the narrowest key-field index it allows (or
+//! the whole heap in pop order), evaluating the filter on each candidate and stopping at the
+//! limit. A filter that reads payload fields the heap does not hold has the payloads of its
+//! candidates read a page at a time. Pending tasks all rank after the heap's (see
+//! [`super::place`]), so the backlog is searched only for what the heap could not give, through
+//! its key-field indexes in the table: a worker whose filter matches only pending tasks is served.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::batch::BatchRows;
+use super::command::PopRequest;
+use super::state::QueueState;
+use crate::domain::filter::eval::{self, Json, Record};
+use crate::domain::filter::plan::{Plan, plan};
+use crate::domain::filter::{Column, FilterNode};
+use crate::domain::keys::KeyField;
+use crate::queue::heap::{SchedulerHeap, json_at};
+use crate::storage::StorageError;
+use crate::storage::rows::TaskRow;
+
+/// Payloads read per round trip when a filter needs them.
+const PAYLOAD_PAGE: usize = 256;
+
+/// What a pop reads from the table.
+pub(crate) trait Reads {
+    /// The best `limit` pending tasks matching `filter` (through `lookup` when given), skipping
+    /// the ids in `skip`.
+    fn pending_matching(
+        &mut self,
+        lookup: Option<(KeyField, &[String])>,
+        filter: &FilterNode,
+        limit: usize,
+        skip: &[String],
+    ) -> Result<Vec<TaskRow>, StorageError>;
+
+    /// The payloads (JSON text) of these tasks.
+    fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError>;
+}
+
+/// Decides one pop; answers the ids handed out, best first.
+pub(crate) fn pop(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    reads: &mut dyn Reads,
+    req: &PopRequest,
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>, StorageError> {
+    let limit = req.limit;
+    let every = FilterNode::And(Vec::new());
+    let (filter, plan) = match &req.filter {
+        Some(f) => (f, Some(plan(f, st.scheduler))),
+        None => (&every, None),
+    };
+    let mut chosen: Vec<Uuid> = match &plan {
+        // Unfiltered: the heap's best.
+        None => std::iter::from_fn(|| st.heap.pop_best())
+            .take(limit)
+            .collect(),
+        Some(p) => {
+            let found = if p.nothing {
+                Vec::new()
+            } else if p.needs_payload {
+                matching_with_payloads(&st.heap, filter, p, limit, reads)?
+            } else {
+                st.heap.matching(filter, p, limit)
+            };
+            for id in &found {
+                st.heap.remove(id);
+            }
+            found
+        }
+    };
+    for id in &chosen {
+        dispatch(st, rows, *id, None, now)?;
+    }
+    let nothing = plan.as_ref().is_some_and(|p| p.nothing);
+    if chosen.len() < limit && st.pending.count() > 0 && !nothing {
+        let want = limit - chosen.len();
+        let lookup = plan
+            .as_ref()
+            .and_then(|p| p.narrowest())
+            .map(|l| (l.field, l.values.as_slice()));
+        let skip = rows.left_pending();
+        // Pending tasks created in this batch are not in the table yet.
+        let mut found: Vec<TaskRow> = rows
+            .created_pending()
+            .filter(|(_, r)| RowRecord::new(r).is_some_and(|rec| eval::matches(filter, &rec)))
+            .map(|(_, r)| r.clone())
+            .collect();
+        found.extend(reads.pending_matching(lookup, filter, want, &skip)?);
+        found.sort_by(|a, b| {
+            (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
+        });
+        found.dedup_by(|a, b| a.id == b.id);
+        found.truncate(want);
+        for row in found {
+            let id = row.uuid()?;
+            st.pending.remove(row.hash.as_deref());
+            if !rows.contains(&id) {
+                rows.load(vec![row.clone()], st.scheduler.as_str());
+            }
+            dispatch(st, rows, id, Some(row), now)?;
+            chosen.push(id);
+        }
+    }
+    Ok(chosen)
+}
+
+/// Marks a task dispatched: its row if the batch knows it, else by id (a heap task).
+fn dispatch(
+    st: &QueueState,
+    rows: &mut BatchRows,
+    id: Uuid,
+    read: Option<TaskRow>,
+    now: DateTime<Utc>,
+) -> Result<(), StorageError> {
+    let known = rows.get(&id).cloned().or(read);
+    match known {
+        Some(mut row) => {
+            row.status = row
+                .status
+                .dispatch()
+                .map_err(|e| StorageError::Corrupt(format!("task {id}: {e}")))?;
+            row.modified_at = now.naive_utc();
+            row.lease_expires_at = st.lease(now, row.status);
+            rows.update(id, row);
+        }
+        None => rows.dispatched.push(id),
+    }
+    Ok(())
+}
+
+/// The heap's candidates for `filter` in pop order, their payloads read a page at a time.
+fn matching_with_payloads(
+    heap: &SchedulerHeap,
+    filter: &FilterNode,
+    plan: &Plan,
+    limit: usize,
+    reads: &mut dyn Reads,
+) -> Result<Vec<Uuid>, StorageError> {
+    let mut out = Vec::new();
+    let mut candidates = heap.candidates(plan);
+    while out.len() < limit {
+        let page: Vec<Uuid> = candidates.by_ref().take(PAYLOAD_PAGE).collect();
+        if page.is_empty() {
+            break;
+        }
+        let payloads = reads.payloads(&page)?;
+        for id in page {
+            let data: Value = payloads
+                .get(&id)
+                .and_then(|d| serde_json::from_str(d).ok())
+                .unwrap_or(Value::Null);
+            if heap
+                .record(&id, Some(&data))
+                .is_some_and(|r| eval::matches(filter, &r))
+            {
+                out.push(id);
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A row as the filter evaluator sees it.
+pub(crate) struct RowRecord<'a> {
+    row: &'a TaskRow,
+    data: Value,
+}
+
+impl<'a> RowRecord<'a> {
+    /// `None` if the payload is not JSON.
+    pub fn new(row: &'a TaskRow) -> Option<Self> {
+        Some(Self {
+            row,
+            data: serde_json::from_str(&row.data).ok()?,
+        })
+    }
+}
+
+impl Record for RowRecord<'_> {
+    fn text(&self, column: Column) -> Option<Cow<'_, str>> {
+        let r = self.row;
+        match column {
+            Column::Id => Some(Cow::Borrowed(&r.id)),
+            Column::SchedulerId => Some(Cow::Borrowed(&r.scheduler_id)),
+            Column::ScheduleId => r.schedule_id.as_deref().map(Cow::Borrowed),
+            Column::Organisation => Some(Cow::Borrowed(&r.organisation)),
+            Column::Type => Some(Cow::Borrowed(&r.task_type)),
+            Column::Hash => r.hash.as_deref().map(Cow::Borrowed),
+            Column::Status => Some(Cow::Borrowed(r.status.as_str())),
+            _ => None,
+        }
+    }
+
+    fn priority(&self) -> i64 {
+        self.row.priority
+    }
+
+    fn time(&self, column: Column) -> Option<NaiveDateTime> {
+        match column {
+            Column::CreatedAt => Some(self.row.created_at),
+            Column::ModifiedAt => Some(self.row.modified_at),
+            _ => None,
+        }
+    }
+
+    fn json(&self, path: &[String]) -> Json<'_> {
+        json_at(&self.data, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::TaskStatus;
+    use crate::domain::filter::parse_request;
+    use crate::queue::WhenFull;
+    use crate::queue::engine::place::{Admission, place};
+    use crate::queue::engine::testing::{FakeTable, now, row_with, state};
+    use serde_json::json;
+
+    fn image_filter(image: &str) -> FilterNode {
+        parse_request(&json!({"filters": [
+            {"column": "data", "field": "boefje__oci_image", "operator": "in", "value": [image]}
+        ]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_filtered_pop_takes_the_best_match_from_the_heap_and_reads_nothing() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let mut table = FakeTable::default();
+        let (a, ra) = row_with(5, 1, "img1");
+        let (b, rb) = row_with(3, 2, "img2");
+        let (c, rc) = row_with(4, 3, "img1");
+        for (id, r) in [(a, &ra), (b, &rb), (c, &rc)] {
+            place(&mut st, &mut rows, id, r, Admission::New).unwrap();
+        }
+        let req = PopRequest {
+            limit: 1,
+            filter: Some(image_filter("img1")),
+        };
+        let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
+        assert_eq!(got, vec![c]);
+        assert_eq!(rows.dispatched, vec![c]);
+        assert!(!st.heap.contains(&c));
+        assert_eq!(table.reads, 0);
+    }
+
+    #[test]
+    fn a_worker_whose_filter_matches_only_pending_tasks_is_served() {
+        let mut st = state(1, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row_with(1, 1, "common");
+        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
+        let (r, mut rr) = row_with(9, 2, "rare");
+        rr.status = TaskStatus::Pending;
+        st.pending.add(rr.hash.as_deref());
+        let mut table = FakeTable {
+            pending: vec![rr.clone()],
+            ..Default::default()
+        };
+        let req = PopRequest {
+            limit: 1,
+            filter: Some(image_filter("rare")),
+        };
+        let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
+        assert_eq!(got, vec![r]);
+        assert_eq!(rows.get(&r).unwrap().status, TaskStatus::Dispatched);
+        assert_eq!(st.pending.count(), 0);
+        assert!(st.heap.contains(&a), "the heap's task stays");
+    }
+
+    #[test]
+    fn a_filter_on_other_payload_fields_reads_payloads_in_pop_order() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let mut table = FakeTable::default();
+        let mut ids = Vec::new();
+        for (i, depth) in [3, 9, 7].into_iter().enumerate() {
+            let (id, mut r) = row_with(i as i64 + 2, i as i64, "img");
+            r.data = json!({"depth": depth}).to_string();
+            table.payloads.insert(id, r.data.clone());
+            place(&mut st, &mut rows, id, &r, Admission::New).unwrap();
+            ids.push(id);
+        }
+        let f = parse_request(&json!({"filters": [{"column": "data", "field": "depth", "operator": ">", "value": 5}]})).unwrap();
+        let req = PopRequest {
+            limit: 5,
+            filter: Some(f),
+        };
+        let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
+        assert_eq!(got, vec![ids[1], ids[2]]);
+        assert_eq!(st.heap.len(), 1);
+    }
+}

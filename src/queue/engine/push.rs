@@ -1,0 +1,238 @@
+//! Pushes: a new task, a boost of work already waiting, or a worker giving a task back.
+//!
+//! Whether the work already waits is answered from memory when it can be: the heap's hash index
+//! covers queued tasks, and the pending set covers the backlog while it is not too large. Only a
+//! push that may meet an existing row (its id was given, it would boost a waiting task, or the
+//! backlog's hashes are not known) needs rows read first; [`reads`] says which.
+
+use chrono::DateTime;
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::batch::BatchRows;
+use super::place::{Admission, internal, place, placed_status};
+use super::state::QueueState;
+use crate::domain::{Placement, TaskStatus};
+use crate::queue::QueueError;
+use crate::queue::push::NewTask;
+use crate::storage::rows::TaskRow;
+
+/// What the batch must read before its pushes can be decided.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct PushReads {
+    /// Tasks by id.
+    pub ids: Vec<String>,
+    /// Waiting tasks by hash.
+    pub hashes: Vec<String>,
+}
+
+/// The rows `pushes` may meet.
+pub(crate) fn reads<'a>(st: &QueueState, pushes: impl Iterator<Item = &'a NewTask>) -> PushReads {
+    let mut out = PushReads::default();
+    for task in pushes {
+        if task.id_given {
+            out.ids.push(task.id.to_string());
+        }
+        match st.heap.find_hash(&task.hash) {
+            // A boost answers with the whole task, so its row is read; a duplicate that would
+            // not run sooner is refused from memory.
+            Some(id)
+                if st
+                    .heap
+                    .rank(&id)
+                    .is_some_and(|r| task.priority < r.priority) =>
+            {
+                out.ids.push(id.to_string());
+            }
+            Some(_) => {}
+            None if st.pending.may_hold(&task.hash) => out.hashes.push(task.hash.clone()),
+            None => {}
+        }
+    }
+    out.ids.sort_unstable();
+    out.ids.dedup();
+    out.hashes.sort_unstable();
+    out.hashes.dedup();
+    out
+}
+
+/// Decides one push; answers the task's id and whether it is new.
+pub(crate) fn push(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    task: &NewTask,
+    now: DateTime<Utc>,
+) -> Result<(Uuid, bool), QueueError> {
+    let s = st.scheduler;
+    if task.id_given
+        && let Some(existing) = rows.get(&task.id)
+    {
+        if existing.scheduler_id != s.as_str() {
+            return Err(QueueError::BadRequest(format!(
+                "task {} belongs to scheduler '{}', not '{s}'",
+                task.id, existing.scheduler_id
+            )));
+        }
+        return match existing.status {
+            TaskStatus::Queued | TaskStatus::Pending => {
+                boost_or_conflict(st, rows, task.id, task.priority, now)
+            }
+            TaskStatus::Dispatched | TaskStatus::Running => requeue(st, rows, task, now),
+            finished => Err(QueueError::Conflict(format!(
+                "task {} is {finished}; a finished task is not pushed again (push it without an id to run the work again)",
+                task.id
+            ))),
+        };
+    }
+    if let Some(other) = rows.waiting_with_hash(&task.hash) {
+        return boost_or_conflict(st, rows, other, task.priority, now);
+    }
+    if let Some(other) = st.heap.find_hash(&task.hash) {
+        return boost_or_conflict(st, rows, other, task.priority, now);
+    }
+    let created = st.next_created(now);
+    let mut row = TaskRow {
+        id: task.id.to_string(),
+        scheduler_id: s.as_str().to_owned(),
+        schedule_id: None,
+        organisation: task.organisation.clone(),
+        task_type: s.as_str().to_owned(),
+        hash: Some(task.hash.clone()),
+        priority: task.priority,
+        data: task.data.clone(),
+        status: TaskStatus::Pending,
+        attempts: 0,
+        lease_expires_at: None,
+        failure_reason: None,
+        created_at: created,
+        modified_at: created,
+        plugin_id: task.keys.plugin_id.clone(),
+        oci_image: task.keys.oci_image.clone(),
+        input_ooi: task.keys.input_ooi.clone(),
+    };
+    let placement = place(st, rows, task.id, &row, Admission::New)?;
+    row.status = TaskStatus::new_task(placement);
+    rows.create(task.id, row);
+    Ok((task.id, true))
+}
+
+/// A push of work that already waits: a strictly better priority moves the waiting task forward;
+/// anything else is a 409 naming the waiting task.
+fn boost_or_conflict(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    id: Uuid,
+    priority: i64,
+    now: DateTime<Utc>,
+) -> Result<(Uuid, bool), QueueError> {
+    let current = match rows.get(&id) {
+        Some(row) => row.priority,
+        None => st
+            .heap
+            .rank(&id)
+            .map(|r| r.priority)
+            .ok_or_else(|| QueueError::Internal("waiting task not loaded".into()))?,
+    };
+    if priority >= current {
+        return Err(QueueError::Duplicate { existing: id });
+    }
+    let mut row = rows
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| QueueError::Internal("waiting task not loaded".into()))?;
+    row.priority = priority;
+    row.modified_at = now.naive_utc();
+    match row.status {
+        TaskStatus::Queued => {
+            st.heap.rerank(&id, priority, row.modified_at);
+        }
+        TaskStatus::Pending => {
+            // Better now: it may belong in the heap.
+            st.pending.remove(row.hash.as_deref());
+            let p = place(st, rows, id, &row, Admission::Accepted)?;
+            row.status = placed_status(row.status, p)?;
+        }
+        _ => {}
+    }
+    rows.update(id, row);
+    Ok((id, false))
+}
+
+/// A worker gives back a task it was handed (re-push of the full task): it waits again, keeping
+/// its id.
+fn requeue(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    task: &NewTask,
+    now: DateTime<Utc>,
+) -> Result<(Uuid, bool), QueueError> {
+    let id = task.id;
+    if let Some(other) = rows
+        .waiting_with_hash(&task.hash)
+        .or_else(|| st.heap.find_hash(&task.hash))
+        && other != id
+    {
+        return Err(QueueError::Duplicate { existing: other });
+    }
+    let mut row = rows
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| QueueError::Internal("task not loaded".into()))?;
+    row.priority = task.priority;
+    row.lease_expires_at = None;
+    row.modified_at = now.naive_utc();
+    let p: Placement = place(st, rows, id, &row, Admission::Accepted)?;
+    row.status = row.status.enqueue(p).map_err(internal)?;
+    rows.update(id, row);
+    Ok((id, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::WhenFull;
+    use crate::queue::engine::testing::{new_task, now, state};
+
+    #[test]
+    fn a_duplicate_that_would_not_run_sooner_is_refused_without_a_read() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let first = new_task("a", 5);
+        push(&mut st, &mut rows, &first, now()).unwrap();
+        let mut again = new_task("a", 5);
+        again.hash = first.hash.clone();
+        // a fresh batch: nothing read
+        let mut rows = BatchRows::default();
+        assert_eq!(reads(&st, [&again].into_iter()), PushReads::default());
+        assert!(matches!(
+            push(&mut st, &mut rows, &again, now()),
+            Err(QueueError::Duplicate { existing }) if existing == first.id
+        ));
+        // a better one is a boost and needs the row
+        again.priority = 1;
+        assert_eq!(
+            reads(&st, [&again].into_iter()).ids,
+            vec![first.id.to_string()]
+        );
+    }
+
+    #[test]
+    fn pushes_into_a_full_heap_need_no_read_while_the_backlog_is_known() {
+        let mut st = state(1, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        push(&mut st, &mut rows, &new_task("a", 5), now()).unwrap();
+        let b = new_task("b", 9);
+        assert_eq!(reads(&st, [&b].into_iter()), PushReads::default());
+        push(&mut st, &mut rows, &b, now()).unwrap();
+        assert_eq!(rows.get(&b.id).unwrap().status, TaskStatus::Pending);
+        // the same work again may be pending: now the table must be asked
+        let mut b2 = new_task("b", 9);
+        b2.hash = b.hash.clone();
+        assert_eq!(reads(&st, [&b2].into_iter()).hashes, vec![b.hash.clone()]);
+        // within the batch it is known already
+        assert!(matches!(
+            push(&mut st, &mut rows, &b2, now()),
+            Err(QueueError::Duplicate { existing }) if existing == b.id
+        ));
+    }
+}

@@ -1,0 +1,155 @@
+//! Rebuilding a scheduler's state from the table, at start and after a failed batch: the heap
+//! from the best queued rows (read in keyset pages, so millions of rows never sit in memory at
+//! once), queued rows beyond `maxsize` moved to pending, the heap refilled from pending and, if
+//! pending rows rank before the heap's worst (written by an older version, or `maxsize` changed),
+//! swapped in, so the heap again holds the best waiting tasks. Then the pending hashes.
+
+use std::collections::HashSet;
+
+use chrono::NaiveDateTime;
+use tracing::info;
+
+use super::place::heap_task_of;
+use super::refill::{REFILL_BATCH, refilled, wanted};
+use super::state::{PENDING_HASHES_MAX, PendingSet, QueueState};
+use crate::domain::TaskStatus;
+use crate::queue::heap::{SchedulerHeap, hash_bytes};
+use crate::storage::rows::PopKey;
+use crate::storage::{AnyConnection, StorageError, tasks};
+
+/// Queued rows read per page.
+const REBUILD_PAGE: usize = 10_000;
+
+fn corrupt(e: crate::queue::QueueError) -> StorageError {
+    StorageError::Corrupt(e.to_string())
+}
+
+/// Rebuilds `st` from the table, inside the caller's transaction.
+pub(crate) fn rebuild(
+    c: &mut AnyConnection,
+    st: &mut QueueState,
+    now: NaiveDateTime,
+) -> Result<(), StorageError> {
+    let s = st.scheduler;
+    let filled = tasks::backfill_keys(c, s)?;
+    if filled > 0 {
+        info!(scheduler.id = %s, rows = filled, "key fields filled in for waiting tasks");
+    }
+    let maxsize = st.limits.maxsize;
+    let mut pending = tasks::count_waiting(c, s, TaskStatus::Pending)?;
+    st.heap = SchedulerHeap::new(s, maxsize);
+    let mut last: Option<PopKey> = None;
+    loop {
+        let want = REBUILD_PAGE.min(maxsize - st.heap.len());
+        if want == 0 {
+            // The heap is full: whatever ranks after its last entry waits as pending.
+            if let Some(last) = &last {
+                let moved = tasks::demote_after(c, s, last, now)?;
+                if moved > 0 {
+                    pending += moved as u64;
+                    info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
+                }
+            }
+            break;
+        }
+        let page = tasks::queued_page(c, s, last.as_ref(), want)?;
+        let got = page.len();
+        if let Some(row) = page.last() {
+            last = Some(PopKey {
+                priority: row.priority,
+                created_at: row.created_at,
+                id: row.id.clone(),
+            });
+        }
+        for row in page {
+            st.heap.insert(heap_task_of(row).map_err(corrupt)?);
+        }
+        if got < want {
+            break;
+        }
+    }
+    // The hashes are read before the refill takes some of them out of the backlog.
+    let hashes = if pending <= PENDING_HASHES_MAX as u64 {
+        let mut set = HashSet::new();
+        for h in tasks::pending_hashes(c, s, PENDING_HASHES_MAX)? {
+            if let Some(b) = h.as_deref().and_then(hash_bytes) {
+                set.insert(b);
+            }
+        }
+        Some(set)
+    } else {
+        None
+    };
+    st.pending = PendingSet::with(pending, hashes);
+    loop {
+        let n = wanted(st);
+        if n == 0 {
+            break;
+        }
+        let moved = tasks::refill(c, s, n, now)?;
+        refilled(st, moved, n).map_err(corrupt)?;
+    }
+    swap_in_better_pending(c, st, now)
+}
+
+/// Swaps pending rows that rank before the heap's worst tasks with those.
+fn swap_in_better_pending(
+    c: &mut AnyConnection,
+    st: &mut QueueState,
+    now: NaiveDateTime,
+) -> Result<(), StorageError> {
+    let s = st.scheduler;
+    let mut swapped = 0usize;
+    while let Some(worst) = st.heap.worst() {
+        let key = PopKey {
+            priority: worst.priority,
+            created_at: chrono::DateTime::from_timestamp_micros(worst.created_micros)
+                .map(|t| t.naive_utc())
+                .unwrap_or_default(),
+            id: worst.id.to_string(),
+        };
+        let better = tasks::pending_before(c, s, &key, REFILL_BATCH)?;
+        if better.is_empty() {
+            break;
+        }
+        let mut promote = Vec::new();
+        let mut demote = Vec::new();
+        for row in better {
+            let task = heap_task_of(row).map_err(corrupt)?;
+            let Some(worst) = st.heap.worst().filter(|w| task.rank() < *w) else {
+                break;
+            };
+            let hash = st.heap.hash_of(&worst.id);
+            st.heap.remove(&worst.id);
+            st.pending.add(hash.as_deref());
+            demote.push(worst.id.to_string());
+            st.pending.remove(task.hash.as_deref());
+            promote.push(task.id.to_string());
+            st.heap.insert(task);
+        }
+        if promote.is_empty() {
+            break;
+        }
+        swapped += promote.len();
+        tasks::transition(
+            c,
+            &demote,
+            TaskStatus::Queued,
+            TaskStatus::Pending,
+            now,
+            None,
+        )?;
+        tasks::transition(
+            c,
+            &promote,
+            TaskStatus::Pending,
+            TaskStatus::Queued,
+            now,
+            None,
+        )?;
+    }
+    if swapped > 0 {
+        info!(scheduler.id = %s, swapped, "pending tasks that ranked before queued ones moved into the heap");
+    }
+    Ok(())
+}

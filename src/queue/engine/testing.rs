@@ -1,0 +1,149 @@
+//! Helpers for the rules' unit tests: states, rows and a stand-in for the table's reads.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use uuid::Uuid;
+
+use super::pop::Reads;
+use super::state::QueueState;
+use crate::domain::filter::FilterNode;
+use crate::domain::filter::eval;
+use crate::domain::keys::{DataKeys, KeyField};
+use crate::domain::{SchedulerId, TaskStatus};
+use crate::queue::push::NewTask;
+use crate::queue::{SchedulerLimits, WhenFull};
+use crate::storage::StorageError;
+use crate::storage::rows::{HeapRow, TaskRow};
+
+pub fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
+}
+
+fn at(secs: i64) -> NaiveDateTime {
+    DateTime::from_timestamp(1_700_000_000 + secs, 0)
+        .unwrap_or_default()
+        .naive_utc()
+}
+
+pub fn limits(maxsize: usize, when_full: WhenFull) -> SchedulerLimits {
+    SchedulerLimits {
+        maxsize,
+        when_full,
+        dispatch_timeout: Duration::from_secs(60),
+        run_timeout: Duration::from_secs(600),
+        max_attempts: 3,
+    }
+}
+
+pub fn state(maxsize: usize, when_full: WhenFull) -> QueueState {
+    QueueState::new(SchedulerId::Boefje, limits(maxsize, when_full))
+}
+
+/// A queued boefje row of image `img`.
+pub fn row_with(priority: i64, created_secs: i64, image: &str) -> (Uuid, TaskRow) {
+    let id = Uuid::new_v4();
+    let row = TaskRow {
+        id: id.to_string(),
+        scheduler_id: "boefje".into(),
+        schedule_id: None,
+        organisation: "org1".into(),
+        task_type: "boefje".into(),
+        hash: Some(format!("{:032x}", id.as_u128())),
+        priority,
+        data: format!(r#"{{"boefje": {{"id": "b1", "oci_image": "{image}"}}}}"#),
+        status: TaskStatus::Queued,
+        attempts: 0,
+        lease_expires_at: None,
+        failure_reason: None,
+        created_at: at(created_secs),
+        modified_at: at(created_secs),
+        plugin_id: Some("b1".into()),
+        oci_image: Some(image.into()),
+        input_ooi: None,
+    };
+    (id, row)
+}
+
+pub fn row(priority: i64, created_secs: i64) -> (Uuid, TaskRow) {
+    row_with(priority, created_secs, "img")
+}
+
+pub fn heap_row(priority: i64) -> HeapRow {
+    let (_, r) = row(priority, priority);
+    HeapRow {
+        id: r.id,
+        priority: r.priority,
+        created_at: r.created_at,
+        modified_at: r.modified_at,
+        hash: r.hash,
+        schedule_id: None,
+        organisation: r.organisation,
+        plugin_id: r.plugin_id,
+        oci_image: r.oci_image,
+        input_ooi: None,
+    }
+}
+
+/// A new push of plugin `plugin` (its hash derived from it).
+pub fn new_task(plugin: &str, priority: i64) -> NewTask {
+    NewTask {
+        id: Uuid::new_v4(),
+        id_given: false,
+        organisation: "org1".into(),
+        priority,
+        hash: crate::domain::hash::task_hash(plugin),
+        data: format!(r#"{{"boefje": {{"id": "{plugin}"}}}}"#),
+        keys: DataKeys {
+            plugin_id: Some(plugin.into()),
+            ..DataKeys::default()
+        },
+    }
+}
+
+/// The table as a pop sees it: pending rows and payloads; counts the reads.
+#[derive(Default)]
+pub struct FakeTable {
+    pub pending: Vec<TaskRow>,
+    pub payloads: HashMap<Uuid, String>,
+    pub reads: usize,
+}
+
+impl Reads for FakeTable {
+    fn pending_matching(
+        &mut self,
+        lookup: Option<(KeyField, &[String])>,
+        filter: &FilterNode,
+        limit: usize,
+        skip: &[String],
+    ) -> Result<Vec<TaskRow>, StorageError> {
+        self.reads += 1;
+        let mut out: Vec<TaskRow> = self
+            .pending
+            .iter()
+            .filter(|r| !skip.contains(&r.id))
+            .filter(|r| match lookup {
+                Some((KeyField::OciImage, values)) => {
+                    r.oci_image.as_ref().is_some_and(|v| values.contains(v))
+                }
+                _ => true,
+            })
+            .filter(|r| {
+                super::pop::RowRecord::new(r).is_some_and(|rec| eval::matches(filter, &rec))
+            })
+            .cloned()
+            .collect();
+        out.sort_by_key(|r| (r.priority, r.created_at));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError> {
+        self.reads += 1;
+        Ok(ids
+            .iter()
+            .filter_map(|id| self.payloads.get(id).map(|d| (*id, d.clone())))
+            .collect())
+    }
+}
