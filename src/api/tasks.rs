@@ -80,11 +80,13 @@ fn list_query(q: TaskListQuery, body: &[u8]) -> Result<TaskQuery, ApiError> {
     };
     let min_created_at = time("min_created_at", q.min_created_at)?;
     let max_created_at = time("max_created_at", q.max_created_at)?;
+    // Equal bounds are allowed: Rocky sends the same date for From and To (mula rejects only
+    // min > max).
     if let (Some(min), Some(max)) = (min_created_at, max_created_at)
-        && min >= max
+        && min > max
     {
         return Err(ApiError::BadRequest(
-            "min_created_at must be less than max_created_at".into(),
+            "min_created_at must not be later than max_created_at".into(),
         ));
     }
     let filter = optional_json_body(body)?

@@ -13,6 +13,7 @@ mod child;
 mod clients;
 mod concurrency;
 mod crash;
+mod filtered_pops;
 mod filters;
 mod isolation;
 mod leases;
