@@ -4,13 +4,21 @@
 //! ```sh
 //! cargo bench --bench broker                    # N = 1,000,000 queued tasks, 3 rounds
 //! cargo bench --bench broker -- --tasks 100000 --seconds 3   # a quick run
+//! cargo bench --bench broker -- --workers       # the pops real workers send, at 1e4, 1e5, 1e6 queued
+//! cargo bench --bench broker -- --workers --depths 10000 --seconds 1   # a quick look
+//! cargo bench --bench broker -- --pending       # 1e5 queued over a heap of 1e4
 //! ```
 //!
 //! Options: `--tasks N`, `--rounds R` (≥ 3), `--seconds S` per measurement, `--clients C` (HTTP,
 //! default 64), `--pg-clients P` (baseline, default 8), `--pg URL` (a maintenance database; the
-//! harness creates and drops its own), `--keep` (keep the database).
+//! harness creates and drops its own), `--keep` (keep the databases). Scenarios: with none named
+//! the original measurements run (below); `--workers` and `--pending` run only themselves, and
+//! `--default` adds the original measurements to them. `--depths D,D,…` (for `--workers`,
+//! default `10000,100000,1000000`; `1e5` works too), `--pending-queued Q` (default 100,000),
+//! `--pending-maxsize M` (default 10,000), `--rare K` (default 500). Counts (`--tasks` too)
+//! take `100_000` or `1e5`.
 //!
-//! What it measures, each as the median of the rounds:
+//! What the original run measures, each as the median of the rounds:
 //! - pops/s and p50/p99 at full load: the broker (64 keep-alive HTTP clients, `POST pop?limit=1`,
 //!   each pop durable before its answer), the baseline (`DELETE … FOR UPDATE SKIP LOCKED
 //!   RETURNING`, 8 connections), and the no-op endpoint (`GET /livez`);
@@ -22,7 +30,59 @@
 //! - resident memory per queued task against PostgreSQL's on-disk bytes per baseline row.
 //!
 //! It also checks while it measures: no popped id is seen twice, and every acknowledged push is
-//! in the table afterwards. The last line is `key=value` pairs for machines.
+//! in the table afterwards. The last line is `key=value` pairs for machines (one line for all the
+//! scenarios that ran).
+//!
+//! Seeded tasks look like the field's: boefje tasks spread evenly over 30 boefje ids (`b0`…`b29`)
+//! on 10 OCI images (`ghcr.io/minvws/openkat/img{0..9}:latest`, boefje `bK` on image `K % 10`)
+//! and 50 organisations (`org0`…`org49`), each with its own input OOI, random priorities 2–1001;
+//! normalizer and report tasks beside them. When `tasks` has the columns `plugin_id`,
+//! `oci_image` and `input_ooi` (checked in `information_schema` after the broker migrated), the
+//! seed fills them (the boefje, normalizer or report recipe id; the image; the input OOI), else it
+//! leaves them out, so the harness runs on schemas with and without them.
+//!
+//! `--workers`: for each depth D, a database and broker of its own with D queued boefje tasks (and
+//! D/10 normalizer and D/10 report tasks), and D rows in the baseline queue. Each round measures,
+//! in an order reversed every other round, with 64 clients on `POST /schedulers/boefje/pop?limit=1`
+//! and the body the boefje runner sends (`Content-Type: application/json`):
+//! - unfiltered: no body;
+//! - one image of ten: `{"filters": [{"column": "data", "field": "boefje__oci_image", "operator":
+//!   "in", "value": ["<image>"]}]}`, client c asking for image c % 10;
+//! - two boefje ids of thirty: `{"filters": [{"column": "data", "field": "boefje__id",
+//!   "operator": "in", "value": ["b4", "b5"]}]}`, client c asking for the pair c % 15;
+//! - one organisation of fifty: `{"filters": [{"column": "organisation", "operator": "==",
+//!   "value": "org7"}]}`, client c asking for org c % 50;
+//! - the fleet: each client pops with its image filter, then `PATCH /tasks/{id}` `running`, then
+//!   `completed`, while 1 client in 8 pushes a new boefje task for each completed one (as far as
+//!   it keeps up);
+//! - the SKIP LOCKED baseline's pop (8 connections).
+//!
+//! The depth is held: a measurement runs in bursts that stop after D/4 pops, and after each burst
+//! the popped tasks are queued again (`PATCH queued`, so they keep their rank), tasks the fleet
+//! completed are replaced by new ones of the same image, and popped baseline rows are inserted
+//! again. Only each burst's steady part counts (from the 64th answer to the moment the budget ran
+//! out), so many short bursts at a small depth measure the same as one long run at a large one.
+//! Reported per body: pops/s, p50, p99, the ratio to the unfiltered pop and to the baseline in the
+//! same run; at the end, pops/s at the largest depth ÷ pops/s at the smallest, per body. Checks:
+//! no task popped twice within a burst, every popped task matches its filter, every acknowledged
+//! push is stored, and at the end the table holds D waiting boefje tasks, none dispatched or
+//! running, and one completed task per fleet cycle.
+//!
+//! `--pending`: two databases with Q queued boefje tasks (and Q/10 of each other kind). A broker
+//! with `SCHEDULER_PQ_MAXSIZE` = M on the first (at its start, queued rows beyond M become
+//! `pending`; the harness reports the table's counts), a broker with room on the second. The
+//! same pop bodies on the full heap, then pushes (64 clients) into the full heap against pushes
+//! into the broker with room, alternating, and the ratio. Last, the starvation check: K tasks of
+//! an image no other task has (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything
+//! waiting, are pushed into the full heap, and one worker pops that image until it has them all
+//! or gets nothing for 3 s: `rare_image_popped=<n>/<K>`.
+//!
+//! How long (this project's 2 shared CPUs, today's engine, where a filtered pop is an SQL
+//! statement over the backlog and runs at a few hundred a second): `--workers --depths 10000
+//! --seconds 1` about 40 s; each depth at the default 3 rounds of 5 s about 2–4 minutes plus its
+//! seeding (1e6: about a minute to seed 1.2M tasks and 1M baseline rows); `--pending --seconds 1`
+//! about 50 s, at 5 s about 3 minutes. Putting popped tasks back costs about as long again as
+//! popping them, so a faster engine makes the runs longer, not shorter.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader as StdBufReader};
@@ -149,7 +209,9 @@ fn options() -> Result<Options> {
         return Err("--depths needs depths of at least 1000 queued tasks".into());
     }
     if o.pending && o.pending_maxsize >= o.pending_queued {
-        return Err("--pending-maxsize must be below --pending-queued (the heap must be full)".into());
+        return Err(
+            "--pending-maxsize must be below --pending-queued (the heap must be full)".into(),
+        );
     }
     Ok(o)
 }
@@ -484,8 +546,18 @@ fn image_name(i: usize) -> String {
 /// worker runs' ten boefje tasks to one normalizer and one report task.
 const EVEN_SPLIT: [&str; 3] = ["boefje", "normalizer", "report"];
 const BOEFJE_HEAVY: [&str; 12] = [
-    "boefje", "boefje", "boefje", "boefje", "boefje", "boefje", "boefje", "boefje", "boefje",
-    "boefje", "normalizer", "report",
+    "boefje",
+    "boefje",
+    "boefje",
+    "boefje",
+    "boefje",
+    "boefje",
+    "boefje",
+    "boefje",
+    "boefje",
+    "boefje",
+    "normalizer",
+    "report",
 ];
 
 /// Queues `n` tasks straight in the table (pushing a million over HTTP would take longer than
@@ -583,6 +655,9 @@ fn baseline(
     Ok(figure(ops, r.elapsed, r.latencies))
 }
 
+/// (issued, done) of each operation, in µs from the start of its run.
+type Samples = Vec<(u32, u32)>;
+
 /// What one load run saw: each operation's issue and completion time (µs from the start), the
 /// latencies, and when the pop budget ran out.
 #[derive(Default)]
@@ -616,7 +691,7 @@ fn baseline_run(
         .map(|c| {
             let url = url.to_owned();
             let (tickets, exhausted) = (tickets.clone(), exhausted.clone());
-            std::thread::spawn(move || -> Result<(Vec<(u32, u32)>, Vec<u32>)> {
+            std::thread::spawn(move || -> Result<(Samples, Vec<u32>)> {
                 let mut conn = PgConnection::establish(&url)?;
                 let mut lat = Vec::new();
                 let mut samples = Vec::new();
@@ -1259,13 +1334,26 @@ struct Burst {
 /// (or the end). Only operations issued and done inside it count, so neither the first wave of
 /// requests nor the tail after the budget ran out (when fewer clients are busy) bends the figures;
 /// short bursts at small depths measure the same thing as one long run at a large depth.
-fn steady(samples: &[&[(u32, u32)]], clients: usize, exhausted: Option<u32>, elapsed: Duration) -> (u32, u32) {
+/// The run ended at `limit` (its time was up) unless the budget ran out first.
+fn steady(
+    samples: &[&[(u32, u32)]],
+    clients: usize,
+    exhausted: Option<u32>,
+    limit: Duration,
+    elapsed: Duration,
+) -> (u32, u32) {
     let mut done: Vec<u32> = samples.iter().flat_map(|s| s.iter().map(|x| x.1)).collect();
     done.sort_unstable();
+    let us = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
     let end = exhausted
         .unwrap_or(u32::MAX)
-        .min(u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX));
-    let t0 = if done.len() > 4 * clients { done[clients - 1] } else { 0 };
+        .min(us(limit))
+        .min(us(elapsed));
+    let t0 = if done.len() > 4 * clients {
+        done[clients - 1]
+    } else {
+        0
+    };
     if t0 >= end { (0, end) } else { (t0, end) }
 }
 
@@ -1283,13 +1371,21 @@ async fn burst(port: u16, roles: &[Role], budget: usize, seconds: f64) -> Result
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (role, mut http) in roles.iter().cloned().zip(conns) {
-        let (tickets, exhausted, stop, credits) =
-            (tickets.clone(), exhausted.clone(), stop.clone(), credits.clone());
+        let (tickets, exhausted, stop, credits) = (
+            tickets.clone(),
+            exhausted.clone(),
+            stop.clone(),
+            credits.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut b = Burst::default();
             let mut body = Vec::with_capacity(1024);
             let unexpected = |what: &str, s: u16, body: &[u8]| -> Error {
-                format!("{what}: unexpected HTTP {s}: {}", String::from_utf8_lossy(body)).into()
+                format!(
+                    "{what}: unexpected HTTP {s}: {}",
+                    String::from_utf8_lossy(body)
+                )
+                .into()
             };
             loop {
                 if start.elapsed() >= deadline || stop.load(Ordering::Relaxed) {
@@ -1311,7 +1407,8 @@ async fn burst(port: u16, roles: &[Role], budget: usize, seconds: f64) -> Result
                             return Err(unexpected("push", s, &body));
                         }
                         b.push_samples.push((issued, micros_since(start)));
-                        b.pushes.push(task_id(&body).ok_or("a push answer without an id")?);
+                        b.pushes
+                            .push(task_id(&body).ok_or("a push answer without an id")?);
                     }
                     Role::Pop { request, want } | Role::Fleet { request, want, .. } => {
                         if tickets.fetch_sub(1, Ordering::Relaxed) <= 0 {
@@ -1346,7 +1443,11 @@ async fn burst(port: u16, roles: &[Role], budget: usize, seconds: f64) -> Result
                             body: body.clone(),
                             want: want.clone(),
                             completed: fleet,
-                            image: if let Role::Fleet { image, .. } = role { image } else { 0 },
+                            image: if let Role::Fleet { image, .. } = role {
+                                image
+                            } else {
+                                0
+                            },
                         });
                     }
                 }
@@ -1374,7 +1475,12 @@ async fn burst(port: u16, roles: &[Role], budget: usize, seconds: f64) -> Result
 
 /// Sends `requests` over up to `clients` connections; every answer must have status `expect`.
 /// Returns the task ids of the answers.
-async fn send_all(port: u16, clients: usize, requests: Vec<Vec<u8>>, expect: u16) -> Result<Vec<String>> {
+async fn send_all(
+    port: u16,
+    clients: usize,
+    requests: Vec<Vec<u8>>,
+    expect: u16,
+) -> Result<Vec<String>> {
     if requests.is_empty() {
         return Ok(Vec::new());
     }
@@ -1387,14 +1493,15 @@ async fn send_all(port: u16, clients: usize, requests: Vec<Vec<u8>>, expect: u16
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::new();
             let mut body = Vec::new();
-            loop {
-                let Some(request) = requests.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                    break;
-                };
+            while let Some(request) = requests.get(next.fetch_add(1, Ordering::Relaxed)) {
                 let s = http.call(request, &mut body).await?;
                 if s != expect {
                     return Err::<Vec<String>, Error>(
-                        format!("unexpected HTTP {s} (wanted {expect}): {}", String::from_utf8_lossy(&body)).into(),
+                        format!(
+                            "unexpected HTTP {s} (wanted {expect}): {}",
+                            String::from_utf8_lossy(&body)
+                        )
+                        .into(),
                     );
                 }
                 ids.extend(task_id(&body));
@@ -1422,7 +1529,11 @@ async fn check_and_restore(port: u16, clients: usize, b: &Burst) -> Result<Vec<S
         let v: serde_json::Value = serde_json::from_slice(&p.body)?;
         let task = &v["results"][0];
         if task["id"].as_str() != Some(p.id.as_str()) || !p.want.check(task) {
-            return Err(format!("a pop for {:?} returned a task that does not match: {task}", p.want).into());
+            return Err(format!(
+                "a pop for {:?} returned a task that does not match: {task}",
+                p.want
+            )
+            .into());
         }
     }
     let requeue: Vec<Vec<u8>> = b
@@ -1432,7 +1543,12 @@ async fn check_and_restore(port: u16, clients: usize, b: &Burst) -> Result<Vec<S
         .map(|p| patch_request(&p.id, "queued"))
         .collect();
     send_all(port, clients, requeue, 200).await?;
-    let completed: Vec<usize> = b.pops.iter().filter(|p| p.completed).map(|p| p.image).collect();
+    let completed: Vec<usize> = b
+        .pops
+        .iter()
+        .filter(|p| p.completed)
+        .map(|p| p.image)
+        .collect();
     let mut acked = b.pushes.clone();
     if completed.len() > b.pushes.len() {
         let replace: Vec<Vec<u8>> = completed[b.pushes.len()..]
@@ -1473,7 +1589,13 @@ struct Tally {
 
 impl Tally {
     fn new() -> Self {
-        Tally { window_us: 0, pops: 0, pushes: 0, pop_lat: Vec::new(), push_lat: Vec::new() }
+        Tally {
+            window_us: 0,
+            pops: 0,
+            pushes: 0,
+            pop_lat: Vec::new(),
+            push_lat: Vec::new(),
+        }
     }
 
     /// Adds the steady part of one run.
@@ -1495,7 +1617,10 @@ impl Tally {
 
     fn figures(self) -> (Figure, Figure) {
         let w = Duration::from_micros(self.window_us.max(1));
-        (figure(self.pops, w, self.pop_lat), figure(self.pushes, w, self.push_lat))
+        (
+            figure(self.pops, w, self.pop_lat),
+            figure(self.pushes, w, self.push_lat),
+        )
     }
 }
 
@@ -1513,8 +1638,14 @@ async fn measure_body(
     let mut ran = 0.0;
     while ran < seconds * 0.98 {
         let b = burst(port, &roles, budget, seconds - ran).await?;
+        let window = steady(
+            &[&b.pop_samples, &b.push_samples],
+            b.clients,
+            b.exhausted_us,
+            Duration::from_secs_f64(seconds - ran),
+            b.elapsed,
+        );
         ran += b.elapsed.as_secs_f64();
-        let window = steady(&[&b.pop_samples, &b.push_samples], b.clients, b.exhausted_us, b.elapsed);
         tally.add(&b.pop_samples, &b.push_samples, window);
         out.bursts += 1;
         out.popped += b.pops.len();
@@ -1523,7 +1654,11 @@ async fn measure_body(
         acked.extend(check_and_restore(port, clients, &b).await?);
     }
     if out.empty > 0 {
-        eprintln!("warning: {} {} pops found nothing to pop", out.empty, body.key());
+        eprintln!(
+            "warning: {} {} pops found nothing to pop",
+            out.empty,
+            body.key()
+        );
     }
     (out.pops, out.pushes) = tally.figures();
     Ok(out)
@@ -1535,8 +1670,9 @@ fn measure_baseline(db: &str, conns: usize, budget: usize, seconds: f64) -> Resu
     let mut ran = 0.0;
     while ran < seconds * 0.98 {
         let r = baseline_run(db, conns, seconds - ran, None, "pop", Some(budget))?;
+        let limit = Duration::from_secs_f64(seconds - ran);
         ran += r.elapsed.as_secs_f64();
-        let window = steady(&[&r.samples], conns, r.exhausted_us, r.elapsed);
+        let window = steady(&[&r.samples], conns, r.exhausted_us, limit, r.elapsed);
         tally.add(&r.samples, &[], window);
         refill_baseline(db, r.samples.len())?;
     }
@@ -1600,7 +1736,12 @@ fn main() -> Result<()> {
 
 /// Runs `f` on a database of its own (`kat_bench_<pid><suffix>`), dropped afterwards unless
 /// `--keep`.
-fn with_db<T>(o: &Options, base: &str, suffix: &str, f: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+fn with_db<T>(
+    o: &Options,
+    base: &str,
+    suffix: &str,
+    f: impl FnOnce(&str) -> Result<T>,
+) -> Result<T> {
     let name = format!("kat_bench_{}{suffix}", std::process::id());
     pg_exec(&o.pg, &format!("CREATE DATABASE {name}"))?;
     let result = f(&format!("{base}/{name}"));
@@ -2032,7 +2173,7 @@ fn run(o: &Options, db: &str) -> Result<String> {
 fn depth_label(n: usize) -> String {
     let mut k = 0;
     let mut m = n;
-    while m >= 10 && m % 10 == 0 {
+    while m >= 10 && m.is_multiple_of(10) {
         m /= 10;
         k += 1;
     }
@@ -2047,7 +2188,7 @@ fn thousands(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
@@ -2104,7 +2245,9 @@ fn measure_bodies(
         for item in order {
             match (item, baseline) {
                 (Some(body), _) => {
-                    let f = rt.block_on(measure_body(port, o.clients, body, budget, o.seconds, &mut acked))?;
+                    let f = rt.block_on(measure_body(
+                        port, o.clients, body, budget, o.seconds, &mut acked,
+                    ))?;
                     completed += f.completed;
                     figs[body.index()] = f;
                 }
@@ -2116,7 +2259,12 @@ fn measure_bodies(
         }
         rounds.push(figs);
     }
-    Ok((body_medians(&rounds), median_figure(&base_rounds), acked, completed))
+    Ok((
+        body_medians(&rounds),
+        median_figure(&base_rounds),
+        acked,
+        completed,
+    ))
 }
 
 fn print_bodies(figs: &[BodyFigure; 5], baseline: Option<Figure>) {
@@ -2127,7 +2275,9 @@ fn print_bodies(figs: &[BodyFigure; 5], baseline: Option<Figure>) {
     let un = figs[Body::Unfiltered.index()].pops.ops_per_sec;
     for body in Body::ALL {
         let f = figs[body.index()].pops;
-        let vs_base = baseline.map_or(String::from("-"), |b| format!("{:.2}", f.ops_per_sec / b.ops_per_sec));
+        let vs_base = baseline.map_or(String::from("-"), |b| {
+            format!("{:.2}", f.ops_per_sec / b.ops_per_sec)
+        });
         println!(
             "{:<44} {:>10.0} {:>9.0} {:>9.0} {:>12.2} {:>11}",
             body.label(),
@@ -2166,10 +2316,16 @@ fn body_pairs(prefix: &str, figs: &[BodyFigure; 5], baseline: Option<Figure>) ->
         kv.push(format!("{prefix}_{k}_p50_us={:.0}", f.p50_us));
         kv.push(format!("{prefix}_{k}_p99_us={:.0}", f.p99_us));
         if body != Body::Unfiltered {
-            kv.push(format!("{prefix}_{k}_vs_unfiltered={:.3}", f.ops_per_sec / un));
+            kv.push(format!(
+                "{prefix}_{k}_vs_unfiltered={:.3}",
+                f.ops_per_sec / un
+            ));
         }
         if let Some(b) = baseline {
-            kv.push(format!("{prefix}_{k}_vs_baseline={:.3}", f.ops_per_sec / b.ops_per_sec));
+            kv.push(format!(
+                "{prefix}_{k}_vs_baseline={:.3}",
+                f.ops_per_sec / b.ops_per_sec
+            ));
         }
     }
     if let Some(b) = baseline {
@@ -2185,10 +2341,20 @@ fn body_pairs(prefix: &str, figs: &[BodyFigure; 5], baseline: Option<Figure>) ->
 
 /// The table must hold what the harness did: every acknowledged push, the seeded depth waiting
 /// again, nothing left dispatched or running, and one completed task per fleet cycle.
-fn check_table(db: &str, acked: &[String], waiting: usize, held: usize, completed: usize) -> Result<String> {
+fn check_table(
+    db: &str,
+    acked: &[String],
+    waiting: usize,
+    held: usize,
+    completed: usize,
+) -> Result<String> {
     let stored = count_stored(db, acked)?;
     if stored != acked.len() {
-        return Err(format!("{} acknowledged pushes are not stored", acked.len() - stored).into());
+        return Err(format!(
+            "{} acknowledged pushes are not stored",
+            acked.len() - stored
+        )
+        .into());
     }
     let w = count_tasks(db, "boefje", "'queued', 'pending'")? as usize;
     if w != waiting {
@@ -2203,7 +2369,7 @@ fn check_table(db: &str, acked: &[String], waiting: usize, held: usize, complete
         return Err(format!("{c} boefje tasks are completed, expected {completed}").into());
     }
     Ok(format!(
-        "{} acknowledged pushes, all stored; {w} boefje tasks waiting as seeded; {c} completed by the fleet",
+        "{} acknowledged pushes, all stored; {w} boefje tasks waiting, {h} dispatched and {c} completed, as expected",
         acked.len()
     ))
 }
@@ -2218,12 +2384,17 @@ struct DepthResult {
 fn run_workers(o: &Options, base: &str) -> Result<String> {
     println!(
         "kat-scheduler benchmark, worker pops: depths {}, {} rounds of {} s, {} HTTP clients, {} baseline connections",
-        o.depths.iter().map(|d| thousands(*d)).collect::<Vec<_>>().join(", "),
+        o.depths
+            .iter()
+            .map(|d| thousands(*d))
+            .collect::<Vec<_>>()
+            .join(", "),
         o.rounds,
         o.seconds,
         o.clients,
         o.pg_clients
     );
+    println!("{}", machine(&o.pg)?);
     let mut kv = Vec::new();
     let mut results = Vec::new();
     for &depth in &o.depths {
@@ -2269,13 +2440,22 @@ fn run_workers(o: &Options, base: &str) -> Result<String> {
     println!("lowest filtered ÷ unfiltered pops/s over the depths: {worst:.2} (target ≥ 0.9)");
     kv.push(format!("workers_min_filtered_vs_unfiltered={worst:.3}"));
     for r in &results {
-        kv.push(format!("workers_{}_wall_s={:.0}", depth_label(r.depth), r.wall_s));
+        kv.push(format!(
+            "workers_{}_wall_s={:.0}",
+            depth_label(r.depth),
+            r.wall_s
+        ));
     }
     println!();
     Ok(kv.join(" "))
 }
 
-fn run_workers_depth(o: &Options, db: &str, depth: usize, kv: &mut Vec<String>) -> Result<DepthResult> {
+fn run_workers_depth(
+    o: &Options,
+    db: &str,
+    depth: usize,
+    kv: &mut Vec<String>,
+) -> Result<DepthResult> {
     let began = Instant::now();
     let maxsize = depth * 2 + 1_000_000;
     // A first start creates the schema; its columns decide what the seed fills.
@@ -2285,7 +2465,11 @@ fn run_workers_depth(o: &Options, db: &str, depth: usize, kv: &mut Vec<String>) 
     eprintln!(
         "workers at {}: seeding {rows} tasks and {depth} baseline rows (extra columns: {})…",
         thousands(depth),
-        if cols.is_empty() { "none".to_owned() } else { cols.join(", ") }
+        if cols.is_empty() {
+            "none".to_owned()
+        } else {
+            cols.join(", ")
+        }
     );
     seed_tasks(db, rows, &BOEFJE_HEAVY, &cols)?;
     seed_baseline(db, depth)?;
@@ -2328,11 +2512,17 @@ fn run_workers_depth(o: &Options, db: &str, depth: usize, kv: &mut Vec<String>) 
         wall_s,
         bursts.join(", ")
     );
-    println!("checks: no task popped twice in a burst, every popped task matched its filter; {checks}");
+    println!(
+        "checks: no task popped twice in a burst, every popped task matched its filter; {checks}"
+    );
     let label = format!("workers_{}", depth_label(depth));
     kv.push(format!("{label}_queued={boefje}"));
     kv.extend(body_pairs(&label, &figs, Some(base)));
-    Ok(DepthResult { depth, figs, wall_s })
+    Ok(DepthResult {
+        depth,
+        figs,
+        wall_s,
+    })
 }
 
 /// The pending scenario: a heap bounded far below the queue, the same pops, pushes into the full
@@ -2412,7 +2602,9 @@ fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> {
         p.rare_popped,
         p.rare_s
     );
-    println!("checks: no task popped twice, every popped task matched its filter; full heap: {checks_full}; with room: {checks_room}");
+    println!(
+        "checks: no task popped twice, every popped task matched its filter; full heap: {checks_full}; with room: {checks_room}"
+    );
     let wall_s = began.elapsed().as_secs_f64();
     println!("pending scenario: {wall_s:.0} s in all");
     println!();
@@ -2428,7 +2620,11 @@ fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> {
     kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));
     kv.push(format!("room_push_p99_us={:.0}", pr.p99_us));
     kv.push(format!("push_pending_vs_room={push_ratio:.3}"));
-    kv.push(format!("rare_image_popped={}/{}", p.rare_popped, p.rare_ids.len()));
+    kv.push(format!(
+        "rare_image_popped={}/{}",
+        p.rare_popped,
+        p.rare_ids.len()
+    ));
     kv.push(format!("rare_image_pending_when_pushed={}", p.rare_pending));
     kv.push(format!("pending_wall_s={wall_s:.0}"));
     Ok(kv.join(" "))
@@ -2460,7 +2656,12 @@ fn pending_measurements(
     let (figs, _, mut acked_full, completed) =
         measure_bodies(o, full.port, budget, None, "pending")?;
     let rt = current_thread()?;
-    let pushers = vec![Role::Push { per_completion: false }; o.clients];
+    let pushers = vec![
+        Role::Push {
+            per_completion: false
+        };
+        o.clients
+    ];
     let mut full_rounds = Vec::new();
     let mut room_rounds = Vec::new();
     let mut acked_room = Vec::new();
@@ -2472,7 +2673,14 @@ fn pending_measurements(
             let port = if into_full { full.port } else { room.port };
             let b = rt.block_on(burst(port, &pushers, usize::MAX, o.seconds))?;
             let mut tally = Tally::new();
-            tally.add(&[], &b.push_samples, steady(&[&b.push_samples], b.clients, None, b.elapsed));
+            let window = steady(
+                &[&b.push_samples],
+                b.clients,
+                None,
+                Duration::from_secs_f64(o.seconds),
+                b.elapsed,
+            );
+            tally.add(&[], &b.push_samples, window);
             let f = tally.figures().1;
             if into_full {
                 full_pushed += b.pushes.len();
@@ -2531,7 +2739,11 @@ async fn rare_worker(port: u16, ids: &[String]) -> Result<usize> {
     {
         let s = http.call(&request, &mut body).await?;
         if s != 200 {
-            return Err(format!("rare pop: unexpected HTTP {s}: {}", String::from_utf8_lossy(&body)).into());
+            return Err(format!(
+                "rare pop: unexpected HTTP {s}: {}",
+                String::from_utf8_lossy(&body)
+            )
+            .into());
         }
         let v: serde_json::Value = serde_json::from_slice(&body)?;
         let Some(task) = v["results"].as_array().and_then(|r| r.first()) else {
