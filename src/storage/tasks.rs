@@ -238,17 +238,28 @@ pub fn transition(
 ) -> QueryResult<Vec<TaskRow>> {
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
+        // The rows are named by `(id, expected status)` pairs joined in, not by `status = 'x'
+        // AND id IN (…)`: with a constant status in the WHERE clause PostgreSQL may pick a
+        // partial index on that status and scan it whenever its statistics undercount the
+        // status, where the primary key finds each row directly.
         let mut q = sql(conn, "UPDATE tasks SET status = ");
         q.bind(to.as_str())
             .push(", modified_at = ")
             .bind(now)
             .push(", lease_expires_at = ")
             .bind(Bind::OptTime(lease_expires_at))
-            .push(" WHERE status = ")
-            .bind(from.as_str())
-            .push(" AND id IN ")
-            .bind_list(chunk.iter().map(String::as_str))
-            .push(&format!(" RETURNING {COLUMNS}"));
+            .push(" FROM (VALUES ");
+        for (i, id) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" })
+                .bind(id.as_str())
+                .push(", ")
+                .bind(from.as_str())
+                .push(")");
+        }
+        q.push(&format!(
+            ") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2 \
+             RETURNING {COLUMNS}"
+        ));
         out.extend(q.load::<TaskRow>(conn)?);
     }
     Ok(out)
@@ -327,22 +338,34 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 
 /// Moves the best `limit` pending tasks of `scheduler` to `queued` in one statement and returns
 /// them as a heap holds them.
+///
+/// The picks are materialised first and joined by id, and "still pending" is checked against the
+/// status each was picked in rather than a constant: with `status = 'pending'` in the outer query,
+/// PostgreSQL drove the update from a pending-only index whenever its statistics still counted few
+/// pending rows (right after a rebuild moved thousands there), scanning the whole backlog per
+/// refill.
 pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     limit: usize,
     now: NaiveDateTime,
 ) -> QueryResult<Vec<HeapRow>> {
-    let mut q = sql(conn, "UPDATE tasks SET status = 'queued', modified_at = ");
-    q.bind(now)
-        .push(&format!(
-            " WHERE status = 'pending' AND id IN (SELECT id FROM tasks WHERE {WAITING} \
-              AND status = 'pending' AND scheduler_id = "
-        ))
-        .bind(scheduler.as_str())
+    let mut q = sql(
+        conn,
+        &format!(
+            "WITH best (pick, was) AS MATERIALIZED (SELECT id, status FROM tasks WHERE {WAITING} \
+             AND status = 'pending' AND scheduler_id = "
+        ),
+    );
+    q.bind(scheduler.as_str())
         .push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .push(&format!(") RETURNING {HEAP_COLUMNS}"));
+        .push(") UPDATE tasks SET status = 'queued', modified_at = ")
+        .bind(now)
+        .push(&format!(
+            " FROM best WHERE tasks.id = best.pick AND tasks.status = best.was \
+              RETURNING {HEAP_COLUMNS}"
+        ));
     q.load(conn)
 }
 
