@@ -271,6 +271,8 @@ struct Inner {
     /// One engine per scheduler.
     txs: PerScheduler<SyncSender<Command>>,
     gauges: Arc<Gauges>,
+    /// Which scheduler each task in flight belongs to (kept by the engines).
+    routes: Arc<engine::Routes>,
     pool: DbPool,
     backend: Backend,
     clock: SharedClock,
@@ -287,11 +289,13 @@ impl Broker {
         config: QueueConfig,
     ) -> Result<(Broker, EngineHandle), StorageError> {
         let gauges = Arc::new(Gauges::new());
-        let (txs, handle) = engine::start_all(&pool, backend, &clock, &config, &gauges)?;
+        let routes = Arc::new(engine::Routes::default());
+        let (txs, handle) = engine::start_all(&pool, backend, &clock, &config, &gauges, &routes)?;
         let broker = Broker {
             inner: Arc::new(Inner {
                 txs,
                 gauges,
+                routes,
                 pool,
                 backend,
                 clock,
@@ -355,9 +359,14 @@ impl Broker {
             .await
     }
 
-    /// Changes a task's status and/or priority; answered once committed. The task's scheduler is
-    /// read first, since its engine owns the heap the change may touch.
+    /// Changes a task's status and/or priority; answered once committed. The change goes to the
+    /// engine of the task's scheduler: known from memory for a task in flight, else read first.
     pub async fn patch(&self, id: Uuid, patch: TaskPatch) -> Result<Task, QueueError> {
+        if let Some(scheduler) = self.inner.routes.get(&id) {
+            return self
+                .call(scheduler, PatchRequest { id, patch }, Command::Patch)
+                .await;
+        }
         let scheduler = self
             .read(move |c| {
                 storage::tasks::scheduler_of(c, &id.hyphenated().to_string())

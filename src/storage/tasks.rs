@@ -205,24 +205,41 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
     Ok(())
 }
 
-/// Writes the mutable fields of `row` (status, priority, attempts, lease, failure reason,
-/// modified_at) back to its task.
-pub fn update(conn: &mut AnyConnection, row: &TaskRow) -> QueryResult<usize> {
-    let mut q = sql(conn, "UPDATE tasks SET status = ");
-    q.bind(row.status.as_str())
-        .push(", priority = ")
-        .bind(row.priority)
-        .push(", attempts = ")
-        .bind(Bind::Int(row.attempts))
-        .push(", lease_expires_at = ")
-        .bind(Bind::OptTime(row.lease_expires_at))
-        .push(", failure_reason = ")
-        .bind(Bind::OptText(row.failure_reason.clone()))
-        .push(", modified_at = ")
-        .bind(row.modified_at)
-        .push(" WHERE id = ")
-        .bind(row.id.as_str());
-    q.execute(conn)
+/// Rows per multi-row UPDATE (7 binds each).
+pub const UPDATE_CHUNK: usize = 1000;
+
+/// Writes the mutable fields of `rows` (status, priority, attempts, lease, failure reason,
+/// modified_at) back to their tasks, in one statement per [`UPDATE_CHUNK`] rows.
+pub fn update(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> {
+    let mut changed = 0;
+    for chunk in rows.chunks(UPDATE_CHUNK) {
+        let mut q = sql(
+            conn,
+            "UPDATE tasks SET status = v.column2, priority = v.column3, attempts = v.column4, \
+             lease_expires_at = v.column5, failure_reason = v.column6, modified_at = v.column7 \
+             FROM (VALUES ",
+        );
+        for (i, row) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" })
+                .bind(row.id.as_str())
+                .push(", ")
+                .bind(row.status.as_str())
+                .push(", ")
+                .bind(row.priority)
+                .push(", ")
+                .bind(Bind::Int(row.attempts))
+                .push(", ")
+                .bind(Bind::OptTime(row.lease_expires_at))
+                .push(", ")
+                .bind(Bind::OptText(row.failure_reason.clone()))
+                .push(", ")
+                .bind(row.modified_at)
+                .push(")");
+        }
+        q.push(") AS v WHERE tasks.id = v.column1");
+        changed += q.execute(conn)?;
+    }
+    Ok(changed)
 }
 
 /// Moves the tasks with these ids from status `from` to `to`, returning the rows that moved.

@@ -40,10 +40,10 @@ pub(crate) struct Writes {
 }
 
 impl Writes {
-    /// How many statements these writes take (with a chunk size for inserts).
-    pub fn statements(&self, insert_chunk: usize) -> usize {
+    /// How many statements these writes take (with the chunk sizes of inserts and updates).
+    pub fn statements(&self, insert_chunk: usize, update_chunk: usize) -> usize {
         self.inserts.len().div_ceil(insert_chunk.max(1))
-            + self.updates.len()
+            + self.updates.len().div_ceil(update_chunk.max(1))
             + usize::from(!self.evicted.is_empty())
             + usize::from(!self.dispatched.is_empty())
             + usize::from(self.refill > 0)

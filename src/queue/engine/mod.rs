@@ -9,7 +9,8 @@
 //!    ([`lease`]), pops ([`pop`]), each placing tasks through [`place`]; a pop may read pending
 //!    tasks or payloads through [`pop::Reads`]. The rules change the state and record what became
 //!    of each row in [`batch::BatchRows`]; they never write;
-//! 3. **write** what the batch decided, plus a [`refill`] from pending, in one transaction (or one
+//! 3. **write** what the batch decided (one statement per kind of write: inserts, updates, the
+//!    heap tasks dispatched), plus a [`refill`] from pending, in one transaction (or one
 //!    autocommitted statement when that is all it takes);
 //! 4. **answer** each caller, only after the commit.
 //!
@@ -21,6 +22,7 @@
 
 mod batch;
 pub(crate) mod command;
+mod in_flight;
 mod lease;
 mod patch;
 mod place;
@@ -46,6 +48,8 @@ use uuid::Uuid;
 
 use self::batch::{BatchRows, Writes};
 use self::command::{Batch, Command};
+use self::in_flight::InFlight;
+pub(crate) use self::in_flight::Routes;
 use self::pop::Reads;
 use self::state::QueueState;
 use super::{ExpiryReport, Gauges, PushOutcome, QueueConfig, QueueError};
@@ -89,6 +93,7 @@ pub(crate) fn start_all(
     clock: &SharedClock,
     config: &QueueConfig,
     gauges: &Arc<Gauges>,
+    routes: &Arc<Routes>,
 ) -> Result<(PerScheduler<SyncSender<Command>>, EngineHandle), StorageError> {
     let mut engines = Vec::new();
     let mut ready = Vec::new();
@@ -108,6 +113,8 @@ pub(crate) fn start_all(
             max_batch: config.max_batch.max(1),
             shed_after: config.shed_after,
             gauges: gauges.clone(),
+            routes: routes.clone(),
+            in_flight: InFlight::default(),
             dirty: true,
             down_since: None,
             undelivered: Vec::new(),
@@ -168,6 +175,10 @@ struct Engine {
     /// Commands that waited longer than this are answered 503 without being applied.
     shed_after: Duration,
     gauges: Arc<Gauges>,
+    /// Which scheduler each task in flight belongs to, shared with the API side.
+    routes: Arc<Routes>,
+    /// This engine's tasks in flight, as committed.
+    in_flight: InFlight,
     /// The state may hold changes a failed batch did not commit.
     dirty: bool,
     /// When the database was last found unreachable.
@@ -282,6 +293,7 @@ impl Engine {
         let mut conn = self.connection()?;
         let state = &mut self.state;
         let result = conn.transaction::<_, StorageError, _>(|c| rebuild::rebuild(c, state, now));
+        self.in_flight.clear();
         if let Err(e) = result {
             self.dirty = true;
             return Err(e);
@@ -374,6 +386,8 @@ impl Engine {
                     .batch_micros
                     .fetch_add(began.elapsed().as_micros() as u64, Ordering::Relaxed);
                 self.publish();
+                self.in_flight
+                    .record(rows.iter(), &self.routes, self.state.scheduler);
                 self.answer(batch, decisions, rows);
             }
             Err(e) => {
@@ -422,9 +436,10 @@ impl Engine {
         );
         let undelivered = std::mem::take(&mut self.undelivered);
         ids.extend(undelivered.iter().map(Uuid::to_string));
+        ids.sort_unstable();
+        ids.dedup();
+        rows.load(self.in_flight.take_known(&mut ids), s.as_str());
         if !ids.is_empty() {
-            ids.sort_unstable();
-            ids.dedup();
             rows.load(tasks::get_many(conn, &ids)?, s.as_str());
         }
         if !needs.hashes.is_empty() {
@@ -463,7 +478,7 @@ impl Engine {
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
 
         // 3. Write, in one transaction unless one statement does it.
-        let statements = writes.statements(tasks::INSERT_CHUNK);
+        let statements = writes.statements(tasks::INSERT_CHUNK, tasks::UPDATE_CHUNK);
         let lock = self.write_lock.clone();
         let _turn = write_turn(&lock);
         let lease = self.state.lease(now, TaskStatus::Dispatched);
@@ -535,8 +550,8 @@ fn write(
     if !w.inserts.is_empty() {
         tasks::insert(c, &w.inserts)?;
     }
-    for row in &w.updates {
-        tasks::update(c, row)?;
+    if !w.updates.is_empty() {
+        tasks::update(c, &w.updates)?;
     }
     if !w.evicted.is_empty() {
         tasks::transition(
