@@ -3,15 +3,17 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way: `domain` ← `storage` ← `queue` ← {`api`, `watchdog`} ← `startup`.
+//! Dependencies point one way: `domain` ← `storage` ← `queue` ← {`api`, `watchdog`} ← `startup`,
+//! which registers the background processes with [`processes`].
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`domain`] | tasks, statuses and their state machine, scheduler ids, the task hash, payload rules, the filter language; pure |
+//! | [`domain`] | tasks, statuses and their state machine (the broker's own moves too), scheduler ids, the task hash, payload rules, the key fields tasks are found by, the filter language (parsed, planned, evaluated in memory); pure |
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
-//! | [`queue`] | the bounded heaps, the engine that group-commits pushes, pops and patches, the rules of DESIGN.md §5 |
+//! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
 //! | [`watchdog`] | the lease watchdog loop: re-queues or fails tasks whose lease ended |
+//! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start |
 //! | [`telemetry`] | the tracing subscriber |
@@ -23,6 +25,7 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod processes;
 pub mod queue;
 pub mod startup;
 pub mod storage;

@@ -1,5 +1,6 @@
-//! Builds the service and owns its shutdown order: stop accepting and drain HTTP, then let the
-//! queue engine finish the commands it holds, then close the database pool.
+//! Builds the service and owns its shutdown order: stop accepting and drain HTTP, then stop the
+//! background processes in the order they were registered, then let the queue engines finish the
+//! commands they hold, then close the database pool.
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use tracing::info;
 
 use crate::clock::SharedClock;
 use crate::config::Settings;
+use crate::processes::Processes;
 use crate::queue::{Broker, EngineHandle};
 use crate::storage::{self, DbPool, DbTarget};
 
@@ -23,6 +25,8 @@ pub struct Application {
     engine: EngineHandle,
     pool: DbPool,
     watchdog_interval: Duration,
+    /// How long each background process gets to stop.
+    stop_deadline: Duration,
 }
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
@@ -100,6 +104,7 @@ impl Application {
             engine,
             pool,
             watchdog_interval: Duration::from_secs(settings.queue.watchdog_interval_secs),
+            stop_deadline: Duration::from_secs(settings.api.shutdown_timeout_secs),
         })
     }
 
@@ -121,27 +126,25 @@ impl Application {
             pool,
             broker,
             watchdog_interval,
+            stop_deadline,
             ..
         } = self;
         let handle = server.handle();
         let serving = tokio::spawn(server);
-        let ticks = shutdown.child_token();
-        let watchdog = (!watchdog_interval.is_zero()).then(|| {
-            tokio::spawn(crate::watchdog::run(
-                broker.clone(),
-                watchdog_interval,
-                ticks.clone(),
-            ))
-        });
+        // Background processes, registered in their stop order.
+        let mut processes = Processes::default();
+        if !watchdog_interval.is_zero() {
+            let b = broker.clone();
+            processes.spawn("lease watchdog", move |token| {
+                crate::watchdog::run(b, watchdog_interval, token)
+            });
+        }
         shutdown.cancelled().await;
         info!("shutting down: draining HTTP requests");
         handle.stop(true).await;
         let served = serving.await;
-        ticks.cancel();
-        if let Some(w) = watchdog {
-            let _ = w.await;
-        }
-        info!("stopping the queue engine");
+        processes.stop(stop_deadline).await;
+        info!("stopping the queue engines");
         drop(broker);
         tokio::task::spawn_blocking(move || engine.shutdown()).await?;
         drop(pool);

@@ -96,7 +96,7 @@ pub async fn metrics(broker: web::Data<Broker>) -> HttpResponse {
         }
     }
     let e = broker.engine_counters();
-    let counters: [(&str, &str, u64); 5] = [
+    let counters: [(&str, &str, u64); 7] = [
         (
             "scheduler_engine_batches_total",
             "Transactions the queue engine committed.",
@@ -114,13 +114,23 @@ pub async fn metrics(broker: web::Data<Broker>) -> HttpResponse {
         ),
         (
             "scheduler_engine_apply_microseconds_total",
-            "Time spent applying batches, before COMMIT.",
+            "Time spent reading and deciding batches, before their writes.",
             e.apply_micros.load(Ordering::Relaxed),
         ),
         (
             "scheduler_engine_batch_microseconds_total",
-            "Time from BEGIN to the end of COMMIT.",
+            "Time from a batch's first read to the end of its commit.",
             e.batch_micros.load(Ordering::Relaxed),
+        ),
+        (
+            "scheduler_engine_statements_total",
+            "Statements written by committed batches.",
+            e.statements.load(Ordering::Relaxed),
+        ),
+        (
+            "scheduler_engine_shed_total",
+            "Commands answered without being applied: pops whose caller had gone, commands that waited too long.",
+            e.shed.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, value) in counters {

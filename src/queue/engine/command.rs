@@ -164,3 +164,51 @@ impl Batch {
         shed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    type Answer = oneshot::Receiver<Result<Vec<Task>, QueueError>>;
+
+    fn pop() -> (Request<PopRequest, Vec<Task>>, Answer) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Request::new(
+                PopRequest {
+                    limit: 1,
+                    filter: None,
+                },
+                tx,
+            ),
+            rx,
+        )
+    }
+
+    #[test]
+    fn a_pop_whose_caller_is_gone_is_dropped_before_any_work() {
+        let mut batch = Batch::default();
+        let (gone, rx) = pop();
+        drop(rx);
+        let (waiting, _rx) = pop();
+        batch.add(Command::Pop(gone));
+        batch.add(Command::Pop(waiting));
+        assert_eq!(batch.drop_abandoned_pops(), 1);
+        assert_eq!(batch.len(), 1);
+    }
+
+    #[test]
+    fn a_command_that_waited_too_long_is_answered_busy_unapplied() {
+        let mut batch = Batch::default();
+        let (mut old, mut old_rx) = pop();
+        old.sent = Instant::now() - Duration::from_secs(30);
+        let (fresh, mut fresh_rx) = pop();
+        batch.add(Command::Pop(old));
+        batch.add(Command::Pop(fresh));
+        assert_eq!(batch.shed_older_than(Duration::from_secs(20)), 1);
+        assert_eq!(batch.len(), 1);
+        assert!(matches!(old_rx.try_recv(), Ok(Err(QueueError::Busy))));
+        assert!(fresh_rx.try_recv().is_err(), "not answered yet");
+    }
+}
