@@ -51,14 +51,17 @@ impl KeyField {
 
     /// The key field a `data` path names on `scheduler`'s tasks, if any.
     pub fn of_data_path(scheduler: SchedulerId, path: &[String]) -> Option<KeyField> {
-        let path: Vec<&str> = path.iter().map(String::as_str).collect();
-        if path == plugin_path(scheduler) {
-            return Some(Self::PluginId);
-        }
-        match path.as_slice() {
-            ["boefje", "oci_image"] => Some(Self::OciImage),
-            ["input_ooi"] => Some(Self::InputOoi),
-            _ => None,
+        // Called for every candidate a filter is evaluated on: compares without allocating.
+        let is =
+            |want: &[&str]| path.len() == want.len() && path.iter().zip(want).all(|(a, b)| a == b);
+        if is(plugin_path(scheduler)) {
+            Some(Self::PluginId)
+        } else if is(&["boefje", "oci_image"]) {
+            Some(Self::OciImage)
+        } else if is(&["input_ooi"]) {
+            Some(Self::InputOoi)
+        } else {
+            None
         }
     }
 

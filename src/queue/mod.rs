@@ -355,8 +355,12 @@ impl Broker {
         limit: usize,
         filter: Option<FilterNode>,
     ) -> Result<Vec<Task>, QueueError> {
-        self.call(scheduler, PopRequest { limit, filter }, Command::Pop)
-            .await
+        self.call(
+            scheduler,
+            PopRequest::new(scheduler, limit, filter),
+            Command::Pop,
+        )
+        .await
     }
 
     /// Changes a task's status and/or priority; answered once committed. The change goes to the

@@ -6,8 +6,10 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use crate::domain::SchedulerId;
 use crate::domain::Task;
 use crate::domain::filter::FilterNode;
+use crate::domain::filter::plan::{Plan, plan};
 use crate::queue::push::NewTask;
 use crate::queue::{ExpiryReport, PushOutcome, QueueError, TaskPatch};
 
@@ -54,7 +56,22 @@ impl<R, T> Request<R, T> {
 /// A pop's parameters.
 pub(crate) struct PopRequest {
     pub limit: usize,
-    pub filter: Option<FilterNode>,
+    /// The filter and its plan for the scheduler, made by the caller so the engine's thread does
+    /// not spend its time on it.
+    pub filter: Option<(FilterNode, Plan)>,
+}
+
+impl PopRequest {
+    /// A pop on `scheduler`, planning its filter.
+    pub fn new(scheduler: SchedulerId, limit: usize, filter: Option<FilterNode>) -> Self {
+        Self {
+            limit,
+            filter: filter.map(|f| {
+                let p = plan(&f, scheduler);
+                (f, p)
+            }),
+        }
+    }
 }
 
 /// A patch's parameters.

@@ -19,7 +19,7 @@ use super::batch::BatchRows;
 use super::command::PopRequest;
 use super::state::QueueState;
 use crate::domain::filter::eval::{self, Json, Record};
-use crate::domain::filter::plan::{Plan, plan};
+use crate::domain::filter::plan::Plan;
 use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::KeyField;
 use crate::queue::heap::{SchedulerHeap, json_at};
@@ -56,7 +56,7 @@ pub(crate) fn pop(
     let limit = req.limit;
     let every = FilterNode::And(Vec::new());
     let (filter, plan) = match &req.filter {
-        Some(f) => (f, Some(plan(f, st.scheduler))),
+        Some((f, p)) => (f, Some(p)),
         None => (&every, None),
     };
     let mut chosen: Vec<Uuid> = match &plan {
@@ -224,8 +224,8 @@ impl Record for RowRecord<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::TaskStatus;
     use crate::domain::filter::parse_request;
+    use crate::domain::{SchedulerId, TaskStatus};
     use crate::queue::WhenFull;
     use crate::queue::engine::place::{Admission, place};
     use crate::queue::engine::testing::{FakeTable, now, row_with, state};
@@ -249,10 +249,7 @@ mod tests {
         for (id, r) in [(a, &ra), (b, &rb), (c, &rc)] {
             place(&mut st, &mut rows, id, r, Admission::New).unwrap();
         }
-        let req = PopRequest {
-            limit: 1,
-            filter: Some(image_filter("img1")),
-        };
+        let req = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("img1")));
         let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
         assert_eq!(got, vec![c]);
         assert_eq!(rows.dispatched, vec![c]);
@@ -273,10 +270,7 @@ mod tests {
             pending: vec![rr.clone()],
             ..Default::default()
         };
-        let req = PopRequest {
-            limit: 1,
-            filter: Some(image_filter("rare")),
-        };
+        let req = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("rare")));
         let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
         assert_eq!(got, vec![r]);
         assert_eq!(rows.get(&r).unwrap().status, TaskStatus::Dispatched);
@@ -298,10 +292,7 @@ mod tests {
             ids.push(id);
         }
         let f = parse_request(&json!({"filters": [{"column": "data", "field": "depth", "operator": ">", "value": 5}]})).unwrap();
-        let req = PopRequest {
-            limit: 5,
-            filter: Some(f),
-        };
+        let req = PopRequest::new(SchedulerId::Boefje, 5, Some(f));
         let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
         assert_eq!(got, vec![ids[1], ids[2]]);
         assert_eq!(st.heap.len(), 1);
