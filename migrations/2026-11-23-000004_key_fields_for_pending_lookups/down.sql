@@ -1,3 +1,4 @@
+DROP INDEX ix_tasks_keys_missing;
 DROP INDEX ix_tasks_pending_input_ooi;
 DROP INDEX ix_tasks_pending_oci_image;
 DROP INDEX ix_tasks_pending_plugin_id;

@@ -15,3 +15,8 @@ CREATE INDEX ix_tasks_pending_oci_image ON tasks (scheduler_id, oci_image, prior
     WHERE status = 'pending' AND oci_image IS NOT NULL;
 CREATE INDEX ix_tasks_pending_input_ooi ON tasks (scheduler_id, input_ooi, priority, created_at, id)
     WHERE status = 'pending' AND input_ooi IS NOT NULL;
+-- Waiting rows whose key fields are not filled in (written before these columns existed, or by an
+-- older version during a rolling deploy): a rebuild finds them here and fills them in. Rows the
+-- broker writes have a plugin, so the index stays empty.
+CREATE INDEX ix_tasks_keys_missing ON tasks (scheduler_id, id)
+    WHERE plugin_id IS NULL AND status IN ('pending', 'queued');

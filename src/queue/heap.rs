@@ -15,9 +15,11 @@
 //! Key-field values are shared (`Arc<str>`) between a task and its index entry, so a value held
 //! by many tasks is stored once.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime};
@@ -103,21 +105,47 @@ impl HeapTask {
     }
 }
 
-/// Everything held of a queued task besides its rank.
+/// A queued task as the heap holds it: the queue's item, keyed by task id alone, carrying every
+/// column but the rank (the queue's priority), the payload and the lease. Keeping it inside the
+/// priority queue, rather than in a map beside it, saves a second table of task ids.
 #[derive(Debug)]
-struct Fields {
-    modified_micros: i64,
+struct Entry {
+    id: Uuid,
+    /// Changes when a queued task is re-ranked; the rest never does while it is queued.
+    modified_micros: Cell<i64>,
     hash: Option<[u8; 16]>,
     schedule_id: Option<Uuid>,
     /// Values by [`KeyField::index`]; the organisation is always there.
     keys: [Option<Arc<str>>; 4],
 }
 
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Entry {}
+
+impl Hash for Entry {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The same as the id's own hash, so the queue can be searched by id (`Borrow`).
+        self.id.hash(state);
+    }
+}
+
+impl Borrow<Uuid> for Entry {
+    fn borrow(&self) -> &Uuid {
+        &self.id
+    }
+}
+
 /// The ordered set of the tasks that share one key-field value. Most values of a
-/// high-cardinality field (an object reference) have a handful of tasks, for which a sorted
-/// vector is far smaller than a B-tree; it grows into one past [`FEW_MAX`].
+/// high-cardinality field (an object reference) have one task or a handful, for which an inline
+/// rank or a sorted vector is far smaller than a B-tree; a set grows into one past [`FEW_MAX`].
 #[derive(Debug)]
 enum KeySet {
+    One(Rank),
     Few(Vec<Rank>),
     Many(BTreeSet<Rank>),
 }
@@ -127,6 +155,12 @@ const FEW_MAX: usize = 32;
 impl KeySet {
     fn insert(&mut self, r: Rank) {
         match self {
+            Self::One(only) if *only == r => {}
+            Self::One(only) => {
+                let mut v = vec![*only, r];
+                v.sort_unstable();
+                *self = Self::Few(v);
+            }
             Self::Few(v) => {
                 if let Err(at) = v.binary_search(&r) {
                     v.insert(at, r);
@@ -141,21 +175,49 @@ impl KeySet {
         }
     }
 
-    fn remove(&mut self, r: &Rank) {
+    /// Adds a rank, leaving the set unsorted until [`KeySet::settle`] (appending to a vector and
+    /// building the tree from it once is twice as fast as growing the tree).
+    fn append(&mut self, r: Rank) {
         match self {
+            Self::One(only) => *self = Self::Few(vec![*only, r]),
+            Self::Few(v) => v.push(r),
+            Self::Many(s) => {
+                s.insert(r);
+            }
+        }
+    }
+
+    /// Sorts a set built by [`KeySet::append`], and turns a long one into a tree (built in one
+    /// pass from the sorted ranks).
+    fn settle(&mut self) {
+        if let Self::Few(v) = self {
+            v.sort_unstable();
+            if v.len() > FEW_MAX {
+                *self = Self::Many(std::mem::take(v).into_iter().collect());
+            }
+        }
+    }
+
+    /// Removes a rank; true when the set is left empty.
+    fn remove(&mut self, r: &Rank) -> bool {
+        match self {
+            Self::One(only) => only == r,
             Self::Few(v) => {
                 if let Ok(at) = v.binary_search(r) {
                     v.remove(at);
                 }
+                v.is_empty()
             }
             Self::Many(s) => {
                 s.remove(r);
+                s.is_empty()
             }
         }
     }
 
     fn len(&self) -> usize {
         match self {
+            Self::One(_) => 1,
             Self::Few(v) => v.len(),
             Self::Many(s) => s.len(),
         }
@@ -163,6 +225,7 @@ impl KeySet {
 
     fn iter(&self) -> Box<dyn Iterator<Item = Rank> + '_> {
         match self {
+            Self::One(r) => Box::new(std::iter::once(*r)),
             Self::Few(v) => Box::new(v.iter().copied()),
             Self::Many(s) => Box::new(s.iter().copied()),
         }
@@ -204,12 +267,59 @@ impl Iterator for Merge<'_> {
 #[derive(Debug)]
 pub struct SchedulerHeap {
     scheduler: SchedulerId,
-    queue: DoublePriorityQueue<Uuid, Rank>,
-    fields: HashMap<Uuid, Fields>,
+    queue: DoublePriorityQueue<Entry, Rank>,
     by_hash: HashMap<[u8; 16], Uuid>,
     /// Per key field ([`KeyField::index`]): value → its tasks in pop order.
     keys: [HashMap<Arc<str>, KeySet>; 4],
     maxsize: usize,
+}
+
+/// Builds a heap in bulk from tasks in any order (a rebuild of a million tasks): each index set is
+/// appended to and sorted once at the end, and the priority queue is made in one pass.
+pub struct HeapBuilder {
+    heap: SchedulerHeap,
+    entries: Vec<(Entry, Rank)>,
+}
+
+impl HeapBuilder {
+    /// Adds a task (each once).
+    pub fn push(&mut self, task: HeapTask) {
+        let rank = task.rank();
+        let entry = self.heap.entry_of(task);
+        for field in KeyField::ALL {
+            if let Some(v) = &entry.keys[field.index()] {
+                self.heap.keys[field.index()]
+                    .entry(v.clone())
+                    .and_modify(|set| set.append(rank))
+                    .or_insert(KeySet::One(rank));
+            }
+        }
+        if let Some(h) = entry.hash {
+            self.heap.by_hash.insert(h, entry.id);
+        }
+        self.entries.push((entry, rank));
+    }
+
+    /// Tasks added so far.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none were added.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The heap.
+    pub fn finish(mut self) -> SchedulerHeap {
+        for map in &mut self.heap.keys {
+            map.values_mut().for_each(KeySet::settle);
+            map.shrink_to_fit();
+        }
+        self.heap.by_hash.shrink_to_fit();
+        self.heap.queue = self.entries.into_iter().collect();
+        self.heap
+    }
 }
 
 impl SchedulerHeap {
@@ -218,10 +328,22 @@ impl SchedulerHeap {
         Self {
             scheduler,
             queue: DoublePriorityQueue::new(),
-            fields: HashMap::new(),
             by_hash: HashMap::new(),
             keys: Default::default(),
             maxsize,
+        }
+    }
+
+    /// A builder for a heap filled with about `expected` tasks (sized for them up front: growing
+    /// maps of a million entries rehashes them several times).
+    pub fn builder(scheduler: SchedulerId, maxsize: usize, expected: usize) -> HeapBuilder {
+        let mut heap = Self::new(scheduler, maxsize);
+        heap.by_hash.reserve(expected);
+        // Object references are nearly one per task; the other fields have few values.
+        heap.keys[KeyField::InputOoi.index()].reserve(expected);
+        HeapBuilder {
+            heap,
+            entries: Vec::with_capacity(expected),
         }
     }
 
@@ -262,8 +384,9 @@ impl SchedulerHeap {
 
     /// A queued task's hash.
     pub fn hash_of(&self, id: &Uuid) -> Option<String> {
-        self.fields
+        self.queue
             .get(id)?
+            .0
             .hash
             .map(|h| format!("{:032x}", u128::from_be_bytes(h)))
     }
@@ -273,34 +396,14 @@ impl SchedulerHeap {
         self.by_hash.get(&hash_bytes(hash)?).copied()
     }
 
-    fn intern(&mut self, field: KeyField, value: &str) -> Arc<str> {
+    fn intern(&self, field: KeyField, value: &str) -> Arc<str> {
         match self.keys[field.index()].get_key_value(value) {
             Some((k, _)) => k.clone(),
             None => Arc::from(value),
         }
     }
 
-    fn index(&mut self, field: KeyField, value: &Arc<str>, rank: Rank) {
-        self.keys[field.index()]
-            .entry(value.clone())
-            .or_insert_with(|| KeySet::Few(Vec::new()))
-            .insert(rank);
-    }
-
-    fn unindex(&mut self, field: KeyField, value: &Arc<str>, rank: &Rank) {
-        let map = &mut self.keys[field.index()];
-        if let Some(set) = map.get_mut(value) {
-            set.remove(rank);
-            if set.len() == 0 {
-                map.remove(value);
-            }
-        }
-    }
-
-    /// Adds a task (the caller checks the bound first); a task already held is replaced.
-    pub fn insert(&mut self, task: HeapTask) {
-        self.remove(&task.id);
-        let rank = task.rank();
+    fn entry_of(&self, task: HeapTask) -> Entry {
         let mut keys: [Option<Arc<str>>; 4] = Default::default();
         keys[KeyField::Organisation.index()] =
             Some(self.intern(KeyField::Organisation, &task.organisation));
@@ -309,45 +412,60 @@ impl SchedulerHeap {
                 keys[field.index()] = Some(self.intern(field, v));
             }
         }
+        Entry {
+            id: task.id,
+            modified_micros: Cell::new(micros(task.modified_at)),
+            hash: task.hash.as_deref().and_then(hash_bytes),
+            schedule_id: task.schedule_id,
+            keys,
+        }
+    }
+
+    fn index(&mut self, field: KeyField, value: &Arc<str>, rank: Rank) {
+        self.keys[field.index()]
+            .entry(value.clone())
+            .and_modify(|set| set.insert(rank))
+            .or_insert(KeySet::One(rank));
+    }
+
+    fn unindex(&mut self, field: KeyField, value: &Arc<str>, rank: &Rank) {
+        let map = &mut self.keys[field.index()];
+        if map.get_mut(value).is_some_and(|set| set.remove(rank)) {
+            map.remove(value);
+        }
+    }
+
+    /// Adds a task (the caller checks the bound first); a task already held is replaced.
+    pub fn insert(&mut self, task: HeapTask) {
+        self.remove(&task.id);
+        let rank = task.rank();
+        let entry = self.entry_of(task);
         for field in KeyField::ALL {
-            if let Some(v) = keys[field.index()].clone() {
+            if let Some(v) = entry.keys[field.index()].clone() {
                 self.index(field, &v, rank);
             }
         }
-        let hash = task.hash.as_deref().and_then(hash_bytes);
-        if let Some(h) = hash {
-            self.by_hash.insert(h, task.id);
+        if let Some(h) = entry.hash {
+            self.by_hash.insert(h, entry.id);
         }
-        self.fields.insert(
-            task.id,
-            Fields {
-                modified_micros: micros(task.modified_at),
-                hash,
-                schedule_id: task.schedule_id,
-                keys,
-            },
-        );
-        self.queue.push(task.id, rank);
+        self.queue.push(entry, rank);
     }
 
     /// Removes a task; returns its rank if it was there.
     pub fn remove(&mut self, id: &Uuid) -> Option<Rank> {
-        let (_, rank) = self.queue.remove(id)?;
-        self.forget(&rank);
+        let (entry, rank) = self.queue.remove(id)?;
+        self.forget(&entry, &rank);
         Some(rank)
     }
 
-    fn forget(&mut self, rank: &Rank) {
-        let Some(fields) = self.fields.remove(&rank.id) else {
-            return;
-        };
-        if let Some(h) = fields.hash
-            && self.by_hash.get(&h) == Some(&rank.id)
+    fn forget(&mut self, entry: &Entry, rank: &Rank) {
+        if let Some(h) = entry.hash
+            && self.by_hash.get(&h) == Some(&entry.id)
         {
             self.by_hash.remove(&h);
         }
         for field in KeyField::ALL {
-            if let Some(v) = &fields.keys[field.index()] {
+            if let Some(v) = &entry.keys[field.index()] {
                 self.unindex(field, v, rank);
             }
         }
@@ -356,17 +474,13 @@ impl SchedulerHeap {
     /// Gives a queued task a new priority (and records when it changed); false if the task is
     /// not in the heap.
     pub fn rerank(&mut self, id: &Uuid, priority: i64, modified_at: NaiveDateTime) -> bool {
-        let Some(old) = self.rank(id) else {
+        let Some((entry, old)) = self.queue.get(id) else {
             return false;
         };
+        let old = *old;
+        entry.modified_micros.set(micros(modified_at));
+        let keys = entry.keys.clone();
         let rank = Rank { priority, ..old };
-        let keys = match self.fields.get_mut(id) {
-            Some(f) => {
-                f.modified_micros = micros(modified_at);
-                f.keys.clone()
-            }
-            None => return false,
-        };
         for field in KeyField::ALL {
             if let Some(v) = &keys[field.index()] {
                 self.unindex(field, v, &old);
@@ -379,9 +493,9 @@ impl SchedulerHeap {
 
     /// Takes the best task out.
     pub fn pop_best(&mut self) -> Option<Uuid> {
-        let (id, rank) = self.queue.pop_min()?;
-        self.forget(&rank);
-        Some(id)
+        let (entry, rank) = self.queue.pop_min()?;
+        self.forget(&entry, &rank);
+        Some(entry.id)
     }
 
     /// The best task, without taking it out.
@@ -449,12 +563,11 @@ impl SchedulerHeap {
         id: &Uuid,
         payload: Option<&'a serde_json::Value>,
     ) -> Option<HeapRecord<'a>> {
-        let rank = self.queue.get_priority(id)?;
-        let fields = self.fields.get(id)?;
+        let (entry, rank) = self.queue.get(id)?;
         Some(HeapRecord {
             scheduler: self.scheduler,
             rank: *rank,
-            fields,
+            fields: entry,
             payload,
         })
     }
@@ -464,7 +577,7 @@ impl SchedulerHeap {
 pub struct HeapRecord<'a> {
     scheduler: SchedulerId,
     rank: Rank,
-    fields: &'a Fields,
+    fields: &'a Entry,
     payload: Option<&'a serde_json::Value>,
 }
 
@@ -496,7 +609,7 @@ impl Record for HeapRecord<'_> {
     fn time(&self, column: Column) -> Option<NaiveDateTime> {
         match column {
             Column::CreatedAt => Some(from_micros(self.rank.created_micros)),
-            Column::ModifiedAt => Some(from_micros(self.fields.modified_micros)),
+            Column::ModifiedAt => Some(from_micros(self.fields.modified_micros.get())),
             _ => None,
         }
     }
@@ -610,7 +723,7 @@ mod tests {
             heap.keys.iter().all(HashMap::is_empty),
             "no empty sets left"
         );
-        assert!(heap.fields.is_empty() && heap.by_hash.is_empty());
+        assert!(heap.queue.is_empty() && heap.by_hash.is_empty());
     }
 
     #[test]
@@ -645,6 +758,40 @@ mod tests {
         let p = plan(&f, SchedulerId::Boefje);
         let got = heap.matching(&f, &p, 3);
         assert_eq!(got, vec![tasks[99].id, tasks[98].id, tasks[97].id]);
+    }
+
+    #[test]
+    fn a_heap_built_in_bulk_is_the_heap_built_one_by_one() {
+        let mut tasks: Vec<HeapTask> = (0..200)
+            .map(|i| {
+                task(
+                    i % 9,
+                    i,
+                    &format!("org{}", i % 3),
+                    Some(&format!("img{}", i % 2)),
+                )
+            })
+            .collect();
+        tasks.sort_by_key(HeapTask::rank);
+        let mut one_by_one = SchedulerHeap::new(SchedulerId::Boefje, 1000);
+        let mut builder = SchedulerHeap::builder(SchedulerId::Boefje, 1000, 200);
+        for t in &tasks {
+            one_by_one.insert(t.clone());
+            builder.push(t.clone());
+        }
+        let mut bulk = builder.finish();
+        let f = parse_request(
+            &json!({"filters": [{"column": "organisation", "value": "org1"},
+            {"column": "data", "field": "boefje__oci_image", "value": "img0"}]}),
+        )
+        .unwrap();
+        let p = plan(&f, SchedulerId::Boefje);
+        assert_eq!(bulk.matching(&f, &p, 500), one_by_one.matching(&f, &p, 500));
+        assert_eq!(
+            bulk.find_hash(tasks[7].hash.as_deref().unwrap()),
+            Some(tasks[7].id)
+        );
+        assert_eq!(ids(&mut bulk), ids(&mut one_by_one));
     }
 
     #[test]

@@ -150,6 +150,21 @@ impl Sql {
         self.build().load(conn)
     }
 
+    /// Runs the statement and hands each decoded row to `each`, without collecting them (for
+    /// results of a million rows).
+    pub fn for_each<T>(self, conn: &mut AnyConnection, mut each: impl FnMut(T)) -> QueryResult<()>
+    where
+        T: diesel::deserialize::QueryableByName<MultiBackend> + 'static,
+    {
+        for row in self
+            .build()
+            .load_iter::<T, diesel::connection::DefaultLoadingMode>(conn)?
+        {
+            each(row?);
+        }
+        Ok(())
+    }
+
     /// Runs the statement; returns the number of rows it touched.
     pub fn execute(self, conn: &mut AnyConnection) -> QueryResult<usize> {
         self.build().execute(conn)

@@ -326,6 +326,25 @@ pub fn queued_page(
     q.load(conn)
 }
 
+/// Every queued task of `scheduler`, one by one in no particular order: a rebuild that expects all of them
+/// to fit reads them in the table's own order and sorts them in memory, since reading them in pop
+/// order through an index visits the table's pages at random (15 s for a million rows on this
+/// project's machine, against 1.5 s).
+pub fn queued_all(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    each: impl FnMut(HeapRow),
+) -> QueryResult<()> {
+    let mut q = sql(
+        conn,
+        &format!(
+            "SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} AND status = 'queued' AND scheduler_id = "
+        ),
+    );
+    q.bind(scheduler.as_str());
+    q.for_each(conn, each)
+}
+
 /// Moves every queued task of `scheduler` ranked after `after` to `pending` (when the heap
 /// bound is lower than what is queued); returns how many moved.
 pub fn demote_after(
@@ -509,7 +528,7 @@ pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryR
         let mut q = sql(
             conn,
             &format!(
-                "SELECT id, data FROM tasks WHERE {WAITING} AND plugin_id IS NULL \
+                "SELECT id, data FROM tasks WHERE plugin_id IS NULL AND {WAITING} \
                  AND scheduler_id = "
             ),
         );

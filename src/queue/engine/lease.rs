@@ -128,6 +128,24 @@ mod tests {
     }
 
     #[test]
+    fn an_undelivered_pop_gives_its_task_back_unless_the_worker_touched_it() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (lost, mut r) = row(5, 1);
+        r.status = TaskStatus::Dispatched;
+        r.lease_expires_at = Some(now().naive_utc());
+        let (started, mut s) = row(6, 2);
+        s.status = TaskStatus::Running;
+        rows.load(vec![r, s], "boefje");
+        give_back(&mut st, &mut rows, &[lost, started], now());
+        let r = rows.get(&lost).unwrap();
+        assert_eq!((r.status, r.lease_expires_at), (TaskStatus::Queued, None));
+        assert!(st.heap.contains(&lost));
+        assert_eq!(rows.get(&started).unwrap().status, TaskStatus::Running);
+        assert!(!st.heap.contains(&started));
+    }
+
+    #[test]
     fn a_renewed_lease_is_left_alone() {
         let mut st = state(10, WhenFull::Pending);
         let mut rows = BatchRows::default();

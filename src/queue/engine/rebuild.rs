@@ -1,6 +1,7 @@
 //! Rebuilding a scheduler's state from the table, at start and after a failed batch: the heap
-//! from the best queued rows (read in keyset pages, so millions of rows never sit in memory at
-//! once), queued rows beyond `maxsize` moved to pending, the heap refilled from pending and, if
+//! from the queued rows (read in the table's order and sorted in memory when they all fit; else
+//! the best `maxsize` read in pop order in keyset pages, so the excess never sits in memory, and
+//! the rest moved to pending), the heap refilled from pending and, if
 //! pending rows rank before the heap's worst (written by an older version, or `maxsize` changed),
 //! swapped in, so the heap again holds the best waiting tasks. Then the pending hashes.
 
@@ -37,37 +38,59 @@ pub(crate) fn rebuild(
     }
     let maxsize = st.limits.maxsize;
     let mut pending = tasks::count_waiting(c, s, TaskStatus::Pending)?;
-    st.heap = SchedulerHeap::new(s, maxsize);
-    let mut last: Option<PopKey> = None;
-    loop {
-        let want = REBUILD_PAGE.min(maxsize - st.heap.len());
-        if want == 0 {
-            // The heap is full: whatever ranks after its last entry waits as pending.
-            if let Some(last) = &last {
-                let moved = tasks::demote_after(c, s, last, now)?;
-                if moved > 0 {
-                    pending += moved as u64;
-                    info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
-                }
+    let queued = tasks::count_waiting(c, s, TaskStatus::Queued)?;
+    let expected = usize::try_from(queued).unwrap_or(maxsize).min(maxsize);
+    let mut heap = SchedulerHeap::builder(s, maxsize, expected);
+    if queued <= maxsize as u64 {
+        // All of them fit: read them in the table's order, one by one into the builder.
+        let t = std::time::Instant::now();
+        let mut bad = None;
+        tasks::queued_all(c, s, |row| match heap_task_of(row) {
+            Ok(task) => heap.push(task),
+            Err(e) => {
+                bad.get_or_insert(e);
             }
-            break;
+        })?;
+        if let Some(e) = bad {
+            return Err(corrupt(e));
         }
-        let page = tasks::queued_page(c, s, last.as_ref(), want)?;
-        let got = page.len();
-        if let Some(row) = page.last() {
-            last = Some(PopKey {
-                priority: row.priority,
-                created_at: row.created_at,
-                id: row.id.clone(),
-            });
-        }
-        for row in page {
-            st.heap.insert(heap_task_of(row).map_err(corrupt)?);
-        }
-        if got < want {
-            break;
+        tracing::debug!(scheduler.id = %s, duration_ms = t.elapsed().as_millis() as u64, "queued rows read");
+    } else {
+        // More than fit (maxsize was lowered): the best maxsize in pop order, a page at a time,
+        // so the excess never sits in memory; the rest waits as pending.
+        let mut last: Option<PopKey> = None;
+        loop {
+            let want = REBUILD_PAGE.min(maxsize - heap.len());
+            if want == 0 {
+                if let Some(last) = &last {
+                    let moved = tasks::demote_after(c, s, last, now)?;
+                    if moved > 0 {
+                        pending += moved as u64;
+                        info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
+                    }
+                }
+                break;
+            }
+            let page = tasks::queued_page(c, s, last.as_ref(), want)?;
+            let got = page.len();
+            if let Some(row) = page.last() {
+                last = Some(PopKey {
+                    priority: row.priority,
+                    created_at: row.created_at,
+                    id: row.id.clone(),
+                });
+            }
+            for row in page {
+                heap.push(heap_task_of(row).map_err(corrupt)?);
+            }
+            if got < want {
+                break;
+            }
         }
     }
+    let t = std::time::Instant::now();
+    st.heap = heap.finish();
+    tracing::debug!(scheduler.id = %s, duration_ms = t.elapsed().as_millis() as u64, "heap finished");
     // The hashes are read before the refill takes some of them out of the backlog.
     let hashes = if pending <= PENDING_HASHES_MAX as u64 {
         let mut set = HashSet::new();
