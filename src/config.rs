@@ -11,6 +11,10 @@ use std::time::Duration;
 use config::{Config, File, FileFormat};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::limits::{
+    DEFAULT_MAX_FILTER_CONDITIONS, DEFAULT_MAX_FILTER_DEPTH, DEFAULT_MAX_IN_VALUES,
+    DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OFFSET, DEFAULT_MAX_STRING_BYTES, Limits,
+};
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::queue::{QueueConfig, SchedulerLimits, WhenFull};
 use crate::storage::DbTarget;
@@ -37,6 +41,8 @@ pub const DEFAULT_KEEP_ALIVE_SECS: u64 = 75;
 pub const DEFAULT_REQUEST_HEAD_TIMEOUT_SECS: u64 = 10;
 /// Default seconds a command may wait for its engine before it is answered 503 unapplied.
 pub const DEFAULT_SHED_AFTER_SECS: u64 = 20;
+/// Default seconds a client has to send a whole request body (408 beyond).
+pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 30;
 /// Default bound of each scheduler's heap.
 pub const DEFAULT_MAXSIZE: usize = 100_000;
 /// Default commands per engine transaction.
@@ -54,6 +60,13 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// Default seconds between lease-expiry sweeps.
 pub const DEFAULT_WATCHDOG_INTERVAL_SECS: u64 = 30;
 
+/// `limits.max_string_bytes` at most: PostgreSQL refuses an index entry over 2,704 bytes, and
+/// key fields are indexed with a few more columns.
+pub const MAX_STRING_BYTES_CEILING: usize = 2_048;
+/// `limits.max_in_values` at most: a list is bound value by value, and PostgreSQL takes at most
+/// 65,535 bound values in one statement.
+pub const MAX_IN_VALUES_CEILING: usize = 30_000;
+
 /// All settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +79,8 @@ pub struct Settings {
     pub logging: LoggingSettings,
     /// Defaults for every scheduler's queue.
     pub queue: QueueSettings,
+    /// How large inputs may be.
+    pub limits: LimitsSettings,
     /// Per-scheduler overrides of `queue`.
     #[serde(default)]
     pub schedulers: SchedulerOverrides,
@@ -89,6 +104,42 @@ pub struct ApiSettings {
     pub keep_alive_secs: u64,
     /// Seconds a client has to send a request's head before it is answered 408.
     pub request_head_timeout_secs: u64,
+    /// Seconds a client has to send a request's whole body before it is answered 408.
+    pub body_timeout_secs: u64,
+}
+
+/// How large inputs may be; a request beyond a limit is a 400 naming it (see
+/// [`crate::domain::limits`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSettings {
+    /// Conditions in one filter.
+    pub max_filter_conditions: usize,
+    /// Nesting of `and` / `or` / `not` in one filter.
+    pub max_filter_depth: usize,
+    /// Values in one `in` / `not_in` list.
+    pub max_in_values: usize,
+    /// Bytes in one string a task is stored or found by (organisation, ids, key fields of the
+    /// payload, filter values).
+    pub max_string_bytes: usize,
+    /// Nesting of a task payload.
+    pub max_json_depth: usize,
+    /// A listing's `offset`.
+    pub max_offset: i64,
+}
+
+impl LimitsSettings {
+    /// The limits the service enforces.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_filter_conditions: self.max_filter_conditions,
+            max_filter_depth: self.max_filter_depth,
+            max_in_values: self.max_in_values,
+            max_string_bytes: self.max_string_bytes,
+            max_json_depth: self.max_json_depth,
+            max_offset: self.max_offset,
+        }
+    }
 }
 
 /// The database.
@@ -195,6 +246,7 @@ impl Default for Settings {
                 shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
                 keep_alive_secs: DEFAULT_KEEP_ALIVE_SECS,
                 request_head_timeout_secs: DEFAULT_REQUEST_HEAD_TIMEOUT_SECS,
+                body_timeout_secs: DEFAULT_BODY_TIMEOUT_SECS,
             },
             database: DatabaseSettings {
                 uri: DEFAULT_DB_URI.into(),
@@ -216,6 +268,14 @@ impl Default for Settings {
                 max_attempts: DEFAULT_MAX_ATTEMPTS,
                 watchdog_interval_secs: DEFAULT_WATCHDOG_INTERVAL_SECS,
                 shed_after_secs: DEFAULT_SHED_AFTER_SECS,
+            },
+            limits: LimitsSettings {
+                max_filter_conditions: DEFAULT_MAX_FILTER_CONDITIONS,
+                max_filter_depth: DEFAULT_MAX_FILTER_DEPTH,
+                max_in_values: DEFAULT_MAX_IN_VALUES,
+                max_string_bytes: DEFAULT_MAX_STRING_BYTES,
+                max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+                max_offset: DEFAULT_MAX_OFFSET,
             },
             schedulers: SchedulerOverrides::default(),
         }
@@ -253,6 +313,41 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_API_REQUEST_HEAD_TIMEOUT",
         "api.request_head_timeout_secs",
         "seconds to send a request's head before 408 (default 10)",
+    ),
+    (
+        "SCHEDULER_API_BODY_TIMEOUT",
+        "api.body_timeout_secs",
+        "seconds to send a whole request body before 408 (default 30)",
+    ),
+    (
+        "SCHEDULER_LIMIT_FILTER_CONDITIONS",
+        "limits.max_filter_conditions",
+        "conditions in one filter (default 100)",
+    ),
+    (
+        "SCHEDULER_LIMIT_FILTER_DEPTH",
+        "limits.max_filter_depth",
+        "nesting of and/or/not in one filter (default 8)",
+    ),
+    (
+        "SCHEDULER_LIMIT_IN_VALUES",
+        "limits.max_in_values",
+        "values in one in/not_in list (default 1000)",
+    ),
+    (
+        "SCHEDULER_LIMIT_STRING_BYTES",
+        "limits.max_string_bytes",
+        "bytes in one organisation, id, key field or filter value (default 1024)",
+    ),
+    (
+        "SCHEDULER_LIMIT_JSON_DEPTH",
+        "limits.max_json_depth",
+        "nesting of a task payload (default 32)",
+    ),
+    (
+        "SCHEDULER_LIMIT_OFFSET",
+        "limits.max_offset",
+        "largest offset of a task listing (default 100000000)",
     ),
     (
         "SCHEDULER_DB_URI",
@@ -445,6 +540,40 @@ impl Settings {
         if self.api.request_head_timeout_secs == 0 {
             return bad("api.request_head_timeout_secs", "must be at least 1".into());
         }
+        if self.api.body_timeout_secs == 0 {
+            return bad("api.body_timeout_secs", "must be at least 1".into());
+        }
+        let l = &self.limits;
+        for (key, value) in [
+            ("limits.max_filter_conditions", l.max_filter_conditions),
+            ("limits.max_filter_depth", l.max_filter_depth),
+            ("limits.max_in_values", l.max_in_values),
+            ("limits.max_string_bytes", l.max_string_bytes),
+            ("limits.max_json_depth", l.max_json_depth),
+        ] {
+            if value == 0 {
+                return bad(key, "must be at least 1".into());
+            }
+        }
+        if l.max_string_bytes > MAX_STRING_BYTES_CEILING {
+            return bad(
+                "limits.max_string_bytes",
+                format!(
+                    "at most {MAX_STRING_BYTES_CEILING}: longer values do not fit an index entry in PostgreSQL"
+                ),
+            );
+        }
+        if l.max_in_values > MAX_IN_VALUES_CEILING {
+            return bad(
+                "limits.max_in_values",
+                format!(
+                    "at most {MAX_IN_VALUES_CEILING}: a statement takes at most 65,535 bound values"
+                ),
+            );
+        }
+        if l.max_offset < 0 {
+            return bad("limits.max_offset", "must not be negative".into());
+        }
         for s in SchedulerId::ALL {
             let limits = self.limits(s);
             let o = self.overrides(s);
@@ -523,6 +652,7 @@ impl Settings {
             max_batch: self.queue.max_batch,
             channel_capacity: self.queue.channel_capacity,
             shed_after: Duration::from_secs(self.queue.shed_after_secs),
+            input: self.limits.limits(),
         }
     }
 }

@@ -79,13 +79,16 @@ impl Application {
         let listener =
             TcpListener::bind(&address).with_context(|| format!("cannot listen on {address}"))?;
         let port = listener.local_addr()?.port();
-        let max_body = settings.api.max_body_bytes;
+        let body = crate::api::extract::BodyConfig {
+            max_bytes: settings.api.max_body_bytes,
+            timeout: Duration::from_secs(settings.api.body_timeout_secs),
+        };
         let app_broker = broker.clone();
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,
             secs => actix_web::http::KeepAlive::Timeout(Duration::from_secs(secs)),
         };
-        let mut server = HttpServer::new(move || crate::api::app(app_broker.clone(), max_body))
+        let mut server = HttpServer::new(move || crate::api::app(app_broker.clone(), body))
             .disable_signals()
             .keep_alive(keep_alive)
             // Only the head has a deadline here: a request read in full waits for its engine,

@@ -9,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::domain::filter::FilterError;
+use crate::domain::limits::LimitError;
 use crate::queue::QueueError;
 
 /// Seconds mula tells a client to wait after a 409.
@@ -55,6 +56,15 @@ pub enum ApiError {
     /// Any other bad request (400).
     #[error("{0}")]
     BadRequest(String),
+    /// An input beyond a configured limit, or holding a NUL character (400).
+    #[error("{0}")]
+    Limit(#[from] LimitError),
+    /// A body larger than `api.max_body_bytes` (413).
+    #[error("the request body is larger than the limit of {0} bytes (max_body_bytes)")]
+    TooLarge(usize),
+    /// A body not received in full within `api.body_timeout_secs` (408).
+    #[error("the request body was not received within {} s (body_timeout_secs)", .0.as_secs())]
+    BodyTimeout(std::time::Duration),
     /// Rejected before reaching a handler: unknown route (404) or wrong method (405).
     #[error("{1}")]
     Routing(StatusCode, &'static str),
@@ -102,6 +112,8 @@ impl ApiError {
             },
             Self::Filter(e) => format!("Bad request error occurred: invalid filter: {e}"),
             Self::BadRequest(m) => format!("Bad request error occurred: {m}"),
+            Self::Limit(e) => format!("Bad request error occurred: {e}"),
+            Self::TooLarge(_) | Self::BodyTimeout(_) => self.to_string(),
             Self::Routing(_, m) => (*m).to_owned(),
             Self::Validation(_) => String::new(),
         }
@@ -124,7 +136,9 @@ impl ResponseError for ApiError {
                 QueueError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::Filter(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Filter(_) | Self::BadRequest(_) | Self::Limit(_) => StatusCode::BAD_REQUEST,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Routing(status, _) => *status,
         }
     }

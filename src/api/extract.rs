@@ -1,12 +1,80 @@
-//! Request parsing with errors that name the field: JSON bodies (with the path to the bad
-//! value), UUIDs in paths, and query strings.
+//! Request parsing with errors that name the field: bodies (read within a deadline), JSON (with
+//! the path to the bad value), UUIDs in paths, and query strings.
 
-use actix_web::HttpRequest;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
 use actix_web::error::QueryPayloadError;
+use actix_web::web::{Bytes, BytesMut};
+use actix_web::{FromRequest, HttpRequest, dev::Payload};
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::error::ApiError;
+
+/// How a request body is read: at most `max_bytes`, within `timeout` of the handler asking.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyConfig {
+    /// Largest body (413 beyond).
+    pub max_bytes: usize,
+    /// Time to receive the whole body (408 beyond).
+    pub timeout: Duration,
+}
+
+/// A request body read in full within [`BodyConfig`]'s deadline: a client that sends its body
+/// a byte at a time cannot hold a connection and a worker's attention for longer.
+pub struct Body(pub Bytes);
+
+impl FromRequest for Body {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Body, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let config = req.app_data::<BodyConfig>().copied().unwrap_or(BodyConfig {
+            max_bytes: 1024 * 1024,
+            timeout: Duration::from_secs(30),
+        });
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let read = async {
+                let mut buf = BytesMut::new();
+                while let Some(chunk) = payload.next().await {
+                    let chunk = chunk.map_err(|e| {
+                        ApiError::BadRequest(format!("the request body could not be read: {e}"))
+                    })?;
+                    if buf.len() + chunk.len() > config.max_bytes {
+                        return Err(ApiError::TooLarge(config.max_bytes));
+                    }
+                    buf.extend_from_slice(&chunk);
+                }
+                Ok(buf.freeze())
+            };
+            match tokio::time::timeout(config.timeout, read).await {
+                Ok(body) => body.map(Body),
+                Err(_) => Err(ApiError::BodyTimeout(config.timeout)),
+            }
+        })
+    }
+}
+
+/// Whether JSON text holds a NUL character: in JSON it can only be the escape `\u0000` (a raw
+/// control character is invalid), not itself escaped by a preceding backslash.
+fn has_nul_escape(body: &[u8]) -> bool {
+    let mut backslashes = 0usize;
+    for (i, b) in body.iter().enumerate() {
+        if *b == b'\\' {
+            backslashes += 1;
+            continue;
+        }
+        if *b == b'u' && backslashes % 2 == 1 && body.get(i + 1..i + 5) == Some(b"0000") {
+            return true;
+        }
+        backslashes = 0;
+    }
+    false
+}
 
 /// Parses a JSON body into `T`; a failure is a 422 whose `loc` walks to the offending value.
 pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -15,6 +83,11 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             "missing",
             &["body"],
             "a JSON body is required",
+        ));
+    }
+    if has_nul_escape(body) {
+        return Err(ApiError::BadRequest(
+            "body: a string contains a NUL character (\\u0000), which is not allowed".into(),
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -69,4 +142,22 @@ pub fn query_error(err: QueryPayloadError, _req: &HttpRequest) -> actix_web::Err
 /// Treats `?x=` like an absent parameter, as web forms send empty fields.
 pub fn non_empty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_escape_is_found_and_an_escaped_backslash_is_not_one() {
+        assert!(has_nul_escape(br#"{"a": "x\u0000"}"#));
+        assert!(has_nul_escape(br#"{"a\u0000": 1}"#));
+        assert!(
+            !has_nul_escape(br#"{"a": "x\\u0000"}"#),
+            "a backslash, then u0000"
+        );
+        assert!(has_nul_escape(br#"{"a": "x\\\u0000"}"#));
+        assert!(has_nul_escape(br#"{"a": "\u00001"}"#));
+        assert!(!has_nul_escape(br#"{"a": "\u0001"}"#));
+    }
 }

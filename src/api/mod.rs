@@ -73,14 +73,46 @@ pub fn openapi_json() -> Result<String, serde_json::Error> {
     })
 }
 
-async fn not_found() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::Routing(StatusCode::NOT_FOUND, "Not Found"))
+/// The paths the API serves, with the methods each takes: a request for one of them with another
+/// method is a 405 naming the allowed ones, anything else a 404.
+const PATHS: [(&[&str], &str); 12] = [
+    (&[""], "GET"),
+    (&["livez"], "GET"),
+    (&["health"], "GET"),
+    (&["metrics"], "GET"),
+    (&["openapi.json"], "GET"),
+    (&["schedulers"], "GET"),
+    (&["schedulers", "*"], "GET"),
+    (&["schedulers", "*", "push"], "POST"),
+    (&["schedulers", "*", "pop"], "POST"),
+    (&["tasks"], "GET, POST"),
+    (&["tasks", "stats"], "GET"),
+    (&["tasks", "*"], "GET, PATCH"),
+];
+
+async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {
+    let segments: Vec<&str> = req.path().trim_matches('/').split('/').collect();
+    let allowed = PATHS.iter().find(|(pattern, _)| {
+        pattern.len() == segments.len()
+            && pattern
+                .iter()
+                .zip(&segments)
+                .all(|(p, s)| *p == "*" || p == s)
+    });
+    match allowed {
+        Some((_, methods)) => Ok(HttpResponse::MethodNotAllowed()
+            .insert_header((actix_web::http::header::ALLOW, *methods))
+            .json(error::ErrorBody {
+                detail: "Method Not Allowed".to_owned(),
+            })),
+        None => Err(ApiError::Routing(StatusCode::NOT_FOUND, "Not Found")),
+    }
 }
 
 /// The whole application for one HTTP worker.
 pub fn app(
     broker: Broker,
-    max_body_bytes: usize,
+    body: extract::BodyConfig,
 ) -> App<
     impl ServiceFactory<
         ServiceRequest,
@@ -94,14 +126,34 @@ pub fn app(
         .into_utoipa_app()
         .openapi(ApiDoc::openapi())
         .app_data(web::Data::new(broker))
-        .app_data(web::PayloadConfig::new(max_body_bytes))
+        .app_data(web::PayloadConfig::new(body.max_bytes))
+        .app_data(body)
         .app_data(web::QueryConfig::default().error_handler(extract::query_error))
         .configure(routes)
         .split_for_parts();
     app.service(web::redirect("/docs", "/docs/"))
         .service(SwaggerUi::new("/docs/{_:.*}").url(OPENAPI_PATH, api))
         .default_service(web::to(not_found))
+        .wrap(actix_web::middleware::from_fn(refuse_nul))
         .wrap(actix_web::middleware::from_fn(log_request))
+}
+
+/// Refuses a request whose path or query string holds a NUL character (`%00`): PostgreSQL
+/// cannot store or compare one, so both databases are spared it alike.
+async fn refuse_nul(
+    req: ServiceRequest,
+    next: actix_web::middleware::Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<actix_web::body::EitherBody<impl MessageBody>>, actix_web::Error> {
+    let uri = req.uri().to_string();
+    if uri.contains('\0') || uri.to_ascii_lowercase().contains("%00") {
+        let err = ApiError::BadRequest(
+            "the request's path or query contains a NUL character (%00), which is not allowed"
+                .into(),
+        );
+        let resp = actix_web::ResponseError::error_response(&err);
+        return Ok(req.into_response(resp).map_into_right_body());
+    }
+    Ok(next.call(req).await?.map_into_left_body())
 }
 
 /// Logs each request once: at debug normally, at warn for server errors. Never bodies.

@@ -4,7 +4,7 @@ use actix_web::{HttpResponse, get, post, web};
 
 use super::dto::{FilterRequest, PopQuery, PopResponse, SchedulerOut, TaskPush};
 use super::error::{ApiError, ErrorBody, ValidationBody};
-use super::extract::{json_body, optional_json_body};
+use super::extract::{Body, json_body, optional_json_body};
 use crate::domain::Task;
 use crate::domain::filter::parse_request;
 use crate::queue::Broker;
@@ -68,10 +68,10 @@ pub async fn get_scheduler(
 pub async fn push(
     broker: web::Data<Broker>,
     path: web::Path<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let s = broker.scheduler_id(&path)?;
-    let request: TaskPush = json_body(&body)?;
+    let request: TaskPush = json_body(&body.0)?;
     let outcome = broker.push(s, request.into()).await?;
     Ok(if outcome.created {
         HttpResponse::Created().json(outcome.task)
@@ -102,7 +102,7 @@ pub async fn pop(
     broker: web::Data<Broker>,
     path: web::Path<String>,
     query: web::Query<PopQuery>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let s = broker.scheduler_id(&path)?;
     let limit = query.limit.unwrap_or(1);
@@ -111,9 +111,12 @@ pub async fn pop(
             "limit must be between 1 and {MAX_POP_LIMIT}, got {limit}"
         )));
     }
-    let filter = optional_json_body(&body)?
+    let filter = optional_json_body(&body.0)?
         .map(|v| parse_request(&v))
         .transpose()?;
+    if let Some(f) = &filter {
+        broker.limits().check_filter(f)?;
+    }
     let results = broker
         .pop(s, usize::try_from(limit).unwrap_or(1), filter)
         .await?;

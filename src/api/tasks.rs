@@ -7,8 +7,9 @@ use super::dto::{
     FilterRequest, PaginatedTasks, StatsQuery, TaskListQuery, TaskPatchBody, TaskStats,
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
-use super::extract::{json_body, non_empty, optional_json_body, uuid_path};
+use super::extract::{Body, json_body, non_empty, optional_json_body, uuid_path};
 use crate::domain::filter::{parse_datetime, parse_request};
+use crate::domain::limits::Limits;
 use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::queue::{Broker, TaskPatch};
@@ -34,7 +35,19 @@ const READ_ONLY_KEYS: [&str; 12] = [
     "failure_reason",
 ];
 
-fn list_query(q: TaskListQuery, body: &[u8]) -> Result<TaskQuery, ApiError> {
+fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuery, ApiError> {
+    for (name, value) in [
+        ("scheduler_id", &q.scheduler_id),
+        ("organisation", &q.organisation),
+        ("task_type", &q.task_type),
+        ("status", &q.status),
+        ("min_created_at", &q.min_created_at),
+        ("max_created_at", &q.max_created_at),
+    ] {
+        if let Some(v) = value {
+            limits.check_text(name, v)?;
+        }
+    }
     let limit = q.limit.unwrap_or(DEFAULT_PAGE_LIMIT);
     if !(0..=MAX_PAGE_LIMIT).contains(&limit) {
         return Err(ApiError::BadRequest(format!(
@@ -42,9 +55,10 @@ fn list_query(q: TaskListQuery, body: &[u8]) -> Result<TaskQuery, ApiError> {
         )));
     }
     let offset = q.offset.unwrap_or(0);
-    if offset < 0 {
+    if !(0..=limits.max_offset).contains(&offset) {
         return Err(ApiError::BadRequest(format!(
-            "offset must not be negative, got {offset}"
+            "offset must be between 0 and {} (max_offset), got {offset}",
+            limits.max_offset
         )));
     }
     let scheduler_id = non_empty(q.scheduler_id)
@@ -92,6 +106,9 @@ fn list_query(q: TaskListQuery, body: &[u8]) -> Result<TaskQuery, ApiError> {
     let filter = optional_json_body(body)?
         .map(|v| parse_request(&v))
         .transpose()?;
+    if let Some(f) = &filter {
+        limits.check_filter(f)?;
+    }
     Ok(TaskQuery {
         scheduler_id,
         organisation: non_empty(q.organisation),
@@ -126,12 +143,13 @@ async fn list(
     q: TaskListQuery,
     body: &[u8],
 ) -> Result<HttpResponse, ApiError> {
-    let lq = list_query(q, body)?;
+    let lq = list_query(q, body, broker.limits())?;
     let (offset, limit) = (lq.offset, lq.limit);
     let (count, results) = broker.list_tasks(lq).await?;
     // mula's rule: a next page whenever offset + limit <= count (so an exactly full last page
     // still links an empty one); a previous page whenever offset - limit >= 0.
-    let next = (offset + limit <= count).then(|| page_url(req, offset + limit, limit));
+    let next =
+        (offset.saturating_add(limit) <= count).then(|| page_url(req, offset + limit, limit));
     let previous = (offset - limit >= 0).then(|| page_url(req, offset - limit, limit));
     Ok(HttpResponse::Ok().json(PaginatedTasks {
         count,
@@ -176,9 +194,9 @@ pub async fn search_tasks(
     broker: web::Data<Broker>,
     req: HttpRequest,
     query: web::Query<TaskListQuery>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    list(&broker, &req, query.into_inner(), &body).await
+    list(&broker, &req, query.into_inner(), &body.0).await
 }
 
 /// Task counts per hour and status over the last 24 hours (by `modified_at`).
@@ -193,6 +211,14 @@ pub async fn task_stats(
     query: web::Query<StatsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let q = query.into_inner();
+    for (name, value) in [
+        ("scheduler_id", &q.scheduler_id),
+        ("organisation_id", &q.organisation_id),
+    ] {
+        if let Some(v) = value {
+            broker.limits().check_text(name, v)?;
+        }
+    }
     let hours = broker
         .task_stats(non_empty(q.scheduler_id), non_empty(q.organisation_id))
         .await?;
@@ -294,10 +320,10 @@ fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
 pub async fn patch_task(
     broker: web::Data<Broker>,
     path: web::Path<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path("task_id", &path)?;
-    let patch = task_patch(&body)?;
+    let patch = task_patch(&body.0)?;
     Ok(HttpResponse::Ok().json(broker.patch(id, patch).await?))
 }
 

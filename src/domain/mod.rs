@@ -7,6 +7,7 @@
 pub mod filter;
 pub mod hash;
 pub mod keys;
+pub mod limits;
 pub mod payload;
 pub mod query;
 pub mod task;

@@ -31,6 +31,7 @@ use uuid::Uuid;
 
 use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
+use crate::domain::limits::Limits;
 use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::storage::{self, Backend, DbPool, StorageError};
 pub use engine::EngineHandle;
@@ -74,6 +75,8 @@ pub struct QueueConfig {
     /// A command that waited longer than this for its engine is answered 503 without being
     /// applied: its caller has likely given up, and the work would only delay the others.
     pub shed_after: Duration,
+    /// How large inputs may be.
+    pub input: Limits,
 }
 
 /// Expired leases handled per scheduler per sweep at most; the next sweep takes the rest.
@@ -131,6 +134,7 @@ impl QueueError {
     pub(crate) fn duplicate(&self) -> QueueError {
         match self {
             QueueError::Unavailable(m) => QueueError::Unavailable(m.clone()),
+            QueueError::BadRequest(m) => QueueError::BadRequest(m.clone()),
             QueueError::Busy => QueueError::Busy,
             other => QueueError::Internal(other.to_string()),
         }
@@ -141,6 +145,8 @@ impl From<StorageError> for QueueError {
     fn from(e: StorageError) -> Self {
         if e.is_unavailable() {
             QueueError::Unavailable(e.to_string())
+        } else if e.is_request_fault() {
+            QueueError::BadRequest(format!("the database refused this request: {e}"))
         } else {
             QueueError::Internal(e.to_string())
         }
@@ -305,6 +311,11 @@ impl Broker {
         Ok((broker, handle))
     }
 
+    /// The input limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.config.input
+    }
+
     /// The connected backend.
     pub fn backend(&self) -> Backend {
         self.inner.backend
@@ -343,7 +354,7 @@ impl Broker {
         scheduler: SchedulerId,
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
-        let task = push::prepare(scheduler, request)?;
+        let task = push::prepare(scheduler, request, &self.inner.config.input)?;
         self.call(scheduler, task, Command::Push).await
     }
 

@@ -6,7 +6,8 @@ use uuid::Uuid;
 
 use super::QueueError;
 use crate::domain::SchedulerId;
-use crate::domain::keys::DataKeys;
+use crate::domain::keys::{DataKeys, KeyField};
+use crate::domain::limits::Limits;
 use crate::domain::payload::{data_id, hash_for};
 
 /// What a client pushes (mula's `TaskPush`, plus the keys of a full task a worker re-pushes).
@@ -39,8 +40,20 @@ pub(crate) struct NewTask {
     pub keys: DataKeys,
 }
 
-/// Validates `req` for `scheduler`.
-pub(crate) fn prepare(scheduler: SchedulerId, req: PushRequest) -> Result<NewTask, QueueError> {
+/// Validates `req` for `scheduler`, within `limits`.
+pub(crate) fn prepare(
+    scheduler: SchedulerId,
+    req: PushRequest,
+    limits: &Limits,
+) -> Result<NewTask, QueueError> {
+    let over = |e: crate::domain::limits::LimitError| QueueError::BadRequest(e.0);
+    limits
+        .check_text("organisation", &req.organisation)
+        .map_err(over)?;
+    if let Some(s) = &req.scheduler_id {
+        limits.check_text("scheduler_id", s).map_err(over)?;
+    }
+    limits.check_object("data", &req.data).map_err(over)?;
     if let Some(sent) = &req.scheduler_id
         && sent != scheduler.as_str()
     {
@@ -79,6 +92,13 @@ pub(crate) fn prepare(scheduler: SchedulerId, req: PushRequest) -> Result<NewTas
     };
     data.insert("id".into(), Value::String(id.hyphenated().to_string()));
     let keys = DataKeys::of(scheduler, &data);
+    for field in KeyField::ALL {
+        if let Some(v) = keys.get(field) {
+            limits
+                .check_text(&format!("data ({})", field.column()), v)
+                .map_err(over)?;
+        }
+    }
     let data = Value::Object(data).to_string();
     Ok(NewTask {
         id,
@@ -112,7 +132,7 @@ mod tests {
 
     #[test]
     fn data_id_is_set_to_the_task_id() {
-        let task = prepare(SchedulerId::Boefje, boefje_request()).unwrap();
+        let task = prepare(SchedulerId::Boefje, boefje_request(), &Limits::default()).unwrap();
         let data: Value = serde_json::from_str(&task.data).unwrap();
         assert_eq!(data["id"], json!(task.id.to_string()));
         assert_eq!(task.hash, "316d04d4f0baf363b64ec113ce54f9ce");
@@ -124,7 +144,7 @@ mod tests {
         let id = Uuid::new_v4();
         let mut req = boefje_request();
         req.id = Some(id);
-        let task = prepare(SchedulerId::Boefje, req).unwrap();
+        let task = prepare(SchedulerId::Boefje, req, &Limits::default()).unwrap();
         assert_eq!((task.id, task.id_given), (id, true));
     }
 
@@ -134,7 +154,7 @@ mod tests {
         let mut req = boefje_request();
         req.id = Some(a);
         req.data.insert("id".into(), json!(b.to_string()));
-        let task = prepare(SchedulerId::Boefje, req).unwrap();
+        let task = prepare(SchedulerId::Boefje, req, &Limits::default()).unwrap();
         assert!(task.id != a && task.id != b);
     }
 
@@ -143,11 +163,11 @@ mod tests {
         let mut req = boefje_request();
         req.priority = Some(0);
         assert!(
-            matches!(prepare(SchedulerId::Boefje, req), Err(QueueError::Malformed(m)) if m.starts_with("priority"))
+            matches!(prepare(SchedulerId::Boefje, req, &Limits::default()), Err(QueueError::Malformed(m)) if m.starts_with("priority"))
         );
         let mut req = boefje_request();
         req.priority = None;
-        assert!(prepare(SchedulerId::Boefje, req).is_err());
+        assert!(prepare(SchedulerId::Boefje, req, &Limits::default()).is_err());
     }
 
     #[test]
@@ -155,7 +175,7 @@ mod tests {
         let mut req = boefje_request();
         req.scheduler_id = Some("normalizer".into());
         assert!(matches!(
-            prepare(SchedulerId::Boefje, req),
+            prepare(SchedulerId::Boefje, req, &Limits::default()),
             Err(QueueError::BadRequest(_))
         ));
     }

@@ -99,6 +99,36 @@ impl StorageError {
     }
 }
 
+impl StorageError {
+    /// Whether the database refused a statement because of what a request put in it (a value
+    /// too long for an index, too many values, an expression too deep), rather than because it
+    /// is down or the service is wrong. Inputs are checked against the limits before they get
+    /// here, so this is the second line: such a request is answered 400, not 500 or 503.
+    pub fn is_request_fault(&self) -> bool {
+        let Self::Query(diesel::result::Error::DatabaseError(_, info)) = self else {
+            return false;
+        };
+        let m = info.message().to_ascii_lowercase();
+        [
+            "index row size",
+            "index row requires",
+            "invalid byte sequence",
+            "null character not permitted",
+            "unsupported unicode escape sequence",
+            "value too long",
+            "out of range",
+            "too many sql variables",
+            "expression tree is too large",
+            "too many terms in compound select",
+            "string or blob too big",
+            "number of parameters must be between",
+            "stack depth limit exceeded",
+        ]
+        .iter()
+        .any(|needle| m.contains(needle))
+    }
+}
+
 /// Where the database is, parsed from `SCHEDULER_DB_URI`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DbTarget {

@@ -15,6 +15,7 @@ mod concurrency;
 mod crash;
 mod filtered_pops;
 mod filters;
+mod hostile_inputs;
 mod isolation;
 mod leases;
 mod migrations;

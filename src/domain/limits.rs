@@ -1,0 +1,249 @@
+//! How large an input may be, in every dimension a client controls, so that no request can make
+//! the service or the database behind it fail: the number of conditions in a filter and their
+//! nesting, the values of an `in` list, the length of every string a task is stored or found by,
+//! the nesting of a payload, and the window of a listing. Each limit is a named setting with a
+//! default (see the config module); a request beyond one is refused with a message naming the
+//! limit. NUL characters, which PostgreSQL cannot store in text, are refused everywhere, so both
+//! databases accept the same inputs.
+
+use serde_json::{Map, Value};
+
+use super::filter::{FilterNode, Operand, Scalar};
+
+/// Default conditions in one filter at most.
+pub const DEFAULT_MAX_FILTER_CONDITIONS: usize = 100;
+/// Default nesting of `and` / `or` / `not` at most.
+pub const DEFAULT_MAX_FILTER_DEPTH: usize = 8;
+/// Default values of one `in` / `not_in` list at most (the runners send a few images or plugins).
+pub const DEFAULT_MAX_IN_VALUES: usize = 1_000;
+/// Default bytes of one string a task is stored or found by (organisation, ids, key fields,
+/// filter values) at most: well under PostgreSQL's limit on an index entry (2,704 bytes).
+pub const DEFAULT_MAX_STRING_BYTES: usize = 1_024;
+/// Default nesting of a task payload at most.
+pub const DEFAULT_MAX_JSON_DEPTH: usize = 32;
+/// Default `offset` of a listing at most.
+pub const DEFAULT_MAX_OFFSET: i64 = 100_000_000;
+
+/// The limits in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Conditions in one filter.
+    pub max_filter_conditions: usize,
+    /// Nesting of combinators in one filter.
+    pub max_filter_depth: usize,
+    /// Values in one `in` / `not_in` list.
+    pub max_in_values: usize,
+    /// Bytes in one string a task is stored or found by.
+    pub max_string_bytes: usize,
+    /// Nesting of a payload.
+    pub max_json_depth: usize,
+    /// A listing's offset.
+    pub max_offset: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_filter_conditions: DEFAULT_MAX_FILTER_CONDITIONS,
+            max_filter_depth: DEFAULT_MAX_FILTER_DEPTH,
+            max_in_values: DEFAULT_MAX_IN_VALUES,
+            max_string_bytes: DEFAULT_MAX_STRING_BYTES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+            max_offset: DEFAULT_MAX_OFFSET,
+        }
+    }
+}
+
+/// An input beyond a limit, or with a NUL character; the message names the field and the limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LimitError(pub String);
+
+impl Limits {
+    /// Checks one string a task is stored or found by.
+    pub fn check_text(&self, field: &str, value: &str) -> Result<(), LimitError> {
+        if value.contains('\0') {
+            return Err(LimitError(format!(
+                "{field}: contains a NUL character, which is not allowed"
+            )));
+        }
+        if value.len() > self.max_string_bytes {
+            return Err(LimitError(format!(
+                "{field}: {} bytes, more than the limit of {} (max_string_bytes)",
+                value.len(),
+                self.max_string_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a payload: its nesting, and no NUL in any key or string. Its key fields are
+    /// checked for length once they are read ([`super::keys`]).
+    pub fn check_json(&self, field: &str, value: &Value) -> Result<(), LimitError> {
+        self.walk(field, vec![(value, 1)])
+    }
+
+    /// [`Limits::check_json`] for a payload object.
+    pub fn check_object(&self, field: &str, map: &Map<String, Value>) -> Result<(), LimitError> {
+        if map.keys().any(|k| k.contains('\0')) {
+            return Err(LimitError(format!(
+                "{field}: a key contains a NUL character, which is not allowed"
+            )));
+        }
+        self.walk(field, map.values().map(|v| (v, 2)).collect())
+    }
+
+    fn walk(&self, field: &str, mut stack: Vec<(&Value, usize)>) -> Result<(), LimitError> {
+        // Iterative, so a deeply nested payload cannot exhaust the stack before it is refused.
+        while let Some((v, depth)) = stack.pop() {
+            // Depth counts objects and arrays, the payload itself being 1.
+            if depth > self.max_json_depth && (v.is_object() || v.is_array()) {
+                return Err(LimitError(format!(
+                    "{field}: nested deeper than the limit of {} (max_json_depth)",
+                    self.max_json_depth
+                )));
+            }
+            match v {
+                Value::String(s) if s.contains('\0') => {
+                    return Err(LimitError(format!(
+                        "{field}: a string contains a NUL character, which is not allowed"
+                    )));
+                }
+                Value::Array(items) => stack.extend(items.iter().map(|i| (i, depth + 1))),
+                Value::Object(map) => {
+                    for (k, item) in map {
+                        if k.contains('\0') {
+                            return Err(LimitError(format!(
+                                "{field}: a key contains a NUL character, which is not allowed"
+                            )));
+                        }
+                        stack.push((item, depth + 1));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a parsed filter: conditions, nesting, list lengths and every text value.
+    pub fn check_filter(&self, node: &FilterNode) -> Result<(), LimitError> {
+        let mut conditions = 0usize;
+        let mut stack = vec![(node, 0usize)];
+        while let Some((n, depth)) = stack.pop() {
+            match n {
+                FilterNode::And(items) | FilterNode::Or(items) | FilterNode::Not(items) => {
+                    if depth > self.max_filter_depth {
+                        return Err(LimitError(format!(
+                            "filters: nested deeper than the limit of {} (max_filter_depth)",
+                            self.max_filter_depth
+                        )));
+                    }
+                    stack.extend(items.iter().map(|i| (i, depth + 1)));
+                }
+                FilterNode::Cond(c) => {
+                    conditions += 1;
+                    if conditions > self.max_filter_conditions {
+                        return Err(LimitError(format!(
+                            "filters: more than the limit of {} conditions (max_filter_conditions)",
+                            self.max_filter_conditions
+                        )));
+                    }
+                    for key in &c.path {
+                        self.check_text("filters.field", key)?;
+                    }
+                    let values: &[Scalar] = match &c.operand {
+                        Operand::None => &[],
+                        Operand::One(s) => std::slice::from_ref(s),
+                        Operand::Many(items) => {
+                            if items.len() > self.max_in_values {
+                                return Err(LimitError(format!(
+                                    "filters: a list of {} values, more than the limit of {} (max_in_values)",
+                                    items.len(),
+                                    self.max_in_values
+                                )));
+                            }
+                            items
+                        }
+                    };
+                    for v in values {
+                        if let Scalar::Text(s) = v {
+                            self.check_text("filters.value", s)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::filter::parse_request;
+    use serde_json::json;
+
+    fn filter(v: Value) -> FilterNode {
+        parse_request(&json!({ "filters": v })).unwrap()
+    }
+
+    #[test]
+    fn each_limit_is_named_when_it_is_passed() {
+        let l = Limits {
+            max_filter_conditions: 2,
+            max_filter_depth: 1,
+            max_in_values: 3,
+            max_string_bytes: 5,
+            max_json_depth: 2,
+            max_offset: 10,
+        };
+        let c = json!({"column": "organisation", "value": "a"});
+        assert!(l.check_filter(&filter(json!([c, c]))).is_ok());
+        assert!(
+            l.check_filter(&filter(json!([c, c, c])))
+                .unwrap_err()
+                .0
+                .contains("max_filter_conditions")
+        );
+        let deep = json!({"and": [{"or": [{"not": [c]}]}]});
+        assert!(
+            l.check_filter(&filter(deep))
+                .unwrap_err()
+                .0
+                .contains("max_filter_depth")
+        );
+        let list =
+            json!([{"column": "organisation", "operator": "in", "value": ["a", "b", "c", "d"]}]);
+        assert!(
+            l.check_filter(&filter(list))
+                .unwrap_err()
+                .0
+                .contains("max_in_values")
+        );
+        let long = json!([{"column": "organisation", "value": "abcdef"}]);
+        assert!(
+            l.check_filter(&filter(long))
+                .unwrap_err()
+                .0
+                .contains("max_string_bytes")
+        );
+        assert!(l.check_json("data", &json!({"a": {"b": 1}})).is_ok());
+        assert!(
+            l.check_json("data", &json!({"a": {"b": [1]}}))
+                .unwrap_err()
+                .0
+                .contains("max_json_depth")
+        );
+    }
+
+    #[test]
+    fn nul_characters_are_refused_in_keys_values_and_filters() {
+        let l = Limits::default();
+        assert!(l.check_text("organisation", "org\u{0}1").is_err());
+        assert!(l.check_json("data", &json!({"k": "a\u{0}"})).is_err());
+        assert!(l.check_json("data", &json!({"k\u{0}": 1})).is_err());
+        let f = filter(json!([{"column": "organisation", "value": "\u{0}"}]));
+        assert!(l.check_filter(&f).unwrap_err().0.contains("NUL"));
+    }
+}
