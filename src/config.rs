@@ -11,6 +11,7 @@ use std::time::Duration;
 use config::{Config, File, FileFormat};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::auth::{Grant, Role, Tokens, parse_spec};
 use crate::domain::limits::{
     DEFAULT_MAX_FILTER_CONDITIONS, DEFAULT_MAX_FILTER_DEPTH, DEFAULT_MAX_IN_VALUES,
     DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OFFSET, DEFAULT_MAX_STRING_BYTES, Limits,
@@ -81,6 +82,9 @@ pub struct Settings {
     pub queue: QueueSettings,
     /// How large inputs may be.
     pub limits: LimitsSettings,
+    /// Optional bearer tokens.
+    #[serde(default)]
+    pub auth: AuthSettings,
     /// Per-scheduler overrides of `queue`.
     #[serde(default)]
     pub schedulers: SchedulerOverrides,
@@ -106,6 +110,67 @@ pub struct ApiSettings {
     pub request_head_timeout_secs: u64,
     /// Seconds a client has to send a request's whole body before it is answered 408.
     pub body_timeout_secs: u64,
+}
+
+/// Optional bearer tokens (see [`crate::domain::auth`]); none configured means open, as mula.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Tokens from the configuration file.
+    #[serde(default)]
+    pub tokens: Vec<TokenSettings>,
+    /// Tokens in compact form, `role[@scheduler,…]=secret;…` (`SCHEDULER_API_TOKENS`).
+    #[serde(default)]
+    pub spec: String,
+}
+
+/// One token.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    /// A name for logs.
+    pub name: String,
+    /// `runner`, `webapp` or `admin`.
+    pub role: Role,
+    /// The schedulers it covers; empty or absent for all.
+    #[serde(default)]
+    pub schedulers: Vec<SchedulerId>,
+    /// The secret clients send as `Authorization: Bearer <secret>`.
+    pub token: String,
+}
+
+impl std::fmt::Debug for TokenSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret never reaches a log.
+        f.debug_struct("TokenSettings")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("schedulers", &self.schedulers)
+            .field("token", &"***")
+            .finish()
+    }
+}
+
+impl AuthSettings {
+    /// The configured tokens, from the file and the compact form together.
+    pub fn tokens(&self) -> Result<Tokens, String> {
+        let mut pairs: Vec<(String, Grant)> = self
+            .tokens
+            .iter()
+            .map(|t| {
+                (
+                    t.token.clone(),
+                    Grant {
+                        name: t.name.clone(),
+                        role: t.role,
+                        schedulers: t.schedulers.clone(),
+                    },
+                )
+            })
+            .collect();
+        pairs.extend(parse_spec(&self.spec)?);
+        Tokens::new(pairs)
+    }
 }
 
 /// How large inputs may be; a request beyond a limit is a 400 naming it (see
@@ -277,6 +342,7 @@ impl Default for Settings {
                 max_json_depth: DEFAULT_MAX_JSON_DEPTH,
                 max_offset: DEFAULT_MAX_OFFSET,
             },
+            auth: AuthSettings::default(),
             schedulers: SchedulerOverrides::default(),
         }
     }
@@ -318,6 +384,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_API_BODY_TIMEOUT",
         "api.body_timeout_secs",
         "seconds to send a whole request body before 408 (default 30)",
+    ),
+    (
+        "SCHEDULER_API_TOKENS",
+        "auth.spec",
+        "bearer tokens, role[@scheduler,...]=secret separated by ';' (default none: open)",
     ),
     (
         "SCHEDULER_LIMIT_FILTER_CONDITIONS",
@@ -539,6 +610,9 @@ impl Settings {
         }
         if self.api.request_head_timeout_secs == 0 {
             return bad("api.request_head_timeout_secs", "must be at least 1".into());
+        }
+        if let Err(e) = self.auth.tokens() {
+            return bad("auth", e);
         }
         if self.api.body_timeout_secs == 0 {
             return bad("api.body_timeout_secs", "must be at least 1".into());

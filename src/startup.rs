@@ -83,18 +83,23 @@ impl Application {
             max_bytes: settings.api.max_body_bytes,
             timeout: Duration::from_secs(settings.api.body_timeout_secs),
         };
+        let tokens = std::sync::Arc::new(settings.auth.tokens().map_err(|e| anyhow!(e))?);
+        if tokens.enabled() {
+            info!(tokens = ?tokens, "bearer tokens required");
+        }
         let app_broker = broker.clone();
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,
             secs => actix_web::http::KeepAlive::Timeout(Duration::from_secs(secs)),
         };
-        let mut server = HttpServer::new(move || crate::api::app(app_broker.clone(), body))
-            .disable_signals()
-            .keep_alive(keep_alive)
-            // Only the head has a deadline here: a request read in full waits for its engine,
-            // which sheds it with 503 if it waited too long, and is never answered 408.
-            .client_request_timeout(Duration::from_secs(settings.api.request_head_timeout_secs))
-            .shutdown_timeout(settings.api.shutdown_timeout_secs);
+        let mut server =
+            HttpServer::new(move || crate::api::app(app_broker.clone(), body, tokens.clone()))
+                .disable_signals()
+                .keep_alive(keep_alive)
+                // Only the head has a deadline here: a request read in full waits for its engine,
+                // which sheds it with 503 if it waited too long, and is never answered 408.
+                .client_request_timeout(Duration::from_secs(settings.api.request_head_timeout_secs))
+                .shutdown_timeout(settings.api.shutdown_timeout_secs);
         if settings.api.workers > 0 {
             server = server.workers(settings.api.workers);
         }

@@ -62,6 +62,12 @@ pub enum ApiError {
     /// A body larger than `api.max_body_bytes` (413).
     #[error("the request body is larger than the limit of {0} bytes (max_body_bytes)")]
     TooLarge(usize),
+    /// No valid bearer token, while tokens are configured (401).
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    /// A token that does not allow this (403).
+    #[error("{0}")]
+    Forbidden(String),
     /// A body not received in full within `api.body_timeout_secs` (408).
     #[error("the request body was not received within {} s (body_timeout_secs)", .0.as_secs())]
     BodyTimeout(std::time::Duration),
@@ -114,6 +120,8 @@ impl ApiError {
             Self::BadRequest(m) => format!("Bad request error occurred: {m}"),
             Self::Limit(e) => format!("Bad request error occurred: {e}"),
             Self::TooLarge(_) | Self::BodyTimeout(_) => self.to_string(),
+            Self::Unauthorized => format!("Not authenticated: {self}"),
+            Self::Forbidden(m) => format!("Forbidden: {m}"),
             Self::Routing(_, m) => (*m).to_owned(),
             Self::Validation(_) => String::new(),
         }
@@ -138,6 +146,8 @@ impl ResponseError for ApiError {
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Filter(_) | Self::BadRequest(_) | Self::Limit(_) => StatusCode::BAD_REQUEST,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Routing(status, _) => *status,
         }
@@ -153,6 +163,9 @@ impl ResponseError for ApiError {
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
             resp.insert_header((header::RETRY_AFTER, v));
+        }
+        if matches!(self, Self::Unauthorized) {
+            resp.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
         }
         match self {
             Self::Validation(issue) => resp.json(ValidationBody {

@@ -1,6 +1,7 @@
 //! The REST API: actix-web handlers (thin: parse, call the queue, shape the answer), the error
 //! mapping, and the OpenAPI document generated from the handlers' annotations.
 
+pub mod auth;
 pub mod dto;
 pub mod error;
 pub mod extract;
@@ -113,6 +114,7 @@ async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError
 pub fn app(
     broker: Broker,
     body: extract::BodyConfig,
+    tokens: std::sync::Arc<crate::domain::auth::Tokens>,
 ) -> App<
     impl ServiceFactory<
         ServiceRequest,
@@ -128,12 +130,14 @@ pub fn app(
         .app_data(web::Data::new(broker))
         .app_data(web::PayloadConfig::new(body.max_bytes))
         .app_data(body)
+        .app_data(tokens)
         .app_data(web::QueryConfig::default().error_handler(extract::query_error))
         .configure(routes)
         .split_for_parts();
     app.service(web::redirect("/docs", "/docs/"))
         .service(SwaggerUi::new("/docs/{_:.*}").url(OPENAPI_PATH, api))
         .default_service(web::to(not_found))
+        .wrap(actix_web::middleware::from_fn(auth::authenticate))
         .wrap(actix_web::middleware::from_fn(refuse_nul))
         .wrap(actix_web::middleware::from_fn(log_request))
 }

@@ -1,11 +1,13 @@
 //! `/schedulers`: the three schedulers, push and pop.
 
-use actix_web::{HttpResponse, get, post, web};
+use actix_web::{HttpRequest, HttpResponse, get, post, web};
 
+use super::auth::authorize;
 use super::dto::{FilterRequest, PopQuery, PopResponse, SchedulerOut, TaskPush};
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, optional_json_body};
 use crate::domain::Task;
+use crate::domain::auth::Action;
 use crate::domain::filter::parse_request;
 use crate::queue::Broker;
 
@@ -39,9 +41,11 @@ pub async fn list_schedulers(broker: web::Data<Broker>) -> HttpResponse {
 #[get("/schedulers/{scheduler_id}")]
 pub async fn get_scheduler(
     broker: web::Data<Broker>,
+    req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let s = broker.scheduler_id(&path)?;
+    authorize(&req, Action::Read, Some(s))?;
     Ok(HttpResponse::Ok().json(SchedulerOut::from(broker.snapshot(s))))
 }
 
@@ -67,10 +71,12 @@ pub async fn get_scheduler(
 #[post("/schedulers/{scheduler_id}/push")]
 pub async fn push(
     broker: web::Data<Broker>,
+    req: HttpRequest,
     path: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let s = broker.scheduler_id(&path)?;
+    authorize(&req, Action::Push, Some(s))?;
     let request: TaskPush = json_body(&body.0)?;
     let outcome = broker.push(s, request.into()).await?;
     Ok(if outcome.created {
@@ -100,11 +106,13 @@ pub async fn push(
 #[post("/schedulers/{scheduler_id}/pop")]
 pub async fn pop(
     broker: web::Data<Broker>,
+    req: HttpRequest,
     path: web::Path<String>,
     query: web::Query<PopQuery>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let s = broker.scheduler_id(&path)?;
+    authorize(&req, Action::Pop, Some(s))?;
     let limit = query.limit.unwrap_or(1);
     if !(1..=MAX_POP_LIMIT).contains(&limit) {
         return Err(ApiError::BadRequest(format!(

@@ -3,11 +3,13 @@
 use actix_web::{HttpRequest, HttpResponse, get, patch, post, web};
 use serde_json::{Map, Value};
 
+use super::auth::{authorize, guarded};
 use super::dto::{
     FilterRequest, PaginatedTasks, StatsQuery, TaskListQuery, TaskPatchBody, TaskStats,
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, non_empty, optional_json_body, uuid_path};
+use crate::domain::auth::Action;
 use crate::domain::filter::{parse_datetime, parse_request};
 use crate::domain::limits::Limits;
 use crate::domain::query::TaskQuery;
@@ -144,6 +146,11 @@ async fn list(
     body: &[u8],
 ) -> Result<HttpResponse, ApiError> {
     let lq = list_query(q, body, broker.limits())?;
+    // A listing of one scheduler's tasks is a read of them; across schedulers, a listing.
+    match lq.scheduler_id {
+        Some(s) => authorize(req, Action::Read, Some(s))?,
+        None => authorize(req, Action::List, None)?,
+    }
     let (offset, limit) = (lq.offset, lq.limit);
     let (count, results) = broker.list_tasks(lq).await?;
     // mula's rule: a next page whenever offset + limit <= count (so an exactly full last page
@@ -208,9 +215,14 @@ pub async fn search_tasks(
 #[get("/tasks/stats")]
 pub async fn task_stats(
     broker: web::Data<Broker>,
+    req: HttpRequest,
     query: web::Query<StatsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let q = query.into_inner();
+    match non_empty(q.scheduler_id.clone()).and_then(|s| s.parse::<SchedulerId>().ok()) {
+        Some(s) => authorize(&req, Action::Read, Some(s))?,
+        None => authorize(&req, Action::List, None)?,
+    }
     for (name, value) in [
         ("scheduler_id", &q.scheduler_id),
         ("organisation_id", &q.organisation_id),
@@ -246,10 +258,13 @@ pub async fn task_stats(
 #[get("/tasks/{task_id}")]
 pub async fn get_task(
     broker: web::Data<Broker>,
+    req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path("task_id", &path)?;
-    Ok(HttpResponse::Ok().json(broker.get_task(id).await?))
+    let task = broker.get_task(id).await?;
+    authorize(&req, Action::Read, Some(task.scheduler_id))?;
+    Ok(HttpResponse::Ok().json(task))
 }
 
 fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
@@ -319,10 +334,15 @@ fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
 #[patch("/tasks/{task_id}")]
 pub async fn patch_task(
     broker: web::Data<Broker>,
+    req: HttpRequest,
     path: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let id = uuid_path("task_id", &path)?;
+    if guarded(&req) {
+        let s = broker.task_scheduler(id).await?;
+        authorize(&req, Action::Patch, Some(s))?;
+    }
     let patch = task_patch(&body.0)?;
     Ok(HttpResponse::Ok().json(broker.patch(id, patch).await?))
 }

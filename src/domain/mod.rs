@@ -4,6 +4,7 @@
 //!
 //! Nothing in here does IO or reads the clock; the other layers build on these types.
 
+pub mod auth;
 pub mod filter;
 pub mod hash;
 pub mod keys;

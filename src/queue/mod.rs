@@ -377,22 +377,24 @@ impl Broker {
     /// Changes a task's status and/or priority; answered once committed. The change goes to the
     /// engine of the task's scheduler: known from memory for a task in flight, else read first.
     pub async fn patch(&self, id: Uuid, patch: TaskPatch) -> Result<Task, QueueError> {
-        if let Some(scheduler) = self.inner.routes.get(&id) {
-            return self
-                .call(scheduler, PatchRequest { id, patch }, Command::Patch)
-                .await;
-        }
-        let scheduler = self
-            .read(move |c| {
-                storage::tasks::scheduler_of(c, &id.hyphenated().to_string())
-                    .map_err(|e| QueueError::from(StorageError::from(e)))
-            })
-            .await?
-            .ok_or(QueueError::TaskNotFound(id))?
-            .parse::<SchedulerId>()
-            .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))?;
+        let scheduler = self.task_scheduler(id).await?;
         self.call(scheduler, PatchRequest { id, patch }, Command::Patch)
             .await
+    }
+
+    /// The scheduler a task belongs to: from memory for a task in flight, else read.
+    pub async fn task_scheduler(&self, id: Uuid) -> Result<SchedulerId, QueueError> {
+        if let Some(scheduler) = self.inner.routes.get(&id) {
+            return Ok(scheduler);
+        }
+        self.read(move |c| {
+            storage::tasks::scheduler_of(c, &id.hyphenated().to_string())
+                .map_err(|e| QueueError::from(StorageError::from(e)))
+        })
+        .await?
+        .ok_or(QueueError::TaskNotFound(id))?
+        .parse::<SchedulerId>()
+        .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))
     }
 
     /// Sweeps every scheduler for expired leases: each such task is queued again with its

@@ -9,6 +9,7 @@
 mod helpers;
 
 mod api_contract;
+mod auth;
 mod child;
 mod clients;
 mod concurrency;
