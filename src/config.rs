@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::auth::{Grant, Role, Tokens, parse_spec};
 use crate::domain::limits::{
     DEFAULT_MAX_FILTER_CONDITIONS, DEFAULT_MAX_FILTER_DEPTH, DEFAULT_MAX_IN_VALUES,
-    DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OFFSET, DEFAULT_MAX_STRING_BYTES, Limits,
+    DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OFFSET, DEFAULT_MAX_STRING_CHARS, Limits,
 };
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::queue::{QueueConfig, SchedulerLimits, WhenFull};
@@ -61,9 +61,11 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// Default seconds between lease-expiry sweeps.
 pub const DEFAULT_WATCHDOG_INTERVAL_SECS: u64 = 30;
 
-/// `limits.max_string_bytes` at most: PostgreSQL refuses an index entry over 2,704 bytes, and
-/// key fields are indexed with a few more columns.
-pub const MAX_STRING_BYTES_CEILING: usize = 2_048;
+/// `limits.max_string_chars` at most: PostgreSQL refuses an index entry over 2,704 bytes, a
+/// character takes up to four, and key fields are indexed with a few more columns.
+pub const MAX_STRING_CHARS_CEILING: usize = 600;
+/// `limits.max_filter_depth` at most.
+pub const MAX_FILTER_DEPTH_CEILING: usize = 64;
 /// `limits.max_in_values` at most: a list is bound value by value, and PostgreSQL takes at most
 /// 65,535 bound values in one statement.
 pub const MAX_IN_VALUES_CEILING: usize = 30_000;
@@ -184,9 +186,9 @@ pub struct LimitsSettings {
     pub max_filter_depth: usize,
     /// Values in one `in` / `not_in` list.
     pub max_in_values: usize,
-    /// Bytes in one string a task is stored or found by (organisation, ids, key fields of the
-    /// payload, filter values).
-    pub max_string_bytes: usize,
+    /// Characters in one string a task is stored or found by (organisation, ids, key fields of
+    /// the payload, filter values).
+    pub max_string_chars: usize,
     /// Nesting of a task payload.
     pub max_json_depth: usize,
     /// A listing's `offset`.
@@ -200,7 +202,7 @@ impl LimitsSettings {
             max_filter_conditions: self.max_filter_conditions,
             max_filter_depth: self.max_filter_depth,
             max_in_values: self.max_in_values,
-            max_string_bytes: self.max_string_bytes,
+            max_string_chars: self.max_string_chars,
             max_json_depth: self.max_json_depth,
             max_offset: self.max_offset,
         }
@@ -338,7 +340,7 @@ impl Default for Settings {
                 max_filter_conditions: DEFAULT_MAX_FILTER_CONDITIONS,
                 max_filter_depth: DEFAULT_MAX_FILTER_DEPTH,
                 max_in_values: DEFAULT_MAX_IN_VALUES,
-                max_string_bytes: DEFAULT_MAX_STRING_BYTES,
+                max_string_chars: DEFAULT_MAX_STRING_CHARS,
                 max_json_depth: DEFAULT_MAX_JSON_DEPTH,
                 max_offset: DEFAULT_MAX_OFFSET,
             },
@@ -398,7 +400,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_LIMIT_FILTER_DEPTH",
         "limits.max_filter_depth",
-        "nesting of and/or/not in one filter (default 8)",
+        "nesting of lists and and/or/not in one filter (default 32)",
     ),
     (
         "SCHEDULER_LIMIT_IN_VALUES",
@@ -406,9 +408,9 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "values in one in/not_in list (default 1000)",
     ),
     (
-        "SCHEDULER_LIMIT_STRING_BYTES",
-        "limits.max_string_bytes",
-        "bytes in one organisation, id, key field or filter value (default 1024)",
+        "SCHEDULER_LIMIT_STRING_CHARS",
+        "limits.max_string_chars",
+        "characters in one organisation, id, key field or filter value (default 512)",
     ),
     (
         "SCHEDULER_LIMIT_JSON_DEPTH",
@@ -622,19 +624,25 @@ impl Settings {
             ("limits.max_filter_conditions", l.max_filter_conditions),
             ("limits.max_filter_depth", l.max_filter_depth),
             ("limits.max_in_values", l.max_in_values),
-            ("limits.max_string_bytes", l.max_string_bytes),
+            ("limits.max_string_chars", l.max_string_chars),
             ("limits.max_json_depth", l.max_json_depth),
         ] {
             if value == 0 {
                 return bad(key, "must be at least 1".into());
             }
         }
-        if l.max_string_bytes > MAX_STRING_BYTES_CEILING {
+        if l.max_string_chars > MAX_STRING_CHARS_CEILING {
             return bad(
-                "limits.max_string_bytes",
+                "limits.max_string_chars",
                 format!(
-                    "at most {MAX_STRING_BYTES_CEILING}: longer values do not fit an index entry in PostgreSQL"
+                    "at most {MAX_STRING_CHARS_CEILING}: longer values do not fit an index entry in PostgreSQL"
                 ),
+            );
+        }
+        if l.max_filter_depth > MAX_FILTER_DEPTH_CEILING {
+            return bad(
+                "limits.max_filter_depth",
+                format!("at most {MAX_FILTER_DEPTH_CEILING}: the JSON parser stops at 128 levels"),
             );
         }
         if l.max_in_values > MAX_IN_VALUES_CEILING {

@@ -27,6 +27,7 @@ pub struct TaskPush {
     /// The organisation the task runs for.
     pub organisation: String,
     /// Lower is more urgent; required and non-zero. User scans use 1.
+    #[serde(default, deserialize_with = "integral")]
     pub priority: Option<i64>,
     /// The payload: BoefjeTask, NormalizerTask or ReportTask.
     #[schema(value_type = Object)]
@@ -60,6 +61,23 @@ pub struct TaskPush {
     #[schema(value_type = Option<String>)]
     pub failure_reason: Option<Value>,
 }
+
+/// An integer that JSON may also spell as a number with a zero fraction (`134.0`), as JSON Schema
+/// counts those as integers too.
+fn integral<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    let v: Option<Value> = Option::deserialize(d)?;
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => as_integer(&n)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("{n} is not an integer"))),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "expected an integer, got {other}"
+        ))),
+    }
+}
+
+pub use crate::domain::filter::as_integer;
 
 impl From<TaskPush> for PushRequest {
     fn from(p: TaskPush) -> Self {

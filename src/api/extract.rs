@@ -119,6 +119,19 @@ pub fn optional_json_body(body: &[u8]) -> Result<Option<serde_json::Value>, ApiE
     Ok((!value.is_null()).then_some(value))
 }
 
+/// Parses a filter body within `limits`: its nesting is checked before the (recursive) parse.
+pub fn parse_filters(
+    body: &serde_json::Value,
+    limits: &crate::domain::limits::Limits,
+) -> Result<crate::domain::filter::FilterNode, ApiError> {
+    if let Some(filters) = body.get("filters") {
+        limits.check_filter_nesting(filters)?;
+    }
+    let node = crate::domain::filter::parse_request(body)?;
+    limits.check_filter(&node)?;
+    Ok(node)
+}
+
 /// Parses a UUID path segment named `name`.
 pub fn uuid_path(name: &str, raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|e| {
@@ -141,7 +154,7 @@ pub fn query_error(err: QueryPayloadError, _req: &HttpRequest) -> actix_web::Err
 
 /// Treats `?x=` like an absent parameter, as web forms send empty fields.
 pub fn non_empty(v: Option<String>) -> Option<String> {
-    v.filter(|s| !s.trim().is_empty())
+    v.filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! mapping, and the OpenAPI document generated from the handlers' annotations.
 
 pub mod auth;
+pub mod contract;
 pub mod dto;
 pub mod error;
 pub mod extract;
@@ -18,6 +19,7 @@ use utoipa_actix_web::AppExt;
 use utoipa_actix_web::service_config::ServiceConfig;
 use utoipa_swagger_ui::SwaggerUi;
 
+use crate::domain::limits::Limits;
 use crate::queue::Broker;
 use error::ApiError;
 
@@ -56,23 +58,38 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(tasks::get_task);
 }
 
-/// The OpenAPI document of this build.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    let (_, api) = App::new()
+/// The OpenAPI document of this build, stating `limits`: the handlers' annotations completed by
+/// [`contract::apply`] with what they cannot say. It is JSON rather than utoipa's model, which
+/// has no room for some of JSON Schema's keywords (`not`, `const`, `propertyNames`).
+pub fn openapi_for(limits: &Limits) -> Result<serde_json::Value, serde_json::Error> {
+    let (_, generated) = App::new()
         .into_utoipa_app()
         .openapi(ApiDoc::openapi())
         .configure(routes)
         .split_for_parts();
-    api
+    let mut doc = serde_json::to_value(&generated)?;
+    contract::apply(&mut doc, limits);
+    Ok(doc)
 }
 
-/// The OpenAPI document as the pretty JSON committed in `openapi/openapi.json`.
+/// The OpenAPI document with the default limits, as the pretty JSON committed in
+/// `openapi/openapi.json`.
 pub fn openapi_json() -> Result<String, serde_json::Error> {
-    openapi().to_pretty_json().map(|mut s| {
+    serde_json::to_string_pretty(&openapi_for(&Limits::default())?).map(|mut s| {
         s.push('\n');
         s
     })
 }
+
+/// Serves the document this server keeps to.
+async fn openapi_document(doc: web::Data<OpenApiDocument>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(doc.0.clone())
+}
+
+/// The served OpenAPI document, rendered once.
+struct OpenApiDocument(String);
 
 /// The paths the API serves, with the methods each takes: a request for one of them with another
 /// method is a 405 naming the allowed ones, anything else a 404.
@@ -91,7 +108,9 @@ const PATHS: [(&[&str], &str); 12] = [
     (&["tasks", "*"], "GET, PATCH"),
 ];
 
-async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {
+/// The answer to a path no handler serves with this method: 405 naming the methods the path
+/// takes, else 404.
+pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {
     let segments: Vec<&str> = req.path().trim_matches('/').split('/').collect();
     let allowed = PATHS.iter().find(|(pattern, _)| {
         pattern.len() == segments.len()
@@ -124,7 +143,12 @@ pub fn app(
         InitError = (),
     >,
 > {
-    let (app, api) = App::new()
+    let document = OpenApiDocument(
+        openapi_for(broker.limits())
+            .map(|d| d.to_string())
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")),
+    );
+    let (app, _) = App::new()
         .into_utoipa_app()
         .openapi(ApiDoc::openapi())
         .app_data(web::Data::new(broker))
@@ -135,7 +159,11 @@ pub fn app(
         .configure(routes)
         .split_for_parts();
     app.service(web::redirect("/docs", "/docs/"))
-        .service(SwaggerUi::new("/docs/{_:.*}").url(OPENAPI_PATH, api))
+        .app_data(web::Data::new(document))
+        .route(OPENAPI_PATH, web::get().to(openapi_document))
+        .service(
+            SwaggerUi::new("/docs/{_:.*}").config(utoipa_swagger_ui::Config::from(OPENAPI_PATH)),
+        )
         .default_service(web::to(not_found))
         .wrap(actix_web::middleware::from_fn(auth::authenticate))
         .wrap(actix_web::middleware::from_fn(refuse_nul))

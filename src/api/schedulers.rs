@@ -5,10 +5,9 @@ use actix_web::{HttpRequest, HttpResponse, get, post, web};
 use super::auth::authorize;
 use super::dto::{FilterRequest, PopQuery, PopResponse, SchedulerOut, TaskPush};
 use super::error::{ApiError, ErrorBody, ValidationBody};
-use super::extract::{Body, json_body, optional_json_body};
+use super::extract::{Body, json_body, optional_json_body, parse_filters};
 use crate::domain::Task;
 use crate::domain::auth::Action;
-use crate::domain::filter::parse_request;
 use crate::queue::Broker;
 
 /// Most tasks one pop returns.
@@ -120,11 +119,8 @@ pub async fn pop(
         )));
     }
     let filter = optional_json_body(&body.0)?
-        .map(|v| parse_request(&v))
+        .map(|v| parse_filters(&v, broker.limits()))
         .transpose()?;
-    if let Some(f) = &filter {
-        broker.limits().check_filter(f)?;
-    }
     let results = broker
         .pop(s, usize::try_from(limit).unwrap_or(1), filter)
         .await?;

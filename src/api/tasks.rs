@@ -8,9 +8,9 @@ use super::dto::{
     FilterRequest, PaginatedTasks, StatsQuery, TaskListQuery, TaskPatchBody, TaskStats,
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
-use super::extract::{Body, json_body, non_empty, optional_json_body, uuid_path};
+use super::extract::{Body, json_body, non_empty, optional_json_body, parse_filters, uuid_path};
 use crate::domain::auth::Action;
-use crate::domain::filter::{parse_datetime, parse_request};
+use crate::domain::filter::parse_datetime;
 use crate::domain::limits::Limits;
 use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, Task, TaskStatus};
@@ -72,15 +72,19 @@ fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuer
             })
         })
         .transpose()?;
+    // Lowercase only, as mula's enum parameter (filter values in bodies are case-insensitive).
     let status = non_empty(q.status)
         .map(|s| {
-            s.parse::<TaskStatus>().map_err(|()| {
-                let known: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-                ApiError::BadRequest(format!(
-                    "status '{s}' is unknown; use one of {}",
-                    known.join(", ")
-                ))
-            })
+            TaskStatus::ALL
+                .into_iter()
+                .find(|st| st.as_str() == s)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+                    ApiError::BadRequest(format!(
+                        "status '{s}' is unknown; use one of {}",
+                        known.join(", ")
+                    ))
+                })
         })
         .transpose()?;
     let time = |name: &str, v: Option<String>| {
@@ -96,21 +100,12 @@ fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuer
     };
     let min_created_at = time("min_created_at", q.min_created_at)?;
     let max_created_at = time("max_created_at", q.max_created_at)?;
-    // Equal bounds are allowed: Rocky sends the same date for From and To (mula rejects only
-    // min > max).
-    if let (Some(min), Some(max)) = (min_created_at, max_created_at)
-        && min > max
-    {
-        return Err(ApiError::BadRequest(
-            "min_created_at must not be later than max_created_at".into(),
-        ));
-    }
+    // A window whose start is after its end is empty, not an error (mula answers 400 for
+    // min > max): the API document cannot say that one parameter must not exceed another, and
+    // every request it allows is answered.
     let filter = optional_json_body(body)?
-        .map(|v| parse_request(&v))
+        .map(|v| parse_filters(&v, limits))
         .transpose()?;
-    if let Some(f) = &filter {
-        limits.check_filter(f)?;
-    }
     Ok(TaskQuery {
         scheduler_id,
         organisation: non_empty(q.organisation),
@@ -287,7 +282,7 @@ fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
                     })?;
                 patch.status = Some(status);
             }
-            "priority" => match value.as_i64() {
+            "priority" => match value.as_number().and_then(super::dto::as_integer) {
                 Some(0) => {
                     return Err(ApiError::BadRequest(
                         "priority: 0 is not a valid priority (use a non-zero integer)".into(),
@@ -338,6 +333,10 @@ pub async fn patch_task(
     path: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
+    if path.as_str() == "stats" {
+        // `/tasks/stats` is another resource, which takes GET only.
+        return super::not_found(req).await;
+    }
     let id = uuid_path("task_id", &path)?;
     if guarded(&req) {
         let s = broker.task_scheduler(id).await?;

@@ -12,13 +12,15 @@ use super::filter::{FilterNode, Operand, Scalar};
 
 /// Default conditions in one filter at most.
 pub const DEFAULT_MAX_FILTER_CONDITIONS: usize = 100;
-/// Default nesting of `and` / `or` / `not` at most.
-pub const DEFAULT_MAX_FILTER_DEPTH: usize = 8;
+/// Default nesting of lists and `and` / `or` / `not` at most: deep enough for any filter a person
+/// or a program writes, far below what the parser (128 levels of JSON) and the SQL behind it bear.
+pub const DEFAULT_MAX_FILTER_DEPTH: usize = 32;
 /// Default values of one `in` / `not_in` list at most (the runners send a few images or plugins).
 pub const DEFAULT_MAX_IN_VALUES: usize = 1_000;
-/// Default bytes of one string a task is stored or found by (organisation, ids, key fields,
-/// filter values) at most: well under PostgreSQL's limit on an index entry (2,704 bytes).
-pub const DEFAULT_MAX_STRING_BYTES: usize = 1_024;
+/// Default characters in one string a task is stored or found by (organisation, ids, key fields,
+/// filter values) at most: even at four bytes a character, well under PostgreSQL's limit on an
+/// index entry (2,704 bytes). Counted in characters, as JSON Schema's `maxLength` counts them.
+pub const DEFAULT_MAX_STRING_CHARS: usize = 512;
 /// Default nesting of a task payload at most.
 pub const DEFAULT_MAX_JSON_DEPTH: usize = 32;
 /// Default `offset` of a listing at most.
@@ -33,8 +35,8 @@ pub struct Limits {
     pub max_filter_depth: usize,
     /// Values in one `in` / `not_in` list.
     pub max_in_values: usize,
-    /// Bytes in one string a task is stored or found by.
-    pub max_string_bytes: usize,
+    /// Characters in one string a task is stored or found by.
+    pub max_string_chars: usize,
     /// Nesting of a payload.
     pub max_json_depth: usize,
     /// A listing's offset.
@@ -47,7 +49,7 @@ impl Default for Limits {
             max_filter_conditions: DEFAULT_MAX_FILTER_CONDITIONS,
             max_filter_depth: DEFAULT_MAX_FILTER_DEPTH,
             max_in_values: DEFAULT_MAX_IN_VALUES,
-            max_string_bytes: DEFAULT_MAX_STRING_BYTES,
+            max_string_chars: DEFAULT_MAX_STRING_CHARS,
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
             max_offset: DEFAULT_MAX_OFFSET,
         }
@@ -67,12 +69,15 @@ impl Limits {
                 "{field}: contains a NUL character, which is not allowed"
             )));
         }
-        if value.len() > self.max_string_bytes {
-            return Err(LimitError(format!(
-                "{field}: {} bytes, more than the limit of {} (max_string_bytes)",
-                value.len(),
-                self.max_string_bytes
-            )));
+        // Bytes bound characters from above: count only when the bytes could be over.
+        if value.len() > self.max_string_chars {
+            let chars = value.chars().count();
+            if chars > self.max_string_chars {
+                return Err(LimitError(format!(
+                    "{field}: {chars} characters, more than the limit of {} (max_string_chars)",
+                    self.max_string_chars
+                )));
+            }
         }
         Ok(())
     }
@@ -126,20 +131,43 @@ impl Limits {
         Ok(())
     }
 
-    /// Checks a parsed filter: conditions, nesting, list lengths and every text value.
+    /// Checks how deeply the `filters` of a request body nest: each list, and each object of
+    /// combinators with its lists, is one level (as the API document's schema counts them).
+    pub fn check_filter_nesting(&self, filters: &Value) -> Result<(), LimitError> {
+        fn nesting(v: &Value) -> usize {
+            match v {
+                Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+                Value::Object(o) if !o.contains_key("column") => {
+                    1 + o
+                        .values()
+                        .filter_map(Value::as_array)
+                        .flatten()
+                        .map(nesting)
+                        .max()
+                        .unwrap_or(0)
+                }
+                _ => 0,
+            }
+        }
+        let depth = nesting(filters);
+        if depth > self.max_filter_depth {
+            return Err(LimitError(format!(
+                "filters: nested {depth} deep, more than the limit of {} (max_filter_depth)",
+                self.max_filter_depth
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a parsed filter: conditions, list lengths and every text value (its nesting is
+    /// checked on the body, [`Limits::check_filter_nesting`]).
     pub fn check_filter(&self, node: &FilterNode) -> Result<(), LimitError> {
         let mut conditions = 0usize;
-        let mut stack = vec![(node, 0usize)];
-        while let Some((n, depth)) = stack.pop() {
+        let mut stack = vec![node];
+        while let Some(n) = stack.pop() {
             match n {
                 FilterNode::And(items) | FilterNode::Or(items) | FilterNode::Not(items) => {
-                    if depth > self.max_filter_depth {
-                        return Err(LimitError(format!(
-                            "filters: nested deeper than the limit of {} (max_filter_depth)",
-                            self.max_filter_depth
-                        )));
-                    }
-                    stack.extend(items.iter().map(|i| (i, depth + 1)));
+                    stack.extend(items.iter());
                 }
                 FilterNode::Cond(c) => {
                     conditions += 1;
@@ -149,8 +177,8 @@ impl Limits {
                             self.max_filter_conditions
                         )));
                     }
-                    for key in &c.path {
-                        self.check_text("filters.field", key)?;
+                    if !c.path.is_empty() {
+                        self.check_text("filters.field", &c.path.join("__"))?;
                     }
                     let values: &[Scalar] = match &c.operand {
                         Operand::None => &[],
@@ -194,7 +222,7 @@ mod tests {
             max_filter_conditions: 2,
             max_filter_depth: 1,
             max_in_values: 3,
-            max_string_bytes: 5,
+            max_string_chars: 5,
             max_json_depth: 2,
             max_offset: 10,
         };
@@ -206,12 +234,17 @@ mod tests {
                 .0
                 .contains("max_filter_conditions")
         );
-        let deep = json!({"and": [{"or": [{"not": [c]}]}]});
+        let deep = json!({"and": [{"or": [c]}]});
+        assert!(l.check_filter_nesting(&json!({"and": [c]})).is_ok());
         assert!(
-            l.check_filter(&filter(deep))
+            l.check_filter_nesting(&deep)
                 .unwrap_err()
                 .0
                 .contains("max_filter_depth")
+        );
+        assert!(
+            l.check_filter_nesting(&json!([[c]])).is_err(),
+            "a list in a list"
         );
         let list =
             json!([{"column": "organisation", "operator": "in", "value": ["a", "b", "c", "d"]}]);
@@ -226,7 +259,7 @@ mod tests {
             l.check_filter(&filter(long))
                 .unwrap_err()
                 .0
-                .contains("max_string_bytes")
+                .contains("max_string_chars")
         );
         assert!(l.check_json("data", &json!({"a": {"b": 1}})).is_ok());
         assert!(

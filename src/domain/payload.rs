@@ -67,6 +67,23 @@ pub fn data_id(data: &Map<String, Value>) -> Result<Option<Uuid>, PayloadError> 
     }
 }
 
+/// The key fields tasks are found by (see [`super::keys`]) are strings when present, whatever the
+/// scheduler: `input_ooi` and `boefje.oci_image` (the plugin ids are checked by each item type).
+fn key_fields_are_text(data: &Map<String, Value>) -> Result<(), PayloadError> {
+    let check = |v: Option<&Value>, path: &str| match v {
+        None | Some(Value::Null | Value::String(_)) => Ok(()),
+        Some(other) => Err(PayloadError(format!(
+            "{path}: expected a string or null, got {}",
+            kind(other)
+        ))),
+    };
+    check(data.get("input_ooi"), "data.input_ooi")?;
+    if let Some(Value::Object(boefje)) = data.get("boefje") {
+        check(boefje.get("oci_image"), "data.boefje.oci_image")?;
+    }
+    Ok(())
+}
+
 /// Checks `data` against `scheduler`'s item type and returns its task hash (mula's rules):
 ///
 /// | scheduler | hashed string |
@@ -75,10 +92,21 @@ pub fn data_id(data: &Map<String, Value>) -> Result<Option<Uuid>, PayloadError> 
 /// | normalizer | `{normalizer.id}-{raw_data.boefje_meta.id}-{raw_data.boefje_meta.organization}` |
 /// | report | `{report_recipe_id}-{organisation_id}` |
 pub fn hash_for(scheduler: SchedulerId, data: &Map<String, Value>) -> Result<String, PayloadError> {
+    key_fields_are_text(data)?;
     let input = match scheduler {
         SchedulerId::Boefje => {
             let boefje = object(data, "boefje", "data")?;
             let boefje_id = text(boefje, "id", "data.boefje")?;
+            // A key field runners select by: a string, if anything.
+            match boefje.get("oci_image") {
+                None | Some(Value::Null | Value::String(_)) => {}
+                Some(other) => {
+                    return Err(PayloadError(format!(
+                        "data.boefje.oci_image: expected a string or null, got {}",
+                        kind(other)
+                    )));
+                }
+            }
             let organization = text(data, "organization", "data")?;
             match data.get("input_ooi") {
                 None | Some(Value::Null) => format!("{boefje_id}-{organization}"),

@@ -466,14 +466,13 @@ async fn task_listing_rejects_bad_parameters(backend: Backend) {
     let Some(app) = spawn_app(backend).await else {
         return;
     };
+    // A window that ends before it starts is empty (mula answers 400; the API document cannot
+    // say one parameter must not exceed another).
     let resp = app
         .get("/tasks?min_created_at=2025-02-01&max_created_at=2025-01-01")
         .await;
-    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(
-        detail(resp).await,
-        "Bad request error occurred: min_created_at must not be later than max_created_at"
-    );
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["count"], 0);
     // Rocky's task filter sends equal dates when From = To.
     let resp = app
         .get("/tasks?min_created_at=2025-01-31&max_created_at=2025-01-31")

@@ -42,7 +42,7 @@ async fn huge_in_lists_and_many_conditions_are_refused_by_name(backend: Backend)
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     assert!(detail(resp).await.contains("max_filter_conditions"));
     let mut deep = json!({"column": "organisation", "value": "x"});
-    for _ in 0..20 {
+    for _ in 0..40 {
         deep = json!({"not": [deep]});
     }
     let resp = app

@@ -34,9 +34,11 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
             );
         }
     }
-    assert_eq!(operations, 13);
+    assert_eq!(operations, 15);
     for path in [
-        "/schedulers/{scheduler_id}/push",
+        "/schedulers/boefje/push",
+        "/schedulers/normalizer/push",
+        "/schedulers/report/push",
         "/schedulers/{scheduler_id}/pop",
         "/tasks",
         "/tasks/{task_id}",
@@ -44,5 +46,38 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
         "/health",
     ] {
         assert!(paths.contains_key(path), "{path} missing");
+    }
+}
+
+#[test]
+fn each_scheduler_push_states_its_own_payload_and_the_filter_bounds() {
+    let spec: serde_json::Value =
+        serde_json::from_str(&kat_scheduler::api::openapi_json().unwrap()).unwrap();
+    let schemas = &spec["components"]["schemas"];
+    assert_eq!(
+        schemas["BoefjeTaskData"]["required"],
+        serde_json::json!(["boefje", "organization"])
+    );
+    assert_eq!(
+        spec["paths"]["/schedulers/report/push"]["post"]["requestBody"]["content"]["application/json"]
+            ["schema"]["$ref"],
+        "#/components/schemas/TaskPushReport"
+    );
+    let pop = &spec["paths"]["/schedulers/{scheduler_id}/pop"]["post"];
+    let limit = pop["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap();
+    assert_eq!(
+        (
+            limit["schema"]["minimum"].as_i64(),
+            limit["schema"]["maximum"].as_i64()
+        ),
+        (Some(1), Some(1000))
+    );
+    for code in ["400", "401", "403", "408", "413", "422", "503"] {
+        assert!(pop["responses"].get(code).is_some(), "pop documents {code}");
     }
 }

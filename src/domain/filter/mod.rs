@@ -411,9 +411,14 @@ fn typed_operand(
                 .map(|(i, v)| scalar(column, v, &format!("{path}[{i}]")))
                 .collect::<Result<Vec<_>, _>>()?;
             if let Some(first) = scalars.first() {
-                let same = scalars
-                    .iter()
-                    .all(|s| std::mem::discriminant(s) == std::mem::discriminant(first));
+                // Integers and other numbers are one type, as in JSON.
+                let kind = |s: &Scalar| match s {
+                    Scalar::Int(_) | Scalar::Float(_) => 0,
+                    Scalar::Text(_) => 1,
+                    Scalar::Bool(_) => 2,
+                    Scalar::Time(_) => 3,
+                };
+                let same = scalars.iter().all(|s| kind(s) == kind(first));
                 if !same {
                     return Err(FilterError(format!(
                         "{path}: list items must all have the same type"
@@ -466,7 +471,8 @@ fn scalar(column: Column, value: &Value, path: &str) -> Result<Scalar, FilterErr
     };
     match column {
         Column::Priority => value
-            .as_i64()
+            .as_number()
+            .and_then(as_integer)
             .map(Scalar::Int)
             .ok_or_else(|| wrong("an integer")),
         Column::CreatedAt | Column::ModifiedAt => match value {
@@ -509,6 +515,19 @@ fn scalar(column: Column, value: &Value, path: &str) -> Result<Scalar, FilterErr
             _ => Err(wrong("a string")),
         },
     }
+}
+
+/// A JSON number as an `i64`, if it is an integer in range (`5`, or `5.0` as JSON Schema counts
+/// it). A number written with a fraction or exponent is taken only within ±2^53, where a double
+/// holds every integer exactly: beyond, `-9223372036854775809` and `-9223372036854775808.0` are
+/// the same double, and only the second is in range.
+pub fn as_integer(n: &serde_json::Number) -> Option<i64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    n.as_i64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() <= EXACT)
+            .map(|f| f as i64)
+    })
 }
 
 /// Parses the date-times clients send: RFC 3339 (any offset, turned into UTC), a naive

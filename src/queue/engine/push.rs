@@ -68,7 +68,8 @@ pub(crate) fn push(
         && let Some(existing) = rows.get(&task.id)
     {
         if existing.scheduler_id != s.as_str() {
-            return Err(QueueError::BadRequest(format!(
+            // The id is taken, by another scheduler's task: a conflict with that task.
+            return Err(QueueError::Conflict(format!(
                 "task {} belongs to scheduler '{}', not '{s}'",
                 task.id, existing.scheduler_id
             )));
