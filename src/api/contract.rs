@@ -20,8 +20,8 @@ use crate::domain::limits::Limits;
 const NO_NUL: &str = "^[^\\u0000]*$";
 /// Not blank: at least one character that is neither NUL nor white space.
 const NOT_BLANK: &str = "^[^\\u0000]*[^\\u0000\\s][^\\u0000]*$";
-/// A `data` field path: keys of letters, digits, `_` or `-`, joined by `__`.
-const FIELD_PATH: &str = "^[A-Za-z0-9_-]+(__[A-Za-z0-9_-]+)*$";
+/// A `data` field path: keys of letters, digits and `-` with single `_` inside, joined by `__`.
+const FIELD_PATH: &str = "^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*(__[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*)*$";
 
 fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })

@@ -372,15 +372,20 @@ fn parse_condition(obj: &Map<String, Value>, path: &str) -> Result<Condition, Fi
 }
 
 fn parse_field(field: &str, path: &str) -> Result<Vec<String>, FilterError> {
+    // A key is letters, digits and '-', with single '_' inside (`oci_image`), so that splitting
+    // on '__' gives back exactly the keys (`___x` would have an empty first key).
     let keys: Vec<String> = field.split("__").map(str::to_owned).collect();
     for key in &keys {
         let ok = !key.is_empty()
+            && !key.starts_with('_')
+            && !key.ends_with('_')
+            && !key.contains("__")
             && key
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !ok {
             return Err(FilterError(format!(
-                "{path}.field: '{field}' is not a key path; use keys of letters, digits, '_' or '-' joined by '__'"
+                "{path}.field: '{field}' is not a key path; use keys of letters, digits and '-' (with single '_' inside) joined by '__'"
             )));
         }
     }
@@ -638,6 +643,10 @@ mod tests {
         );
         assert!(
             err(json!({"filters": [{"column": "data", "field": "a.b", "value": "x"}]}))
+                .contains("not a key path")
+        );
+        assert!(
+            err(json!({"filters": [{"column": "data", "field": "___b", "value": "x"}]}))
                 .contains("not a key path")
         );
     }
