@@ -460,3 +460,22 @@ impl Broker {
             .unwrap_or(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_the_request_broke_is_a_bad_request_and_a_lost_database_a_503() {
+        let refused = StorageError::Query(diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::Unknown,
+            Box::new("value too long for type character varying(32)".to_owned()),
+        ));
+        assert!(matches!(
+            QueueError::from(refused),
+            QueueError::BadRequest(_)
+        ));
+        let down = StorageError::Unavailable("connection refused".into());
+        assert!(matches!(QueueError::from(down), QueueError::Unavailable(_)));
+    }
+}

@@ -342,4 +342,30 @@ mod tests {
             "postgresql://kat@db/sched"
         );
     }
+
+    fn database_error(kind: diesel::result::DatabaseErrorKind, message: &str) -> StorageError {
+        StorageError::Query(diesel::result::Error::DatabaseError(
+            kind,
+            Box::new(message.to_owned()),
+        ))
+    }
+
+    #[test]
+    fn what_a_request_put_in_a_statement_is_told_apart_from_a_lost_database() {
+        use diesel::result::DatabaseErrorKind::{ClosedConnection, Unknown};
+        let too_long = database_error(
+            Unknown,
+            "index row size 3016 exceeds btree version 4 maximum 2704 for index \"ix\"",
+        );
+        assert!(too_long.is_request_fault() && !too_long.is_unavailable());
+        let variables = database_error(Unknown, "too many SQL variables");
+        assert!(variables.is_request_fault());
+        let gone = database_error(
+            ClosedConnection,
+            "server closed the connection unexpectedly",
+        );
+        assert!(gone.is_unavailable() && !gone.is_request_fault());
+        let bug = database_error(Unknown, "syntax error at or near \"FROM\"");
+        assert!(!bug.is_request_fault() && !bug.is_unavailable());
+    }
 }
