@@ -12,10 +12,7 @@ use config::{Config, File, FileFormat};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::auth::{Grant, Role, Tokens, parse_spec};
-use crate::domain::limits::{
-    DEFAULT_MAX_FILTER_CONDITIONS, DEFAULT_MAX_FILTER_DEPTH, DEFAULT_MAX_IN_VALUES,
-    DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OFFSET, DEFAULT_MAX_STRING_CHARS, Limits,
-};
+use crate::domain::limits::Limits;
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::queue::{QueueConfig, SchedulerLimits, WhenFull};
 use crate::storage::DbTarget;
@@ -83,7 +80,7 @@ pub struct Settings {
     /// Defaults for every scheduler's queue.
     pub queue: QueueSettings,
     /// How large inputs may be.
-    pub limits: LimitsSettings,
+    pub limits: Limits,
     /// Optional bearer tokens.
     #[serde(default)]
     pub auth: AuthSettings,
@@ -172,40 +169,6 @@ impl AuthSettings {
             .collect();
         pairs.extend(parse_spec(&self.spec)?);
         Tokens::new(pairs)
-    }
-}
-
-/// How large inputs may be; a request beyond a limit is a 400 naming it (see
-/// [`crate::domain::limits`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsSettings {
-    /// Conditions in one filter.
-    pub max_filter_conditions: usize,
-    /// Nesting of `and` / `or` / `not` in one filter.
-    pub max_filter_depth: usize,
-    /// Values in one `in` / `not_in` list.
-    pub max_in_values: usize,
-    /// Characters in one string a task is stored or found by (organisation, ids, key fields of
-    /// the payload, filter values).
-    pub max_string_chars: usize,
-    /// Nesting of a task payload.
-    pub max_json_depth: usize,
-    /// A listing's `offset`.
-    pub max_offset: i64,
-}
-
-impl LimitsSettings {
-    /// The limits the service enforces.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_filter_conditions: self.max_filter_conditions,
-            max_filter_depth: self.max_filter_depth,
-            max_in_values: self.max_in_values,
-            max_string_chars: self.max_string_chars,
-            max_json_depth: self.max_json_depth,
-            max_offset: self.max_offset,
-        }
     }
 }
 
@@ -336,14 +299,7 @@ impl Default for Settings {
                 watchdog_interval_secs: DEFAULT_WATCHDOG_INTERVAL_SECS,
                 shed_after_secs: DEFAULT_SHED_AFTER_SECS,
             },
-            limits: LimitsSettings {
-                max_filter_conditions: DEFAULT_MAX_FILTER_CONDITIONS,
-                max_filter_depth: DEFAULT_MAX_FILTER_DEPTH,
-                max_in_values: DEFAULT_MAX_IN_VALUES,
-                max_string_chars: DEFAULT_MAX_STRING_CHARS,
-                max_json_depth: DEFAULT_MAX_JSON_DEPTH,
-                max_offset: DEFAULT_MAX_OFFSET,
-            },
+            limits: Limits::default(),
             auth: AuthSettings::default(),
             schedulers: SchedulerOverrides::default(),
         }
@@ -734,7 +690,7 @@ impl Settings {
             max_batch: self.queue.max_batch,
             channel_capacity: self.queue.channel_capacity,
             shed_after: Duration::from_secs(self.queue.shed_after_secs),
-            input: self.limits.limits(),
+            input: self.limits,
         }
     }
 }

@@ -26,8 +26,10 @@ pub const DEFAULT_MAX_JSON_DEPTH: usize = 32;
 /// Default `offset` of a listing at most.
 pub const DEFAULT_MAX_OFFSET: i64 = 100_000_000;
 
-/// The limits in force.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The limits in force: the `[limits]` settings (see the config module), a request beyond one
+/// is a 400 naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Conditions in one filter.
     pub max_filter_conditions: usize,

@@ -26,7 +26,7 @@ use chrono::{DateTime, NaiveDateTime};
 use priority_queue::DoublePriorityQueue;
 use uuid::Uuid;
 
-use crate::domain::filter::eval::{Json, Record};
+use crate::domain::filter::eval::{Json, Record, json_at};
 use crate::domain::filter::plan::{Lookup, Plan};
 use crate::domain::filter::{Column, FilterNode, eval};
 use crate::domain::keys::{DataKeys, KeyField};
@@ -624,22 +624,6 @@ impl Record for HeapRecord<'_> {
                 .map_or(Json::Missing, Json::Text),
             None => Json::Missing,
         }
-    }
-}
-
-/// The value at `path` in a payload; JSON null counts as missing, as in SQL.
-pub fn json_at<'a>(data: &'a serde_json::Value, path: &[String]) -> Json<'a> {
-    let mut v = data;
-    for key in path {
-        match v.get(key) {
-            Some(next) => v = next,
-            None => return Json::Missing,
-        }
-    }
-    if v.is_null() {
-        Json::Missing
-    } else {
-        Json::Value(v)
     }
 }
 

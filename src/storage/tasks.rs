@@ -302,30 +302,6 @@ fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
     .push(")");
 }
 
-/// The next `limit` queued tasks of `scheduler` in pop order, after `after` (a keyset page, so a
-/// rebuild of millions of rows never holds more than one page of rows at once).
-pub fn queued_page(
-    conn: &mut AnyConnection,
-    scheduler: SchedulerId,
-    after: Option<&PopKey>,
-    limit: usize,
-) -> QueryResult<Vec<HeapRow>> {
-    let mut q = sql(
-        conn,
-        &format!(
-            "SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} \
-             AND status = 'queued' AND scheduler_id = "
-        ),
-    );
-    q.bind(scheduler.as_str());
-    if let Some(k) = after {
-        push_ranked(&mut q, k, false);
-    }
-    q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    q.load(conn)
-}
-
 /// Every queued task of `scheduler`, one by one in no particular order: a rebuild that expects all of them
 /// to fit reads them in the table's own order and sorts them in memory, since reading them in pop
 /// order through an index visits the table's pages at random (15 s for a million rows on this
@@ -363,7 +339,7 @@ pub fn demote_after(
     q.execute(conn)
 }
 
-/// Every queued task as a heap holds it (tests and tools; the engine pages with [`queued_page`]).
+/// Every queued task as a heap holds it (tests and tools; the engine pages with [`waiting_page`]).
 pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
     sql(
         conn,
@@ -405,23 +381,39 @@ pub fn refill(
     q.load(conn)
 }
 
-/// The best `limit` pending tasks of `scheduler` ranked before `before`, in pop order (a heap
-/// rebuilt from the table takes them in for its worst tasks).
-pub fn pending_before(
+/// Where a keyset page starts: after a task in pop order, or (from the best) before one.
+#[derive(Debug, Clone, Copy)]
+pub enum Keyset<'a> {
+    /// From the best task.
+    First,
+    /// After this task.
+    After(&'a PopKey),
+    /// From the best task, up to this one (excluded).
+    Before(&'a PopKey),
+}
+
+/// The next `limit` waiting tasks of `scheduler` in `status` (`queued` or `pending`) in pop
+/// order from `from`, as a heap holds them: a keyset page, so a rebuild of millions of rows never
+/// holds more than one page at once, and the pending rows that rank before a heap's worst task.
+pub fn waiting_page(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    before: &PopKey,
+    status: TaskStatus,
+    from: Keyset<'_>,
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
     let mut q = sql(
         conn,
-        &format!(
-            "SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} \
-             AND status = 'pending' AND scheduler_id = "
-        ),
+        &format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} AND status = "),
     );
-    q.bind(scheduler.as_str());
-    push_ranked(&mut q, before, true);
+    q.bind(status.as_str())
+        .push(" AND scheduler_id = ")
+        .bind(scheduler.as_str());
+    match from {
+        Keyset::First => {}
+        Keyset::After(k) => push_ranked(&mut q, k, false),
+        Keyset::Before(k) => push_ranked(&mut q, k, true),
+    }
     q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
     q.load(conn)

@@ -16,18 +16,6 @@ const KILLS: usize = 5;
 const PUSHERS: usize = 12;
 const POPPERS: usize = 6;
 
-/// xorshift64*: enough randomness for kill moments, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 #[derive(Default)]
 struct Acknowledged {
     pushes: Vec<String>,

@@ -11,26 +11,6 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-/// A small deterministic generator (xorshift64*), so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())].clone()
-    }
-}
-
 const ORGS: [&str; 5] = ["org0", "org1", "org2", "org3", "ORG1"];
 const BOEFJES: [&str; 6] = [
     "dns-records",

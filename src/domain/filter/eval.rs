@@ -43,6 +43,22 @@ pub trait Record {
     fn json(&self, path: &[String]) -> Json<'_>;
 }
 
+/// The value at `path` in a payload; JSON null counts as missing, as in SQL.
+pub fn json_at<'a>(data: &'a Value, path: &[String]) -> Json<'a> {
+    let mut v = data;
+    for key in path {
+        match v.get(key) {
+            Some(next) => v = next,
+            None => return Json::Missing,
+        }
+    }
+    if v.is_null() {
+        Json::Missing
+    } else {
+        Json::Value(v)
+    }
+}
+
 /// Whether `node` selects the task (true, not false or unknown).
 pub fn matches(node: &FilterNode, record: &impl Record) -> bool {
     eval(node, record) == Some(true)
@@ -292,18 +308,7 @@ mod tests {
             None
         }
         fn json(&self, path: &[String]) -> Json<'_> {
-            let mut v = &self.data;
-            for key in path {
-                match v.get(key) {
-                    Some(next) => v = next,
-                    None => return Json::Missing,
-                }
-            }
-            if v.is_null() {
-                Json::Missing
-            } else {
-                Json::Value(v)
-            }
+            json_at(&self.data, path)
         }
     }
 

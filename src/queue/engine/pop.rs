@@ -18,11 +18,11 @@ use uuid::Uuid;
 use super::batch::BatchRows;
 use super::command::PopRequest;
 use super::state::QueueState;
-use crate::domain::filter::eval::{self, Json, Record};
+use crate::domain::filter::eval::{self, Json, Record, json_at};
 use crate::domain::filter::plan::Plan;
 use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::KeyField;
-use crate::queue::heap::{SchedulerHeap, json_at};
+use crate::queue::heap::SchedulerHeap;
 use crate::storage::StorageError;
 use crate::storage::rows::TaskRow;
 

@@ -71,7 +71,10 @@ pub(crate) fn rebuild(
                 }
                 break;
             }
-            let page = tasks::queued_page(c, s, last.as_ref(), want)?;
+            let from = last
+                .as_ref()
+                .map_or(tasks::Keyset::First, tasks::Keyset::After);
+            let page = tasks::waiting_page(c, s, TaskStatus::Queued, from, want)?;
             let got = page.len();
             if let Some(row) = page.last() {
                 last = Some(PopKey {
@@ -131,7 +134,13 @@ fn swap_in_better_pending(
                 .unwrap_or_default(),
             id: worst.id.to_string(),
         };
-        let better = tasks::pending_before(c, s, &key, REFILL_BATCH)?;
+        let better = tasks::waiting_page(
+            c,
+            s,
+            TaskStatus::Pending,
+            tasks::Keyset::Before(&key),
+            REFILL_BATCH,
+        )?;
         if better.is_empty() {
             break;
         }
