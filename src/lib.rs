@@ -12,6 +12,7 @@
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
 //! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
+//! | [`planner`] | what work an event asks for: object events × plugins → boefje tasks, raw files → normalizer tasks; pure |
 //! | [`watchdog`] | the lease watchdog loop: re-queues or fails tasks whose lease ended |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
@@ -25,6 +26,7 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod planner;
 pub mod processes;
 pub mod queue;
 pub mod startup;

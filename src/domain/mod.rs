@@ -5,11 +5,13 @@
 //! Nothing in here does IO or reads the clock; the other layers build on these types.
 
 pub mod auth;
+pub mod event;
 pub mod filter;
 pub mod hash;
 pub mod keys;
 pub mod limits;
 pub mod payload;
+pub mod plugin;
 pub mod query;
 pub mod task;
 

@@ -35,7 +35,7 @@ use crate::domain::limits::Limits;
 use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::storage::{self, Backend, DbPool, StorageError};
 pub use engine::EngineHandle;
-use engine::command::{Command, PatchRequest, PopRequest, Request};
+use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request};
 pub use push::PushRequest;
 
 /// What to do with an automatic push when its scheduler's heap is full.
@@ -395,6 +395,24 @@ impl Broker {
         .ok_or(QueueError::TaskNotFound(id))?
         .parse::<SchedulerId>()
         .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))
+    }
+
+    /// An object was deleted: cancels `organisation`'s waiting (queued or pending) tasks whose
+    /// `data.input_ooi` is `reference`, on every scheduler; answers their ids, once committed.
+    pub async fn cancel_object(
+        &self,
+        organisation: &str,
+        reference: &str,
+    ) -> Result<Vec<Uuid>, QueueError> {
+        let mut out = Vec::new();
+        for s in SchedulerId::ALL {
+            let target = CancelObject {
+                organisation: organisation.to_owned(),
+                reference: reference.to_owned(),
+            };
+            out.extend(self.call(s, target, Command::Cancel).await?);
+        }
+        Ok(out)
     }
 
     /// Sweeps every scheduler for expired leases: each such task is queued again with its

@@ -6,6 +6,7 @@
 //! pick the text for the connected backend.
 
 pub mod filter_sql;
+pub mod frontier;
 pub mod rows;
 pub mod sql;
 pub mod tasks;

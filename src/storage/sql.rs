@@ -20,6 +20,8 @@ pub enum Bind {
     OptText(Option<String>),
     /// BIGINT
     BigInt(i64),
+    /// BIGINT NULL
+    OptBigInt(Option<i64>),
     /// INTEGER
     Int(i32),
     /// DOUBLE PRECISION
@@ -137,6 +139,7 @@ impl Sql {
                 Bind::Bool(v) => q.bind::<Bool, _>(v),
                 Bind::Time(v) => q.bind::<Timestamp, _>(v),
                 Bind::OptTime(v) => q.bind::<Nullable<Timestamp>, _>(v),
+                Bind::OptBigInt(v) => q.bind::<Nullable<BigInt>, _>(v),
             };
         }
         q

@@ -26,6 +26,8 @@ pub(crate) struct BatchRows {
     pub dispatched: Vec<Uuid>,
     /// Heap tasks evicted whose rows were not read: moved `queued → pending` by id.
     pub evicted: Vec<Uuid>,
+    /// Heap tasks cancelled whose rows were not read: moved `queued → cancelled` by id.
+    pub cancelled: Vec<Uuid>,
 }
 
 /// The statements a batch makes, in order.
@@ -34,6 +36,7 @@ pub(crate) struct Writes {
     pub inserts: Vec<TaskRow>,
     pub updates: Vec<TaskRow>,
     pub evicted: Vec<String>,
+    pub cancelled: Vec<String>,
     pub dispatched: Vec<String>,
     /// Pending tasks to move into the heap after the rest.
     pub refill: usize,
@@ -45,6 +48,7 @@ impl Writes {
         self.inserts.len().div_ceil(insert_chunk.max(1))
             + self.updates.len().div_ceil(update_chunk.max(1))
             + usize::from(!self.evicted.is_empty())
+            + usize::from(!self.cancelled.is_empty())
             + usize::from(!self.dispatched.is_empty())
             + usize::from(self.refill > 0)
     }
@@ -144,6 +148,7 @@ impl BatchRows {
                 .filter_map(|id| self.rows.get(id).cloned())
                 .collect(),
             evicted: self.evicted.iter().map(Uuid::to_string).collect(),
+            cancelled: self.cancelled.iter().map(Uuid::to_string).collect(),
             dispatched: self.dispatched.iter().map(Uuid::to_string).collect(),
             refill,
         }

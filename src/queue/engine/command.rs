@@ -26,6 +26,8 @@ pub(crate) enum Command {
     Patch(Request<PatchRequest, Task>),
     /// The watchdog: re-queue or fail these tasks if their lease has ended.
     Expire(Request<Vec<Uuid>, ExpiryReport>),
+    /// An object was deleted: cancel its organisation's waiting tasks for it.
+    Cancel(Request<CancelObject, Vec<Uuid>>),
     /// Stop after the commands already queued.
     Shutdown,
 }
@@ -74,6 +76,13 @@ impl PopRequest {
     }
 }
 
+/// Which waiting tasks to cancel: those of `organisation` whose `data.input_ooi` is
+/// `reference`.
+pub(crate) struct CancelObject {
+    pub organisation: String,
+    pub reference: String,
+}
+
 /// A patch's parameters.
 pub(crate) struct PatchRequest {
     pub id: Uuid,
@@ -87,6 +96,7 @@ pub(crate) struct Batch {
     pub pops: Vec<Request<PopRequest, Vec<Task>>>,
     pub patches: Vec<Request<PatchRequest, Task>>,
     pub expiries: Vec<Request<Vec<Uuid>, ExpiryReport>>,
+    pub cancels: Vec<Request<CancelObject, Vec<Uuid>>>,
 }
 
 impl Batch {
@@ -97,13 +107,18 @@ impl Batch {
             Command::Pop(r) => self.pops.push(r),
             Command::Patch(r) => self.patches.push(r),
             Command::Expire(r) => self.expiries.push(r),
+            Command::Cancel(r) => self.cancels.push(r),
             Command::Shutdown => {}
         }
     }
 
     /// How many commands it holds.
     pub fn len(&self) -> usize {
-        self.pushes.len() + self.pops.len() + self.patches.len() + self.expiries.len()
+        self.pushes.len()
+            + self.pops.len()
+            + self.patches.len()
+            + self.expiries.len()
+            + self.cancels.len()
     }
 
     /// Whether it holds none.
@@ -126,6 +141,10 @@ impl Batch {
             expiries: vec![r],
             ..Default::default()
         }));
+        out.extend(self.cancels.into_iter().map(|r| Batch {
+            cancels: vec![r],
+            ..Default::default()
+        }));
         out.extend(self.pops.into_iter().map(|r| Batch {
             pops: vec![r],
             ..Default::default()
@@ -145,6 +164,9 @@ impl Batch {
             r.answer(Err(err.duplicate()));
         }
         for r in self.expiries {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.cancels {
             r.answer(Err(err.duplicate()));
         }
     }

@@ -21,6 +21,7 @@
 //! others. A lost database is answered 503 at once until it returns.
 
 mod batch;
+mod cancel;
 pub(crate) mod command;
 mod in_flight;
 mod lease;
@@ -200,6 +201,7 @@ struct Decisions {
     pushes: Vec<Result<(Uuid, bool), QueueError>>,
     patches: Vec<Result<Uuid, QueueError>>,
     expiries: Vec<Result<ExpiryReport, QueueError>>,
+    cancels: Vec<Vec<Uuid>>,
     pops: Vec<Vec<Uuid>>,
 }
 
@@ -519,6 +521,9 @@ impl Engine {
         for (r, out) in batch.expiries.into_iter().zip(d.expiries) {
             r.answer(out);
         }
+        for (r, ids) in batch.cancels.into_iter().zip(d.cancels) {
+            r.answer(Ok(ids));
+        }
         for (r, ids) in batch.pops.into_iter().zip(d.pops) {
             let found: Vec<Task> = ids.iter().filter_map(|id| task(id).ok()).collect();
             if found.len() < ids.len() {
@@ -559,6 +564,16 @@ fn write(
             &w.evicted,
             TaskStatus::Queued,
             TaskStatus::Pending,
+            at,
+            None,
+        )?;
+    }
+    if !w.cancelled.is_empty() {
+        tasks::transition(
+            c,
+            &w.cancelled,
+            TaskStatus::Queued,
+            TaskStatus::Cancelled,
             at,
             None,
         )?;

@@ -1,0 +1,146 @@
+//! Plugins as the catalogue (Katalogus, or a static file standing in for it) describes them, and
+//! the rule of which plugin may run on what.
+
+use serde::{Deserialize, Serialize};
+
+use super::event::Operation;
+
+/// What kind of plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginType {
+    /// Scans an object.
+    Boefje,
+    /// Parses a boefje's raw file.
+    Normalizer,
+    /// Produces a report (not planned from events).
+    Report,
+}
+
+/// One plugin (Katalogus' `Plugin`, the keys the scheduler uses; others are ignored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plugin {
+    /// Its id (`dns-records`, `kat_dns_normalize`).
+    pub id: String,
+    /// Boefje, normalizer or report.
+    #[serde(rename = "type")]
+    pub plugin_type: PluginType,
+    /// A display name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its version.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Whether the organisation enabled it.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Object types (boefjes) or mime types (normalizers) it consumes.
+    #[serde(default)]
+    pub consumes: Vec<String>,
+    /// The scan level an object needs for this boefje to run on it.
+    #[serde(default)]
+    pub scan_level: Option<i64>,
+    /// Minutes between runs on the same object, if the plugin says.
+    #[serde(default)]
+    pub interval: Option<i64>,
+    /// A cron expression for its runs, if the plugin says.
+    #[serde(default)]
+    pub cron: Option<String>,
+    /// Run only on these operations (`create`, `update`); absent: on any.
+    #[serde(default)]
+    pub run_on: Option<Vec<String>>,
+    /// The image that runs it.
+    #[serde(default)]
+    pub oci_image: Option<String>,
+}
+
+impl Plugin {
+    /// Whether this boefje runs on an object of `object_type` at `scan_level` after `operation`
+    /// (mula's `has_boefje_permission_to_run` and `run_on`): enabled, consumes the type, has a
+    /// scan level not above the object's, and, if it names operations, this is one of them.
+    pub fn runs_on(
+        &self,
+        object_type: &str,
+        scan_level: Option<i64>,
+        operation: Operation,
+    ) -> bool {
+        let Some(needed) = self.scan_level else {
+            return false;
+        };
+        self.plugin_type == PluginType::Boefje
+            && self.enabled
+            && self.consumes.iter().any(|t| t == object_type)
+            && scan_level.is_some_and(|level| needed <= level)
+            && self
+                .run_on
+                .as_ref()
+                .is_none_or(|ops| ops.iter().any(|o| o == operation.as_str()))
+    }
+
+    /// Whether this normalizer parses a raw file with one of `mime_types`.
+    pub fn parses(&self, mime_types: &[String]) -> bool {
+        self.plugin_type == PluginType::Normalizer
+            && self.enabled
+            && mime_types.iter().any(|m| self.consumes.contains(m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boefje() -> Plugin {
+        Plugin {
+            id: "dns-records".into(),
+            plugin_type: PluginType::Boefje,
+            name: None,
+            version: None,
+            enabled: true,
+            consumes: vec!["Hostname".into()],
+            scan_level: Some(1),
+            interval: None,
+            cron: None,
+            run_on: None,
+            oci_image: None,
+        }
+    }
+
+    #[test]
+    fn a_boefje_runs_on_what_it_consumes_at_a_high_enough_level() {
+        let b = boefje();
+        assert!(b.runs_on("Hostname", Some(1), Operation::Create));
+        assert!(b.runs_on("Hostname", Some(3), Operation::Update));
+        assert!(
+            !b.runs_on("Hostname", Some(0), Operation::Create),
+            "level too low"
+        );
+        assert!(
+            !b.runs_on("Hostname", None, Operation::Create),
+            "no scan profile"
+        );
+        assert!(
+            !b.runs_on("IPAddressV4", Some(4), Operation::Create),
+            "not consumed"
+        );
+        let disabled = Plugin {
+            enabled: false,
+            ..boefje()
+        };
+        assert!(!disabled.runs_on("Hostname", Some(4), Operation::Create));
+        let no_level = Plugin {
+            scan_level: None,
+            ..boefje()
+        };
+        assert!(!no_level.runs_on("Hostname", Some(4), Operation::Create));
+    }
+
+    #[test]
+    fn run_on_restricts_the_operations() {
+        let on_create = Plugin {
+            run_on: Some(vec!["create".into()]),
+            ..boefje()
+        };
+        assert!(on_create.runs_on("Hostname", Some(1), Operation::Create));
+        assert!(!on_create.runs_on("Hostname", Some(1), Operation::Update));
+    }
+}

@@ -1,0 +1,113 @@
+//! An object was deleted: its organisation's waiting tasks for it (queued or pending, found through
+//! the `organisation` and `input_ooi` indexes) are cancelled. Tasks already handed out run on; the
+//! worker finds the object gone.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::batch::BatchRows;
+use super::command::CancelObject;
+use super::pop::Reads;
+use super::state::QueueState;
+use crate::domain::TaskStatus;
+use crate::domain::filter::plan::plan;
+use crate::domain::filter::{Column, Condition, FilterNode, Operand, Operator, Scalar};
+use crate::domain::keys::KeyField;
+use crate::storage::StorageError;
+
+/// Tasks of one object cancelled per command at most (an object has a few dozen).
+const CANCEL_MAX: usize = 10_000;
+
+fn equals(column: Column, path: &[&str], value: &str) -> FilterNode {
+    FilterNode::Cond(Condition {
+        column,
+        path: path.iter().map(|p| (*p).to_owned()).collect(),
+        op: Operator::Eq,
+        operand: Operand::One(Scalar::Text(value.to_owned())),
+    })
+}
+
+/// Cancels the waiting tasks of `target`; answers their ids.
+pub(crate) fn cancel_object(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    reads: &mut dyn Reads,
+    target: &CancelObject,
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>, StorageError> {
+    let filter = FilterNode::And(vec![
+        equals(Column::Organisation, &[], &target.organisation),
+        equals(Column::Data, &["input_ooi"], &target.reference),
+    ]);
+    let p = plan(&filter, st.scheduler);
+    let mut cancelled = st.heap.matching(&filter, &p, CANCEL_MAX);
+    for id in &cancelled {
+        st.heap.remove(id);
+        match rows.get(id).cloned() {
+            Some(mut row) => {
+                row.status = TaskStatus::Cancelled;
+                row.modified_at = now.naive_utc();
+                rows.update(*id, row);
+            }
+            None => rows.cancelled.push(*id),
+        }
+    }
+    if st.pending.count() > 0 {
+        let values = [target.reference.clone()];
+        let skip = rows.left_pending();
+        for mut row in reads.pending_matching(
+            Some((KeyField::InputOoi, &values)),
+            &filter,
+            CANCEL_MAX,
+            &skip,
+        )? {
+            let id = row.uuid()?;
+            st.pending.remove(row.hash.as_deref());
+            if !rows.contains(&id) {
+                rows.load(vec![row.clone()], st.scheduler.as_str());
+            }
+            row.status = TaskStatus::Cancelled;
+            row.modified_at = now.naive_utc();
+            rows.update(id, row);
+            cancelled.push(id);
+        }
+    }
+    Ok(cancelled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::WhenFull;
+    use crate::queue::engine::place::{Admission, place};
+    use crate::queue::engine::testing::{FakeTable, now, row};
+
+    #[test]
+    fn only_that_organisations_tasks_for_that_object_are_cancelled() {
+        let mut st = crate::queue::engine::testing::state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let mut ids = Vec::new();
+        for (org, ooi) in [("org1", "h1"), ("org2", "h1"), ("org1", "h2")] {
+            let (id, mut r) = row(5, ids.len() as i64);
+            r.organisation = org.into();
+            r.input_ooi = Some(ooi.into());
+            place(&mut st, &mut rows, id, &r, Admission::New).unwrap();
+            ids.push(id);
+        }
+        let target = CancelObject {
+            organisation: "org1".into(),
+            reference: "h1".into(),
+        };
+        let got = cancel_object(
+            &mut st,
+            &mut rows,
+            &mut FakeTable::default(),
+            &target,
+            now(),
+        )
+        .unwrap();
+        assert_eq!(got, vec![ids[0]]);
+        assert_eq!(rows.cancelled, vec![ids[0]]);
+        assert_eq!(st.heap.len(), 2);
+    }
+}
