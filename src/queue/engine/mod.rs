@@ -6,7 +6,7 @@
 //!
 //! 1. **read** the rows the batch may meet ([`push::reads`], the tasks patched or expired);
 //! 2. **decide**, in memory, rule by rule: pushes ([`push`]), patches ([`patch`]), lease expiry
-//!    ([`lease`]), pops ([`pop`]), each placing tasks through [`place`]; a pop may read pending
+//!    ([`lease`]), cancellations of a deleted object's tasks ([`cancel`]), pops ([`pop`]), each placing tasks through [`place`]; a pop may read pending
 //!    tasks or payloads through [`pop::Reads`]. The rules change the state and record what became
 //!    of each row in [`batch::BatchRows`]; they never write;
 //! 3. **write** what the batch decided (one statement per kind of write: inserts, updates, the
@@ -466,6 +466,11 @@ impl Engine {
                 conn: &mut *conn,
                 scheduler: s,
             };
+            for r in &batch.cancels {
+                d.cancels.push(cancel::cancel_object(
+                    st, &mut rows, &mut reads, &r.body, now,
+                )?);
+            }
             for r in &batch.pops {
                 d.pops
                     .push(pop::pop(st, &mut rows, &mut reads, &r.body, now)?);
