@@ -84,6 +84,10 @@ pub struct Settings {
     /// Optional bearer tokens.
     #[serde(default)]
     pub auth: AuthSettings,
+    /// The AMQP listener.
+    pub listener: ListenerSettings,
+    /// The plugin catalogue.
+    pub catalogue: CatalogueSettings,
     /// Per-scheduler overrides of `queue`.
     #[serde(default)]
     pub schedulers: SchedulerOverrides,
@@ -109,6 +113,32 @@ pub struct ApiSettings {
     pub request_head_timeout_secs: u64,
     /// Seconds a client has to send a request's whole body before it is answered 408.
     pub body_timeout_secs: u64,
+}
+
+/// Default prefetch of the AMQP listener (mula's).
+pub const DEFAULT_PREFETCH: u16 = 100;
+
+/// The AMQP listener; off without a URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSettings {
+    /// `amqp://user:pass@host:5672/vhost` (mula's `QUEUE_URI`); empty: the listener is off.
+    pub uri: String,
+    /// Octopoes' object events.
+    pub mutations_queue: String,
+    /// Bytes' raw file events.
+    pub raw_files_queue: String,
+    /// Unacked messages RabbitMQ hands the listener at most.
+    pub prefetch: u16,
+}
+
+/// The plugin catalogue.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogueSettings {
+    /// A TOML file of plugins standing in for Katalogus (see [`crate::clients::catalogue`]);
+    /// empty: no plugins, so events plan nothing.
+    pub file: String,
 }
 
 /// Optional bearer tokens (see [`crate::domain::auth`]); none configured means open, as mula.
@@ -301,6 +331,13 @@ impl Default for Settings {
             },
             limits: Limits::default(),
             auth: AuthSettings::default(),
+            listener: ListenerSettings {
+                uri: String::new(),
+                mutations_queue: "scan_profile_mutations".into(),
+                raw_files_queue: "raw_file_received".into(),
+                prefetch: DEFAULT_PREFETCH,
+            },
+            catalogue: CatalogueSettings::default(),
             schedulers: SchedulerOverrides::default(),
         }
     }
@@ -347,6 +384,31 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_API_TOKENS",
         "auth.spec",
         "bearer tokens, role[@scheduler,...]=secret separated by ';' (default none: open)",
+    ),
+    (
+        "QUEUE_URI",
+        "listener.uri",
+        "RabbitMQ, amqp://USER:PASS@HOST:5672/VHOST (default none: the listener is off)",
+    ),
+    (
+        "SCHEDULER_RABBITMQ_PREFETCH_COUNT",
+        "listener.prefetch",
+        "unacked messages per queue (default 100)",
+    ),
+    (
+        "SCHEDULER_QUEUE_MUTATIONS",
+        "listener.mutations_queue",
+        "Octopoes' object events (default scan_profile_mutations)",
+    ),
+    (
+        "SCHEDULER_QUEUE_RAW_FILES",
+        "listener.raw_files_queue",
+        "Bytes' raw file events (default raw_file_received)",
+    ),
+    (
+        "SCHEDULER_CATALOGUE_FILE",
+        "catalogue.file",
+        "TOML file of plugins standing in for Katalogus (default none)",
     ),
     (
         "SCHEDULER_LIMIT_FILTER_CONDITIONS",
@@ -568,6 +630,30 @@ impl Settings {
         }
         if self.api.request_head_timeout_secs == 0 {
             return bad("api.request_head_timeout_secs", "must be at least 1".into());
+        }
+        let uri = &self.listener.uri;
+        if !uri.is_empty() && !uri.starts_with("amqp://") {
+            return bad(
+                "listener.uri",
+                "expected amqp://USER:PASS@HOST:PORT/VHOST (amqps is not built in)".into(),
+            );
+        }
+        if self.listener.prefetch == 0 {
+            return bad("listener.prefetch", "must be at least 1".into());
+        }
+        for (key, q) in [
+            ("listener.mutations_queue", &self.listener.mutations_queue),
+            ("listener.raw_files_queue", &self.listener.raw_files_queue),
+        ] {
+            if q.trim().is_empty() {
+                return bad(key, "must not be empty".into());
+            }
+        }
+        if !self.catalogue.file.is_empty()
+            && let Err(e) =
+                crate::clients::catalogue::StaticCatalogue::load(Path::new(&self.catalogue.file))
+        {
+            return bad("catalogue.file", e);
         }
         if let Err(e) = self.auth.tokens() {
             return bad("auth", e);

@@ -12,6 +12,9 @@
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
 //! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
+//! | [`clients`] | the platform's other services: the plugin catalogue (a static file standing in for Katalogus) |
+//! | [`frontier`] | the only writer of the frontier: objects and raw files, idempotent upserts |
+//! | [`listener`] | the AMQP listener: events in, frontier and tasks out, ack after commit, dead letters |
 //! | [`planner`] | what work an event asks for: object events × plugins → boefje tasks, raw files → normalizer tasks; pure |
 //! | [`watchdog`] | the lease watchdog loop: re-queues or fails tasks whose lease ended |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
@@ -23,9 +26,12 @@
 //! The binary (`src/main.rs`) only parses the command line and calls into [`startup`].
 
 pub mod api;
+pub mod clients;
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod frontier;
+pub mod listener;
 pub mod planner;
 pub mod processes;
 pub mod queue;

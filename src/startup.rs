@@ -13,6 +13,11 @@ use tracing::info;
 
 use crate::clock::SharedClock;
 use crate::config::Settings;
+use std::sync::Arc;
+
+use crate::clients::catalogue::{Catalogue, StaticCatalogue};
+use crate::frontier::Frontier;
+use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::processes::Processes;
 use crate::queue::{Broker, EngineHandle};
 use crate::storage::{self, DbPool, DbTarget};
@@ -27,6 +32,10 @@ pub struct Application {
     watchdog_interval: Duration,
     /// How long each background process gets to stop.
     stop_deadline: Duration,
+    /// The AMQP listener, when `QUEUE_URI` is set.
+    listener: Option<Listener>,
+    /// Its state (shown on `/health` also when it is off).
+    listener_status: Arc<ListenerStatus>,
 }
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
@@ -65,20 +74,22 @@ pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTar
 impl Application {
     /// Connects, migrates, rebuilds the heaps and binds the HTTP port.
     pub async fn build(settings: Settings, clock: SharedClock) -> anyhow::Result<Self> {
+        let broker_clock = clock.clone();
+        let clock_for_listener = clock;
         let (pool, target) = open_database(&settings).await?;
         info!(database = %target.display(), "database ready");
         let queue_config = settings.queue_config();
         let p = pool.clone();
         let (broker, engine) = tokio::task::spawn_blocking(move || {
-            Broker::start(p, target.backend(), clock, queue_config)
+            Broker::start(p, target.backend(), broker_clock, queue_config)
         })
         .await?
         .context("cannot load the queue from the database")?;
 
         let address = format!("{}:{}", settings.api.host, settings.api.port);
-        let listener =
+        let socket =
             TcpListener::bind(&address).with_context(|| format!("cannot listen on {address}"))?;
-        let port = listener.local_addr()?.port();
+        let port = socket.local_addr()?.port();
         let body = crate::api::extract::BodyConfig {
             max_bytes: settings.api.max_body_bytes,
             timeout: Duration::from_secs(settings.api.body_timeout_secs),
@@ -87,23 +98,53 @@ impl Application {
         if tokens.enabled() {
             info!(tokens = ?tokens, "bearer tokens required");
         }
+        let catalogue: Arc<dyn Catalogue> = if settings.catalogue.file.is_empty() {
+            Arc::new(StaticCatalogue::default())
+        } else {
+            let c = StaticCatalogue::load(std::path::Path::new(&settings.catalogue.file))
+                .map_err(|e| anyhow!(e))?;
+            info!(file = %settings.catalogue.file, plugins = c.len(), "plugin catalogue loaded");
+            Arc::new(c)
+        };
+        let l = &settings.listener;
+        let listener_status = Arc::new(ListenerStatus::new(&l.mutations_queue, &l.raw_files_queue));
+        let listener = if l.uri.is_empty() {
+            info!("AMQP listener off: QUEUE_URI is not set");
+            None
+        } else {
+            Some(Listener {
+                config: ListenerConfig {
+                    uri: l.uri.clone(),
+                    mutations_queue: l.mutations_queue.clone(),
+                    raw_files_queue: l.raw_files_queue.clone(),
+                    prefetch: l.prefetch,
+                },
+                broker: broker.clone(),
+                frontier: Frontier::new(pool.clone()),
+                catalogue,
+                clock: clock_for_listener,
+                status: listener_status.clone(),
+            })
+        };
+        let app_status = listener_status.clone();
         let app_broker = broker.clone();
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,
             secs => actix_web::http::KeepAlive::Timeout(Duration::from_secs(secs)),
         };
-        let mut server =
-            HttpServer::new(move || crate::api::app(app_broker.clone(), body, tokens.clone()))
-                .disable_signals()
-                .keep_alive(keep_alive)
-                // Only the head has a deadline here: a request read in full waits for its engine,
-                // which sheds it with 503 if it waited too long, and is never answered 408.
-                .client_request_timeout(Duration::from_secs(settings.api.request_head_timeout_secs))
-                .shutdown_timeout(settings.api.shutdown_timeout_secs);
+        let mut server = HttpServer::new(move || {
+            crate::api::app(app_broker.clone(), body, tokens.clone(), app_status.clone())
+        })
+        .disable_signals()
+        .keep_alive(keep_alive)
+        // Only the head has a deadline here: a request read in full waits for its engine,
+        // which sheds it with 503 if it waited too long, and is never answered 408.
+        .client_request_timeout(Duration::from_secs(settings.api.request_head_timeout_secs))
+        .shutdown_timeout(settings.api.shutdown_timeout_secs);
         if settings.api.workers > 0 {
             server = server.workers(settings.api.workers);
         }
-        let server = server.listen(listener)?.run();
+        let server = server.listen(socket)?.run();
         info!(address = %format!("{}:{port}", settings.api.host), "listening");
         Ok(Self {
             port,
@@ -113,7 +154,14 @@ impl Application {
             pool,
             watchdog_interval: Duration::from_secs(settings.queue.watchdog_interval_secs),
             stop_deadline: Duration::from_secs(settings.api.shutdown_timeout_secs),
+            listener,
+            listener_status,
         })
+    }
+
+    /// The AMQP listener's state (tests wait on it).
+    pub fn listener_status(&self) -> Arc<ListenerStatus> {
+        self.listener_status.clone()
     }
 
     /// The bound port (useful with port 0).
@@ -135,12 +183,18 @@ impl Application {
             broker,
             watchdog_interval,
             stop_deadline,
+            listener,
             ..
         } = self;
         let handle = server.handle();
         let serving = tokio::spawn(server);
         // Background processes, registered in their stop order.
         let mut processes = Processes::default();
+        // The listener stops first: unacked messages go back to RabbitMQ before the engines
+        // finish.
+        if let Some(l) = listener {
+            processes.spawn("AMQP listener", move |token| l.run(token));
+        }
         if !watchdog_interval.is_zero() {
             let b = broker.clone();
             processes.spawn("lease watchdog", move |token| {

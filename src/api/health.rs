@@ -8,7 +8,10 @@ use actix_web::{HttpResponse, get, web};
 use serde_json::{Value, json};
 
 use super::dto::{Health, HealthQuery, ServiceHealth};
+use std::sync::Arc;
+
 use crate::domain::SchedulerId;
+use crate::listener::ListenerStatus;
 use crate::queue::{Broker, SchedulerSnapshot};
 
 /// mula answers `null` at the root.
@@ -38,20 +41,37 @@ pub async fn livez() -> HttpResponse {
     )
 )]
 #[get("/health")]
-pub async fn health(broker: web::Data<Broker>, _query: web::Query<HealthQuery>) -> HttpResponse {
+pub async fn health(
+    broker: web::Data<Broker>,
+    listener: Option<web::Data<Arc<ListenerStatus>>>,
+    _query: web::Query<HealthQuery>,
+) -> HttpResponse {
     let db_ok = broker.database_ok().await;
+    let mut results = vec![ServiceHealth {
+        service: "database".into(),
+        healthy: db_ok,
+        version: None,
+        additional: json!({"backend": broker.backend().name()}),
+        results: Vec::new(),
+    }];
+    // The listener reconnects by itself; while it does the API still serves, so it does not
+    // make the service unhealthy, but its state is shown.
+    if let Some(status) = listener {
+        let state = status.state();
+        results.push(ServiceHealth {
+            service: "listener".into(),
+            healthy: state == "consuming" || state == "off",
+            version: None,
+            additional: json!({"state": state, "queues": status.figures()}),
+            results: Vec::new(),
+        });
+    }
     let body = Health {
         service: "scheduler".into(),
         healthy: db_ok,
         version: env!("CARGO_PKG_VERSION").into(),
         additional: Value::Null,
-        results: vec![ServiceHealth {
-            service: "database".into(),
-            healthy: db_ok,
-            version: None,
-            additional: json!({"backend": broker.backend().name()}),
-            results: Vec::new(),
-        }],
+        results,
         // No platform service clients are configured in this version.
         externals: HashMap::new(),
     };

@@ -53,6 +53,33 @@ fn pg_admin_url() -> String {
         .unwrap_or_else(|_| "postgresql://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// RabbitMQ for listener tests: `KAT_TEST_AMQP_URL` (default the local broker, guest/guest), if
+/// it accepts connections; else a loud SKIPPED line (a failure under `CI=true`).
+pub async fn rabbitmq() -> Option<String> {
+    let url = std::env::var("KAT_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let connect = lapin::Connection::connect(&url, lapin::ConnectionProperties::default());
+    match tokio::time::timeout(std::time::Duration::from_secs(5), connect).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close(200, "probe".into()).await;
+            Some(url)
+        }
+        other => {
+            let why = match other {
+                Ok(Err(e)) => e.to_string(),
+                _ => "timed out".into(),
+            };
+            if in_ci() {
+                panic!("RabbitMQ is required under CI=true but not reachable at {url}: {why}");
+            }
+            eprintln!(
+                "\n*** SKIPPED: RabbitMQ not reachable at {url} ({why}); set KAT_TEST_AMQP_URL or start it ***\n"
+            );
+            None
+        }
+    }
+}
+
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
@@ -159,6 +186,7 @@ pub struct TestApp {
     pub settings: Settings,
     pub backend: Backend,
     pub broker: kat_scheduler::queue::Broker,
+    pub listener: Arc<kat_scheduler::listener::ListenerStatus>,
     token: CancellationToken,
     join: Option<JoinHandle<anyhow::Result<()>>>,
     pub db: TestDb,
@@ -214,6 +242,7 @@ impl TestApp {
             .expect("the application starts");
         let address = format!("http://127.0.0.1:{}", app.port());
         let broker = app.broker().clone();
+        let listener = app.listener_status();
         let token = CancellationToken::new();
         let join = tokio::spawn(app.run_until_stopped(token.clone()));
         TestApp {
@@ -227,6 +256,7 @@ impl TestApp {
             settings,
             backend,
             broker,
+            listener,
             token,
             join: Some(join),
             db,

@@ -19,6 +19,7 @@ mod filters;
 mod hostile_inputs;
 mod isolation;
 mod leases;
+mod listener;
 mod migrations;
 mod openapi;
 mod outage;

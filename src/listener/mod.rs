@@ -1,0 +1,374 @@
+//! The AMQP listener: consumes Octopoes' `scan_profile_mutations` and Bytes' `raw_file_received`
+//! (reference §1.9), records each event in the frontier, plans the work it asks for and pushes it.
+//!
+//! - **Ack after commit.** A message is acked only once its frontier write and every push it
+//!   caused are committed: at-least-once delivery, and applying a message twice changes nothing
+//!   (frontier upserts; a repeated push is a duplicate of waiting work).
+//! - **Poison goes to a dead-letter queue.** A message that cannot be used (malformed, or refused
+//!   for what it says) is published to `<queue>.dead` with the reason in the `x-kat-reason`
+//!   header, confirmed, and then acked: it never blocks the queue, however many come.
+//! - **Transient failures are retried.** While the database is away or a scheduler is full, the
+//!   message is handed back (`nack`, requeue) after a pause, so nothing is lost and nothing spins.
+//! - **Reconnects.** When RabbitMQ goes away the listener reconnects with a backoff of at most
+//!   [`MAX_BACKOFF`]; unacked messages go back to their queue with the old connection. `/health`
+//!   shows each queue's state and counts.
+
+mod mutations;
+mod raw_files;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::clients::catalogue::Catalogue;
+use crate::clock::SharedClock;
+use crate::frontier::Frontier;
+use crate::queue::{Broker, QueueError};
+use crate::storage::redact;
+
+/// Longest wait between two connection attempts, so the listener is back within this of
+/// RabbitMQ.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// First wait after a lost connection.
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+/// Wait before handing back a message that failed for a passing reason.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// Longest wait for RabbitMQ to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where to listen.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    /// `amqp://user:pass@host:5672/vhost` (mula's `QUEUE_URI`).
+    pub uri: String,
+    /// Octopoes' object events.
+    pub mutations_queue: String,
+    /// Bytes' raw file events.
+    pub raw_files_queue: String,
+    /// Unacked messages RabbitMQ hands the listener at most, per queue.
+    pub prefetch: u16,
+}
+
+/// What a message came to.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Its effect is committed: ack it.
+    Done,
+    /// It cannot be used: dead-letter it with this reason.
+    Poison(String),
+    /// It failed for a passing reason: hand it back to try again.
+    Retry(String),
+}
+
+impl Outcome {
+    /// The outcome of a push refused for `e`.
+    pub(crate) fn of_push_error(e: QueueError) -> Option<Outcome> {
+        match e {
+            // The work already waits: applying the message again changes nothing.
+            QueueError::Duplicate { .. } => None,
+            QueueError::QueueFull(_) | QueueError::Busy | QueueError::Unavailable(_) => {
+                Some(Outcome::Retry(e.to_string()))
+            }
+            QueueError::Internal(_) => Some(Outcome::Retry(e.to_string())),
+            other => Some(Outcome::Poison(format!("refused: {other}"))),
+        }
+    }
+}
+
+/// One queue's figures, for `/health` and `/metrics`.
+#[derive(Debug, Default, Serialize)]
+pub struct QueueFigures {
+    /// The queue.
+    pub queue: String,
+    /// `off`, `connecting`, `consuming` or `down: <why>`.
+    pub state: String,
+    /// Messages received.
+    pub received: u64,
+    /// Messages acked after their effect was committed.
+    pub acked: u64,
+    /// Messages sent to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Messages handed back to be tried again.
+    pub retried: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    received: AtomicU64,
+    acked: AtomicU64,
+    dead_lettered: AtomicU64,
+    retried: AtomicU64,
+}
+
+/// The listener's state, shared with the API.
+#[derive(Debug)]
+pub struct ListenerStatus {
+    queues: [String; 2],
+    state: Mutex<String>,
+    counters: [Counters; 2],
+    handled: tokio::sync::watch::Sender<u64>,
+}
+
+impl ListenerStatus {
+    /// A status for these two queues, `off` until the listener runs.
+    pub fn new(mutations_queue: &str, raw_files_queue: &str) -> Self {
+        Self {
+            queues: [mutations_queue.to_owned(), raw_files_queue.to_owned()],
+            state: Mutex::new("off".into()),
+            counters: Default::default(),
+            handled: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    fn set_state(&self, s: impl Into<String>) {
+        *self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = s.into();
+    }
+
+    /// The connection's state.
+    pub fn state(&self) -> String {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Each queue's figures.
+    pub fn figures(&self) -> Vec<QueueFigures> {
+        let state = self.state();
+        self.queues
+            .iter()
+            .zip(&self.counters)
+            .map(|(q, c)| QueueFigures {
+                queue: q.clone(),
+                state: state.clone(),
+                received: c.received.load(Ordering::Relaxed),
+                acked: c.acked.load(Ordering::Relaxed),
+                dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+                retried: c.retried.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// Waits until `n` messages in all have been acked or dead-lettered (a test signal).
+    pub async fn wait_handled(&self, n: u64) {
+        let mut rx = self.handled.subscribe();
+        let _ = rx.wait_for(|h| *h >= n).await;
+    }
+
+    fn handled(&self) {
+        self.handled.send_modify(|h| *h += 1);
+    }
+}
+
+/// Which of the two queues.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Mutations = 0,
+    RawFiles = 1,
+}
+
+/// The listener and what it needs.
+pub struct Listener {
+    /// Where to listen.
+    pub config: ListenerConfig,
+    /// Where tasks go.
+    pub broker: Broker,
+    /// Where objects go.
+    pub frontier: Frontier,
+    /// Which plugins run where.
+    pub catalogue: Arc<dyn Catalogue>,
+    /// The time source (task priorities are creation times).
+    pub clock: SharedClock,
+    /// Its state, shared with the API.
+    pub status: Arc<ListenerStatus>,
+}
+
+impl Listener {
+    /// Listens until `token` is cancelled, reconnecting whenever the connection is lost.
+    pub async fn run(self, token: CancellationToken) {
+        let mut backoff = MIN_BACKOFF;
+        info!(uri = %redact(&self.config.uri), "AMQP listener starting");
+        while !token.is_cancelled() {
+            self.status.set_state("connecting");
+            match self.session(&token, &mut backoff).await {
+                Ok(()) => break,
+                Err(e) => {
+                    warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "AMQP connection lost; reconnecting");
+                    self.status.set_state(format!("down: {e}"));
+                }
+            }
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        self.status.set_state("off");
+        info!("AMQP listener stopped");
+    }
+
+    /// One connection: declare, consume, handle until the token or the connection ends.
+    async fn session(
+        &self,
+        token: &CancellationToken,
+        backoff: &mut Duration,
+    ) -> Result<(), lapin::Error> {
+        let connect = Connection::connect(&self.config.uri, ConnectionProperties::default());
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| {
+                lapin::Error::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+            })??;
+        let channel = conn.create_channel().await?;
+        channel
+            .basic_qos(self.config.prefetch, BasicQosOptions::default())
+            .await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        };
+        for q in [&self.config.mutations_queue, &self.config.raw_files_queue] {
+            channel
+                .queue_declare(q.as_str().into(), durable, FieldTable::default())
+                .await?;
+            channel
+                .queue_declare(dead_letter(q).into(), durable, FieldTable::default())
+                .await?;
+        }
+        let mut mutations = channel
+            .basic_consume(
+                self.config.mutations_queue.as_str().into(),
+                "kat-scheduler-mutations".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let mut raw_files = channel
+            .basic_consume(
+                self.config.raw_files_queue.as_str().into(),
+                "kat-scheduler-raw-files".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        self.status.set_state("consuming");
+        *backoff = MIN_BACKOFF;
+        info!(
+            mutations = %self.config.mutations_queue,
+            raw_files = %self.config.raw_files_queue,
+            "AMQP listener consuming"
+        );
+        loop {
+            let (source, delivery) = tokio::select! {
+                () = token.cancelled() => {
+                    // Unacked messages go back to their queues with the channel.
+                    let _ = channel.close(200, "shutting down".into()).await;
+                    let _ = conn.close(200, "shutting down".into()).await;
+                    return Ok(());
+                }
+                d = mutations.next() => (Source::Mutations, d),
+                d = raw_files.next() => (Source::RawFiles, d),
+            };
+            let delivery = match delivery {
+                Some(d) => d?,
+                None => {
+                    return Err(lapin::Error::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the consumer was cancelled",
+                    )));
+                }
+            };
+            let counters = &self.status.counters[source as usize];
+            counters.received.fetch_add(1, Ordering::Relaxed);
+            let outcome = match source {
+                Source::Mutations => self.on_mutation(&delivery.data).await,
+                Source::RawFiles => self.on_raw_file(&delivery.data).await,
+            };
+            let queue = match source {
+                Source::Mutations => &self.config.mutations_queue,
+                Source::RawFiles => &self.config.raw_files_queue,
+            };
+            match outcome {
+                Outcome::Done => {
+                    delivery.ack(BasicAckOptions::default()).await?;
+                    counters.acked.fetch_add(1, Ordering::Relaxed);
+                    self.status.handled();
+                }
+                Outcome::Poison(reason) => {
+                    warn!(queue = %queue, reason = %reason, "message dead-lettered");
+                    dead_letter_publish(&channel, queue, &delivery.data, &reason).await?;
+                    delivery.ack(BasicAckOptions::default()).await?;
+                    counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    self.status.handled();
+                }
+                Outcome::Retry(reason) => {
+                    warn!(queue = %queue, reason = %reason, "message handed back to be tried again");
+                    tokio::select! {
+                        () = token.cancelled() => {}
+                        () = tokio::time::sleep(RETRY_PAUSE) => {}
+                    }
+                    delivery
+                        .nack(BasicNackOptions {
+                            requeue: true,
+                            ..BasicNackOptions::default()
+                        })
+                        .await?;
+                    counters.retried.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// The dead-letter queue of `queue`.
+pub fn dead_letter(queue: &str) -> String {
+    format!("{queue}.dead")
+}
+
+async fn dead_letter_publish(
+    channel: &Channel,
+    queue: &str,
+    body: &[u8],
+    reason: &str,
+) -> Result<(), lapin::Error> {
+    let mut headers = FieldTable::default();
+    headers.insert(
+        ShortString::from("x-kat-reason"),
+        AMQPValue::LongString(reason.into()),
+    );
+    headers.insert(
+        ShortString::from("x-kat-queue"),
+        AMQPValue::LongString(queue.into()),
+    );
+    let properties = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_headers(headers);
+    channel
+        .basic_publish(
+            ShortString::from(""),
+            dead_letter(queue).into(),
+            BasicPublishOptions::default(),
+            body,
+            properties,
+        )
+        .await?
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,382 @@
+//! The AMQP listener against the real RabbitMQ: events in, the right tasks out, acked once
+//! committed, poison dead-lettered without stalling the queue. Each test has queues of its own.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::*;
+
+const CATALOGUE: &str = r#"
+[[plugins]]
+id = "dns-records"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+oci_image = "ghcr.io/minvws/openkat/dns-records:latest"
+
+[[plugins]]
+id = "on-create-only"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+run_on = ["create"]
+
+[[plugins]]
+id = "intrusive"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 3
+enabled = true
+
+[[plugins]]
+id = "disabled"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 0
+enabled = false
+
+[[plugins]]
+id = "nmap"
+type = "boefje"
+consumes = ["IPAddressV4"]
+scan_level = 1
+enabled = true
+
+[[plugins]]
+id = "kat_dns_normalize"
+type = "normalizer"
+consumes = ["boefje/dns-records", "text/plain"]
+enabled = true
+"#;
+
+/// An app listening on queues of its own, and a channel to publish on them.
+struct Setup {
+    app: TestApp,
+    channel: Channel,
+    _conn: Connection,
+    mutations: String,
+    raw_files: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    async fn new(backend: Backend, prefetch: u16) -> Option<Setup> {
+        let url = rabbitmq().await?;
+        let dir = tempfile::tempdir().unwrap();
+        let catalogue = dir.path().join("catalogue.toml");
+        std::fs::write(&catalogue, CATALOGUE).unwrap();
+        let suffix = Uuid::new_v4().simple().to_string();
+        let (mutations, raw_files) = (format!("muts-{suffix}"), format!("raws-{suffix}"));
+        let conn = Connection::connect(&url, ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        // Declared before anything is published, so nothing is dropped on the floor.
+        for q in [&mutations, &raw_files] {
+            for name in [q.clone(), format!("{q}.dead")] {
+                channel
+                    .queue_declare(
+                        name.as_str().into(),
+                        QueueDeclareOptions {
+                            durable: true,
+                            ..Default::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let (m, r, c) = (mutations.clone(), raw_files.clone(), catalogue.clone());
+        let app = spawn_app_with(backend, move |s| {
+            s.listener.uri = url;
+            s.listener.mutations_queue = m;
+            s.listener.raw_files_queue = r;
+            s.listener.prefetch = prefetch;
+            s.catalogue.file = c.to_string_lossy().into_owned();
+        })
+        .await?;
+        Some(Setup {
+            app,
+            channel,
+            _conn: conn,
+            mutations,
+            raw_files,
+            _dir: dir,
+        })
+    }
+
+    async fn publish(&self, queue: &str, body: &[u8]) {
+        self.channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                body,
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    async fn mutation(&self, value: Value) {
+        self.publish(&self.mutations.clone(), value.to_string().as_bytes())
+            .await;
+    }
+
+    /// Waits (on the listener's own signal, not a clock) until `n` messages were handled.
+    async fn handled(&self, n: u64) {
+        tokio::time::timeout(Duration::from_secs(30), self.app.listener.wait_handled(n))
+            .await
+            .expect("the listener handles the messages");
+    }
+
+    async fn boefje_ids(&self, org: &str) -> Vec<String> {
+        let page: Value = self
+            .app
+            .get(&format!(
+                "/tasks?scheduler_id=boefje&organisation={org}&status=queued&limit=1000"
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let mut ids: Vec<String> = page["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["data"]["boefje"]["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    async fn cleanup(self) {
+        for q in [&self.mutations, &self.raw_files] {
+            for name in [q.clone(), format!("{q}.dead")] {
+                let _ = self
+                    .channel
+                    .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                    .await;
+            }
+        }
+    }
+}
+
+fn object(op: &str, org: &str, reference: &str, object_type: &str, level: i64) -> Value {
+    json!({"operation": op, "primary_key": reference, "client_id": org,
+        "value": {"primary_key": reference, "object_type": object_type,
+                  "scan_profile": {"level": level, "reference": reference, "scan_profile_type": "declared"}}})
+}
+
+async fn an_object_event_becomes_the_tasks_its_plugins_allow(backend: Backend) {
+    let Some(s) = Setup::new(backend, 100).await else {
+        return;
+    };
+    s.mutation(object(
+        "create",
+        "org1",
+        "Hostname|internet|a.nl",
+        "Hostname",
+        2,
+    ))
+    .await;
+    s.handled(1).await;
+    // Level 2: not `intrusive` (3), not the disabled one, not `nmap` (another type).
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "on-create-only"]
+    );
+    let page: Value = s
+        .app
+        .get("/tasks?scheduler_id=boefje")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let task = &page["results"][0];
+    assert_eq!(task["data"]["input_ooi"], "Hostname|internet|a.nl");
+    assert_eq!(task["data"]["organization"], "org1");
+    // The same event again, and an update: nothing new (the work waits; run_on is create only).
+    s.mutation(object(
+        "create",
+        "org1",
+        "Hostname|internet|a.nl",
+        "Hostname",
+        2,
+    ))
+    .await;
+    s.mutation(object(
+        "update",
+        "org1",
+        "Hostname|internet|a.nl",
+        "Hostname",
+        2,
+    ))
+    .await;
+    s.handled(3).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "on-create-only"]
+    );
+    let status: Value = s.app.get("/health").await.json().await.unwrap();
+    let listener = status["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["service"] == "listener")
+        .unwrap()
+        .clone();
+    assert_eq!(listener["additional"]["state"], "consuming");
+    assert_eq!(listener["additional"]["queues"][0]["acked"], 3);
+    s.cleanup().await;
+}
+
+async fn poison_is_dead_lettered_and_never_stalls_the_queue(backend: Backend) {
+    // A prefetch window of 5 and 20 poison messages: mula would stall on the first five.
+    let Some(s) = Setup::new(backend, 5).await else {
+        return;
+    };
+    for i in 0..20 {
+        let body = if i % 2 == 0 {
+            b"not json".to_vec()
+        } else {
+            json!({"operation": "update", "primary_key": "x", "client_id": "org1"})
+                .to_string()
+                .into_bytes()
+        };
+        s.publish(&s.mutations.clone(), &body).await;
+    }
+    s.mutation(object(
+        "create",
+        "org2",
+        "Hostname|internet|b.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    s.handled(21).await;
+    assert_eq!(
+        s.boefje_ids("org2").await,
+        vec!["dns-records", "on-create-only"]
+    );
+    // The dead letters carry the reason.
+    let mut dead = s
+        .channel
+        .basic_consume(
+            format!("{}.dead", s.mutations).as_str().into(),
+            "test".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), dead.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.data, b"not json");
+    let headers = first.properties.headers().clone().unwrap();
+    let reason = headers.inner().get("x-kat-reason").unwrap();
+    assert!(matches!(reason, AMQPValue::LongString(r) if r.to_string().starts_with("not JSON")));
+    s.cleanup().await;
+}
+
+async fn a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only(backend: Backend) {
+    let Some(s) = Setup::new(backend, 100).await else {
+        return;
+    };
+    let reference = "Hostname|internet|shared.nl";
+    s.mutation(object("create", "org1", reference, "Hostname", 1))
+        .await;
+    s.mutation(object("create", "org2", reference, "Hostname", 1))
+        .await;
+    s.mutation(object(
+        "create",
+        "org1",
+        "Hostname|internet/other.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    s.handled(3).await;
+    s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
+        .await;
+    s.handled(4).await;
+    let cancelled: Value = s
+        .app
+        .get("/tasks?scheduler_id=boefje&status=cancelled&limit=100")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let cancelled = cancelled["results"].as_array().unwrap();
+    assert_eq!(cancelled.len(), 2, "org1's two tasks for the object");
+    assert!(
+        cancelled
+            .iter()
+            .all(|t| t["organisation"] == "org1" && t["data"]["input_ooi"] == reference)
+    );
+    assert_eq!(s.boefje_ids("org2").await.len(), 2, "org2's are untouched");
+    assert_eq!(
+        s.boefje_ids("org1").await.len(),
+        2,
+        "org1's other object untouched"
+    );
+    s.cleanup().await;
+}
+
+async fn a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error(backend: Backend) {
+    let Some(s) = Setup::new(backend, 100).await else {
+        return;
+    };
+    let raw = |mimes: Value| {
+        json!({"event_id": "raw_file_received", "organization": "org1", "raw_data": {
+            "id": Uuid::new_v4().to_string(),
+            "boefje_meta": {"id": Uuid::new_v4().to_string(), "organization": "org1",
+                            "boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|a.nl"},
+            "mime_types": mimes}})
+    };
+    let ok = raw(json!([{"value": "boefje/dns-records"}, {"value": "text/plain"}]));
+    let error = raw(json!([{"value": "boefje/dns-records"}, {"value": "error/boefje"}]));
+    for body in [&ok, &ok, &error] {
+        s.publish(&s.raw_files.clone(), body.to_string().as_bytes())
+            .await;
+    }
+    s.handled(3).await;
+    let page: Value = s
+        .app
+        .get("/tasks?scheduler_id=normalizer&limit=100")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let tasks = page["results"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "one task for the file, none for the error");
+    assert_eq!(tasks[0]["data"]["normalizer"]["id"], "kat_dns_normalize");
+    assert_eq!(tasks[0]["data"]["raw_data"]["id"], ok["raw_data"]["id"]);
+    s.cleanup().await;
+}
+
+crate::backend_tests!(
+    an_object_event_becomes_the_tasks_its_plugins_allow,
+    poison_is_dead_lettered_and_never_stalls_the_queue,
+    a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only,
+    a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error,
+);
