@@ -116,6 +116,8 @@ struct Counters {
 pub struct ListenerStatus {
     queues: [String; 2],
     state: Mutex<String>,
+    /// Connections that reached consuming (more than one: it reconnected).
+    sessions: AtomicU64,
     counters: [Counters; 2],
     handled: tokio::sync::watch::Sender<u64>,
 }
@@ -126,6 +128,7 @@ impl ListenerStatus {
         Self {
             queues: [mutations_queue.to_owned(), raw_files_queue.to_owned()],
             state: Mutex::new("off".into()),
+            sessions: AtomicU64::new(0),
             counters: Default::default(),
             handled: tokio::sync::watch::channel(0).0,
         }
@@ -144,6 +147,11 @@ impl ListenerStatus {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Connections that reached consuming since start.
+    pub fn sessions(&self) -> u64 {
+        self.sessions.load(Ordering::Relaxed)
     }
 
     /// Each queue's figures.
@@ -227,7 +235,10 @@ impl Listener {
         token: &CancellationToken,
         backoff: &mut Duration,
     ) -> Result<(), lapin::Error> {
-        let connect = Connection::connect(&self.config.uri, ConnectionProperties::default());
+        // Named, so an operator (or a test) can tell this connection apart in RabbitMQ.
+        let name = format!("kat-scheduler listener ({})", self.config.mutations_queue);
+        let properties = ConnectionProperties::default().with_connection_name(name.as_str().into());
+        let connect = Connection::connect(&self.config.uri, properties);
         let conn = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| {
@@ -269,6 +280,7 @@ impl Listener {
             )
             .await?;
         self.status.set_state("consuming");
+        self.status.sessions.fetch_add(1, Ordering::Relaxed);
         *backoff = MIN_BACKOFF;
         info!(
             mutations = %self.config.mutations_queue,
