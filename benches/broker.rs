@@ -474,6 +474,7 @@ fn ceiling_pushes(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<
                                 plugin_id: Some(name.clone()),
                                 oci_image: Some("ghcr.io/minvws/openkat/bench:latest".into()),
                                 input_ooi: Some(format!("Hostname|internet|{name}.example.com")),
+                                deduplication_key: None,
                             }
                         })
                         .collect();

@@ -111,7 +111,8 @@ fn schemas(limits: &Limits) -> Map<String, Value> {
                     "oci_image": opt(text(limits))
                 })),
                 "organization": {"type": "string", "minLength": 1, "pattern": NO_NUL},
-                "input_ooi": opt(text(limits))
+                "input_ooi": opt(text(limits)),
+                "deduplication_key": opt(json!({"type": "string", "format": "uuid"}))
             }),
             "A boefje task: the boefje to run, the object to run it on and the organisation.",
         ),

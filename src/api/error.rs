@@ -107,6 +107,7 @@ impl ApiError {
                     format!("Bad request error occurred: {e}")
                 }
                 QueueError::Duplicate { .. }
+                | QueueError::InFlight { .. }
                 | QueueError::IllegalTransition(_)
                 | QueueError::Conflict(_) => format!("Conflict error occurred: {e}"),
                 QueueError::QueueFull(_) => format!("Too many requests: {e}"),
@@ -137,6 +138,7 @@ impl ResponseError for ApiError {
                 }
                 QueueError::BadRequest(_) | QueueError::Malformed(_) => StatusCode::BAD_REQUEST,
                 QueueError::Duplicate { .. }
+                | QueueError::InFlight { .. }
                 | QueueError::IllegalTransition(_)
                 | QueueError::Conflict(_) => StatusCode::CONFLICT,
                 QueueError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,

@@ -23,16 +23,23 @@ pub enum KeyField {
     OciImage,
     /// `data.input_ooi`.
     InputOoi,
+    /// `data.deduplication_key` of a boefje task: the group of sibling tasks, one per
+    /// organisation, that run the same boefje on the same object (see [`crate::planner`]).
+    DedupKey,
 }
 
 impl KeyField {
     /// Every key field, in index order.
-    pub const ALL: [KeyField; 4] = [
+    pub const ALL: [KeyField; KeyField::COUNT] = [
         Self::Organisation,
         Self::PluginId,
         Self::OciImage,
         Self::InputOoi,
+        Self::DedupKey,
     ];
+
+    /// How many key fields there are.
+    pub const COUNT: usize = 5;
 
     /// A dense index, for per-field arrays.
     pub fn index(self) -> usize {
@@ -46,6 +53,7 @@ impl KeyField {
             Self::PluginId => "plugin_id",
             Self::OciImage => "oci_image",
             Self::InputOoi => "input_ooi",
+            Self::DedupKey => "deduplication_key",
         }
     }
 
@@ -60,6 +68,8 @@ impl KeyField {
             Some(Self::OciImage)
         } else if is(&["input_ooi"]) {
             Some(Self::InputOoi)
+        } else if scheduler == SchedulerId::Boefje && is(DEDUP_PATH) {
+            Some(Self::DedupKey)
         } else {
             None
         }
@@ -69,13 +79,17 @@ impl KeyField {
     /// reference names few tasks, an organisation many.
     pub fn selectivity_rank(self) -> u8 {
         match self {
-            Self::InputOoi => 0,
-            Self::PluginId => 1,
-            Self::OciImage => 2,
-            Self::Organisation => 3,
+            Self::DedupKey => 0,
+            Self::InputOoi => 1,
+            Self::PluginId => 2,
+            Self::OciImage => 3,
+            Self::Organisation => 4,
         }
     }
 }
+
+/// Where a boefje task names its de-duplication group (mula's `BoefjeTask.deduplication_key`).
+pub const DEDUP_PATH: &[&str] = &["deduplication_key"];
 
 /// Where `scheduler`'s payload names its plugin.
 pub fn plugin_path(scheduler: SchedulerId) -> &'static [&'static str] {
@@ -95,6 +109,8 @@ pub struct DataKeys {
     pub oci_image: Option<String>,
     /// See [`KeyField::InputOoi`].
     pub input_ooi: Option<String>,
+    /// See [`KeyField::DedupKey`].
+    pub deduplication_key: Option<String>,
 }
 
 impl DataKeys {
@@ -104,6 +120,10 @@ impl DataKeys {
             plugin_id: text_at(data, plugin_path(scheduler)),
             oci_image: text_at(data, &["boefje", "oci_image"]),
             input_ooi: text_at(data, &["input_ooi"]),
+            deduplication_key: match scheduler {
+                SchedulerId::Boefje => text_at(data, DEDUP_PATH),
+                _ => None,
+            },
         }
     }
 
@@ -114,6 +134,7 @@ impl DataKeys {
             KeyField::PluginId => self.plugin_id.as_deref(),
             KeyField::OciImage => self.oci_image.as_deref(),
             KeyField::InputOoi => self.input_ooi.as_deref(),
+            KeyField::DedupKey => self.deduplication_key.as_deref(),
         }
     }
 
@@ -167,6 +188,7 @@ mod tests {
                 plugin_id: Some("nmap".into()),
                 oci_image: Some("img".into()),
                 input_ooi: Some("o".into()),
+                deduplication_key: None,
             }
         );
         let normalizer = map(json!({"normalizer": {"id": "kat_n"}, "boefje": {"id": "x"}}));

@@ -107,6 +107,22 @@ pub fn hash_for(scheduler: SchedulerId, data: &Map<String, Value>) -> Result<Str
                     )));
                 }
             }
+            // The de-duplication group, a key field too: a task id, if anything.
+            match data.get("deduplication_key") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(k)) if Uuid::parse_str(k).is_ok() => {}
+                Some(Value::String(k)) => {
+                    return Err(PayloadError(format!(
+                        "data.deduplication_key: '{k}' is not a valid UUID"
+                    )));
+                }
+                Some(other) => {
+                    return Err(PayloadError(format!(
+                        "data.deduplication_key: expected a UUID string or null, got {}",
+                        kind(other)
+                    )));
+                }
+            }
             let organization = text(data, "organization", "data")?;
             match data.get("input_ooi") {
                 None | Some(Value::Null) => format!("{boefje_id}-{organization}"),

@@ -76,7 +76,7 @@ impl Outcome {
     pub(crate) fn of_push_error(e: QueueError) -> Option<Outcome> {
         match e {
             // The work already waits: applying the message again changes nothing.
-            QueueError::Duplicate { .. } => None,
+            QueueError::Duplicate { .. } | QueueError::InFlight { .. } => None,
             QueueError::QueueFull(_) | QueueError::Busy | QueueError::Unavailable(_) => {
                 Some(Outcome::Retry(e.to_string()))
             }

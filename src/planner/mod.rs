@@ -74,6 +74,8 @@ fn push(organisation: &str, priority: i64, data: Value) -> PushRequest {
         organisation: organisation.to_owned(),
         priority: Some(priority),
         data,
+        // Planned work waits for its previous run to finish (no concurrent invocation).
+        exclusive: true,
         ..Default::default()
     }
 }

@@ -116,7 +116,7 @@ struct Entry {
     hash: Option<[u8; 16]>,
     schedule_id: Option<Uuid>,
     /// Values by [`KeyField::index`]; the organisation is always there.
-    keys: [Option<Arc<str>>; 4],
+    keys: [Option<Arc<str>>; KeyField::COUNT],
 }
 
 impl PartialEq for Entry {
@@ -270,7 +270,7 @@ pub struct SchedulerHeap {
     queue: DoublePriorityQueue<Entry, Rank>,
     by_hash: HashMap<[u8; 16], Uuid>,
     /// Per key field ([`KeyField::index`]): value → its tasks in pop order.
-    keys: [HashMap<Arc<str>, KeySet>; 4],
+    keys: [HashMap<Arc<str>, KeySet>; KeyField::COUNT],
     maxsize: usize,
 }
 
@@ -391,6 +391,11 @@ impl SchedulerHeap {
             .map(|h| format!("{:032x}", u128::from_be_bytes(h)))
     }
 
+    /// A queued task's value of a key field.
+    pub fn key_of(&self, id: &Uuid, field: KeyField) -> Option<Arc<str>> {
+        self.queue.get(id)?.0.keys[field.index()].clone()
+    }
+
     /// The queued task with this hash, if any.
     pub fn find_hash(&self, hash: &str) -> Option<Uuid> {
         self.by_hash.get(&hash_bytes(hash)?).copied()
@@ -404,7 +409,7 @@ impl SchedulerHeap {
     }
 
     fn entry_of(&self, task: HeapTask) -> Entry {
-        let mut keys: [Option<Arc<str>>; 4] = Default::default();
+        let mut keys: [Option<Arc<str>>; KeyField::COUNT] = Default::default();
         keys[KeyField::Organisation.index()] =
             Some(self.intern(KeyField::Organisation, &task.organisation));
         for field in KeyField::ALL {
@@ -652,6 +657,7 @@ mod tests {
                 plugin_id: Some("b1".into()),
                 oci_image: image.map(str::to_owned),
                 input_ooi: None,
+                deduplication_key: None,
             },
         }
     }

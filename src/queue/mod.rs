@@ -109,6 +109,13 @@ pub enum QueueError {
         /// The waiting task.
         existing: Uuid,
     },
+    /// The planner's push of work whose previous task is still dispatched or running (no
+    /// concurrent invocation; 409 should a client ever meet it).
+    #[error("a task with the same hash is still dispatched or running (task {existing})")]
+    InFlight {
+        /// The task handed out.
+        existing: Uuid,
+    },
     /// A status change the state machine forbids (409).
     #[error("{0}")]
     IllegalTransition(IllegalTransition),
@@ -355,7 +362,47 @@ impl Broker {
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
         let task = push::prepare(scheduler, request, &self.inner.config.input)?;
-        self.call(scheduler, task, Command::Push).await
+        self.call(scheduler, vec![task], Command::Push)
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(QueueError::Internal("a push went unanswered".into())))
+    }
+
+    /// Pushes several tasks onto `scheduler`'s queue in one transaction (a task and its
+    /// de-duplication siblings, or the tasks of a batch of events); answers each in order, once
+    /// committed. A task refused (a duplicate, a malformed payload) does not stop the others.
+    pub async fn push_many(
+        &self,
+        scheduler: SchedulerId,
+        requests: Vec<PushRequest>,
+    ) -> Result<Vec<Result<PushOutcome, QueueError>>, QueueError> {
+        let mut out: Vec<Option<Result<PushOutcome, QueueError>>> = Vec::new();
+        let mut tasks = Vec::with_capacity(requests.len());
+        for r in requests {
+            match push::prepare(scheduler, r, &self.inner.config.input) {
+                Ok(t) => {
+                    tasks.push(t);
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        let mut answers = if tasks.is_empty() {
+            Vec::new()
+        } else {
+            self.call(scheduler, tasks, Command::Push).await?
+        }
+        .into_iter();
+        Ok(out
+            .into_iter()
+            .map(|slot| {
+                slot.unwrap_or_else(|| {
+                    answers.next().unwrap_or_else(|| {
+                        Err(QueueError::Internal("a push went unanswered".into()))
+                    })
+                })
+            })
+            .collect())
     }
 
     /// Pops up to `limit` tasks (best first) matching `filter`; they are `dispatched` and that

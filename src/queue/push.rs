@@ -23,12 +23,18 @@ pub struct PushRequest {
     pub priority: Option<i64>,
     /// The payload.
     pub data: Map<String, Value>,
+    /// The planner's push (not a client's): refused while a task with the same hash is still
+    /// dispatched or running, so the same work never runs twice at once (no concurrent
+    /// invocation). A client's push is not held back: a user may run a scan again.
+    pub exclusive: bool,
 }
 
 /// A validated task, not yet placed.
 #[derive(Debug, Clone)]
 pub(crate) struct NewTask {
     pub id: Uuid,
+    /// See [`PushRequest::exclusive`].
+    pub exclusive: bool,
     /// The client named this id, so it may be a re-push of a task that exists.
     pub id_given: bool,
     pub organisation: String,
@@ -102,6 +108,7 @@ pub(crate) fn prepare(
     let data = Value::Object(data).to_string();
     Ok(NewTask {
         id,
+        exclusive: req.exclusive,
         id_given,
         organisation: req.organisation,
         priority,

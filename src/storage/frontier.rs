@@ -37,12 +37,90 @@ pub struct FrontierRow {
     pub gone_at: Option<NaiveDateTime>,
 }
 
+/// The column list that decodes into [`FrontierRow`].
+const ROW_COLUMNS: &str = "organisation, reference, object_type, scan_level, scan_profile_type, \
+     first_seen, last_seen, gone_at";
+
 fn sql(conn: &AnyConnection, text: &str) -> Sql {
     Sql::new(Backend::of(conn), text)
 }
 
-/// Inserts or updates an object; a row already holding these values is left alone (the same
-/// event twice changes nothing). Returns whether the row changed.
+/// An object to upsert into the frontier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRow {
+    /// Its organisation.
+    pub organisation: String,
+    /// Its reference.
+    pub reference: String,
+    /// Its type.
+    pub object_type: String,
+    /// Its scan level.
+    pub scan_level: Option<i64>,
+    /// Its scan profile type.
+    pub scan_profile_type: Option<String>,
+}
+
+/// Objects per multi-row upsert (8 binds each).
+pub const UPSERT_CHUNK: usize = 1000;
+
+/// A row that differs from what the frontier holds (or is gone there): the only rows an upsert
+/// changes beyond their confirmation.
+const CHANGED: &str = "frontier.object_type IS DISTINCT FROM excluded.object_type \
+     OR frontier.scan_level IS DISTINCT FROM excluded.scan_level \
+     OR frontier.scan_profile_type IS DISTINCT FROM excluded.scan_profile_type \
+     OR frontier.gone_at IS NOT NULL";
+
+/// Inserts or updates objects, a multi-row statement per [`UPSERT_CHUNK`]; each (organisation,
+/// reference) at most once per call. A row already holding these values is left alone (the same
+/// event twice changes nothing), except that `confirmed`, when given (a ColdStart pass), is
+/// stamped on every row. Returns how many rows were written.
+pub fn upsert_objects(
+    conn: &mut AnyConnection,
+    objects: &[ObjectRow],
+    now: NaiveDateTime,
+    confirmed: Option<NaiveDateTime>,
+) -> QueryResult<usize> {
+    let mut written = 0;
+    for chunk in objects.chunks(UPSERT_CHUNK) {
+        let mut q = sql(
+            conn,
+            "INSERT INTO frontier (organisation, reference, object_type, scan_level, \
+             scan_profile_type, first_seen, last_seen, gone_at, confirmed_at) VALUES ",
+        );
+        for (i, o) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" });
+            q.bind(o.organisation.as_str())
+                .push(", ")
+                .bind(o.reference.as_str())
+                .push(", ")
+                .bind(o.object_type.as_str())
+                .push(", ")
+                .bind(Bind::OptBigInt(o.scan_level))
+                .push(", ")
+                .bind(Bind::OptText(o.scan_profile_type.clone()))
+                .push(", ")
+                .bind(now)
+                .push(", ")
+                .bind(now)
+                .push(", NULL, ")
+                .bind(Bind::OptTime(confirmed))
+                .push(")");
+        }
+        q.push(&format!(
+            " ON CONFLICT (organisation, reference) DO UPDATE SET \
+             object_type = excluded.object_type, scan_level = excluded.scan_level, \
+             scan_profile_type = excluded.scan_profile_type, \
+             last_seen = CASE WHEN {CHANGED} THEN excluded.last_seen ELSE frontier.last_seen END, \
+             gone_at = NULL, \
+             confirmed_at = COALESCE(excluded.confirmed_at, frontier.confirmed_at) \
+             WHERE {CHANGED} OR excluded.confirmed_at IS NOT NULL"
+        ));
+        written += q.execute(conn)?;
+    }
+    Ok(written)
+}
+
+/// Inserts or updates one object (see [`upsert_objects`]). Returns whether the row changed.
 pub fn upsert_object(
     conn: &mut AnyConnection,
     organisation: &str,
@@ -52,35 +130,167 @@ pub fn upsert_object(
     scan_profile_type: Option<&str>,
     now: NaiveDateTime,
 ) -> QueryResult<bool> {
+    let row = ObjectRow {
+        organisation: organisation.to_owned(),
+        reference: reference.to_owned(),
+        object_type: object_type.to_owned(),
+        scan_level,
+        scan_profile_type: scan_profile_type.map(str::to_owned),
+    };
+    Ok(upsert_objects(conn, &[row], now, None)? > 0)
+}
+
+/// The rows the frontier holds for these objects of one organisation (gone ones too).
+pub fn get_many(
+    conn: &mut AnyConnection,
+    organisation: &str,
+    references: &[String],
+) -> QueryResult<Vec<FrontierRow>> {
+    let mut out = Vec::new();
+    for chunk in references.chunks(UPSERT_CHUNK) {
+        let mut q = sql(
+            conn,
+            &format!("SELECT {ROW_COLUMNS} FROM frontier WHERE organisation = "),
+        );
+        q.bind(organisation).push(" AND reference IN (");
+        for (i, r) in chunk.iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
+            }
+            q.bind(r.as_str());
+        }
+        q.push(")");
+        out.extend(q.load::<FrontierRow>(conn)?);
+    }
+    Ok(out)
+}
+
+/// The organisations among `organisations` whose frontier holds `reference` (not gone), with
+/// their rows: who a de-duplicated boefje task may have siblings in.
+pub fn holders(
+    conn: &mut AnyConnection,
+    reference: &str,
+    organisations: &[String],
+) -> QueryResult<Vec<FrontierRow>> {
+    if organisations.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut q = sql(
         conn,
-        "INSERT INTO frontier (organisation, reference, object_type, scan_level, \
-         scan_profile_type, first_seen, last_seen, gone_at) VALUES (",
+        &format!("SELECT {ROW_COLUMNS} FROM frontier WHERE reference = "),
     );
-    q.bind(organisation)
+    q.bind(reference)
+        .push(" AND gone_at IS NULL AND organisation IN (");
+    for (i, o) in organisations.iter().enumerate() {
+        if i > 0 {
+            q.push(", ");
+        }
+        q.bind(o.as_str());
+    }
+    q.push(")");
+    q.load::<FrontierRow>(conn)
+}
+
+/// Marks gone the objects of `organisation` that a ColdStart pass begun at `pass_started` did
+/// not confirm and that nothing touched since it began (an object created while the pass ran is
+/// not in its snapshot, but is not gone). Returns their references.
+pub fn gone_after_pass(
+    conn: &mut AnyConnection,
+    organisation: &str,
+    pass_started: NaiveDateTime,
+    now: NaiveDateTime,
+) -> QueryResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct Reference {
+        #[diesel(sql_type = Text)]
+        reference: String,
+    }
+    let mut q = sql(conn, "UPDATE frontier SET gone_at = ");
+    q.bind(now)
+        .push(" WHERE organisation = ")
+        .bind(organisation)
+        .push(" AND gone_at IS NULL AND (confirmed_at IS NULL OR confirmed_at < ")
+        .bind(pass_started)
+        .push(") AND last_seen < ")
+        .bind(pass_started)
+        .push(" RETURNING reference");
+    Ok(q.load::<Reference>(conn)?
+        .into_iter()
+        .map(|r| r.reference)
+        .collect())
+}
+
+/// Where an organisation's ColdStart pass is.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct Progress {
+    /// The organisation.
+    #[diesel(sql_type = Text)]
+    pub organisation: String,
+    /// When the current (or last) pass began.
+    #[diesel(sql_type = Timestamp)]
+    pub pass_started_at: NaiveDateTime,
+    /// The snapshot the pass reads (Octopoes' `valid_time`), kept so a resumed pass pages the
+    /// same list.
+    #[diesel(sql_type = Timestamp)]
+    pub valid_time: NaiveDateTime,
+    /// The offset of the next page to read.
+    #[diesel(sql_type = BigInt)]
+    pub next_offset: i64,
+    /// Objects loaded so far in this pass.
+    #[diesel(sql_type = BigInt)]
+    pub loaded: i64,
+    /// Objects in the snapshot, once a page said.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub total: Option<i64>,
+    /// When the pass completed; `None` while it runs.
+    #[diesel(sql_type = Nullable<Timestamp>)]
+    pub completed_at: Option<NaiveDateTime>,
+}
+
+/// Every organisation's ColdStart progress.
+pub fn progress_all(conn: &mut AnyConnection) -> QueryResult<Vec<Progress>> {
+    sql(
+        conn,
+        "SELECT organisation, pass_started_at, valid_time, next_offset, loaded, total, \
+         completed_at FROM coldstart_progress ORDER BY organisation",
+    )
+    .load(conn)
+}
+
+/// Saves an organisation's ColdStart progress.
+pub fn progress_save(
+    conn: &mut AnyConnection,
+    p: &Progress,
+    now: NaiveDateTime,
+) -> QueryResult<()> {
+    let mut q = sql(
+        conn,
+        "INSERT INTO coldstart_progress (organisation, pass_started_at, valid_time, next_offset, \
+         loaded, total, completed_at, updated_at) VALUES (",
+    );
+    q.bind(p.organisation.as_str())
         .push(", ")
-        .bind(reference)
+        .bind(p.pass_started_at)
         .push(", ")
-        .bind(object_type)
+        .bind(p.valid_time)
         .push(", ")
-        .bind(Bind::OptBigInt(scan_level))
+        .bind(p.next_offset)
         .push(", ")
-        .bind(Bind::OptText(scan_profile_type.map(str::to_owned)))
+        .bind(p.loaded)
         .push(", ")
-        .bind(now)
+        .bind(Bind::OptBigInt(p.total))
+        .push(", ")
+        .bind(Bind::OptTime(p.completed_at))
         .push(", ")
         .bind(now)
         .push(
-            ", NULL) ON CONFLICT (organisation, reference) DO UPDATE SET \
-             object_type = excluded.object_type, scan_level = excluded.scan_level, \
-             scan_profile_type = excluded.scan_profile_type, last_seen = excluded.last_seen, \
-             gone_at = NULL \
-             WHERE frontier.object_type IS DISTINCT FROM excluded.object_type \
-             OR frontier.scan_level IS DISTINCT FROM excluded.scan_level \
-             OR frontier.scan_profile_type IS DISTINCT FROM excluded.scan_profile_type \
-             OR frontier.gone_at IS NOT NULL",
+            ") ON CONFLICT (organisation) DO UPDATE SET pass_started_at = excluded.pass_started_at, \
+             valid_time = excluded.valid_time, next_offset = excluded.next_offset, \
+             loaded = excluded.loaded, total = excluded.total, \
+             completed_at = excluded.completed_at, updated_at = excluded.updated_at",
         );
-    Ok(q.execute(conn)? > 0)
+    q.execute(conn)?;
+    Ok(())
 }
 
 /// Marks an object gone (once: a second delete changes nothing). Returns whether it changed.
@@ -108,13 +318,42 @@ pub fn get(
 ) -> QueryResult<Option<FrontierRow>> {
     let mut q = sql(
         conn,
-        "SELECT organisation, reference, object_type, scan_level, \
-         scan_profile_type, first_seen, last_seen, gone_at FROM frontier WHERE organisation = ",
+        &format!("SELECT {ROW_COLUMNS} FROM frontier WHERE organisation = "),
     );
     q.bind(organisation)
         .push(" AND reference = ")
         .bind(reference);
     Ok(q.load::<FrontierRow>(conn)?.into_iter().next())
+}
+
+/// Records raw files (id, organisation, mime types as JSON); one recorded before is left alone
+/// (the same event twice). Returns how many were new.
+pub fn record_raw_files(
+    conn: &mut AnyConnection,
+    files: &[(String, String, String)],
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    let mut new = 0;
+    for chunk in files.chunks(UPSERT_CHUNK) {
+        let mut q = sql(
+            conn,
+            "INSERT INTO raw_files (id, organisation, mime_types, received_at) VALUES ",
+        );
+        for (i, (id, org, mime)) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" });
+            q.bind(id.as_str())
+                .push(", ")
+                .bind(org.as_str())
+                .push(", ")
+                .bind(mime.as_str())
+                .push(", ")
+                .bind(now)
+                .push(")");
+        }
+        q.push(" ON CONFLICT (id) DO NOTHING");
+        new += q.execute(conn)?;
+    }
+    Ok(new)
 }
 
 /// Records a raw file; false if it was recorded before (the same event twice).

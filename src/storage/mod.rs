@@ -298,6 +298,15 @@ pub fn pending_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, Strin
         .map_err(|e| format!("cannot read the migration state: {e}"))
 }
 
+/// Reverts the last `n` applied migrations (tests of an upgrade from an older schema).
+pub fn revert_last_migrations(conn: &mut AnyConnection, n: usize) -> Result<(), String> {
+    for _ in 0..n {
+        conn.revert_last_migration(MIGRATIONS)
+            .map_err(|e| format!("revert failed: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Reverts every applied migration (used by the migration round-trip test and for dev resets).
 pub fn revert_all_migrations(conn: &mut AnyConnection) -> Result<usize, String> {
     conn.revert_all_migrations(MIGRATIONS)

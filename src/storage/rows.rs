@@ -63,6 +63,9 @@ pub struct TaskRow {
     /// Key field: `data.input_ooi`.
     #[diesel(sql_type = Nullable<Text>)]
     pub input_ooi: Option<String>,
+    /// Key field: `data.deduplication_key` (boefje tasks).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub deduplication_key: Option<String>,
 }
 
 impl TaskRow {
@@ -172,6 +175,9 @@ pub struct HeapRow {
     /// Key field.
     #[diesel(sql_type = Nullable<Text>)]
     pub input_ooi: Option<String>,
+    /// Key field.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub deduplication_key: Option<String>,
 }
 
 /// A task's place in pop order: `(priority, created_at, id)`.
@@ -194,6 +200,17 @@ pub struct PayloadRow {
     /// The payload, as JSON text.
     #[diesel(sql_type = Text)]
     pub data: String,
+}
+
+/// A task id and its hash.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct IdHashRow {
+    /// Task id.
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// The hash.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub hash: Option<String>,
 }
 
 /// A task hash.

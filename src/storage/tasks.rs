@@ -8,7 +8,7 @@ use diesel::QueryResult;
 
 use super::filter_sql::push_filter;
 use super::rows::{
-    CountRow, HashRow, HeapRow, PayloadRow, PopKey, SchedulerCount, StatsRow, TaskRow,
+    CountRow, HashRow, HeapRow, IdHashRow, PayloadRow, PopKey, SchedulerCount, StatsRow, TaskRow,
 };
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend};
@@ -20,15 +20,15 @@ use crate::domain::{SchedulerId, TaskStatus};
 /// The column list that decodes into [`TaskRow`].
 pub const COLUMNS: &str = "id, scheduler_id, schedule_id, organisation, type AS task_type, hash, \
      priority, data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
-     plugin_id, oci_image, input_ooi";
+     plugin_id, oci_image, input_ooi, deduplication_key";
 
 /// The column list that decodes into [`HeapRow`].
 const HEAP_COLUMNS: &str = "id, priority, created_at, modified_at, hash, schedule_id, organisation, \
-     plugin_id, oci_image, input_ooi";
+     plugin_id, oci_image, input_ooi, deduplication_key";
 
 /// Ids per statement.
 pub const CHUNK: usize = 1000;
-/// Rows per multi-row INSERT (17 binds each).
+/// Rows per multi-row INSERT (18 binds each).
 pub const INSERT_CHUNK: usize = 500;
 
 /// Pending tasks a filtered pop examines at most when its filter names no key field: a bounded
@@ -161,7 +161,7 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
             conn,
             "INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, hash, priority, \
              data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
-             plugin_id, oci_image, input_ooi) VALUES ",
+             plugin_id, oci_image, input_ooi, deduplication_key) VALUES ",
         );
         for (i, r) in chunk.iter().enumerate() {
             q.push(if i == 0 { "(" } else { ", (" });
@@ -198,6 +198,8 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
                 .bind(Bind::OptText(r.oci_image.clone()))
                 .push(", ")
                 .bind(Bind::OptText(r.input_ooi.clone()))
+                .push(", ")
+                .bind(Bind::OptText(r.deduplication_key.clone()))
                 .push(")");
         }
         q.execute(conn)?;
@@ -511,6 +513,21 @@ pub fn pending_hashes(
         .collect())
 }
 
+/// The ids and hashes of `scheduler`'s tasks in flight (`dispatched`, `running`), read once per
+/// rebuild. No index serves it (one would be written by every pop): a scan, at start and after a
+/// failed batch only.
+pub fn in_flight_hashes(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+) -> QueryResult<Vec<IdHashRow>> {
+    let mut q = sql(
+        conn,
+        "SELECT id, hash FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = ",
+    );
+    q.bind(scheduler.as_str());
+    q.load(conn)
+}
+
 /// Fills the key-field columns of `scheduler`'s waiting tasks written before they existed (or by
 /// an older version during a rolling deploy); returns how many rows it filled.
 pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryResult<usize> {
@@ -543,6 +560,8 @@ pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryR
                 .bind(Bind::OptText(keys.oci_image))
                 .push(", input_ooi = ")
                 .bind(Bind::OptText(keys.input_ooi))
+                .push(", deduplication_key = ")
+                .bind(Bind::OptText(keys.deduplication_key))
                 .push(" WHERE id = ")
                 .bind(row.id.as_str());
             filled += u.execute(conn)?;

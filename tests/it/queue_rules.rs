@@ -310,6 +310,59 @@ async fn a_task_patched_back_to_queued_is_popped_again(backend: Backend) {
     assert_eq!(app.pop_ok("boefje", 1, None).await[0]["id"], task["id"]);
 }
 
+/// A boefje push in de-duplication group `key`.
+fn sibling_push(org: &str, key: &str, priority: i64, ooi: &str) -> Value {
+    let mut body = boefje_push(org, "dns", Some(ooi), priority);
+    body["data"]["deduplication_key"] = json!(key);
+    body
+}
+
+async fn a_boefje_pop_hands_out_a_de_duplication_group_together_and_each_task_once(
+    backend: Backend,
+) {
+    // Two in the heap, the rest of the group waiting as pending.
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 3).await else {
+        return;
+    };
+    let key = uuid::Uuid::new_v4().to_string();
+    let lone = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org0", "nmap", Some("IPAddressV4|internet|10.0.0.1"), 2),
+        )
+        .await;
+    let mut group = Vec::new();
+    for org in ["org1", "org2", "org3", "org4"] {
+        let t = app
+            .push_ok(
+                "boefje",
+                &sibling_push(org, &key, 5, "Hostname|internet|a.nl"),
+            )
+            .await;
+        group.push(id_of(&t));
+    }
+    let bad = app
+        .push(
+            "boefje",
+            &sibling_push("org5", "not-a-uuid", 5, "Hostname|internet|a.nl"),
+        )
+        .await;
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert!(detail(bad).await.contains("data.deduplication_key"));
+
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id_of(&lone)]);
+    // A runner of three of the organisations: its part of the group, beyond limit=1.
+    let filter = json!({"filters": [
+        {"column": "organisation", "operator": "in", "value": ["org1", "org2", "org3"]}]});
+    let got = app.pop_ok("boefje", 1, Some(&filter)).await;
+    let ids: Vec<String> = got.iter().map(id_of).collect();
+    assert_eq!(ids, group[..3].to_vec(), "the group, best first");
+    assert!(got.iter().all(|t| t["status"] == "dispatched"));
+    // The fourth sibling is still there for whoever may run it, once.
+    assert_eq!(app.pop_ids("boefje", 5).await, vec![group[3].clone()]);
+    assert!(app.pop_ids("boefje", 5).await.is_empty());
+}
+
 crate::backend_tests!(
     pops_come_lowest_priority_first_then_oldest,
     equal_priorities_pop_in_push_order_even_within_a_microsecond,
@@ -321,4 +374,5 @@ crate::backend_tests!(
     a_user_scan_into_a_heap_of_user_scans_waits_as_pending,
     a_scheduler_set_to_reject_answers_429_but_takes_user_scans,
     a_task_patched_back_to_queued_is_popped_again,
+    a_boefje_pop_hands_out_a_de_duplication_group_together_and_each_task_once,
 );

@@ -39,6 +39,18 @@ pub enum FilterNode {
     Cond(Condition),
 }
 
+impl FilterNode {
+    /// `column` (at `path` inside `data`) equals the text `value`.
+    pub fn equals(column: Column, path: &[&str], value: &str) -> FilterNode {
+        FilterNode::Cond(Condition {
+            column,
+            path: path.iter().map(|p| (*p).to_owned()).collect(),
+            op: Operator::Eq,
+            operand: Operand::One(Scalar::Text(value.to_owned())),
+        })
+    }
+}
+
 /// A filterable column of the `tasks` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Column {

@@ -11,21 +11,12 @@ use super::pop::Reads;
 use super::state::QueueState;
 use crate::domain::TaskStatus;
 use crate::domain::filter::plan::plan;
-use crate::domain::filter::{Column, Condition, FilterNode, Operand, Operator, Scalar};
+use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::KeyField;
 use crate::storage::StorageError;
 
 /// Tasks of one object cancelled per command at most (an object has a few dozen).
 const CANCEL_MAX: usize = 10_000;
-
-fn equals(column: Column, path: &[&str], value: &str) -> FilterNode {
-    FilterNode::Cond(Condition {
-        column,
-        path: path.iter().map(|p| (*p).to_owned()).collect(),
-        op: Operator::Eq,
-        operand: Operand::One(Scalar::Text(value.to_owned())),
-    })
-}
 
 /// Cancels the waiting tasks of `target`; answers their ids.
 pub(crate) fn cancel_object(
@@ -36,8 +27,8 @@ pub(crate) fn cancel_object(
     now: DateTime<Utc>,
 ) -> Result<Vec<Uuid>, StorageError> {
     let filter = FilterNode::And(vec![
-        equals(Column::Organisation, &[], &target.organisation),
-        equals(Column::Data, &["input_ooi"], &target.reference),
+        FilterNode::equals(Column::Organisation, &[], &target.organisation),
+        FilterNode::equals(Column::Data, &["input_ooi"], &target.reference),
     ]);
     let p = plan(&filter, st.scheduler);
     let mut cancelled = st.heap.matching(&filter, &p, CANCEL_MAX);

@@ -16,10 +16,14 @@ use crate::queue::{ExpiryReport, PushOutcome, QueueError, TaskPatch};
 /// Where an answer goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, QueueError>>;
 
+/// The answer to a push: one result per task pushed, in order.
+pub(crate) type PushResults = Vec<Result<PushOutcome, QueueError>>;
+
 /// A request to an engine.
 pub(crate) enum Command {
-    /// Store a task (or boost or re-queue an existing one).
-    Push(Request<NewTask, PushOutcome>),
+    /// Store tasks (or boost or re-queue existing ones), all in one transaction: a task and its
+    /// de-duplication siblings become visible to pops together.
+    Push(Request<Vec<NewTask>, PushResults>),
     /// Hand out the best tasks, optionally matching a filter.
     Pop(Request<PopRequest, Vec<Task>>),
     /// Change a task's status or priority.
@@ -92,7 +96,7 @@ pub(crate) struct PatchRequest {
 /// The commands an engine applies in one transaction, by kind, in arrival order within each.
 #[derive(Default)]
 pub(crate) struct Batch {
-    pub pushes: Vec<Request<NewTask, PushOutcome>>,
+    pub pushes: Vec<Request<Vec<NewTask>, PushResults>>,
     pub pops: Vec<Request<PopRequest, Vec<Task>>>,
     pub patches: Vec<Request<PatchRequest, Task>>,
     pub expiries: Vec<Request<Vec<Uuid>, ExpiryReport>>,
@@ -112,9 +116,12 @@ impl Batch {
         }
     }
 
-    /// How many commands it holds.
+    /// How much work it holds: a command each, a push of several tasks one per task.
     pub fn len(&self) -> usize {
-        self.pushes.len()
+        self.pushes
+            .iter()
+            .map(|r| r.body.len().max(1))
+            .sum::<usize>()
             + self.pops.len()
             + self.patches.len()
             + self.expiries.len()

@@ -198,7 +198,7 @@ fn write_turn(lock: &Option<Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
 /// What a batch decided, per command, before it is written.
 #[derive(Default)]
 struct Decisions {
-    pushes: Vec<Result<(Uuid, bool), QueueError>>,
+    pushes: Vec<Vec<Result<(Uuid, bool), QueueError>>>,
     patches: Vec<Result<Uuid, QueueError>>,
     expiries: Vec<Result<ExpiryReport, QueueError>>,
     cancels: Vec<Vec<Uuid>>,
@@ -307,6 +307,7 @@ impl Engine {
             scheduler.id = %self.scheduler(),
             queued = self.state.heap.len(),
             pending = self.state.pending.count(),
+            in_flight = self.state.in_flight.len(),
             duration_ms = started.elapsed().as_millis() as u64,
             "heaps rebuilt from the tasks table"
         );
@@ -390,6 +391,11 @@ impl Engine {
                 self.publish();
                 self.in_flight
                     .record(rows.iter(), &self.routes, self.state.scheduler);
+                for (id, row) in &rows {
+                    self.state
+                        .in_flight
+                        .record(*id, row.hash.as_deref(), row.status);
+                }
                 self.answer(batch, decisions, rows);
             }
             Err(e) => {
@@ -427,7 +433,7 @@ impl Engine {
         let mut rows = BatchRows::default();
 
         // 1. Read what the batch may meet.
-        let needs = push::reads(st, batch.pushes.iter().map(|r| &r.body));
+        let needs = push::reads(st, batch.pushes.iter().flat_map(|r| &r.body));
         let mut ids = needs.ids;
         ids.extend(batch.patches.iter().map(|r| r.body.id.to_string()));
         ids.extend(
@@ -452,7 +458,12 @@ impl Engine {
         let mut d = Decisions::default();
         lease::give_back(st, &mut rows, &undelivered, now);
         for r in &batch.pushes {
-            d.pushes.push(push::push(st, &mut rows, &r.body, now));
+            d.pushes.push(
+                r.body
+                    .iter()
+                    .map(|t| push::push(st, &mut rows, t, now))
+                    .collect(),
+            );
         }
         for r in &batch.patches {
             d.patches
@@ -512,13 +523,18 @@ impl Engine {
                 .into_task()
                 .map_err(QueueError::from)
         };
-        for (r, out) in batch.pushes.into_iter().zip(d.pushes) {
-            r.answer(out.and_then(|(id, created)| {
-                Ok(PushOutcome {
-                    task: task(&id)?,
-                    created,
+        for (r, outs) in batch.pushes.into_iter().zip(d.pushes) {
+            r.answer(Ok(outs
+                .into_iter()
+                .map(|out| {
+                    out.and_then(|(id, created)| {
+                        Ok(PushOutcome {
+                            task: task(&id)?,
+                            created,
+                        })
+                    })
                 })
-            }));
+                .collect()));
         }
         for (r, out) in batch.patches.into_iter().zip(d.patches) {
             r.answer(out.and_then(|id| task(&id)));

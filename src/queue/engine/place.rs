@@ -42,6 +42,7 @@ pub(crate) fn heap_task(id: Uuid, row: &TaskRow) -> Result<HeapTask, QueueError>
             plugin_id: row.plugin_id.clone(),
             oci_image: row.oci_image.clone(),
             input_ooi: row.input_ooi.clone(),
+            deduplication_key: row.deduplication_key.clone(),
         },
     })
 }
@@ -61,6 +62,7 @@ pub(crate) fn heap_task_of(row: HeapRow) -> Result<HeapTask, QueueError> {
             plugin_id: row.plugin_id,
             oci_image: row.oci_image,
             input_ooi: row.input_ooi,
+            deduplication_key: row.deduplication_key,
         },
     })
 }

@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::Value;
@@ -18,16 +19,22 @@ use uuid::Uuid;
 use super::batch::BatchRows;
 use super::command::PopRequest;
 use super::state::QueueState;
+use crate::domain::SchedulerId;
 use crate::domain::filter::eval::{self, Json, Record, json_at};
 use crate::domain::filter::plan::Plan;
+use crate::domain::filter::plan::plan as plan_filter;
 use crate::domain::filter::{Column, FilterNode};
-use crate::domain::keys::KeyField;
+use crate::domain::keys::{DEDUP_PATH, KeyField};
 use crate::queue::heap::SchedulerHeap;
 use crate::storage::StorageError;
 use crate::storage::rows::TaskRow;
 
 /// Payloads read per round trip when a filter needs them.
 const PAYLOAD_PAGE: usize = 256;
+
+/// Siblings handed out with one boefje task of a de-duplication group at most (a group has one
+/// task per organisation holding the object).
+pub const GROUP_MAX: usize = 1_000;
 
 /// What a pop reads from the table.
 pub(crate) trait Reads {
@@ -46,6 +53,12 @@ pub(crate) trait Reads {
 }
 
 /// Decides one pop; answers the ids handed out, best first.
+///
+/// On the boefje scheduler a task handed out brings its de-duplication group along (mula's
+/// boefje pop, the runtime's `deduplicate` mode): every other waiting task with the same
+/// `data.deduplication_key` that matches the pop's filter, right after it, beyond `limit` if need
+/// be, so a runner that runs the first and copies its result to the siblings gets them all at
+/// once. Each is still handed out exactly once.
 pub(crate) fn pop(
     st: &mut QueueState,
     rows: &mut BatchRows,
@@ -53,17 +66,64 @@ pub(crate) fn pop(
     req: &PopRequest,
     now: DateTime<Utc>,
 ) -> Result<Vec<Uuid>, StorageError> {
-    let limit = req.limit;
     let every = FilterNode::And(Vec::new());
     let (filter, plan) = match &req.filter {
         Some((f, p)) => (f, Some(p)),
         None => (&every, None),
     };
-    let mut chosen: Vec<Uuid> = match &plan {
+    let chosen = pop_matching(st, rows, reads, filter, plan, req.limit, now)?;
+    if st.scheduler != SchedulerId::Boefje {
+        return Ok(chosen.into_iter().map(|(id, _)| id).collect());
+    }
+    let mut out = Vec::with_capacity(chosen.len());
+    let mut groups_done: Vec<Arc<str>> = Vec::new();
+    for (id, key) in chosen {
+        out.push(id);
+        let Some(key) = key else { continue };
+        if groups_done.contains(&key) {
+            continue;
+        }
+        groups_done.push(key.clone());
+        // The same filter, narrowed to the group: planned, it looks the key up in the heap's
+        // index and in the pending backlog's.
+        let group = FilterNode::And(vec![
+            filter.clone(),
+            FilterNode::equals(Column::Data, DEDUP_PATH, &key),
+        ]);
+        let group_plan = plan_filter(&group, st.scheduler);
+        let siblings = pop_matching(st, rows, reads, &group, Some(&group_plan), GROUP_MAX, now)?;
+        out.extend(siblings.into_iter().map(|(id, _)| id));
+    }
+    Ok(out)
+}
+
+/// A task a pop took, with its de-duplication key.
+type Taken = (Uuid, Option<Arc<str>>);
+
+/// Takes up to `limit` tasks matching `filter` (planned as `plan`; `None`: unfiltered), best
+/// first, heap before backlog, and marks them dispatched; answers each with its de-duplication
+/// key.
+fn pop_matching(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    reads: &mut dyn Reads,
+    filter: &FilterNode,
+    plan: Option<&Plan>,
+    limit: usize,
+    now: DateTime<Utc>,
+) -> Result<Vec<Taken>, StorageError> {
+    let mut chosen: Vec<Taken> = match &plan {
         // Unfiltered: the heap's best.
-        None => std::iter::from_fn(|| st.heap.pop_best())
-            .take(limit)
-            .collect(),
+        None => {
+            let mut out = Vec::new();
+            while out.len() < limit {
+                let Some(best) = st.heap.best() else { break };
+                let key = st.heap.key_of(&best.id, KeyField::DedupKey);
+                st.heap.pop_best();
+                out.push((best.id, key));
+            }
+            out
+        }
         Some(p) => {
             let found = if p.nothing {
                 Vec::new()
@@ -72,13 +132,17 @@ pub(crate) fn pop(
             } else {
                 st.heap.matching(filter, p, limit)
             };
-            for id in &found {
-                st.heap.remove(id);
-            }
             found
+                .into_iter()
+                .map(|id| {
+                    let key = st.heap.key_of(&id, KeyField::DedupKey);
+                    st.heap.remove(&id);
+                    (id, key)
+                })
+                .collect()
         }
     };
-    for id in &chosen {
+    for (id, _) in &chosen {
         dispatch(st, rows, *id, None, now)?;
     }
     let nothing = plan.as_ref().is_some_and(|p| p.nothing);
@@ -104,11 +168,12 @@ pub(crate) fn pop(
         for row in found {
             let id = row.uuid()?;
             st.pending.remove(row.hash.as_deref());
+            let key = row.deduplication_key.as_deref().map(Arc::from);
             if !rows.contains(&id) {
                 rows.load(vec![row.clone()], st.scheduler.as_str());
             }
             dispatch(st, rows, id, Some(row), now)?;
-            chosen.push(id);
+            chosen.push((id, key));
         }
     }
     Ok(chosen)
@@ -236,6 +301,74 @@ mod tests {
             {"column": "data", "field": "boefje__oci_image", "operator": "in", "value": [image]}
         ]}))
         .unwrap()
+    }
+
+    /// A queued boefje row of `org` in de-duplication group `key`.
+    fn sibling(priority: i64, created: i64, org: &str, key: &str) -> (Uuid, TaskRow) {
+        let (id, mut r) = row_with(priority, created, "img");
+        r.organisation = org.into();
+        r.deduplication_key = Some(key.into());
+        r.data = json!({"boefje": {"id": "b1", "oci_image": "img"}, "organization": org,
+                        "deduplication_key": key})
+        .to_string();
+        (id, r)
+    }
+
+    #[test]
+    fn a_boefje_pop_brings_the_whole_group_along_queued_and_pending_but_only_what_matches() {
+        let mut st = state(3, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let mut table = FakeTable::default();
+        let key = Uuid::new_v4().to_string();
+        let (other, r_other) = row_with(3, 1, "img");
+        let (leader, r_leader) = sibling(5, 2, "org1", &key);
+        let (s1, r_s1) = sibling(5, 3, "org2", &key);
+        for (id, r) in [(other, &r_other), (leader, &r_leader), (s1, &r_s1)] {
+            place(&mut st, &mut rows, id, r, Admission::New).unwrap();
+        }
+        // The heap is full: the third sibling waits in the backlog, and so does org4's.
+        let (s2, mut r_s2) = sibling(5, 4, "org3", &key);
+        r_s2.status = TaskStatus::Pending;
+        let (s3, mut r_s3) = sibling(5, 5, "org4", &key);
+        r_s3.status = TaskStatus::Pending;
+        table.pending = vec![r_s2, r_s3];
+        st.pending = crate::queue::engine::state::PendingSet::with(2, None);
+
+        let one = PopRequest::new(SchedulerId::Boefje, 1, None);
+        assert_eq!(
+            pop(&mut st, &mut rows, &mut table, &one, now()).unwrap(),
+            vec![other],
+            "a task without a group comes alone"
+        );
+        // A runner of three organisations: the group, but not org4's sibling.
+        let orgs = parse_request(&json!({"filters": [
+            {"column": "organisation", "operator": "in", "value": ["org1", "org2", "org3"]}
+        ]}))
+        .unwrap();
+        let req = PopRequest::new(SchedulerId::Boefje, 1, Some(orgs));
+        let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
+        assert_eq!(got, vec![leader, s1, s2], "beyond the limit, best first");
+        assert!(st.heap.is_empty());
+        assert_eq!(rows.get(&s2).unwrap().status, TaskStatus::Dispatched);
+        assert!(!got.contains(&s3));
+    }
+
+    #[test]
+    fn other_schedulers_have_no_groups() {
+        let mut st = QueueState::new(
+            SchedulerId::Normalizer,
+            crate::queue::engine::testing::limits(10, WhenFull::Pending),
+        );
+        let mut rows = BatchRows::default();
+        let key = Uuid::new_v4().to_string();
+        let (a, ra) = sibling(5, 1, "org1", &key);
+        let (b, rb) = sibling(5, 2, "org2", &key);
+        for (id, r) in [(a, &ra), (b, &rb)] {
+            place(&mut st, &mut rows, id, r, Admission::New).unwrap();
+        }
+        let req = PopRequest::new(SchedulerId::Normalizer, 1, None);
+        let got = pop(&mut st, &mut rows, &mut FakeTable::default(), &req, now()).unwrap();
+        assert_eq!(got, vec![a]);
     }
 
     #[test]

@@ -91,6 +91,13 @@ pub(crate) fn push(
     if let Some(other) = st.heap.find_hash(&task.hash) {
         return boost_or_conflict(st, rows, other, task.priority, now);
     }
+    // Pushes are decided before the batch's patches and pops, so the committed state is the
+    // one to ask.
+    if task.exclusive
+        && let Some(running) = st.in_flight.find(&task.hash)
+    {
+        return Err(QueueError::InFlight { existing: running });
+    }
     let created = st.next_created(now);
     let mut row = TaskRow {
         id: task.id.to_string(),
@@ -110,6 +117,7 @@ pub(crate) fn push(
         plugin_id: task.keys.plugin_id.clone(),
         oci_image: task.keys.oci_image.clone(),
         input_ooi: task.keys.input_ooi.clone(),
+        deduplication_key: task.keys.deduplication_key.clone(),
     };
     let placement = place(st, rows, task.id, &row, Admission::New)?;
     row.status = TaskStatus::new_task(placement);
@@ -215,6 +223,31 @@ mod tests {
             reads(&st, [&again].into_iter()).ids,
             vec![first.id.to_string()]
         );
+    }
+
+    #[test]
+    fn the_planner_does_not_push_work_whose_previous_task_still_runs_but_a_user_may() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let running = Uuid::new_v4();
+        let mut planned = new_task("a", 5);
+        st.in_flight
+            .record(running, Some(&planned.hash), TaskStatus::Running);
+        planned.exclusive = true;
+        assert!(matches!(
+            push(&mut st, &mut rows, &planned, now()),
+            Err(QueueError::InFlight { existing }) if existing == running
+        ));
+        let mut user = new_task("a", 1);
+        user.hash = planned.hash.clone();
+        assert!(push(&mut st, &mut rows, &user, now()).unwrap().1);
+        // Finished: the planner may push again (here a duplicate of the user's waiting task).
+        st.in_flight
+            .record(running, Some(&planned.hash), TaskStatus::Completed);
+        assert!(matches!(
+            push(&mut st, &mut rows, &planned, now()),
+            Err(QueueError::Duplicate { .. })
+        ));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tracing::info;
 
 use super::place::heap_task_of;
 use super::refill::{REFILL_BATCH, refilled, wanted};
-use super::state::{PENDING_HASHES_MAX, PendingSet, QueueState};
+use super::state::{InFlightHashes, PENDING_HASHES_MAX, PendingSet, QueueState};
 use crate::domain::TaskStatus;
 use crate::queue::heap::{SchedulerHeap, hash_bytes};
 use crate::storage::rows::PopKey;
@@ -107,6 +107,13 @@ pub(crate) fn rebuild(
         None
     };
     st.pending = PendingSet::with(pending, hashes);
+    st.in_flight = InFlightHashes::default();
+    for row in tasks::in_flight_hashes(c, s)? {
+        if let Ok(id) = uuid::Uuid::parse_str(&row.id) {
+            st.in_flight
+                .record(id, row.hash.as_deref(), TaskStatus::Dispatched);
+        }
+    }
     loop {
         let n = wanted(st);
         if n == 0 {

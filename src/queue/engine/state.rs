@@ -2,9 +2,10 @@
 //! pending backlog, and the clock of creation times. The rules change it; only the engine's
 //! thread owns it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
+use uuid::Uuid;
 
 use crate::domain::{SchedulerId, TaskStatus};
 use crate::queue::SchedulerLimits;
@@ -21,6 +22,11 @@ pub(crate) struct QueueState {
     pub limits: SchedulerLimits,
     pub heap: SchedulerHeap,
     pub pending: PendingSet,
+    /// The hashes of the tasks handed out and not finished (`dispatched`, `running`), so the
+    /// planner's push of the same work is refused from memory (no concurrent invocation). As
+    /// many as there are tasks in flight: workers times their local queues, plus what leases
+    /// hold for dead workers until the watchdog takes it back.
+    pub in_flight: InFlightHashes,
     /// The last `created_at` handed out, in microseconds: creation times are strictly
     /// increasing, so pop order among equal priorities is push order even within a microsecond.
     last_created: i64,
@@ -34,6 +40,7 @@ impl QueueState {
             limits,
             heap: SchedulerHeap::new(scheduler, limits.maxsize),
             pending: PendingSet::default(),
+            in_flight: InFlightHashes::default(),
             last_created: i64::MIN,
         }
     }
@@ -139,6 +146,34 @@ impl PendingSet {
     }
 }
 
+/// Hash → task, for the tasks in flight.
+#[derive(Debug, Default)]
+pub(crate) struct InFlightHashes(HashMap<[u8; 16], Uuid>);
+
+impl InFlightHashes {
+    /// The task in flight with this hash, if any.
+    pub fn find(&self, hash: &str) -> Option<Uuid> {
+        self.0.get(&hash_bytes(hash)?).copied()
+    }
+
+    /// Records a task's committed status: in flight, or not (any more).
+    pub fn record(&mut self, id: Uuid, hash: Option<&str>, status: TaskStatus) {
+        let Some(h) = hash.and_then(hash_bytes) else {
+            return;
+        };
+        if matches!(status, TaskStatus::Dispatched | TaskStatus::Running) {
+            self.0.insert(h, id);
+        } else if self.0.get(&h) == Some(&id) {
+            self.0.remove(&h);
+        }
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +194,21 @@ mod tests {
         assert!(unknown.may_hold(&other), "unknown: ask the table");
         unknown.correct(0);
         assert!(!unknown.may_hold(&other), "an empty backlog is known");
+    }
+
+    #[test]
+    fn a_hash_is_in_flight_from_dispatch_until_its_task_finishes() {
+        let h = format!("{:032x}", 9u128);
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut f = InFlightHashes::default();
+        f.record(a, Some(&h), TaskStatus::Dispatched);
+        assert_eq!(f.find(&h), Some(a));
+        f.record(a, Some(&h), TaskStatus::Running);
+        // Another task of the same hash finishing does not clear a's entry.
+        f.record(b, Some(&h), TaskStatus::Completed);
+        assert_eq!(f.find(&h), Some(a));
+        f.record(a, Some(&h), TaskStatus::Failed);
+        assert_eq!(f.find(&h), None);
+        assert_eq!(f.len(), 0);
     }
 }

@@ -62,6 +62,7 @@ pub fn row_with(priority: i64, created_secs: i64, image: &str) -> (Uuid, TaskRow
         plugin_id: Some("b1".into()),
         oci_image: Some(image.into()),
         input_ooi: None,
+        deduplication_key: None,
     };
     (id, row)
 }
@@ -83,6 +84,7 @@ pub fn heap_row(priority: i64) -> HeapRow {
         plugin_id: r.plugin_id,
         oci_image: r.oci_image,
         input_ooi: None,
+        deduplication_key: None,
     }
 }
 
@@ -90,6 +92,7 @@ pub fn heap_row(priority: i64) -> HeapRow {
 pub fn new_task(plugin: &str, priority: i64) -> NewTask {
     NewTask {
         id: Uuid::new_v4(),
+        exclusive: false,
         id_given: false,
         organisation: "org1".into(),
         priority,
