@@ -12,7 +12,7 @@
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
 //! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
-//! | [`clients`] | the platform's other services: the plugin catalogue (a static file standing in for Katalogus) |
+//! | [`clients`] | the platform's other services: typed HTTP clients of Katalogus, Octopoes and Bytes (mula's calls and JSON, transport retries, one error type), and the plugin catalogue (a static file standing in for Katalogus) |
 //! | [`frontier`] | the only writer of the frontier: objects and raw files, idempotent upserts |
 //! | [`listener`] | the AMQP listener: events in, frontier and tasks out, ack after commit, dead letters |
 //! | [`planner`] | what work an event asks for: object events × plugins → boefje tasks, raw files → normalizer tasks; pure |
