@@ -136,12 +136,25 @@ pub struct ListenerSettings {
 }
 
 /// The plugin catalogue.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogueSettings {
     /// A TOML file of plugins standing in for Katalogus (see [`crate::clients::catalogue`]);
-    /// empty: no plugins, so events plan nothing.
+    /// empty: no plugins, so events plan nothing. Katalogus (`clients.katalogus_api`) wins
+    /// when both are set.
     pub file: String,
+    /// Seconds a Katalogus answer is used before it is fetched again (refreshed in the
+    /// background every half of it).
+    pub ttl_secs: u64,
+}
+
+impl Default for CatalogueSettings {
+    fn default() -> Self {
+        Self {
+            file: String::new(),
+            ttl_secs: crate::clients::catalogue::DEFAULT_TTL_SECS,
+        }
+    }
 }
 
 /// Default seconds each try of a call to Katalogus, Octopoes or Bytes may take (mula's 10).
@@ -500,6 +513,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_QUEUE_RAW_FILES",
         "listener.raw_files_queue",
         "Bytes' raw file events (default raw_file_received)",
+    ),
+    (
+        "SCHEDULER_CATALOGUE_TTL",
+        "catalogue.ttl_secs",
+        "seconds a Katalogus answer is cached (default 60)",
     ),
     (
         "SCHEDULER_CATALOGUE_FILE",

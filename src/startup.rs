@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::clients::catalogue::{Catalogue, StaticCatalogue};
 use crate::frontier::Frontier;
 use crate::listener::{Listener, ListenerConfig, ListenerStatus};
+use crate::planner::Planner;
 use crate::processes::Processes;
 use crate::queue::{Broker, EngineHandle};
 use crate::storage::{self, DbPool, DbTarget};
@@ -71,6 +72,35 @@ pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTar
     Ok((pool, target))
 }
 
+/// The plugin catalogue the settings name: Katalogus when `KATALOGUS_API` is set, else the
+/// static file, else none.
+fn build_catalogue(settings: &Settings, clock: SharedClock) -> anyhow::Result<Catalogue> {
+    let c = &settings.clients;
+    if !c.katalogus_api.is_empty() {
+        let client = crate::clients::katalogus::Katalogus::new(
+            &c.katalogus_api,
+            Duration::from_secs(c.request_timeout_secs),
+        )
+        .map_err(|e| anyhow!(e))?;
+        info!(url = %c.katalogus_api, "plugin catalogue from Katalogus");
+        return Ok(Catalogue::from_katalogus(
+            client,
+            Duration::from_secs(settings.catalogue.ttl_secs),
+            clock,
+        ));
+    }
+    if settings.catalogue.file.is_empty() {
+        info!(
+            "no plugin catalogue: neither KATALOGUS_API nor SCHEDULER_CATALOGUE_FILE is set; events plan no work"
+        );
+        return Ok(Catalogue::empty(clock));
+    }
+    let file = StaticCatalogue::load(std::path::Path::new(&settings.catalogue.file))
+        .map_err(|e| anyhow!(e))?;
+    info!(file = %settings.catalogue.file, plugins = file.len(), "plugin catalogue loaded");
+    Ok(Catalogue::from_file(file, clock))
+}
+
 impl Application {
     /// Connects, migrates, rebuilds the heaps and binds the HTTP port.
     pub async fn build(settings: Settings, clock: SharedClock) -> anyhow::Result<Self> {
@@ -98,13 +128,12 @@ impl Application {
         if tokens.enabled() {
             info!(tokens = ?tokens, "bearer tokens required");
         }
-        let catalogue: Arc<dyn Catalogue> = if settings.catalogue.file.is_empty() {
-            Arc::new(StaticCatalogue::default())
-        } else {
-            let c = StaticCatalogue::load(std::path::Path::new(&settings.catalogue.file))
-                .map_err(|e| anyhow!(e))?;
-            info!(file = %settings.catalogue.file, plugins = c.len(), "plugin catalogue loaded");
-            Arc::new(c)
+        let catalogue = build_catalogue(&settings, clock_for_listener.clone())?;
+        let planner = Planner {
+            broker: broker.clone(),
+            frontier: Frontier::new(pool.clone()),
+            catalogue: catalogue.clone(),
+            clock: clock_for_listener,
         };
         let l = &settings.listener;
         let listener_status = Arc::new(ListenerStatus::new(&l.mutations_queue, &l.raw_files_queue));
@@ -119,10 +148,8 @@ impl Application {
                     raw_files_queue: l.raw_files_queue.clone(),
                     prefetch: l.prefetch,
                 },
-                broker: broker.clone(),
                 frontier: Frontier::new(pool.clone()),
-                catalogue,
-                clock: clock_for_listener,
+                planner: planner.clone(),
                 status: listener_status.clone(),
             })
         };

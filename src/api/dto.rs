@@ -87,7 +87,7 @@ impl From<TaskPush> for PushRequest {
             organisation: p.organisation,
             priority: p.priority,
             data: p.data,
-            exclusive: false,
+            planned: false,
         }
     }
 }

@@ -1,8 +1,20 @@
-//! The plugin catalogue: which plugins each organisation has enabled and what they consume. A
-//! static file stands in for Katalogus, so the whole flow from event to task also runs on the
-//! embedded default with nothing else installed.
+//! The plugin catalogue: which organisations there are, which plugins each has enabled, what they
+//! consume, and which organisations run a boefje with the same settings (de-duplication). It
+//! comes from Katalogus, or from a static file standing in for it, so the whole flow from event
+//! to task also runs on the embedded default with nothing else installed.
+//!
+//! Katalogus answers are cached per organisation for a TTL and refreshed in the background
+//! ([`Catalogue::run_refresh`]), a few organisations at a time, each call bounded by the client's
+//! timeout: one slow or failing organisation holds one slot and keeps its last known plugins; it
+//! never stalls the others, nor the listener, which reads the cache. An organisation the cache
+//! has never seen is fetched at once (one fetch at a time per organisation); when Katalogus
+//! cannot answer, the caller gets an error it can retry.
+//!
+//! The static file:
 //!
 //! ```toml
+//! organisations = ["org1", "org2"]  # optional: also every organisation named below
+//!
 //! [[plugins]]
 //! id = "dns-records"
 //! type = "boefje"             # boefje | normalizer
@@ -10,25 +22,44 @@
 //! scan_level = 1
 //! oci_image = "ghcr.io/minvws/openkat/dns-records:latest"
 //! enabled = true
+//! interval = 1440             # optional: minutes between runs on one object
+//! cron = "0 3 * * *"          # optional
+//! run_on = ["create"]         # optional: only after these operations
+//! deduplicate = true          # optional: the organisations of this entry share its runs
 //! organisations = ["org1"]    # optional: only these organisations (default: all)
 //! ```
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use config::{Config, File, FileFormat};
-use serde::Deserialize;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
-use crate::domain::plugin::Plugin;
+use super::katalogus::Katalogus;
+use crate::clock::SharedClock;
+use crate::domain::plugin::{Plugin, PluginType};
 
-/// What the planner asks of a catalogue.
-pub trait Catalogue: Send + Sync {
-    /// The plugins of `organisation` (enabled or not; the planner checks).
-    fn plugins(&self, organisation: &str) -> Vec<Plugin>;
-}
+/// Default time a Katalogus answer is used before it is fetched again.
+pub const DEFAULT_TTL_SECS: u64 = 60;
+/// Organisations refreshed at once by the background refresh.
+const REFRESH_CONCURRENCY: usize = 8;
+
+/// Why the catalogue cannot answer (for now): the caller retries later.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the plugin catalogue is unavailable: {0}")]
+pub struct CatalogueError(pub String);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CatalogueFile {
+    #[serde(default)]
+    organisations: Vec<String>,
     #[serde(default)]
     plugins: Vec<Entry>,
 }
@@ -44,6 +75,7 @@ struct Entry {
 /// A catalogue read from a file at start.
 #[derive(Debug, Default)]
 pub struct StaticCatalogue {
+    organisations: Vec<String>,
     entries: Vec<(Plugin, Option<Vec<String>>)>,
 }
 
@@ -55,7 +87,12 @@ impl StaticCatalogue {
             .build()
             .and_then(Config::try_deserialize)
             .map_err(|e| format!("plugin catalogue {}: {e}", path.display()))?;
+        let mut organisations: BTreeSet<String> = file.organisations.into_iter().collect();
+        for e in &file.plugins {
+            organisations.extend(e.organisations.iter().flatten().cloned());
+        }
         Ok(Self {
+            organisations: organisations.into_iter().collect(),
             entries: file
                 .plugins
                 .into_iter()
@@ -73,18 +110,351 @@ impl StaticCatalogue {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
-}
 
-impl Catalogue for StaticCatalogue {
-    fn plugins(&self, organisation: &str) -> Vec<Plugin> {
+    fn covers(orgs: &Option<Vec<String>>, organisation: &str) -> bool {
+        orgs.as_ref()
+            .is_none_or(|o| o.iter().any(|x| x == organisation))
+    }
+
+    /// The plugins of `organisation`.
+    pub fn plugins(&self, organisation: &str) -> Vec<Plugin> {
         self.entries
             .iter()
-            .filter(|(_, orgs)| {
-                orgs.as_ref()
-                    .is_none_or(|o| o.iter().any(|x| x == organisation))
-            })
+            .filter(|(_, orgs)| Self::covers(orgs, organisation))
             .map(|(p, _)| p.clone())
             .collect()
+    }
+
+    /// The organisations the file names.
+    pub fn organisations(&self) -> Vec<String> {
+        self.organisations.clone()
+    }
+
+    /// The other organisations whose entry for `boefje` is the one `organisation` has, when that
+    /// entry is marked `deduplicate`: they run it with the same settings.
+    pub fn duplicates(&self, organisation: &str, boefje: &str) -> Vec<String> {
+        let Some((_, orgs)) = self.entries.iter().find(|(p, orgs)| {
+            p.id == boefje
+                && p.plugin_type == PluginType::Boefje
+                && p.deduplicate
+                && Self::covers(orgs, organisation)
+        }) else {
+            return Vec::new();
+        };
+        let members = orgs.as_ref().unwrap_or(&self.organisations);
+        members
+            .iter()
+            .filter(|o| o.as_str() != organisation)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Where the catalogue comes from.
+enum Source {
+    File(StaticCatalogue),
+    Katalogus(Katalogus),
+}
+
+/// A cached answer and when it was fetched.
+struct Cached<T> {
+    value: T,
+    fetched: DateTime<Utc>,
+}
+
+/// What `/health` shows of the catalogue.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CatalogueStatus {
+    /// `file`, `katalogus` or `none`.
+    pub source: String,
+    /// Organisations whose plugins are cached.
+    pub organisations: usize,
+    /// The last background refresh that completed, if any.
+    pub last_refresh: Option<DateTime<Utc>>,
+    /// Fetches that failed since start (the last known answer was kept).
+    pub failures: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
+/// A cached list of organisations.
+type CachedList = Cached<Arc<[String]>>;
+
+struct Inner {
+    source: Source,
+    ttl: chrono::Duration,
+    clock: SharedClock,
+    plugins: Mutex<HashMap<String, Cached<Arc<[Plugin]>>>>,
+    organisations: Mutex<Option<Cached<Arc<[String]>>>>,
+    duplicates: Mutex<HashMap<(String, String), CachedList>>,
+    /// One fetch at a time per organisation: a burst of events for an organisation the cache
+    /// has not seen costs one Katalogus call.
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    status: Mutex<CatalogueStatus>,
+}
+
+/// The plugin catalogue, cached. Cheap to clone.
+#[derive(Clone)]
+pub struct Catalogue {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Catalogue {
+    fn with(source: Source, ttl: Duration, clock: SharedClock, name: &str) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                source,
+                ttl: chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX),
+                clock,
+                plugins: Mutex::default(),
+                organisations: Mutex::default(),
+                duplicates: Mutex::default(),
+                fetching: Mutex::default(),
+                status: Mutex::new(CatalogueStatus {
+                    source: name.to_owned(),
+                    ..CatalogueStatus::default()
+                }),
+            }),
+        }
+    }
+
+    /// A catalogue with no plugins (nothing configured).
+    pub fn empty(clock: SharedClock) -> Self {
+        Self::with(
+            Source::File(StaticCatalogue::default()),
+            Duration::MAX,
+            clock,
+            "none",
+        )
+    }
+
+    /// A catalogue from a static file.
+    pub fn from_file(file: StaticCatalogue, clock: SharedClock) -> Self {
+        Self::with(Source::File(file), Duration::MAX, clock, "file")
+    }
+
+    /// A catalogue from Katalogus, its answers cached for `ttl`.
+    pub fn from_katalogus(client: Katalogus, ttl: Duration, clock: SharedClock) -> Self {
+        Self::with(Source::Katalogus(client), ttl, clock, "katalogus")
+    }
+
+    /// Whether answers come from Katalogus (and so need the background refresh).
+    pub fn is_remote(&self) -> bool {
+        matches!(self.inner.source, Source::Katalogus(_))
+    }
+
+    fn fresh<T: Clone>(&self, c: &Cached<T>) -> Option<T> {
+        (self.inner.clock.now() - c.fetched < self.inner.ttl).then(|| c.value.clone())
+    }
+
+    fn failed(&self, what: &str, e: &dyn std::fmt::Display) {
+        let mut s = lock(&self.inner.status);
+        s.failures += 1;
+        s.last_error = Some(format!("{what}: {e}"));
+    }
+
+    /// The plugins of `organisation` (enabled or not; the planner checks).
+    pub async fn plugins(&self, organisation: &str) -> Result<Arc<[Plugin]>, CatalogueError> {
+        let client = match &self.inner.source {
+            Source::File(f) => return Ok(f.plugins(organisation).into()),
+            Source::Katalogus(k) => k,
+        };
+        let stale = {
+            let cache = lock(&self.inner.plugins);
+            match cache.get(organisation) {
+                Some(c) => match self.fresh(c) {
+                    Some(v) => return Ok(v),
+                    None => Some(c.value.clone()),
+                },
+                None => None,
+            }
+        };
+        if let Some(stale) = stale {
+            // The background refresh brings it up to date; planning does not wait for it.
+            return Ok(stale);
+        }
+        let gate = lock(&self.inner.fetching)
+            .entry(organisation.to_owned())
+            .or_default()
+            .clone();
+        let _turn = gate.lock().await;
+        if let Some(c) = lock(&self.inner.plugins).get(organisation) {
+            // Fetched while this call waited its turn.
+            return Ok(c.value.clone());
+        }
+        match client.plugins(organisation).await {
+            Ok(plugins) => Ok(self.store_plugins(organisation, plugins)),
+            Err(e) => {
+                self.failed(organisation, &e);
+                Err(CatalogueError(e.to_string()))
+            }
+        }
+    }
+
+    fn store_plugins(&self, organisation: &str, plugins: Vec<Plugin>) -> Arc<[Plugin]> {
+        let value: Arc<[Plugin]> = plugins.into();
+        lock(&self.inner.plugins).insert(
+            organisation.to_owned(),
+            Cached {
+                value: value.clone(),
+                fetched: self.inner.clock.now(),
+            },
+        );
+        value
+    }
+
+    /// Every organisation.
+    pub async fn organisations(&self) -> Result<Arc<[String]>, CatalogueError> {
+        let client = match &self.inner.source {
+            Source::File(f) => return Ok(f.organisations().into()),
+            Source::Katalogus(k) => k,
+        };
+        if let Some(c) = lock(&self.inner.organisations).as_ref()
+            && let Some(v) = self.fresh(c)
+        {
+            return Ok(v);
+        }
+        match client.organisations().await {
+            Ok(orgs) => {
+                let value: Arc<[String]> = orgs.into_iter().map(|o| o.id).collect();
+                *lock(&self.inner.organisations) = Some(Cached {
+                    value: value.clone(),
+                    fetched: self.inner.clock.now(),
+                });
+                Ok(value)
+            }
+            Err(e) => {
+                self.failed("organisations", &e);
+                match lock(&self.inner.organisations).as_ref() {
+                    Some(c) => Ok(c.value.clone()),
+                    None => Err(CatalogueError(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// The other organisations that run `boefje` with the same settings as `organisation` (its
+    /// de-duplication siblings); only asked for a boefje marked `deduplicate`.
+    pub async fn duplicates(
+        &self,
+        organisation: &str,
+        boefje: &str,
+    ) -> Result<Arc<[String]>, CatalogueError> {
+        let client = match &self.inner.source {
+            Source::File(f) => return Ok(f.duplicates(organisation, boefje).into()),
+            Source::Katalogus(k) => k,
+        };
+        let key = (organisation.to_owned(), boefje.to_owned());
+        if let Some(c) = lock(&self.inner.duplicates).get(&key)
+            && let Some(v) = self.fresh(c)
+        {
+            return Ok(v);
+        }
+        match client.duplicate_organisations(organisation, boefje).await {
+            Ok(orgs) => {
+                let value: Arc<[String]> = orgs
+                    .into_iter()
+                    .filter(|o| o.as_str() != organisation)
+                    .collect();
+                lock(&self.inner.duplicates).insert(
+                    key,
+                    Cached {
+                        value: value.clone(),
+                        fetched: self.inner.clock.now(),
+                    },
+                );
+                Ok(value)
+            }
+            Err(e) => {
+                self.failed(&format!("{organisation}/{boefje} duplicates"), &e);
+                match lock(&self.inner.duplicates).get(&key) {
+                    Some(c) => Ok(c.value.clone()),
+                    None => Err(CatalogueError(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// Refreshes every organisation's plugins once, [`REFRESH_CONCURRENCY`] at a time; one that
+    /// fails keeps its last answer. Returns how many failed.
+    pub async fn refresh(&self) -> usize {
+        let Source::Katalogus(client) = &self.inner.source else {
+            return 0;
+        };
+        let mut orgs: BTreeSet<String> = lock(&self.inner.plugins).keys().cloned().collect();
+        // Organisations are read fresh: a new one is fetched before its first event.
+        lock(&self.inner.organisations).take();
+        match self.organisations().await {
+            Ok(all) => orgs.extend(all.iter().cloned()),
+            Err(e) => warn!(error = %e, "catalogue refresh: organisations unavailable"),
+        }
+        let results: Vec<(String, Result<Vec<Plugin>, _>)> = futures_util::stream::iter(orgs)
+            .map(|org| async move {
+                let r = client.plugins(&org).await;
+                (org, r)
+            })
+            .buffer_unordered(REFRESH_CONCURRENCY)
+            .collect()
+            .await;
+        let mut failed = 0;
+        for (org, r) in results {
+            match r {
+                Ok(plugins) => {
+                    self.store_plugins(&org, plugins);
+                }
+                Err(e) => {
+                    failed += 1;
+                    warn!(organisation = %org, error = %e, "catalogue refresh failed; keeping the last known plugins");
+                    self.failed(&org, &e);
+                }
+            }
+        }
+        lock(&self.inner.duplicates).retain(|_, c| self.fresh(c).is_some());
+        let mut s = lock(&self.inner.status);
+        s.last_refresh = Some(self.inner.clock.now());
+        s.organisations = lock(&self.inner.plugins).len();
+        failed
+    }
+
+    /// Refreshes the cache every half TTL until `token` is cancelled (Katalogus only).
+    pub async fn run_refresh(self, token: CancellationToken) {
+        if !self.is_remote() {
+            return;
+        }
+        let period = self
+            .inner
+            .ttl
+            .to_std()
+            .map(|t| t / 2)
+            .unwrap_or(Duration::from_secs(DEFAULT_TTL_SECS))
+            .max(Duration::from_secs(1));
+        info!(
+            period_secs = period.as_secs(),
+            "plugin catalogue refresh started"
+        );
+        loop {
+            let failed = self.refresh().await;
+            if failed > 0 {
+                warn!(failed, "plugin catalogue refreshed with failures");
+            }
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = tokio::time::sleep(period) => {}
+            }
+        }
+    }
+
+    /// What `/health` shows.
+    pub fn status(&self) -> CatalogueStatus {
+        let mut s = lock(&self.inner.status).clone();
+        if let Source::File(f) = &self.inner.source {
+            s.organisations = f.organisations.len();
+        }
+        s
     }
 }
 
@@ -92,13 +462,19 @@ impl Catalogue for StaticCatalogue {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_file_lists_plugins_for_all_or_some_organisations() {
+    fn file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalogue.toml");
-        std::fs::write(
-            &path,
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_file_lists_plugins_for_all_or_some_organisations() {
+        let (_dir, path) = file(
             r#"
+organisations = ["org1"]
+
 [[plugins]]
 id = "dns-records"
 type = "boefje"
@@ -113,16 +489,55 @@ consumes = ["boefje/dns-records"]
 enabled = true
 organisations = ["org2"]
 "#,
-        )
-        .unwrap();
+        );
         let c = StaticCatalogue::load(&path).unwrap();
         assert_eq!(c.plugins("org1").len(), 1);
         assert_eq!(c.plugins("org2").len(), 2);
+        assert_eq!(c.organisations(), vec!["org1", "org2"]);
         std::fs::write(&path, "[[plugins]]\nid = 3\n").unwrap();
         assert!(
             StaticCatalogue::load(&path)
                 .unwrap_err()
                 .contains("catalogue.toml")
         );
+    }
+
+    #[test]
+    fn organisations_sharing_a_deduplicated_entry_are_each_others_duplicates() {
+        let (_dir, path) = file(
+            r#"
+[[plugins]]
+id = "dns-records"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+deduplicate = true
+organisations = ["org1", "org2", "org3"]
+
+[[plugins]]
+id = "dns-records"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+organisations = ["org4"]
+
+[[plugins]]
+id = "nmap"
+type = "boefje"
+consumes = ["IPAddressV4"]
+scan_level = 2
+enabled = true
+organisations = ["org1", "org2"]
+"#,
+        );
+        let c = StaticCatalogue::load(&path).unwrap();
+        assert_eq!(c.duplicates("org2", "dns-records"), vec!["org1", "org3"]);
+        assert!(
+            c.duplicates("org4", "dns-records").is_empty(),
+            "its own entry: other settings"
+        );
+        assert!(c.duplicates("org1", "nmap").is_empty(), "not deduplicated");
     }
 }

@@ -186,6 +186,8 @@ struct KatalogusPlugin {
     run_on: Option<Vec<String>>,
     #[serde(default)]
     oci_image: Option<String>,
+    #[serde(default)]
+    deduplicate: bool,
 }
 
 impl KatalogusPlugin {
@@ -202,6 +204,7 @@ impl KatalogusPlugin {
             cron: self.cron,
             run_on: self.run_on,
             oci_image: self.oci_image,
+            deduplicate: self.deduplicate,
         }
     }
 }
@@ -329,9 +332,11 @@ mod tests {
                 cron: None,
                 run_on: None,
                 oci_image: Some("ghcr.io/minvws/openkat/dns-records:latest".into()),
+                deduplicate: true,
             }
         );
         assert_eq!(plugins[1].consumes, ["IPAddressV4"], "a string is one type");
+        assert!(!plugins[1].deduplicate, "absent: not shared");
         assert!(!plugins[1].enabled);
         assert_eq!(plugins[1].scan_level, Some(2));
         assert_eq!(

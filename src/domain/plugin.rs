@@ -52,6 +52,10 @@ pub struct Plugin {
     /// The image that runs it.
     #[serde(default)]
     pub oci_image: Option<String>,
+    /// Whether organisations that run this boefje with the same settings share its runs (one
+    /// run, its result copied to each; Katalogus' `deduplicate`).
+    #[serde(default)]
+    pub deduplicate: bool,
 }
 
 impl Plugin {
@@ -102,6 +106,7 @@ mod tests {
             cron: None,
             run_on: None,
             oci_image: None,
+            deduplicate: false,
         }
     }
 

@@ -2,9 +2,13 @@
 //! normalizers for. This module is the only writer of the `frontier` and `raw_files` tables;
 //! each write is an upsert that changes nothing when the same event comes twice.
 
-use chrono::NaiveDateTime;
+use std::collections::HashMap;
 
-use crate::domain::event::{ObjectEvent, RawFileEvent};
+use chrono::NaiveDateTime;
+use diesel::Connection;
+
+use crate::domain::event::{ObjectEvent, ObjectState, Operation, RawFileEvent};
+use crate::storage::frontier::{FrontierRow, ObjectRow, Progress};
 use crate::storage::{self, DbPool, StorageError, frontier};
 
 /// The frontier's writer.
@@ -91,14 +95,184 @@ impl Frontier {
         })
     }
 
+    /// Applies a batch of object events in one transaction: objects upserted, deleted ones
+    /// marked gone. No two events of the batch may name the same object (the caller splits a
+    /// batch where one repeats, so events apply in order).
+    pub async fn apply_objects(
+        &self,
+        events: &[&ObjectEvent],
+        now: NaiveDateTime,
+    ) -> Result<(), StorageError> {
+        let mut upserts = Vec::new();
+        let mut deletes = Vec::new();
+        for e in events {
+            match &e.object {
+                Some(o) => upserts.push(object_row(&e.organisation, &e.reference, o)),
+                None => deletes.push((e.organisation.clone(), e.reference.clone())),
+            }
+        }
+        self.write(move |c| {
+            c.transaction::<_, StorageError, _>(|c| {
+                frontier::upsert_objects(c, &upserts, now, None)?;
+                for (org, reference) in &deletes {
+                    frontier::mark_gone(c, org, reference, now)?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Records a batch of raw files in one statement; answers how many were new.
+    pub async fn record_raw_files(
+        &self,
+        events: &[&RawFileEvent],
+        now: NaiveDateTime,
+    ) -> Result<usize, StorageError> {
+        let files: Vec<(String, String, String)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e.raw_id.to_string(),
+                    e.organisation.clone(),
+                    serde_json::to_string(&e.mime_types).unwrap_or_default(),
+                )
+            })
+            .collect();
+        self.write(move |c| Ok(frontier::record_raw_files(c, &files, now)?))
+            .await
+    }
+
+    /// Loads one page of a ColdStart pass over `organisation` in one transaction: every object
+    /// upserted and confirmed by the pass begun at `pass_started`, and the pass's progress saved
+    /// with it (so a restart resumes after this page, never before it). Answers the objects that
+    /// are new to the frontier (or back after being gone) as creates, and those whose type or
+    /// scan profile changed as updates: the ones to plan work for.
+    pub async fn load_page(
+        &self,
+        organisation: &str,
+        objects: Vec<(String, ObjectState)>,
+        progress: Progress,
+        now: NaiveDateTime,
+    ) -> Result<Vec<ObjectEvent>, StorageError> {
+        let org = organisation.to_owned();
+        self.write(move |c| {
+            c.transaction::<_, StorageError, _>(|c| {
+                // One row per object, the last the page lists (a page should not repeat one).
+                let mut by_ref: HashMap<String, ObjectState> = HashMap::new();
+                let mut order = Vec::new();
+                for (reference, state) in objects {
+                    if by_ref.insert(reference.clone(), state).is_none() {
+                        order.push(reference);
+                    }
+                }
+                let known: HashMap<String, FrontierRow> = frontier::get_many(c, &org, &order)?
+                    .into_iter()
+                    .map(|r| (r.reference.clone(), r))
+                    .collect();
+                let mut rows = Vec::with_capacity(order.len());
+                let mut changed = Vec::new();
+                for reference in order {
+                    let Some(state) = by_ref.remove(&reference) else {
+                        continue;
+                    };
+                    rows.push(object_row(&org, &reference, &state));
+                    let operation = match known.get(&reference) {
+                        None => Some(Operation::Create),
+                        Some(k) if k.gone_at.is_some() => Some(Operation::Create),
+                        Some(k)
+                            if k.object_type != state.object_type
+                                || k.scan_level != state.scan_level
+                                || k.scan_profile_type != state.scan_profile_type =>
+                        {
+                            Some(Operation::Update)
+                        }
+                        Some(_) => None,
+                    };
+                    if let Some(operation) = operation {
+                        changed.push(ObjectEvent {
+                            operation,
+                            organisation: org.clone(),
+                            reference,
+                            object: Some(state),
+                        });
+                    }
+                }
+                frontier::upsert_objects(c, &rows, now, Some(progress.pass_started_at))?;
+                frontier::progress_save(c, &progress, now)?;
+                Ok(changed)
+            })
+        })
+        .await
+    }
+
+    /// Ends a complete ColdStart pass over `organisation`: the objects it did not confirm are
+    /// marked gone, and the pass recorded as complete, in one transaction. Answers the gone
+    /// objects' references.
+    pub async fn end_pass(
+        &self,
+        progress: Progress,
+        now: NaiveDateTime,
+    ) -> Result<Vec<String>, StorageError> {
+        self.write(move |c| {
+            c.transaction::<_, StorageError, _>(|c| {
+                let gone = frontier::gone_after_pass(
+                    c,
+                    &progress.organisation,
+                    progress.pass_started_at,
+                    now,
+                )?;
+                frontier::progress_save(c, &progress, now)?;
+                Ok(gone)
+            })
+        })
+        .await
+    }
+
+    /// Saves a pass's progress alone (a pass that starts, or an empty page).
+    pub async fn save_progress(
+        &self,
+        progress: Progress,
+        now: NaiveDateTime,
+    ) -> Result<(), StorageError> {
+        self.write(move |c| Ok(frontier::progress_save(c, &progress, now)?))
+            .await
+    }
+
+    /// Every organisation's ColdStart progress.
+    pub async fn progress(&self) -> Result<Vec<Progress>, StorageError> {
+        self.write(|c| Ok(frontier::progress_all(c)?)).await
+    }
+
+    /// The frontier rows of `reference` in these organisations (not gone).
+    pub async fn holders(
+        &self,
+        reference: &str,
+        organisations: &[String],
+    ) -> Result<Vec<FrontierRow>, StorageError> {
+        let (reference, orgs) = (reference.to_owned(), organisations.to_vec());
+        self.write(move |c| Ok(frontier::holders(c, &reference, &orgs)?))
+            .await
+    }
+
     /// One object as the frontier holds it.
     pub async fn object(
         &self,
         organisation: &str,
         reference: &str,
-    ) -> Result<Option<frontier::FrontierRow>, StorageError> {
+    ) -> Result<Option<FrontierRow>, StorageError> {
         let (org, reference) = (organisation.to_owned(), reference.to_owned());
         self.write(move |c| Ok(frontier::get(c, &org, &reference)?))
             .await
+    }
+}
+
+fn object_row(organisation: &str, reference: &str, o: &ObjectState) -> ObjectRow {
+    ObjectRow {
+        organisation: organisation.to_owned(),
+        reference: reference.to_owned(),
+        object_type: o.object_type.clone(),
+        scan_level: o.scan_level,
+        scan_profile_type: o.scan_profile_type.clone(),
     }
 }

@@ -20,21 +20,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
+use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::clients::catalogue::Catalogue;
-use crate::clock::SharedClock;
 use crate::frontier::Frontier;
-use crate::queue::{Broker, QueueError};
+use crate::planner::{PlanError, Planner};
 use crate::storage::redact;
 
 /// Longest wait between two connection attempts, so the listener is back within this of
@@ -61,7 +60,7 @@ pub struct ListenerConfig {
 }
 
 /// What a message came to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Outcome {
     /// Its effect is committed: ack it.
     Done,
@@ -72,16 +71,21 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    /// The outcome of a push refused for `e`.
-    pub(crate) fn of_push_error(e: QueueError) -> Option<Outcome> {
-        match e {
-            // The work already waits: applying the message again changes nothing.
-            QueueError::Duplicate { .. } | QueueError::InFlight { .. } => None,
-            QueueError::QueueFull(_) | QueueError::Busy | QueueError::Unavailable(_) => {
-                Some(Outcome::Retry(e.to_string()))
-            }
-            QueueError::Internal(_) => Some(Outcome::Retry(e.to_string())),
-            other => Some(Outcome::Poison(format!("refused: {other}"))),
+    /// The outcome of planning a message's work.
+    pub(crate) fn of_plan(planned: &Result<usize, PlanError>) -> Outcome {
+        match planned {
+            Ok(_) => Outcome::Done,
+            Err(PlanError::Passing(why)) => Outcome::Retry(why.clone()),
+            Err(PlanError::Refused(why)) => Outcome::Poison(why.clone()),
+        }
+    }
+
+    /// The outcome of a frontier write that failed for `e`.
+    pub(crate) fn of_storage(e: &crate::storage::StorageError) -> Outcome {
+        if e.is_request_fault() {
+            Outcome::Poison(format!("the frontier refused it: {e}"))
+        } else {
+            Outcome::Retry(e.to_string())
         }
     }
 }
@@ -177,8 +181,8 @@ impl ListenerStatus {
         let _ = rx.wait_for(|h| *h >= n).await;
     }
 
-    fn handled(&self) {
-        self.handled.send_modify(|h| *h += 1);
+    fn handled_n(&self, n: u64) {
+        self.handled.send_modify(|h| *h += n);
     }
 }
 
@@ -193,14 +197,10 @@ enum Source {
 pub struct Listener {
     /// Where to listen.
     pub config: ListenerConfig,
-    /// Where tasks go.
-    pub broker: Broker,
-    /// Where objects go.
+    /// Where objects and raw files are recorded.
     pub frontier: Frontier,
-    /// Which plugins run where.
-    pub catalogue: Arc<dyn Catalogue>,
-    /// The time source (task priorities are creation times).
-    pub clock: SharedClock,
+    /// What work they ask for, and where it goes.
+    pub planner: Planner,
     /// Its state, shared with the API.
     pub status: Arc<ListenerStatus>,
 }
@@ -244,41 +244,42 @@ impl Listener {
             .map_err(|_| {
                 lapin::Error::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
             })??;
-        let channel = conn.create_channel().await?;
-        channel
-            .basic_qos(self.config.prefetch, BasicQosOptions::default())
-            .await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
-        let durable = QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        };
-        for q in [&self.config.mutations_queue, &self.config.raw_files_queue] {
+        // A channel per queue: each consumer's unacked window is its own, and a batch is acked
+        // in one frame without touching the other queue's deliveries.
+        let mut consumers = Vec::with_capacity(2);
+        for (q, tag) in [
+            (&self.config.mutations_queue, "kat-scheduler-mutations"),
+            (&self.config.raw_files_queue, "kat-scheduler-raw-files"),
+        ] {
+            let channel = conn.create_channel().await?;
+            channel
+                .basic_qos(self.config.prefetch, BasicQosOptions::default())
+                .await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            let durable = QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            };
             channel
                 .queue_declare(q.as_str().into(), durable, FieldTable::default())
                 .await?;
             channel
                 .queue_declare(dead_letter(q).into(), durable, FieldTable::default())
                 .await?;
+            let consumer = channel
+                .basic_consume(
+                    q.as_str().into(),
+                    tag.into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            consumers.push((channel, consumer));
         }
-        let mut mutations = channel
-            .basic_consume(
-                self.config.mutations_queue.as_str().into(),
-                "kat-scheduler-mutations".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        let mut raw_files = channel
-            .basic_consume(
-                self.config.raw_files_queue.as_str().into(),
-                "kat-scheduler-raw-files".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        let (raw_channel, mut raw_files) = consumers.pop().ok_or_else(no_consumer)?;
+        let (mut_channel, mut mutations) = consumers.pop().ok_or_else(no_consumer)?;
         self.status.set_state("consuming");
         self.status.sessions.fetch_add(1, Ordering::Relaxed);
         *backoff = MIN_BACKOFF;
@@ -287,66 +288,130 @@ impl Listener {
             raw_files = %self.config.raw_files_queue,
             "AMQP listener consuming"
         );
+        let most = usize::from(self.config.prefetch).clamp(1, BATCH_MAX);
         loop {
-            let (source, delivery) = tokio::select! {
+            let (source, first) = tokio::select! {
                 () = token.cancelled() => {
-                    // Unacked messages go back to their queues with the channel.
-                    let _ = channel.close(200, "shutting down".into()).await;
+                    // Unacked messages go back to their queues with the channels.
+                    let _ = mut_channel.close(200, "shutting down".into()).await;
+                    let _ = raw_channel.close(200, "shutting down".into()).await;
                     let _ = conn.close(200, "shutting down".into()).await;
                     return Ok(());
                 }
                 d = mutations.next() => (Source::Mutations, d),
                 d = raw_files.next() => (Source::RawFiles, d),
             };
-            let delivery = match delivery {
-                Some(d) => d?,
-                None => {
-                    return Err(lapin::Error::from(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionAborted,
-                        "the consumer was cancelled",
-                    )));
-                }
+            let (consumer, channel) = match source {
+                Source::Mutations => (&mut mutations, &mut_channel),
+                Source::RawFiles => (&mut raw_files, &raw_channel),
             };
-            let counters = &self.status.counters[source as usize];
-            counters.received.fetch_add(1, Ordering::Relaxed);
-            let outcome = match source {
-                Source::Mutations => self.on_mutation(&delivery.data).await,
-                Source::RawFiles => self.on_raw_file(&delivery.data).await,
-            };
-            let queue = match source {
-                Source::Mutations => &self.config.mutations_queue,
-                Source::RawFiles => &self.config.raw_files_queue,
-            };
+            // What else has arrived joins the batch: one frontier write, one push, one ack.
+            let batch = gather(first, consumer, most)?;
+            self.handle(source, channel, batch, token).await?;
+        }
+    }
+
+    /// Handles a batch of one queue's deliveries: decides each, then acks, dead-letters or hands
+    /// back each as decided.
+    async fn handle(
+        &self,
+        source: Source,
+        channel: &Channel,
+        batch: Vec<Delivery>,
+        token: &CancellationToken,
+    ) -> Result<(), lapin::Error> {
+        let counters = &self.status.counters[source as usize];
+        counters
+            .received
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let bodies: Vec<&[u8]> = batch.iter().map(|d| d.data.as_slice()).collect();
+        let outcomes = match source {
+            Source::Mutations => self.on_mutations(&bodies).await,
+            Source::RawFiles => self.on_raw_files(&bodies).await,
+        };
+        let queue = match source {
+            Source::Mutations => &self.config.mutations_queue,
+            Source::RawFiles => &self.config.raw_files_queue,
+        };
+        let all_done = outcomes.iter().all(|o| matches!(o, Outcome::Done));
+        if all_done && let Some(last) = batch.last() {
+            // Every delivery up to the last is done: one ack for all.
+            last.ack(BasicAckOptions { multiple: true }).await?;
+            counters
+                .acked
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.status.handled_n(batch.len() as u64);
+            return Ok(());
+        }
+        let mut retry = Vec::new();
+        for (delivery, outcome) in batch.iter().zip(outcomes) {
             match outcome {
                 Outcome::Done => {
                     delivery.ack(BasicAckOptions::default()).await?;
                     counters.acked.fetch_add(1, Ordering::Relaxed);
-                    self.status.handled();
+                    self.status.handled_n(1);
                 }
                 Outcome::Poison(reason) => {
                     warn!(queue = %queue, reason = %reason, "message dead-lettered");
-                    dead_letter_publish(&channel, queue, &delivery.data, &reason).await?;
+                    dead_letter_publish(channel, queue, &delivery.data, &reason).await?;
                     delivery.ack(BasicAckOptions::default()).await?;
                     counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                    self.status.handled();
+                    self.status.handled_n(1);
                 }
-                Outcome::Retry(reason) => {
-                    warn!(queue = %queue, reason = %reason, "message handed back to be tried again");
-                    tokio::select! {
-                        () = token.cancelled() => {}
-                        () = tokio::time::sleep(RETRY_PAUSE) => {}
-                    }
-                    delivery
-                        .nack(BasicNackOptions {
-                            requeue: true,
-                            ..BasicNackOptions::default()
-                        })
-                        .await?;
-                    counters.retried.fetch_add(1, Ordering::Relaxed);
-                }
+                Outcome::Retry(reason) => retry.push((delivery, reason)),
             }
         }
+        if let Some((_, reason)) = retry.first() {
+            warn!(queue = %queue, messages = retry.len(), reason = %reason, "messages handed back to be tried again");
+            tokio::select! {
+                () = token.cancelled() => {}
+                () = tokio::time::sleep(RETRY_PAUSE) => {}
+            }
+            for (delivery, _) in &retry {
+                delivery
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..BasicNackOptions::default()
+                    })
+                    .await?;
+            }
+            counters
+                .retried
+                .fetch_add(retry.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
     }
+}
+
+/// Deliveries handled together at most: a batch is what has arrived, up to the prefetch window.
+const BATCH_MAX: usize = 1_000;
+
+fn no_consumer() -> lapin::Error {
+    lapin::Error::from(std::io::Error::other("no consumer"))
+}
+
+/// `first` and the deliveries already waiting behind it, `most` in all, without waiting for more.
+fn gather(
+    first: Option<Result<Delivery, lapin::Error>>,
+    consumer: &mut Consumer,
+    most: usize,
+) -> Result<Vec<Delivery>, lapin::Error> {
+    let ended = || {
+        lapin::Error::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the consumer was cancelled",
+        ))
+    };
+    let mut batch = vec![first.ok_or_else(ended)??];
+    while batch.len() < most {
+        match consumer.next().now_or_never() {
+            Some(Some(d)) => batch.push(d?),
+            // The stream ended or holds nothing more now: handle what there is (an ended stream
+            // shows again on the next read).
+            Some(None) | None => break,
+        }
+    }
+    Ok(batch)
 }
 
 /// The dead-letter queue of `queue`.

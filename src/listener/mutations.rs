@@ -1,46 +1,74 @@
-//! `scan_profile_mutations`: an object created or updated is upserted into the frontier and gets
-//! a boefje task for every plugin that may run on it; a deleted one is marked gone and its
-//! organisation's waiting tasks for it are cancelled.
+//! `scan_profile_mutations`: objects created or updated are upserted into the frontier and get a
+//! boefje task for every plugin that may run on them; deleted ones are marked gone and their
+//! organisation's waiting tasks for them are cancelled.
+
+use std::collections::HashSet;
 
 use super::{Listener, Outcome};
-use crate::domain::SchedulerId;
-use crate::domain::event::{Operation, parse_object_event};
-use crate::planner;
+use crate::domain::event::{ObjectEvent, parse_object_event};
 
 impl Listener {
-    pub(super) async fn on_mutation(&self, body: &[u8]) -> Outcome {
-        let event = match parse_object_event(body) {
-            Ok(e) => e,
-            Err(e) => return Outcome::Poison(e.0),
-        };
-        let now = self.clock.now();
-        if let Err(e) = self.frontier.apply_object(&event, now.naive_utc()).await {
-            return if e.is_request_fault() {
-                Outcome::Poison(format!("the frontier refused the object: {e}"))
-            } else {
-                Outcome::Retry(e.to_string())
-            };
-        }
-        if event.operation == Operation::Delete {
-            return match self
-                .broker
-                .cancel_object(&event.organisation, &event.reference)
-                .await
-            {
-                Ok(_) => Outcome::Done,
-                Err(e) => Outcome::of_push_error(e).unwrap_or(Outcome::Done),
-            };
-        }
-        let plugins = self.catalogue.plugins(&event.organisation);
-        // Time-based priority (mula's): older work first.
-        let priority = now.timestamp();
-        for task in planner::boefje_tasks(&event, &plugins, priority) {
-            if let Err(e) = self.broker.push(SchedulerId::Boefje, task).await
-                && let Some(outcome) = Outcome::of_push_error(e)
-            {
-                return outcome;
+    /// Decides a batch of messages, in order: the frontier write of a run of events about
+    /// different objects is one transaction and their tasks one push; an object named twice
+    /// starts a new run, so its events apply in the order they came.
+    pub(super) async fn on_mutations(&self, bodies: &[&[u8]]) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; bodies.len()];
+        let mut run: Vec<(usize, ObjectEvent)> = Vec::new();
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        for (i, body) in bodies.iter().enumerate() {
+            match parse_object_event(body) {
+                Ok(e) => {
+                    let key = (e.organisation.clone(), e.reference.clone());
+                    if seen.contains(&key) {
+                        self.apply_run(std::mem::take(&mut run), &mut outcomes)
+                            .await;
+                        seen.clear();
+                    }
+                    seen.insert(key);
+                    run.push((i, e));
+                }
+                Err(e) => outcomes[i] = Some(Outcome::Poison(e.0)),
             }
         }
-        Outcome::Done
+        self.apply_run(run, &mut outcomes).await;
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Outcome::Done))
+            .collect()
+    }
+
+    async fn apply_run(&self, run: Vec<(usize, ObjectEvent)>, outcomes: &mut [Option<Outcome>]) {
+        if run.is_empty() {
+            return;
+        }
+        let now = self.planner.clock.now();
+        let events: Vec<&ObjectEvent> = run.iter().map(|(_, e)| e).collect();
+        if let Err(e) = self.frontier.apply_objects(&events, now.naive_utc()).await {
+            if run.len() > 1 && e.is_request_fault() {
+                // One event broke the statement: apply them one by one to find it.
+                for (i, event) in run {
+                    Box::pin(self.apply_run(vec![(i, event)], outcomes)).await;
+                }
+            } else {
+                let outcome = Outcome::of_storage(&e);
+                for (i, _) in &run {
+                    outcomes[*i] = Some(outcome.clone());
+                }
+            }
+            return;
+        }
+        let planned = self.planner.objects(&events).await;
+        for ((i, event), planned) in run.iter().zip(planned) {
+            let mut outcome = Outcome::of_plan(&planned);
+            if event.object.is_none() && matches!(outcome, Outcome::Done) {
+                outcome = Outcome::of_plan(
+                    &self
+                        .planner
+                        .gone(&event.organisation, &event.reference)
+                        .await,
+                );
+            }
+            outcomes[*i] = Some(outcome);
+        }
     }
 }

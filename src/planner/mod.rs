@@ -1,168 +1,244 @@
-//! Planning: what work an event asks for. An object event yields a boefje task for every plugin of
-//! the organisation that may run on the object (see [`Plugin::runs_on`]); a raw file yields a
-//! normalizer task for every enabled normalizer that parses one of its mime types, none for a
-//! file whose mime types say it is an error (`error/…`). The task data is the payload the upstream
-//! runners validate (reference §4.1). Pure: the listener feeds events in and pushes what comes out.
+//! Planning: frontier × plugin catalogue → tasks. The listener (events) and ColdStart (objects new
+//! to the frontier) hand objects and raw files to the [`Planner`], which asks the catalogue what
+//! may run on them, applies the rules in [`rules`] (pure), links de-duplication siblings across
+//! organisations, and pushes the result as the planner's work: one engine command per call, so a
+//! batch of events costs one transaction, and a task never waits in the queue while the same
+//! work is still dispatched or running (no concurrent invocation).
+//!
+//! Priorities are time-based (mula's ranker): the task's creation time in seconds, so older work
+//! goes first and anything a user pushes (priority 1) goes before all of it.
 
-use serde_json::{Map, Value, json};
+pub mod rules;
 
+use std::sync::Arc;
+
+use crate::clients::catalogue::Catalogue;
+use crate::clock::SharedClock;
+use crate::domain::SchedulerId;
 use crate::domain::event::{ObjectEvent, RawFileEvent};
 use crate::domain::plugin::Plugin;
-use crate::queue::PushRequest;
+use crate::frontier::Frontier;
+use crate::queue::{Broker, PushRequest, QueueError};
 
-/// Boefje tasks for an object event (none for a delete), each with `priority`.
-pub fn boefje_tasks(event: &ObjectEvent, plugins: &[Plugin], priority: i64) -> Vec<PushRequest> {
-    let Some(object) = &event.object else {
-        return Vec::new();
-    };
-    plugins
-        .iter()
-        .filter(|p| p.runs_on(&object.object_type, object.scan_level, event.operation))
-        .map(|p| {
-            let data = json!({
-                "boefje": {
-                    "id": p.id,
-                    "name": p.name,
-                    "version": p.version,
-                    "oci_image": p.oci_image,
-                },
-                "input_ooi": event.reference,
-                "organization": event.organisation,
-                "deduplication_key": null,
-                "dispatches": [],
-            });
-            push(&event.organisation, priority, data)
-        })
-        .collect()
+/// Why an event's work was not (all) planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A passing failure (the catalogue, the database or the queue cannot take it now): the
+    /// same event later will succeed.
+    #[error("{0}")]
+    Passing(String),
+    /// The work it asks for is refused as it is (a malformed payload): retrying changes nothing.
+    #[error("{0}")]
+    Refused(String),
 }
 
-/// Normalizer tasks for a raw file, each with `priority`.
-pub fn normalizer_tasks(
-    event: &RawFileEvent,
-    plugins: &[Plugin],
-    priority: i64,
-) -> Vec<PushRequest> {
-    if event.mime_types.iter().any(|m| m.starts_with("error/")) {
-        return Vec::new();
-    }
-    let mut seen: Vec<&str> = Vec::new();
-    plugins
-        .iter()
-        .filter(|p| p.parses(&event.mime_types))
-        .filter(|p| {
-            // One task per normalizer, however many of its mime types the file has.
-            let new = !seen.contains(&p.id.as_str());
-            seen.push(&p.id);
-            new
-        })
-        .map(|p| {
-            let data = json!({
-                "normalizer": {"id": p.id, "name": p.name, "version": p.version},
-                "raw_data": Value::Object(event.raw_data.clone()),
-            });
-            push(&event.organisation, priority, data)
-        })
-        .collect()
-}
-
-fn push(organisation: &str, priority: i64, data: Value) -> PushRequest {
-    let data = match data {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    PushRequest {
-        organisation: organisation.to_owned(),
-        priority: Some(priority),
-        data,
-        // Planned work waits for its previous run to finish (no concurrent invocation).
-        exclusive: true,
-        ..Default::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::event::{ObjectState, Operation};
-    use crate::domain::plugin::PluginType;
-    use uuid::Uuid;
-
-    fn plugin(id: &str, t: PluginType, consumes: &[&str], level: Option<i64>) -> Plugin {
-        Plugin {
-            id: id.into(),
-            plugin_type: t,
-            name: Some(id.into()),
-            version: None,
-            enabled: true,
-            consumes: consumes.iter().map(|s| (*s).to_owned()).collect(),
-            scan_level: level,
-            interval: None,
-            cron: None,
-            run_on: None,
-            oci_image: Some(format!("img/{id}")),
+impl PlanError {
+    /// How a refused push counts for the event that asked for it; `None`: it does not count
+    /// against it (the work already waits, or still runs).
+    pub fn of_push(e: QueueError) -> Option<PlanError> {
+        match e {
+            QueueError::Duplicate { .. } | QueueError::InFlight { .. } => None,
+            QueueError::QueueFull(_)
+            | QueueError::Busy
+            | QueueError::Unavailable(_)
+            | QueueError::Internal(_) => Some(PlanError::Passing(e.to_string())),
+            other => Some(PlanError::Refused(format!("refused: {other}"))),
         }
     }
 
-    #[test]
-    fn an_object_gets_a_task_per_boefje_that_may_run_on_it() {
-        let plugins = vec![
-            plugin("dns-records", PluginType::Boefje, &["Hostname"], Some(1)),
-            plugin("nmap", PluginType::Boefje, &["IPAddressV4"], Some(2)),
-            plugin("intrusive", PluginType::Boefje, &["Hostname"], Some(3)),
-            plugin(
-                "kat_dns",
-                PluginType::Normalizer,
-                &["boefje/dns-records"],
-                None,
-            ),
-        ];
-        let event = ObjectEvent {
-            operation: Operation::Create,
-            organisation: "org1".into(),
-            reference: "Hostname|internet|a.nl".into(),
-            object: Some(ObjectState {
-                object_type: "Hostname".into(),
-                scan_level: Some(2),
-                scan_profile_type: None,
-            }),
-        };
-        let tasks = boefje_tasks(&event, &plugins, 7);
-        assert_eq!(tasks.len(), 1);
-        let data = &tasks[0].data;
-        assert_eq!(data["boefje"]["id"], "dns-records");
-        assert_eq!(data["boefje"]["oci_image"], "img/dns-records");
-        assert_eq!(data["input_ooi"], "Hostname|internet|a.nl");
-        assert_eq!(data["organization"], "org1");
-        assert_eq!(tasks[0].priority, Some(7));
-        let delete = ObjectEvent {
-            operation: Operation::Delete,
-            object: None,
-            ..event
-        };
-        assert!(boefje_tasks(&delete, &plugins, 7).is_empty());
+    fn worst(self, other: PlanError) -> PlanError {
+        // A refusal is final; a passing failure only delays.
+        match (&self, &other) {
+            (PlanError::Refused(_), _) => self,
+            _ => other,
+        }
+    }
+}
+
+/// What planning one event came to: the tasks it created, or why it did not.
+pub type Planned = Result<usize, PlanError>;
+
+/// The planner and what it needs.
+#[derive(Clone)]
+pub struct Planner {
+    /// Where tasks go.
+    pub broker: Broker,
+    /// Who else holds an object (de-duplication siblings).
+    pub frontier: Frontier,
+    /// Which plugins run where.
+    pub catalogue: Catalogue,
+    /// Priorities are creation times.
+    pub clock: SharedClock,
+}
+
+fn merge(slot: &mut Planned, e: PlanError) {
+    *slot = Err(match std::mem::replace(slot, Ok(0)) {
+        Ok(_) => e,
+        Err(prev) => prev.worst(e),
+    });
+}
+
+impl Planner {
+    /// Plans the boefje tasks of object events (creates and updates; a delete plans nothing) and
+    /// pushes them all at once; answers, per event, how many tasks it created.
+    pub async fn objects(&self, events: &[&ObjectEvent]) -> Vec<Planned> {
+        let priority = self.clock.now().timestamp();
+        let mut results: Vec<Planned> = vec![Ok(0); events.len()];
+        let mut requests = Vec::new();
+        let mut owners = Vec::new();
+        for (i, event) in events.iter().enumerate() {
+            if event.object.is_none() {
+                continue;
+            }
+            let plugins = match self.catalogue.plugins(&event.organisation).await {
+                Ok(p) => p,
+                Err(e) => {
+                    merge(&mut results[i], PlanError::Passing(e.to_string()));
+                    continue;
+                }
+            };
+            let mut planned = Vec::new();
+            for mut task in rules::boefje_tasks(event, &plugins, priority) {
+                match self.siblings(&mut task, event, &plugins).await {
+                    Ok(siblings) => {
+                        planned.push(task);
+                        planned.extend(siblings);
+                    }
+                    Err(e) => merge(&mut results[i], e),
+                }
+            }
+            owners.extend(std::iter::repeat_n(i, planned.len()));
+            requests.extend(planned);
+        }
+        self.push(SchedulerId::Boefje, requests, &owners, &mut results)
+            .await;
+        results
     }
 
-    #[test]
-    fn a_raw_file_gets_one_task_per_normalizer_and_none_when_it_is_an_error() {
-        let plugins = vec![
-            plugin(
-                "kat_dns",
-                PluginType::Normalizer,
-                &["boefje/dns-records", "text/plain"],
-                None,
-            ),
-            plugin("kat_other", PluginType::Normalizer, &["boefje/nmap"], None),
-        ];
-        let mut event = RawFileEvent {
-            organisation: "org1".into(),
-            raw_id: Uuid::new_v4(),
-            mime_types: vec!["boefje/dns-records".into(), "text/plain".into()],
-            raw_data: Map::new(),
-        };
-        let tasks = normalizer_tasks(&event, &plugins, 3);
-        assert_eq!(tasks.len(), 1);
-        assert_eq!(tasks[0].data["normalizer"]["id"], "kat_dns");
-        event.mime_types.push("error/boefje".into());
-        assert!(normalizer_tasks(&event, &plugins, 3).is_empty());
+    /// Plans the normalizer tasks of raw files and pushes them all at once; answers, per file,
+    /// how many tasks it created.
+    pub async fn raw_files(&self, events: &[&RawFileEvent]) -> Vec<Planned> {
+        let priority = self.clock.now().timestamp();
+        let mut results: Vec<Planned> = vec![Ok(0); events.len()];
+        let mut requests = Vec::new();
+        let mut owners = Vec::new();
+        for (i, event) in events.iter().enumerate() {
+            match self.catalogue.plugins(&event.organisation).await {
+                Ok(plugins) => {
+                    let planned = rules::normalizer_tasks(event, &plugins, priority);
+                    owners.extend(std::iter::repeat_n(i, planned.len()));
+                    requests.extend(planned);
+                }
+                Err(e) => merge(&mut results[i], PlanError::Passing(e.to_string())),
+            }
+        }
+        self.push(SchedulerId::Normalizer, requests, &owners, &mut results)
+            .await;
+        results
+    }
+
+    /// An object is gone: its organisation's waiting tasks for it are cancelled (tasks already
+    /// handed out run on). Answers how many.
+    pub async fn gone(&self, organisation: &str, reference: &str) -> Planned {
+        match self.broker.cancel_object(organisation, reference).await {
+            Ok(ids) => Ok(ids.len()),
+            Err(e) => match PlanError::of_push(e) {
+                Some(e) => Err(e),
+                None => Ok(0),
+            },
+        }
+    }
+
+    /// De-duplication siblings of `task` when its boefje shares runs across organisations: one
+    /// per organisation that runs it with the same settings and holds the object.
+    async fn siblings(
+        &self,
+        task: &mut PushRequest,
+        event: &ObjectEvent,
+        plugins: &[Plugin],
+    ) -> Result<Vec<PushRequest>, PlanError> {
+        let boefje = task
+            .data
+            .get("boefje")
+            .and_then(|b| b.get("id"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if !plugins.iter().any(|p| p.id == boefje && p.deduplicate) {
+            return Ok(Vec::new());
+        }
+        let others = self
+            .catalogue
+            .duplicates(&event.organisation, &boefje)
+            .await
+            .map_err(|e| PlanError::Passing(e.to_string()))?;
+        if others.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .frontier
+            .holders(&event.reference, &others)
+            .await
+            .map_err(|e| PlanError::Passing(e.to_string()))?;
+        let mut their_plugins: Vec<Arc<[Plugin]>> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            their_plugins.push(
+                self.catalogue
+                    .plugins(&row.organisation)
+                    .await
+                    .map_err(|e| PlanError::Passing(e.to_string()))?,
+            );
+        }
+        let holders: Vec<rules::Holder<'_>> = rows
+            .iter()
+            .zip(&their_plugins)
+            .map(|(row, plugins)| rules::Holder {
+                organisation: &row.organisation,
+                object_type: &row.object_type,
+                scan_level: row.scan_level,
+                plugins,
+            })
+            .collect();
+        Ok(rules::siblings(task, event.operation, &holders))
+    }
+
+    /// Pushes `requests` in one command; each result counts for the event `owners` names.
+    async fn push(
+        &self,
+        scheduler: SchedulerId,
+        requests: Vec<PushRequest>,
+        owners: &[usize],
+        results: &mut [Planned],
+    ) {
+        if requests.is_empty() {
+            return;
+        }
+        match self.broker.push_many(scheduler, requests).await {
+            Ok(outcomes) => {
+                for (outcome, &i) in outcomes.into_iter().zip(owners) {
+                    match outcome {
+                        Ok(o) => {
+                            if o.created
+                                && let Ok(n) = &mut results[i]
+                            {
+                                *n += 1;
+                            }
+                        }
+                        Err(e) => {
+                            if let Some(e) = PlanError::of_push(e) {
+                                merge(&mut results[i], e);
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let e = PlanError::of_push(e)
+                    .unwrap_or_else(|| PlanError::Passing("the push was not applied".into()));
+                for &i in owners {
+                    merge(&mut results[i], e.clone());
+                }
+            }
+        }
     }
 }

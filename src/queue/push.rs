@@ -23,18 +23,20 @@ pub struct PushRequest {
     pub priority: Option<i64>,
     /// The payload.
     pub data: Map<String, Value>,
-    /// The planner's push (not a client's): refused while a task with the same hash is still
-    /// dispatched or running, so the same work never runs twice at once (no concurrent
-    /// invocation). A client's push is not held back: a user may run a scan again.
-    pub exclusive: bool,
+    /// The planner's push, not a client's: it is refused while a task with the same hash is
+    /// still dispatched or running, so the same work never runs twice at once (no concurrent
+    /// invocation; a client's push is not held back, a user may run a scan again), and an id it
+    /// names is a fresh one (the planner names ids to link de-duplication siblings), never a
+    /// re-push of an existing task, so it costs no read.
+    pub planned: bool,
 }
 
 /// A validated task, not yet placed.
 #[derive(Debug, Clone)]
 pub(crate) struct NewTask {
     pub id: Uuid,
-    /// See [`PushRequest::exclusive`].
-    pub exclusive: bool,
+    /// See [`PushRequest::planned`].
+    pub planned: bool,
     /// The client named this id, so it may be a re-push of a task that exists.
     pub id_given: bool,
     pub organisation: String,
@@ -93,7 +95,7 @@ pub(crate) fn prepare(
     // fresh one rather than guess which was meant.
     let (id, id_given) = match (req.id, in_data) {
         (Some(a), Some(b)) if a != b => (Uuid::new_v4(), false),
-        (Some(a), _) | (None, Some(a)) => (a, true),
+        (Some(a), _) | (None, Some(a)) => (a, !req.planned),
         (None, None) => (Uuid::new_v4(), false),
     };
     data.insert("id".into(), Value::String(id.hyphenated().to_string()));
@@ -108,7 +110,7 @@ pub(crate) fn prepare(
     let data = Value::Object(data).to_string();
     Ok(NewTask {
         id,
-        exclusive: req.exclusive,
+        planned: req.planned,
         id_given,
         organisation: req.organisation,
         priority,

@@ -93,7 +93,7 @@ pub(crate) fn push(
     }
     // Pushes are decided before the batch's patches and pops, so the committed state is the
     // one to ask.
-    if task.exclusive
+    if task.planned
         && let Some(running) = st.in_flight.find(&task.hash)
     {
         return Err(QueueError::InFlight { existing: running });
@@ -233,7 +233,7 @@ mod tests {
         let mut planned = new_task("a", 5);
         st.in_flight
             .record(running, Some(&planned.hash), TaskStatus::Running);
-        planned.exclusive = true;
+        planned.planned = true;
         assert!(matches!(
             push(&mut st, &mut rows, &planned, now()),
             Err(QueueError::InFlight { existing }) if existing == running

@@ -92,7 +92,7 @@ pub fn heap_row(priority: i64) -> HeapRow {
 pub fn new_task(plugin: &str, priority: i64) -> NewTask {
     NewTask {
         id: Uuid::new_v4(),
-        exclusive: false,
+        planned: false,
         id_given: false,
         organisation: "org1".into(),
         priority,
