@@ -88,6 +88,9 @@ pub struct Settings {
     pub listener: ListenerSettings,
     /// The plugin catalogue.
     pub catalogue: CatalogueSettings,
+    /// ColdStart (runs when Octopoes is configured).
+    #[serde(default)]
+    pub coldstart: ColdStartSettings,
     /// Katalogus, Octopoes and Bytes.
     #[serde(default)]
     pub clients: ClientSettings,
@@ -246,6 +249,36 @@ impl ClientSettings {
             self.timeout(),
         )
         .map(Some)
+    }
+}
+
+/// ColdStart: pages every organisation's objects from Octopoes into the frontier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
+pub struct ColdStartSettings {
+    /// Seconds between two complete passes over an organisation (the sanity check).
+    pub interval_secs: u64,
+    /// Objects per page asked of Octopoes.
+    pub page_size: u64,
+    /// Organisations paged at once.
+    pub concurrency: usize,
+    /// Tries of one page before its organisation waits for the next round.
+    pub attempts: u32,
+    /// Milliseconds before the second try of a page; doubles with each failure, to at most a
+    /// minute.
+    pub backoff_ms: u64,
+}
+
+impl Default for ColdStartSettings {
+    fn default() -> Self {
+        Self {
+            interval_secs: crate::coldstart::DEFAULT_INTERVAL_SECS,
+            page_size: crate::coldstart::DEFAULT_PAGE_SIZE,
+            concurrency: crate::coldstart::DEFAULT_CONCURRENCY,
+            attempts: crate::coldstart::DEFAULT_ATTEMPTS,
+            backoff_ms: crate::coldstart::DEFAULT_BACKOFF_MS,
+        }
     }
 }
 
@@ -446,6 +479,7 @@ impl Default for Settings {
                 prefetch: DEFAULT_PREFETCH,
             },
             catalogue: CatalogueSettings::default(),
+            coldstart: ColdStartSettings::default(),
             clients: ClientSettings::default(),
             schedulers: SchedulerOverrides::default(),
         }
@@ -513,6 +547,21 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_QUEUE_RAW_FILES",
         "listener.raw_files_queue",
         "Bytes' raw file events (default raw_file_received)",
+    ),
+    (
+        "SCHEDULER_COLDSTART_INTERVAL",
+        "coldstart.interval_secs",
+        "seconds between two complete ColdStart passes over an organisation (default 86400)",
+    ),
+    (
+        "SCHEDULER_COLDSTART_PAGE_SIZE",
+        "coldstart.page_size",
+        "objects per page asked of Octopoes (default 1000)",
+    ),
+    (
+        "SCHEDULER_COLDSTART_CONCURRENCY",
+        "coldstart.concurrency",
+        "organisations paged at once (default 4)",
     ),
     (
         "SCHEDULER_CATALOGUE_TTL",
@@ -830,6 +879,25 @@ impl Settings {
         }
         if c.request_timeout_secs == 0 {
             return bad("clients.request_timeout_secs", "must be at least 1".into());
+        }
+        let cs = &self.coldstart;
+        if cs.interval_secs == 0 {
+            return bad("coldstart.interval_secs", "must be at least 1".into());
+        }
+        if !(1..=10_000).contains(&cs.page_size) {
+            return bad(
+                "coldstart.page_size",
+                format!("must be 1 to 10000, got {}", cs.page_size),
+            );
+        }
+        if cs.concurrency == 0 {
+            return bad("coldstart.concurrency", "must be at least 1".into());
+        }
+        if cs.attempts == 0 {
+            return bad("coldstart.attempts", "must be at least 1".into());
+        }
+        if self.catalogue.ttl_secs == 0 {
+            return bad("catalogue.ttl_secs", "must be at least 1".into());
         }
         if let Err(e) = self.auth.tokens() {
             return bad("auth", e);

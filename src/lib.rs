@@ -28,6 +28,7 @@
 pub mod api;
 pub mod clients;
 pub mod clock;
+pub mod coldstart;
 pub mod config;
 pub mod domain;
 pub mod frontier;

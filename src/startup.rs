@@ -15,7 +15,9 @@ use crate::clock::SharedClock;
 use crate::config::Settings;
 use std::sync::Arc;
 
+use crate::api::health::Observed;
 use crate::clients::catalogue::{Catalogue, StaticCatalogue};
+use crate::coldstart::{ColdStart, ColdStartConfig, ColdStartStatus};
 use crate::frontier::Frontier;
 use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::planner::Planner;
@@ -37,6 +39,12 @@ pub struct Application {
     listener: Option<Listener>,
     /// Its state (shown on `/health` also when it is off).
     listener_status: Arc<ListenerStatus>,
+    /// The plugin catalogue (refreshed in the background when it comes from Katalogus).
+    catalogue: Catalogue,
+    /// ColdStart, when Octopoes is configured.
+    coldstart: Option<ColdStart>,
+    /// Its state (shown on `/health` also when it is off).
+    coldstart_status: Arc<ColdStartStatus>,
 }
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
@@ -153,14 +161,45 @@ impl Application {
                 status: listener_status.clone(),
             })
         };
-        let app_status = listener_status.clone();
+        let clients = &settings.clients;
+        let octopoes = clients.octopoes().map_err(|e| anyhow!(e))?;
+        let coldstart_status = Arc::new(ColdStartStatus::default());
+        let coldstart = match &octopoes {
+            Some(client) => Some(ColdStart {
+                octopoes: client.clone(),
+                frontier: Frontier::new(pool.clone()),
+                planner: planner.clone(),
+                clock: planner.clock.clone(),
+                config: ColdStartConfig {
+                    interval: Duration::from_secs(settings.coldstart.interval_secs),
+                    page_size: settings.coldstart.page_size,
+                    concurrency: settings.coldstart.concurrency,
+                    attempts: settings.coldstart.attempts,
+                    backoff: Duration::from_millis(settings.coldstart.backoff_ms),
+                    ..ColdStartConfig::default()
+                },
+                status: coldstart_status.clone(),
+            }),
+            None => {
+                info!("ColdStart off: OCTOPOES_API is not set");
+                None
+            }
+        };
+        let observed = Arc::new(Observed {
+            listener: listener_status.clone(),
+            catalogue: catalogue.clone(),
+            coldstart: coldstart_status.clone(),
+            katalogus: clients.katalogus().map_err(|e| anyhow!(e))?,
+            octopoes,
+            bytes: clients.bytes().map_err(|e| anyhow!(e))?,
+        });
         let app_broker = broker.clone();
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,
             secs => actix_web::http::KeepAlive::Timeout(Duration::from_secs(secs)),
         };
         let mut server = HttpServer::new(move || {
-            crate::api::app(app_broker.clone(), body, tokens.clone(), app_status.clone())
+            crate::api::app(app_broker.clone(), body, tokens.clone(), observed.clone())
         })
         .disable_signals()
         .keep_alive(keep_alive)
@@ -183,7 +222,15 @@ impl Application {
             stop_deadline: Duration::from_secs(settings.api.shutdown_timeout_secs),
             listener,
             listener_status,
+            catalogue,
+            coldstart,
+            coldstart_status,
         })
+    }
+
+    /// ColdStart's state (tests wait on it and wake it).
+    pub fn coldstart_status(&self) -> Arc<ColdStartStatus> {
+        self.coldstart_status.clone()
     }
 
     /// The AMQP listener's state (tests wait on it).
@@ -211,6 +258,8 @@ impl Application {
             watchdog_interval,
             stop_deadline,
             listener,
+            catalogue,
+            coldstart,
             ..
         } = self;
         let handle = server.handle();
@@ -221,6 +270,14 @@ impl Application {
         // finish.
         if let Some(l) = listener {
             processes.spawn("AMQP listener", move |token| l.run(token));
+        }
+        if let Some(c) = coldstart {
+            processes.spawn("ColdStart", move |token| c.run(token));
+        }
+        if catalogue.is_remote() {
+            processes.spawn("catalogue refresh", move |token| {
+                catalogue.run_refresh(token)
+            });
         }
         if !watchdog_interval.is_zero() {
             let b = broker.clone();

@@ -134,7 +134,7 @@ pub fn app(
     broker: Broker,
     body: extract::BodyConfig,
     tokens: std::sync::Arc<crate::domain::auth::Tokens>,
-    listener: std::sync::Arc<crate::listener::ListenerStatus>,
+    observed: std::sync::Arc<health::Observed>,
 ) -> App<
     impl ServiceFactory<
         ServiceRequest,
@@ -156,7 +156,7 @@ pub fn app(
         .app_data(web::PayloadConfig::new(body.max_bytes))
         .app_data(body)
         .app_data(tokens)
-        .app_data(web::Data::new(listener))
+        .app_data(web::Data::new(observed))
         .app_data(web::QueryConfig::default().error_handler(extract::query_error))
         .configure(routes)
         .split_for_parts();

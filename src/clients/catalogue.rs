@@ -49,6 +49,10 @@ use crate::domain::plugin::{Plugin, PluginType};
 pub const DEFAULT_TTL_SECS: u64 = 60;
 /// Organisations refreshed at once by the background refresh.
 const REFRESH_CONCURRENCY: usize = 8;
+/// How long a caller waits for the first fetch of an organisation's plugins. A slower answer
+/// still fills the cache when it comes; the caller is told to try again, so an organisation
+/// Katalogus is slow on delays only its own events.
+pub const MISS_WAIT: Duration = Duration::from_secs(2);
 
 /// Why the catalogue cannot answer (for now): the caller retries later.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -259,10 +263,9 @@ impl Catalogue {
 
     /// The plugins of `organisation` (enabled or not; the planner checks).
     pub async fn plugins(&self, organisation: &str) -> Result<Arc<[Plugin]>, CatalogueError> {
-        let client = match &self.inner.source {
-            Source::File(f) => return Ok(f.plugins(organisation).into()),
-            Source::Katalogus(k) => k,
-        };
+        if let Source::File(f) = &self.inner.source {
+            return Ok(f.plugins(organisation).into());
+        }
         let stale = {
             let cache = lock(&self.inner.plugins);
             match cache.get(organisation) {
@@ -277,6 +280,26 @@ impl Catalogue {
             // The background refresh brings it up to date; planning does not wait for it.
             return Ok(stale);
         }
+        // The fetch runs on its own, so it completes (and fills the cache) even when this
+        // caller stops waiting for it.
+        let me = self.clone();
+        let org = organisation.to_owned();
+        let fetch = tokio::spawn(async move { me.fetch_plugins(&org).await });
+        match tokio::time::timeout(MISS_WAIT, fetch).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => Err(CatalogueError(format!("the fetch stopped: {e}"))),
+            Err(_) => Err(CatalogueError(format!(
+                "Katalogus has not answered for organisation '{organisation}' within {} s; its plugins are still being fetched",
+                MISS_WAIT.as_secs()
+            ))),
+        }
+    }
+
+    /// Fetches an organisation's plugins into the cache, one fetch at a time per organisation.
+    async fn fetch_plugins(&self, organisation: &str) -> Result<Arc<[Plugin]>, CatalogueError> {
+        let Source::Katalogus(client) = &self.inner.source else {
+            return Err(CatalogueError("not from Katalogus".into()));
+        };
         let gate = lock(&self.inner.fetching)
             .entry(organisation.to_owned())
             .or_default()

@@ -143,64 +143,77 @@ impl Frontier {
             .await
     }
 
+    /// Which of `objects` (of one organisation) are new to the frontier, or back after being
+    /// gone (creates), or changed type or scan profile (updates): the ones a ColdStart page
+    /// plans work for.
+    pub async fn changed(
+        &self,
+        organisation: &str,
+        objects: &[(String, ObjectState)],
+    ) -> Result<Vec<ObjectEvent>, StorageError> {
+        let org = organisation.to_owned();
+        let references: Vec<String> = objects.iter().map(|(r, _)| r.clone()).collect();
+        let known: HashMap<String, FrontierRow> = self
+            .write(move |c| Ok(frontier::get_many(c, &org, &references)?))
+            .await?
+            .into_iter()
+            .map(|r| (r.reference.clone(), r))
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        Ok(objects
+            .iter()
+            .filter(|(reference, _)| seen.insert(reference.as_str()))
+            .filter_map(|(reference, state)| {
+                let operation = match known.get(reference) {
+                    None => Operation::Create,
+                    Some(k) if k.gone_at.is_some() => Operation::Create,
+                    Some(k)
+                        if k.object_type != state.object_type
+                            || k.scan_level != state.scan_level
+                            || k.scan_profile_type != state.scan_profile_type =>
+                    {
+                        Operation::Update
+                    }
+                    Some(_) => return None,
+                };
+                Some(ObjectEvent {
+                    operation,
+                    organisation: organisation.to_owned(),
+                    reference: reference.clone(),
+                    object: Some(state.clone()),
+                })
+            })
+            .collect())
+    }
+
     /// Loads one page of a ColdStart pass over `organisation` in one transaction: every object
-    /// upserted and confirmed by the pass begun at `pass_started`, and the pass's progress saved
-    /// with it (so a restart resumes after this page, never before it). Answers the objects that
-    /// are new to the frontier (or back after being gone) as creates, and those whose type or
-    /// scan profile changed as updates: the ones to plan work for.
+    /// upserted and confirmed by the pass begun at `progress.pass_started_at`, and the pass's
+    /// progress saved with it, so a restart resumes after this page, never before it.
     pub async fn load_page(
         &self,
         organisation: &str,
         objects: Vec<(String, ObjectState)>,
         progress: Progress,
         now: NaiveDateTime,
-    ) -> Result<Vec<ObjectEvent>, StorageError> {
-        let org = organisation.to_owned();
+    ) -> Result<(), StorageError> {
+        // One row per object, the last the page lists (a page should not repeat one).
+        let mut rows: Vec<ObjectRow> = Vec::with_capacity(objects.len());
+        let mut at: HashMap<String, usize> = HashMap::new();
+        for (reference, state) in objects {
+            let row = object_row(organisation, &reference, &state);
+            match at.get(&reference) {
+                Some(&i) => rows[i] = row,
+                None => {
+                    at.insert(reference, rows.len());
+                    rows.push(row);
+                }
+            }
+        }
         self.write(move |c| {
             c.transaction::<_, StorageError, _>(|c| {
-                // One row per object, the last the page lists (a page should not repeat one).
-                let mut by_ref: HashMap<String, ObjectState> = HashMap::new();
-                let mut order = Vec::new();
-                for (reference, state) in objects {
-                    if by_ref.insert(reference.clone(), state).is_none() {
-                        order.push(reference);
-                    }
-                }
-                let known: HashMap<String, FrontierRow> = frontier::get_many(c, &org, &order)?
-                    .into_iter()
-                    .map(|r| (r.reference.clone(), r))
-                    .collect();
-                let mut rows = Vec::with_capacity(order.len());
-                let mut changed = Vec::new();
-                for reference in order {
-                    let Some(state) = by_ref.remove(&reference) else {
-                        continue;
-                    };
-                    rows.push(object_row(&org, &reference, &state));
-                    let operation = match known.get(&reference) {
-                        None => Some(Operation::Create),
-                        Some(k) if k.gone_at.is_some() => Some(Operation::Create),
-                        Some(k)
-                            if k.object_type != state.object_type
-                                || k.scan_level != state.scan_level
-                                || k.scan_profile_type != state.scan_profile_type =>
-                        {
-                            Some(Operation::Update)
-                        }
-                        Some(_) => None,
-                    };
-                    if let Some(operation) = operation {
-                        changed.push(ObjectEvent {
-                            operation,
-                            organisation: org.clone(),
-                            reference,
-                            object: Some(state),
-                        });
-                    }
-                }
                 frontier::upsert_objects(c, &rows, now, Some(progress.pass_started_at))?;
                 frontier::progress_save(c, &progress, now)?;
-                Ok(changed)
+                Ok(())
             })
         })
         .await

@@ -10,9 +10,10 @@
 
 pub mod rules;
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::clients::catalogue::Catalogue;
+use crate::clients::catalogue::{Catalogue, CatalogueError};
 use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
 use crate::domain::event::{ObjectEvent, RawFileEvent};
@@ -86,12 +87,15 @@ impl Planner {
         let mut results: Vec<Planned> = vec![Ok(0); events.len()];
         let mut requests = Vec::new();
         let mut owners = Vec::new();
+        let catalogue = self
+            .plugins_of(events.iter().map(|e| e.organisation.as_str()))
+            .await;
         for (i, event) in events.iter().enumerate() {
             if event.object.is_none() {
                 continue;
             }
-            let plugins = match self.catalogue.plugins(&event.organisation).await {
-                Ok(p) => p,
+            let plugins = match &catalogue[&event.organisation] {
+                Ok(p) => p.clone(),
                 Err(e) => {
                     merge(&mut results[i], PlanError::Passing(e.to_string()));
                     continue;
@@ -122,10 +126,13 @@ impl Planner {
         let mut results: Vec<Planned> = vec![Ok(0); events.len()];
         let mut requests = Vec::new();
         let mut owners = Vec::new();
+        let catalogue = self
+            .plugins_of(events.iter().map(|e| e.organisation.as_str()))
+            .await;
         for (i, event) in events.iter().enumerate() {
-            match self.catalogue.plugins(&event.organisation).await {
+            match &catalogue[&event.organisation] {
                 Ok(plugins) => {
-                    let planned = rules::normalizer_tasks(event, &plugins, priority);
+                    let planned = rules::normalizer_tasks(event, plugins, priority);
                     owners.extend(std::iter::repeat_n(i, planned.len()));
                     requests.extend(planned);
                 }
@@ -135,6 +142,23 @@ impl Planner {
         self.push(SchedulerId::Normalizer, requests, &owners, &mut results)
             .await;
         results
+    }
+
+    /// The plugins of each organisation named, asked for all at once: an organisation
+    /// Katalogus is slow on delays only its own events (see [`Catalogue::plugins`]).
+    async fn plugins_of<'a>(
+        &self,
+        organisations: impl Iterator<Item = &'a str>,
+    ) -> HashMap<String, Result<Arc<[Plugin]>, CatalogueError>> {
+        let distinct: BTreeSet<&str> = organisations.collect();
+        let answers =
+            futures_util::future::join_all(distinct.iter().map(|org| self.catalogue.plugins(org)))
+                .await;
+        distinct
+            .into_iter()
+            .map(str::to_owned)
+            .zip(answers)
+            .collect()
     }
 
     /// An object is gone: its organisation's waiting tasks for it are cancelled (tasks already

@@ -187,6 +187,7 @@ pub struct TestApp {
     pub backend: Backend,
     pub broker: kat_scheduler::queue::Broker,
     pub listener: Arc<kat_scheduler::listener::ListenerStatus>,
+    pub coldstart: Arc<kat_scheduler::coldstart::ColdStartStatus>,
     token: CancellationToken,
     join: Option<JoinHandle<anyhow::Result<()>>>,
     pub db: TestDb,
@@ -243,6 +244,7 @@ impl TestApp {
         let address = format!("http://127.0.0.1:{}", app.port());
         let broker = app.broker().clone();
         let listener = app.listener_status();
+        let coldstart = app.coldstart_status();
         let token = CancellationToken::new();
         let join = tokio::spawn(app.run_until_stopped(token.clone()));
         TestApp {
@@ -257,6 +259,7 @@ impl TestApp {
             backend,
             broker,
             listener,
+            coldstart,
             token,
             join: Some(join),
             db,

@@ -7,11 +7,13 @@
 )]
 
 mod helpers;
+mod stubs;
 
 mod api_contract;
 mod auth;
 mod child;
 mod clients;
+mod coldstart;
 mod concurrency;
 mod crash;
 mod filtered_pops;

@@ -1,0 +1,550 @@
+//! ColdStart: pages through every organisation's objects in Octopoes into the frontier, at start
+//! and then periodically as a sanity check, and plans work for the objects that are new (or
+//! changed) to the frontier.
+//!
+//! - **Passes per organisation.** An organisation is due when it never had a complete pass, when
+//!   its pass was interrupted (it resumes), or when its last pass completed `interval` ago. A
+//!   round runs every due organisation, [`ColdStartConfig::concurrency`] at a time.
+//! - **A consistent snapshot.** A pass reads the objects as they were at its start (Octopoes'
+//!   `valid_time`), so objects deleted while it pages cannot shift the pages under it.
+//! - **Resume, not restart.** Each page's objects and the pass's progress (next offset, snapshot,
+//!   start) are committed in one transaction; after a restart the pass goes on at the next page.
+//! - **Gone objects.** At the end of a complete pass, the organisation's objects the pass did not
+//!   see (and that no event touched since it began) are marked gone and their waiting tasks
+//!   cancelled.
+//! - **Failures stay local.** A page that fails is retried with backoff; after
+//!   [`ColdStartConfig::attempts`] failures the organisation is left for the next round, with its
+//!   progress kept, and the others go on.
+//! - **Visible.** Progress (organisations done, objects loaded, rate, ETA) is logged every few
+//!   seconds while a round runs and shown on `/health`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use serde::Serialize;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::clients::octopoes::{ObjectPage, Octopoes};
+use crate::clock::SharedClock;
+use crate::domain::event::{ObjectEvent, ObjectState};
+use crate::frontier::Frontier;
+use crate::planner::{PlanError, Planner};
+use crate::storage::frontier::Progress;
+
+/// Default time between two complete passes over an organisation.
+pub const DEFAULT_INTERVAL_SECS: u64 = 24 * 60 * 60;
+/// Default objects per page (mula's).
+pub const DEFAULT_PAGE_SIZE: u64 = 1000;
+/// Default organisations paged at once.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+/// Default tries of one page before the organisation is left for the next round.
+pub const DEFAULT_ATTEMPTS: u32 = 5;
+/// Default first wait after a failed page, in milliseconds.
+pub const DEFAULT_BACKOFF_MS: u64 = 1000;
+/// How often a running round logs its progress.
+const LOG_EVERY: Duration = Duration::from_secs(5);
+/// How often the process looks for due organisations when nothing wakes it.
+const CHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// How ColdStart runs.
+#[derive(Debug, Clone)]
+pub struct ColdStartConfig {
+    /// Time between two complete passes over an organisation.
+    pub interval: Duration,
+    /// Objects per page.
+    pub page_size: u64,
+    /// Organisations paged at once.
+    pub concurrency: usize,
+    /// Tries of one page before the organisation waits for the next round.
+    pub attempts: u32,
+    /// First wait after a failed page; doubles with each failure, to at most `max_backoff`.
+    pub backoff: Duration,
+    /// Longest wait between two tries of a page.
+    pub max_backoff: Duration,
+}
+
+impl Default for ColdStartConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(DEFAULT_INTERVAL_SECS),
+            page_size: DEFAULT_PAGE_SIZE,
+            concurrency: DEFAULT_CONCURRENCY,
+            attempts: DEFAULT_ATTEMPTS,
+            backoff: Duration::from_millis(DEFAULT_BACKOFF_MS),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What `/health` shows of ColdStart.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ColdStartFigures {
+    /// `off`, `idle` or `running`.
+    pub state: String,
+    /// Organisations in the current (or last) round.
+    pub organisations: usize,
+    /// Of those, the ones whose pass completed.
+    pub organisations_done: usize,
+    /// Of those, the ones left for the next round after failing.
+    pub organisations_failed: usize,
+    /// Objects loaded in this round.
+    pub objects_loaded: u64,
+    /// Objects the round's organisations hold, as far as their first pages said.
+    pub objects_known: u64,
+    /// Objects loaded per second in this round.
+    pub rate_per_sec: f64,
+    /// Seconds to go at that rate, for the objects known.
+    pub eta_secs: Option<u64>,
+    /// Tasks planned for new or changed objects in this round.
+    pub tasks_planned: u64,
+    /// Objects found gone in this round.
+    pub objects_gone: u64,
+    /// Rounds completed since start.
+    pub rounds: u64,
+    /// Organisations that failed, with the last error.
+    pub failures: Vec<String>,
+    /// When the current (or last) round began.
+    pub round_started_at: Option<DateTime<Utc>>,
+}
+
+/// ColdStart's state, shared with the API and tests.
+#[derive(Debug)]
+pub struct ColdStartStatus {
+    figures: Mutex<ColdStartFigures>,
+    loaded: AtomicU64,
+    known: AtomicU64,
+    planned: AtomicU64,
+    gone: AtomicU64,
+    round_began: Mutex<Option<Instant>>,
+    /// Rounds completed; tests wait on it.
+    rounds: watch::Sender<u64>,
+    /// Starts a round now (tests; the process also checks every minute).
+    wake: Notify,
+}
+
+impl Default for ColdStartStatus {
+    fn default() -> Self {
+        Self {
+            figures: Mutex::new(ColdStartFigures {
+                state: "off".into(),
+                ..ColdStartFigures::default()
+            }),
+            loaded: AtomicU64::new(0),
+            known: AtomicU64::new(0),
+            planned: AtomicU64::new(0),
+            gone: AtomicU64::new(0),
+            round_began: Mutex::new(None),
+            rounds: watch::channel(0).0,
+            wake: Notify::new(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl ColdStartStatus {
+    /// The figures now.
+    pub fn figures(&self) -> ColdStartFigures {
+        let mut f = lock(&self.figures).clone();
+        f.objects_loaded = self.loaded.load(Ordering::Relaxed);
+        f.objects_known = self.known.load(Ordering::Relaxed);
+        f.tasks_planned = self.planned.load(Ordering::Relaxed);
+        f.objects_gone = self.gone.load(Ordering::Relaxed);
+        if let Some(began) = *lock(&self.round_began) {
+            let secs = began.elapsed().as_secs_f64();
+            if secs > 0.0 {
+                f.rate_per_sec = (f.objects_loaded as f64 / secs * 10.0).round() / 10.0;
+            }
+            if f.state == "running" && f.rate_per_sec > 0.0 {
+                let left = f.objects_known.saturating_sub(f.objects_loaded) as f64;
+                f.eta_secs = Some((left / f.rate_per_sec).ceil() as u64);
+            }
+        }
+        f
+    }
+
+    /// Starts a round now rather than at the next check.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Waits until `n` rounds have completed since start (a test signal).
+    pub async fn wait_rounds(&self, n: u64) {
+        let mut rx = self.rounds.subscribe();
+        let _ = rx.wait_for(|r| *r >= n).await;
+    }
+
+    fn begin_round(&self, organisations: usize, now: DateTime<Utc>) {
+        for c in [&self.loaded, &self.known, &self.planned, &self.gone] {
+            c.store(0, Ordering::Relaxed);
+        }
+        *lock(&self.round_began) = Some(Instant::now());
+        let mut f = lock(&self.figures);
+        *f = ColdStartFigures {
+            state: "running".into(),
+            organisations,
+            rounds: f.rounds,
+            round_started_at: Some(now),
+            ..ColdStartFigures::default()
+        };
+    }
+
+    fn end_round(&self) {
+        {
+            let mut f = lock(&self.figures);
+            f.state = "idle".into();
+            f.rounds += 1;
+        }
+        self.rounds.send_modify(|r| *r += 1);
+    }
+}
+
+/// ColdStart and what it needs.
+pub struct ColdStart {
+    /// Where the objects come from.
+    pub octopoes: Octopoes,
+    /// Where they go.
+    pub frontier: Frontier,
+    /// What work new objects ask for (and the organisations, from its catalogue).
+    pub planner: Planner,
+    /// Decides what is due.
+    pub clock: SharedClock,
+    /// How it runs.
+    pub config: ColdStartConfig,
+    /// Its state, shared with the API.
+    pub status: Arc<ColdStartStatus>,
+}
+
+/// How one organisation's pass ended.
+enum PassEnd {
+    Complete,
+    Failed(String),
+    Stopped,
+}
+
+impl ColdStart {
+    /// Runs rounds until `token` is cancelled: one at start, then whenever an organisation is
+    /// due (checked every minute, or at once when woken).
+    pub async fn run(self, token: CancellationToken) {
+        lock(&self.status.figures).state = "idle".into();
+        info!(
+            interval_secs = self.config.interval.as_secs(),
+            concurrency = self.config.concurrency,
+            "ColdStart started"
+        );
+        while !token.is_cancelled() {
+            self.round(&token).await;
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = self.status.wake.notified() => {}
+                () = tokio::time::sleep(CHECK_EVERY) => {}
+            }
+        }
+        lock(&self.status.figures).state = "off".into();
+        info!("ColdStart stopped");
+    }
+
+    /// One round: every due organisation's pass, a few at a time.
+    async fn round(&self, token: &CancellationToken) {
+        let organisations = match self.planner.catalogue.organisations().await {
+            Ok(o) => o,
+            Err(e) => {
+                warn!(error = %e, "ColdStart: no organisations to page yet");
+                return;
+            }
+        };
+        let progress: HashMap<String, Progress> = match self.frontier.progress().await {
+            Ok(p) => p.into_iter().map(|p| (p.organisation.clone(), p)).collect(),
+            Err(e) => {
+                warn!(error = %e, "ColdStart: progress unreadable; trying again later");
+                return;
+            }
+        };
+        let now = self.clock.now();
+        let interval =
+            chrono::Duration::from_std(self.config.interval).unwrap_or(chrono::Duration::MAX);
+        let due: Vec<(String, Option<Progress>)> = organisations
+            .iter()
+            .filter_map(|org| {
+                let p = progress.get(org).cloned();
+                let is_due = match &p {
+                    None => true,
+                    Some(p) => match p.completed_at {
+                        None => true,
+                        Some(done) => done.and_utc() + interval <= now,
+                    },
+                };
+                is_due.then(|| (org.clone(), p))
+            })
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        self.status.begin_round(due.len(), now);
+        info!(organisations = due.len(), "ColdStart round started");
+        let passes = futures_util::stream::iter(due)
+            .map(|(org, p)| async move {
+                let end = self.pass(&org, p, token).await;
+                (org, end)
+            })
+            .buffer_unordered(self.config.concurrency.max(1));
+        tokio::pin!(passes);
+        let mut log_tick = tokio::time::interval(LOG_EVERY);
+        log_tick.tick().await;
+        loop {
+            tokio::select! {
+                next = passes.next() => {
+                    let Some((org, end)) = next else { break };
+                    let mut f = lock(&self.status.figures);
+                    match end {
+                        PassEnd::Complete => f.organisations_done += 1,
+                        PassEnd::Failed(why) => {
+                            f.organisations_failed += 1;
+                            f.failures.push(format!("{org}: {why}"));
+                        }
+                        PassEnd::Stopped => {}
+                    }
+                }
+                _ = log_tick.tick() => self.log_progress(),
+            }
+        }
+        self.log_progress();
+        let f = self.status.figures();
+        info!(
+            organisations_done = f.organisations_done,
+            organisations_failed = f.organisations_failed,
+            objects_loaded = f.objects_loaded,
+            tasks_planned = f.tasks_planned,
+            objects_gone = f.objects_gone,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "ColdStart round ended"
+        );
+        self.status.end_round();
+    }
+
+    fn log_progress(&self) {
+        let f = self.status.figures();
+        info!(
+            organisations = f.organisations,
+            organisations_done = f.organisations_done,
+            organisations_failed = f.organisations_failed,
+            objects_loaded = f.objects_loaded,
+            objects_known = f.objects_known,
+            rate_per_sec = f.rate_per_sec,
+            eta_secs = f.eta_secs,
+            "ColdStart progress"
+        );
+    }
+
+    /// One organisation's pass: a new one, or the interrupted one resumed.
+    async fn pass(
+        &self,
+        org: &str,
+        previous: Option<Progress>,
+        token: &CancellationToken,
+    ) -> PassEnd {
+        let now = self.clock.now().naive_utc();
+        let mut progress = match previous {
+            Some(p) if p.completed_at.is_none() => {
+                info!(organisation = %org, offset = p.next_offset, "ColdStart resumes an interrupted pass");
+                p
+            }
+            _ => Progress {
+                organisation: org.to_owned(),
+                pass_started_at: now,
+                valid_time: now,
+                next_offset: 0,
+                loaded: 0,
+                total: None,
+                completed_at: None,
+            },
+        };
+        let mut counted_total = false;
+        loop {
+            if token.is_cancelled() {
+                return PassEnd::Stopped;
+            }
+            let offset = u64::try_from(progress.next_offset).unwrap_or(0);
+            let page = match self
+                .page(org, offset, progress.valid_time.and_utc(), token)
+                .await
+            {
+                Ok(page) => page,
+                Err(end) => return end,
+            };
+            if !counted_total {
+                // The objects of this pass still to load count towards the round's ETA.
+                let left = page.count.saturating_sub(offset);
+                self.status.known.fetch_add(left, Ordering::Relaxed);
+                counted_total = true;
+            }
+            if !page.rejected.is_empty() {
+                warn!(organisation = %org, offset, rejected = page.rejected.len(), first = %page.rejected[0], "ColdStart: objects Octopoes listed that cannot be read were skipped");
+            }
+            // Octopoes answered fewer than asked (or nothing): this was the last page.
+            let listed = (page.items.len() + page.rejected.len()) as u64;
+            let last = listed < self.config.page_size || offset + listed >= page.count;
+            let objects: Vec<(String, ObjectState)> = page
+                .items
+                .into_iter()
+                .map(|o| {
+                    (
+                        o.reference,
+                        ObjectState {
+                            object_type: o.object_type,
+                            scan_level: o.scan_level,
+                            scan_profile_type: o.scan_profile_type,
+                        },
+                    )
+                })
+                .collect();
+            let loaded = objects.len() as u64;
+            let mut next = progress.clone();
+            next.next_offset = i64::try_from(offset + listed).unwrap_or(i64::MAX);
+            next.loaded += i64::try_from(loaded).unwrap_or(0);
+            next.total = i64::try_from(page.count).ok();
+            if let Err(end) = self.load(org, objects, next.clone(), token).await {
+                return end;
+            }
+            self.status.loaded.fetch_add(loaded, Ordering::Relaxed);
+            progress = next;
+            if last {
+                break;
+            }
+        }
+        let now = self.clock.now();
+        progress.completed_at = Some(now.naive_utc());
+        let gone = match self
+            .frontier
+            .end_pass(progress.clone(), now.naive_utc())
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => return PassEnd::Failed(format!("ending the pass: {e}")),
+        };
+        for reference in &gone {
+            if let Err(e) = self.planner.gone(org, reference).await {
+                warn!(organisation = %org, object = %reference, error = %e, "ColdStart: a gone object's waiting tasks were not cancelled");
+            }
+        }
+        self.status
+            .gone
+            .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        info!(organisation = %org, objects = progress.loaded, gone = gone.len(), "ColdStart pass complete");
+        PassEnd::Complete
+    }
+
+    /// Waits `attempt`'s backoff; false if stopped meanwhile.
+    async fn backoff(&self, attempt: u32, token: &CancellationToken) -> bool {
+        let wait = self
+            .config
+            .backoff
+            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)))
+            .min(self.config.max_backoff);
+        tokio::select! {
+            () = token.cancelled() => false,
+            () = tokio::time::sleep(wait) => true,
+        }
+    }
+
+    /// One page from Octopoes, tried again with backoff.
+    async fn page(
+        &self,
+        org: &str,
+        offset: u64,
+        valid_time: DateTime<Utc>,
+        token: &CancellationToken,
+    ) -> Result<ObjectPage, PassEnd> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self
+                .octopoes
+                .objects(org, offset, self.config.page_size, valid_time)
+                .await
+            {
+                Ok(page) => return Ok(page),
+                Err(e) if attempt >= self.config.attempts => {
+                    warn!(organisation = %org, offset, attempts = attempt, error = %e, "ColdStart: organisation left for the next round");
+                    return Err(PassEnd::Failed(e.to_string()));
+                }
+                Err(e) => {
+                    warn!(organisation = %org, offset, attempt, error = %e, "ColdStart: page failed; trying again");
+                    if !self.backoff(attempt, token).await {
+                        return Err(PassEnd::Stopped);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Plans work for the page's new and changed objects, then writes the page and the pass's
+    /// progress in one transaction; tried again with backoff. Planning comes first: should the
+    /// write fail, the page is loaded again and its (already waiting) work is not pushed twice;
+    /// the other way round, a crash between the two would leave new objects without work.
+    async fn load(
+        &self,
+        org: &str,
+        objects: Vec<(String, ObjectState)>,
+        progress: Progress,
+        token: &CancellationToken,
+    ) -> Result<(), PassEnd> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.try_load(org, objects.clone(), progress.clone()).await;
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt >= self.config.attempts => {
+                    warn!(organisation = %org, attempts = attempt, error = %e, "ColdStart: organisation left for the next round");
+                    return Err(PassEnd::Failed(e));
+                }
+                Err(e) => {
+                    warn!(organisation = %org, attempt, error = %e, "ColdStart: loading a page failed; trying again");
+                    if !self.backoff(attempt, token).await {
+                        return Err(PassEnd::Stopped);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn try_load(
+        &self,
+        org: &str,
+        objects: Vec<(String, ObjectState)>,
+        progress: Progress,
+    ) -> Result<(), String> {
+        let changed: Vec<ObjectEvent> = self
+            .frontier
+            .changed(org, &objects)
+            .await
+            .map_err(|e| e.to_string())?;
+        let events: Vec<&ObjectEvent> = changed.iter().collect();
+        for (event, planned) in events.iter().zip(self.planner.objects(&events).await) {
+            match planned {
+                Ok(n) => {
+                    self.status.planned.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(PlanError::Passing(why)) => return Err(why),
+                Err(PlanError::Refused(why)) => {
+                    warn!(organisation = %org, object = %event.reference, reason = %why, "ColdStart: work for an object refused; skipped");
+                }
+            }
+        }
+        let now = self.clock.now().naive_utc();
+        self.frontier
+            .load_page(org, objects, progress, now)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}

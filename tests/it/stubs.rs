@@ -1,0 +1,278 @@
+//! Stand-ins for the platform's other services, speaking their real wire format (reference
+//! §1.10): Octopoes' object listing and Katalogus' organisations, plugins and configs. Each is a
+//! real HTTP server on a free loopback port that records the requests it gets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use serde_json::{Value, json};
+
+/// A request a stub received.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// The path, decoded.
+    pub path: String,
+    /// The query pairs, decoded, in order.
+    pub query: Vec<(String, String)>,
+}
+
+impl Seen {
+    /// The first value of a query parameter.
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What a stub answers: a status, a JSON body, after a delay.
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn json(body: Value) -> Reply {
+        Reply {
+            status: 200,
+            body: body.to_string(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn status(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            body: body.to_owned(),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
+
+/// A running stub.
+pub struct Stub {
+    pub url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    handle: ServerHandle,
+}
+
+impl Stub {
+    pub fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Stub {
+        let handler: Handler = Arc::new(handler);
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (h, s) = (handler.clone(), seen.clone());
+        let server = HttpServer::new(move || {
+            let (h, s) = (h.clone(), s.clone());
+            App::new().default_service(web::to(move |req: HttpRequest| {
+                let (h, s) = (h.clone(), s.clone());
+                async move {
+                    let path = percent_decode(req.path());
+                    let query = form_urlencoded::parse(req.query_string().as_bytes())
+                        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                        .collect();
+                    let seen = Seen { path, query };
+                    s.lock().unwrap().push(seen.clone());
+                    let reply = h(&seen);
+                    if !reply.delay.is_zero() {
+                        tokio::time::sleep(reply.delay).await;
+                    }
+                    HttpResponse::build(
+                        actix_web::http::StatusCode::from_u16(reply.status).unwrap(),
+                    )
+                    .content_type("application/json")
+                    .body(reply.body)
+                }
+            }))
+        })
+        .workers(2)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .unwrap();
+        let port = server.addrs()[0].port();
+        let server = server.run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Stub {
+            url: format!("http://127.0.0.1:{port}"),
+            seen,
+            handle,
+        }
+    }
+
+    /// The requests received so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Forgets the requests received so far.
+    pub fn clear(&self) {
+        self.seen.lock().unwrap().clear();
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        let h = self.handle.clone();
+        tokio::spawn(async move { h.stop(false).await });
+    }
+}
+
+fn percent_decode(path: &str) -> String {
+    form_urlencoded::parse(format!("p={}", path.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// One object as Octopoes lists it (`GET /{org}/objects` item).
+pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value {
+    json!({"object_type": object_type, "primary_key": reference, "user_id": null,
+           "scan_profile": {"scan_profile_type": "declared", "reference": reference,
+                            "level": level, "user_id": null},
+           "name": reference.rsplit('|').next().unwrap_or(reference)})
+}
+
+/// Octopoes: per organisation a list of objects, paged by `offset` and `limit`; an organisation
+/// can be made to fail (500) from an offset on.
+#[derive(Clone, Default)]
+pub struct OctopoesState {
+    pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
+    pub fail_from: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl OctopoesState {
+    pub fn set(&self, org: &str, objects: Vec<Value>) {
+        self.objects.lock().unwrap().insert(org.to_owned(), objects);
+    }
+
+    pub fn fail_from(&self, org: &str, offset: Option<u64>) {
+        let mut f = self.fail_from.lock().unwrap();
+        match offset {
+            Some(o) => f.insert(org.to_owned(), o),
+            None => f.remove(org),
+        };
+    }
+
+    pub fn serve(&self) -> Stub {
+        let state = self.clone();
+        Stub::start(move |seen| {
+            let parts: Vec<&str> = seen.path.trim_start_matches('/').split('/').collect();
+            match parts.as_slice() {
+                [org, "objects"] => {
+                    let offset: u64 = seen.param("offset").unwrap_or("0").parse().unwrap();
+                    let limit: u64 = seen.param("limit").unwrap_or("1000").parse().unwrap();
+                    if state
+                        .fail_from
+                        .lock()
+                        .unwrap()
+                        .get(*org)
+                        .is_some_and(|from| offset >= *from)
+                    {
+                        return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
+                    }
+                    let all = state
+                        .objects
+                        .lock()
+                        .unwrap()
+                        .get(*org)
+                        .cloned()
+                        .unwrap_or_default();
+                    let items: Vec<Value> = all
+                        .iter()
+                        .skip(offset as usize)
+                        .take(limit as usize)
+                        .cloned()
+                        .collect();
+                    Reply::json(json!({"count": all.len(), "items": items}))
+                }
+                [_, "health"] => Reply::json(json!({"service": "octopoes", "healthy": true})),
+                _ => Reply::status(404, r#"{"detail": "Not Found"}"#),
+            }
+        })
+    }
+}
+
+/// One plugin as Katalogus lists it.
+pub fn katalogus_boefje(id: &str, consumes: &[&str], scan_level: i64, deduplicate: bool) -> Value {
+    json!({"id": id, "name": id, "version": null, "created": null, "description": null,
+           "enabled": true, "static": true, "type": "boefje", "scan_level": scan_level,
+           "consumes": consumes, "produces": [format!("boefje/{id}")], "boefje_schema": null,
+           "cron": null, "interval": null, "run_on": null, "runnable_hash": null,
+           "oci_image": format!("ghcr.io/minvws/openkat/{id}:latest"), "oci_arguments": [],
+           "deduplicate": deduplicate})
+}
+
+/// Katalogus: organisations, their plugins (optionally slow to answer), and which
+/// organisations run a boefje with the same settings.
+#[derive(Clone, Default)]
+pub struct KatalogusState {
+    pub plugins: Arc<Mutex<HashMap<String, Vec<Value>>>>,
+    pub slow: Arc<Mutex<HashMap<String, Duration>>>,
+    /// (organisation, boefje) → the organisations with the same settings.
+    pub duplicates: Arc<Mutex<HashMap<(String, String), Vec<String>>>>,
+}
+
+impl KatalogusState {
+    pub fn serve(&self) -> Stub {
+        let state = self.clone();
+        Stub::start(move |seen| {
+            let parts: Vec<&str> = seen.path.trim_start_matches('/').split('/').collect();
+            match parts.as_slice() {
+                ["v1", "organisations"] => {
+                    let orgs: serde_json::Map<String, Value> = state
+                        .plugins
+                        .lock()
+                        .unwrap()
+                        .keys()
+                        .map(|o| (o.clone(), json!({"id": o, "name": o, "deduplicate": true})))
+                        .collect();
+                    Reply::json(Value::Object(orgs))
+                }
+                ["v1", "organisations", org, "plugins"] => {
+                    let plugins = state.plugins.lock().unwrap().get(*org).cloned();
+                    let delay = state
+                        .slow
+                        .lock()
+                        .unwrap()
+                        .get(*org)
+                        .copied()
+                        .unwrap_or_default();
+                    match plugins {
+                        Some(p) => Reply {
+                            delay,
+                            ..Reply::json(Value::Array(p))
+                        },
+                        None => Reply::status(404, r#"{"detail": "Unknown organisation"}"#),
+                    }
+                }
+                ["v1", "configs"] => {
+                    let org = seen.param("organisation_id").unwrap_or_default();
+                    let boefje = seen.param("boefje_id").unwrap_or_default();
+                    let dups = state
+                        .duplicates
+                        .lock()
+                        .unwrap()
+                        .get(&(org.to_owned(), boefje.to_owned()))
+                        .cloned()
+                        .unwrap_or_default();
+                    let config = |o: &str| {
+                        json!({"id": 1, "settings": {}, "enabled": true, "boefje_id": boefje,
+                               "organisation_id": o, "duplicates": []})
+                    };
+                    let mut c = config(org);
+                    c["duplicates"] = Value::Array(dups.iter().map(|o| config(o)).collect());
+                    Reply::json(json!([c]))
+                }
+                ["health"] => Reply::json(json!({"service": "katalogus", "healthy": true})),
+                _ => Reply::status(404, r#"{"detail": "Not Found"}"#),
+            }
+        })
+    }
+}
