@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::*;
+use crate::stubs::*;
 
 const CATALOGUE: &str = r#"
 [[plugins]]
@@ -71,6 +72,14 @@ struct Setup {
 
 impl Setup {
     async fn new(backend: Backend, prefetch: u16) -> Option<Setup> {
+        Self::with(backend, prefetch, |_| {}).await
+    }
+
+    async fn with(
+        backend: Backend,
+        prefetch: u16,
+        tweak: impl FnOnce(&mut kat_scheduler::config::Settings) + Send + 'static,
+    ) -> Option<Setup> {
         let url = rabbitmq().await?;
         let dir = tempfile::tempdir().unwrap();
         let catalogue = dir.path().join("catalogue.toml");
@@ -104,6 +113,7 @@ impl Setup {
             s.listener.raw_files_queue = r;
             s.listener.prefetch = prefetch;
             s.catalogue.file = c.to_string_lossy().into_owned();
+            tweak(s);
         })
         .await?;
         Some(Setup {
@@ -443,7 +453,152 @@ async fn a_lost_connection_loses_no_message(backend: Backend) {
     s.cleanup().await;
 }
 
+async fn the_planner_waits_for_the_previous_run_of_the_same_work_to_finish(backend: Backend) {
+    let Some(s) = Setup::new(backend, 100).await else {
+        return;
+    };
+    let reference = "Hostname|internet|busy.nl";
+    s.mutation(object("create", "org1", reference, "Hostname", 1))
+        .await;
+    s.handled(1).await;
+    let filter = json!({"filters": [{"column": "data", "field": "boefje__id", "operator": "==", "value": "dns-records"}]});
+    let running = s.app.pop_ok("boefje", 1, Some(&filter)).await;
+    let id = id_of(&running[0]);
+    s.app.patch_task(&id, &json!({"status": "running"})).await;
+    // The object changes while its scan runs: no second run of the same work next to it.
+    s.mutation(object("update", "org1", reference, "Hostname", 2))
+        .await;
+    s.handled(2).await;
+    assert_eq!(s.boefje_ids("org1").await, vec!["on-create-only"]);
+    // Once it finished, the next change plans it again.
+    s.app.patch_task(&id, &json!({"status": "completed"})).await;
+    s.mutation(object("update", "org1", reference, "Hostname", 2))
+        .await;
+    s.handled(3).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "on-create-only"]
+    );
+    s.cleanup().await;
+}
+
+async fn katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_events(
+    backend: Backend,
+) {
+    let katalogus = KatalogusState::default();
+    for org in ["fast", "slow"] {
+        katalogus.plugins.lock().unwrap().insert(
+            org.into(),
+            vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
+        );
+    }
+    // Katalogus takes longer over `slow` than a message may wait for its first answer.
+    katalogus
+        .slow
+        .lock()
+        .unwrap()
+        .insert("slow".into(), Duration::from_secs(3));
+    let stub = katalogus.serve();
+    let url = stub.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| s.clients.katalogus_api = url).await else {
+        return;
+    };
+    s.mutation(object(
+        "create",
+        "slow",
+        "Hostname|internet|s.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    s.mutation(object(
+        "create",
+        "fast",
+        "Hostname|internet|f.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    s.handled(1).await;
+    assert_eq!(s.boefje_ids("fast").await, vec!["dns-records"]);
+    assert!(
+        s.boefje_ids("slow").await.is_empty(),
+        "still waiting for Katalogus"
+    );
+    // Its answer fills the cache when it comes; the message handed back then plans its work.
+    s.handled(2).await;
+    assert_eq!(s.boefje_ids("slow").await, vec!["dns-records"]);
+    let health: Value = s.app.get("/health").await.json().await.unwrap();
+    let catalogue = health["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["service"] == "catalogue")
+        .unwrap();
+    assert_eq!(catalogue["additional"]["source"], "katalogus");
+    s.cleanup().await;
+}
+
+async fn organisations_sharing_a_boefje_get_one_group_popped_together(backend: Backend) {
+    let katalogus = KatalogusState::default();
+    for org in ["a", "b", "c"] {
+        katalogus.plugins.lock().unwrap().insert(
+            org.into(),
+            vec![katalogus_boefje("dns-records", &["Hostname"], 1, true)],
+        );
+        let others: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .filter(|o| **o != org)
+            .map(|o| (*o).to_owned())
+            .collect();
+        katalogus
+            .duplicates
+            .lock()
+            .unwrap()
+            .insert((org.into(), "dns-records".into()), others);
+    }
+    let stub = katalogus.serve();
+    let url = stub.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| s.clients.katalogus_api = url).await else {
+        return;
+    };
+    let reference = "Hostname|internet|shared.nl";
+    // b and c hold the object and have scanned it (their runs finished).
+    for (n, org) in ["b", "c"].into_iter().enumerate() {
+        s.mutation(object("create", org, reference, "Hostname", 1))
+            .await;
+        s.handled(n as u64 + 1).await;
+        for t in s.app.pop_ok("boefje", 10, None).await {
+            let id = id_of(&t);
+            s.app.patch_task(&id, &json!({"status": "running"})).await;
+            s.app.patch_task(&id, &json!({"status": "completed"})).await;
+        }
+    }
+    // It shows up in a: one run for the three organisations.
+    s.mutation(object("create", "a", reference, "Hostname", 1))
+        .await;
+    s.handled(3).await;
+    let group = s.app.pop_ok("boefje", 1, None).await;
+    let mut orgs: Vec<&str> = group
+        .iter()
+        .map(|t| t["organisation"].as_str().unwrap())
+        .collect();
+    orgs.sort();
+    assert_eq!(orgs, vec!["a", "b", "c"], "the whole group for limit=1");
+    let key = &group[0]["data"]["deduplication_key"];
+    assert_eq!(key, &group[0]["id"], "the leader's own id is the key");
+    assert!(group.iter().all(|t| &t["data"]["deduplication_key"] == key));
+    assert!(
+        s.app.pop_ok("boefje", 10, None).await.is_empty(),
+        "each once"
+    );
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
+    the_planner_waits_for_the_previous_run_of_the_same_work_to_finish,
+    katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_events,
+    organisations_sharing_a_boefje_get_one_group_popped_together,
     a_lost_connection_loses_no_message,
     an_object_event_becomes_the_tasks_its_plugins_allow,
     poison_is_dead_lettered_and_never_stalls_the_queue,
