@@ -209,6 +209,9 @@ pub fn katalogus_boefje(id: &str, consumes: &[&str], scan_level: i64, deduplicat
            "deduplicate": deduplicate})
 }
 
+/// An organisation and a boefje.
+pub type OrgBoefje = (String, String);
+
 /// Katalogus: organisations, their plugins (optionally slow to answer), and which
 /// organisations run a boefje with the same settings.
 #[derive(Clone, Default)]
@@ -216,7 +219,7 @@ pub struct KatalogusState {
     pub plugins: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub slow: Arc<Mutex<HashMap<String, Duration>>>,
     /// (organisation, boefje) → the organisations with the same settings.
-    pub duplicates: Arc<Mutex<HashMap<(String, String), Vec<String>>>>,
+    pub duplicates: Arc<Mutex<HashMap<OrgBoefje, Vec<String>>>>,
 }
 
 impl KatalogusState {
