@@ -7,16 +7,20 @@
 //! cargo bench --bench broker -- --workers       # the pops real workers send, at 1e4, 1e5, 1e6 queued
 //! cargo bench --bench broker -- --workers --depths 10000 --seconds 1   # a quick look
 //! cargo bench --bench broker -- --pending       # 1e5 queued over a heap of 1e4
+//! cargo bench --bench broker -- --ingest        # the listener and ColdStart (broker/ingest.rs)
+//! cargo bench --bench broker -- --ingest --messages 5000 --objects 20000   # a quick look
 //! ```
 //!
 //! Options: `--tasks N`, `--rounds R` (≥ 3), `--seconds S` per measurement, `--clients C` (HTTP,
 //! default 64), `--pg-clients P` (baseline, default 8), `--pg URL` (a maintenance database; the
 //! harness creates and drops its own), `--keep` (keep the databases). Scenarios: with none named
-//! the original measurements run (below); `--workers` and `--pending` run only themselves, and
+//! the original measurements run (below); `--workers`, `--pending` and `--ingest` run only themselves, and
 //! `--default` adds the original measurements to them. `--depths D,D,…` (for `--workers`,
 //! default `10000,100000,1000000`; `1e5` works too), `--pending-queued Q` (default 100,000),
-//! `--pending-maxsize M` (default 10,000), `--rare K` (default 500). Counts (`--tasks` too)
-//! take `100_000` or `1e5`.
+//! `--pending-maxsize M` (default 10,000), `--rare K` (default 500); for `--ingest`,
+//! `--messages M` per listener round (default 20,000), `--objects O` per ColdStart round (default
+//! 100,000) over `--orgs K` organisations (default 10). Counts (`--tasks` too) take `100_000` or
+//! `1e5`.
 //!
 //! What the original run measures, each as the median of the rounds:
 //! - pops/s and p50/p99 at full load: the broker (64 keep-alive HTTP clients, `POST pop?limit=1`,
@@ -99,6 +103,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+#[path = "broker/ingest.rs"]
+mod ingest;
+
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T> = std::result::Result<T, Error>;
 
@@ -128,6 +135,14 @@ struct Options {
     pending_maxsize: usize,
     /// Tasks of an image nothing else has, pushed into the full heap for the starvation check.
     rare: usize,
+    /// Run the ingest scenario: the listener and ColdStart (see `broker/ingest.rs`).
+    ingest: bool,
+    /// Object events per listener round.
+    messages: usize,
+    /// Objects per ColdStart round.
+    objects: usize,
+    /// Organisations they are spread over.
+    orgs: usize,
 }
 
 /// A count like `100000`, `100_000` or `1e5`.
@@ -162,6 +177,10 @@ fn options() -> Result<Options> {
         pending_queued: 100_000,
         pending_maxsize: 10_000,
         rare: 500,
+        ingest: false,
+        messages: 20_000,
+        objects: 100_000,
+        orgs: 10,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -187,6 +206,10 @@ fn options() -> Result<Options> {
             "--pending-queued" => o.pending_queued = count(&value()?)?,
             "--pending-maxsize" => o.pending_maxsize = count(&value()?)?,
             "--rare" => o.rare = count(&value()?)?,
+            "--ingest" => o.ingest = true,
+            "--messages" => o.messages = count(&value()?)?,
+            "--objects" => o.objects = count(&value()?)?,
+            "--orgs" => o.orgs = count(&value()?)?,
             "--bench" => {} // cargo bench passes this
             other => {
                 return Err(
@@ -200,7 +223,7 @@ fn options() -> Result<Options> {
             "--rounds must be at least 3 (figures are medians of alternating rounds)".into(),
         );
     }
-    if !o.workers && !o.pending {
+    if !o.workers && !o.pending && !o.ingest {
         o.default_run = true;
     }
     o.depths.sort_unstable();
@@ -1730,6 +1753,9 @@ fn main() -> Result<()> {
     }
     if o.workers {
         line.push(run_workers(&o, &base)?);
+    }
+    if o.ingest {
+        line.push(ingest::run_ingest(&o, &base)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {
