@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way: `domain` ← `storage` ← `queue` ← {`api`, `watchdog`} ← `startup`,
-//! which registers the background processes with [`processes`].
+//! Dependencies point one way: `domain` ← {`storage`, `clients`} ← {`queue`, `frontier`} ←
+//! `planner` ← {`api`, `listener`, `coldstart`, `watchdog`} ← `startup`, which registers the
+//! background processes with [`processes`].
 //!
 //! | module | owns |
 //! |---|---|
@@ -12,10 +13,11 @@
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
 //! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
-//! | [`clients`] | the platform's other services: typed HTTP clients of Katalogus, Octopoes and Bytes (mula's calls and JSON, transport retries, one error type), and the plugin catalogue (a static file standing in for Katalogus) |
-//! | [`frontier`] | the only writer of the frontier: objects and raw files, idempotent upserts |
-//! | [`listener`] | the AMQP listener: events in, frontier and tasks out, ack after commit, dead letters |
-//! | [`planner`] | what work an event asks for: object events × plugins → boefje tasks, raw files → normalizer tasks; pure |
+//! | [`clients`] | the platform's other services: typed HTTP clients of Katalogus, Octopoes and Bytes (mula's calls and JSON, transport retries, one error type), and the plugin catalogue (Katalogus cached with a TTL and refreshed in the background, or a static file) |
+//! | [`frontier`] | the only writer of the frontier: objects, raw files and ColdStart checkpoints, idempotent upserts in batches |
+//! | [`planner`] | frontier × catalogue → tasks: pure rules (`planner::rules`), de-duplication siblings across organisations, one push per batch of the planner's work |
+//! | [`listener`] | the AMQP listener: events in batches, frontier and tasks out, ack after commit, dead letters |
+//! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
 //! | [`watchdog`] | the lease watchdog loop: re-queues or fails tasks whose lease ended |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |

@@ -7,7 +7,7 @@
 //! | [`katalogus`] | organisations, an organisation's plugins (mapped onto [`crate::domain::plugin::Plugin`]), the organisations sharing a boefje's settings, health |
 //! | [`octopoes`] | an organisation's objects a page at a time (a bad object is set aside, not fatal), health per organisation |
 //! | [`bytes`] | the last run of a boefje on an object; logs in lazily and again after a 401 |
-//! | [`catalogue`] | the [`catalogue::Catalogue`] trait and a static file standing in for Katalogus |
+//! | [`catalogue`] | the [`catalogue::Catalogue`] the planner asks: Katalogus cached per organisation with a TTL and a background refresh, or a static file standing in for it |
 //!
 //! The clients only call and parse: what to do with a service that is down or a 404 is the
 //! caller's decision (a 404 is its own variant, [`ClientError::NotFound`]). Only plain `http://`
