@@ -141,8 +141,11 @@ async fn listen(db: &str, catalogue: &std::path::Path, queue: &str, n: usize) ->
     s.listener.uri = amqp_url();
     s.listener.mutations_queue = queue.to_owned();
     s.listener.raw_files_queue = format!("{queue}-raw");
+    s.listener.prefetch = PREFETCH;
     let app = Application::build(s, Arc::new(SystemClock)).await?;
     let status = app.listener_status();
+    let broker = app.broker().clone();
+    let c0 = counters(&broker);
     let token = CancellationToken::new();
     let started = Instant::now();
     let run = tokio::spawn(app.run_until_stopped(token.clone()));
@@ -150,9 +153,33 @@ async fn listen(db: &str, catalogue: &std::path::Path, queue: &str, n: usize) ->
         .await
         .map_err(|_| "the listener did not handle every message within 10 minutes")?;
     let secs = started.elapsed().as_secs_f64();
+    let figures = status.figures();
+    let (received, batches) = (figures[0].received, figures[0].batches.max(1));
+    let c1 = counters(&broker);
+    let engine_batches = (c1[0] - c0[0]).max(1);
+    println!(
+        "    listener: {received} received in {batches} batches ({:.1} per batch); engine: {} transactions of {:.1} commands, {:.0} µs deciding and {:.0} µs in all per transaction",
+        received as f64 / batches as f64,
+        engine_batches,
+        (c1[1] - c0[1]) as f64 / engine_batches as f64,
+        (c1[2] - c0[2]) as f64 / engine_batches as f64,
+        (c1[3] - c0[3]) as f64 / engine_batches as f64,
+    );
     token.cancel();
     run.await??;
     Ok(n as f64 / secs)
+}
+
+/// The engines' batches, commands, deciding and whole-batch microseconds so far.
+fn counters(b: &kat_scheduler::queue::Broker) -> [u64; 4] {
+    use std::sync::atomic::Ordering::Relaxed;
+    let e = b.engine_counters();
+    [
+        e.batches.load(Relaxed),
+        e.commands.load(Relaxed),
+        e.apply_micros.load(Relaxed),
+        e.batch_micros.load(Relaxed),
+    ]
 }
 
 /// A stub Octopoes serving `pages` (path and query → body) prepared in advance.
@@ -382,6 +409,11 @@ pub fn run_ingest(o: &Options, base: &str) -> Result<String> {
     let per_org = o.objects / o.orgs.max(1);
     let (mut load, mut plan, mut copy) = (Vec::new(), Vec::new(), Vec::new());
     with_db(o, base, "_coldstart", |db| {
+        // The schema first: the COPY baseline writes into a copy of the frontier table.
+        let target = kat_scheduler::storage::DbTarget::parse(db)?;
+        let pool = kat_scheduler::storage::connect(&target, 2, Duration::from_secs(5))?;
+        kat_scheduler::storage::run_migrations(&mut *kat_scheduler::storage::checkout(&pool)?)?;
+        drop(pool);
         for r in 0..o.rounds {
             let snap = snapshot(2 * r, o.orgs, per_org);
             let c = copy_in(db, dir.path(), &snap)?;

@@ -99,6 +99,8 @@ pub struct QueueFigures {
     pub state: String,
     /// Messages received.
     pub received: u64,
+    /// Batches they were handled in (received ÷ batches is the batch size).
+    pub batches: u64,
     /// Messages acked after their effect was committed.
     pub acked: u64,
     /// Messages sent to the dead-letter queue.
@@ -110,6 +112,7 @@ pub struct QueueFigures {
 #[derive(Debug, Default)]
 struct Counters {
     received: AtomicU64,
+    batches: AtomicU64,
     acked: AtomicU64,
     dead_lettered: AtomicU64,
     retried: AtomicU64,
@@ -168,6 +171,7 @@ impl ListenerStatus {
                 queue: q.clone(),
                 state: state.clone(),
                 received: c.received.load(Ordering::Relaxed),
+                batches: c.batches.load(Ordering::Relaxed),
                 acked: c.acked.load(Ordering::Relaxed),
                 dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
                 retried: c.retried.load(Ordering::Relaxed),
@@ -324,6 +328,7 @@ impl Listener {
         counters
             .received
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        counters.batches.fetch_add(1, Ordering::Relaxed);
         let bodies: Vec<&[u8]> = batch.iter().map(|d| d.data.as_slice()).collect();
         let outcomes = match source {
             Source::Mutations => self.on_mutations(&bodies).await,

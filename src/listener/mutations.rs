@@ -43,7 +43,13 @@ impl Listener {
         }
         let now = self.planner.clock.now();
         let events: Vec<&ObjectEvent> = run.iter().map(|(_, e)| e).collect();
-        if let Err(e) = self.frontier.apply_objects(&events, now.naive_utc()).await {
+        // The frontier write and the planning do not wait for each other (planning reads other
+        // organisations' rows, never this run's): both commit before anything is acked.
+        let (written, planned) = tokio::join!(
+            self.frontier.apply_objects(&events, now.naive_utc()),
+            self.planner.objects(&events)
+        );
+        if let Err(e) = written {
             if run.len() > 1 && e.is_request_fault() {
                 // One event broke the statement: apply them one by one to find it.
                 for (i, event) in run {
@@ -57,7 +63,6 @@ impl Listener {
             }
             return;
         }
-        let planned = self.planner.objects(&events).await;
         for ((i, event), planned) in run.iter().zip(planned) {
             let mut outcome = Outcome::of_plan(&planned);
             if event.object.is_none() && matches!(outcome, Outcome::Done) {

@@ -32,11 +32,11 @@ impl Listener {
         }
         let now = self.planner.clock.now();
         let events: Vec<&RawFileEvent> = files.iter().map(|(_, e)| e).collect();
-        if let Err(e) = self
-            .frontier
-            .record_raw_files(&events, now.naive_utc())
-            .await
-        {
+        let (recorded, planned) = tokio::join!(
+            self.frontier.record_raw_files(&events, now.naive_utc()),
+            self.planner.raw_files(&events)
+        );
+        if let Err(e) = recorded {
             if files.len() > 1 && e.is_request_fault() {
                 for (i, file) in files {
                     Box::pin(self.apply_files(vec![(i, file)], outcomes)).await;
@@ -49,7 +49,7 @@ impl Listener {
             }
             return;
         }
-        for ((i, _), planned) in files.iter().zip(self.planner.raw_files(&events).await) {
+        for ((i, _), planned) in files.iter().zip(planned) {
             outcomes[*i] = Some(Outcome::of_plan(&planned));
         }
     }

@@ -154,8 +154,87 @@ pub fn count_waiting(
         .unwrap_or(0))
 }
 
-/// Inserts new rows.
+/// The columns of an insert, and their types for PostgreSQL's `json_to_recordset`.
+const INSERT_COLUMNS: &str = "id, scheduler_id, schedule_id, organisation, type, hash, priority, \
+     data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
+     plugin_id, oci_image, input_ooi, deduplication_key";
+const INSERT_RECORD: &str = "id text, scheduler_id text, schedule_id text, organisation text, \
+     type text, hash text, priority bigint, data text, status text, attempts integer, \
+     lease_expires_at timestamp, failure_reason text, created_at timestamp, \
+     modified_at timestamp, plugin_id text, oci_image text, input_ooi text, \
+     deduplication_key text";
+
+/// A row as `json_to_recordset` reads it.
+#[derive(serde::Serialize)]
+struct InsertRecord<'a> {
+    id: &'a str,
+    scheduler_id: &'a str,
+    schedule_id: Option<&'a str>,
+    organisation: &'a str,
+    #[serde(rename = "type")]
+    task_type: &'a str,
+    hash: Option<&'a str>,
+    priority: i64,
+    data: &'a str,
+    status: &'a str,
+    attempts: i32,
+    lease_expires_at: Option<String>,
+    failure_reason: Option<&'a str>,
+    created_at: String,
+    modified_at: String,
+    plugin_id: Option<&'a str>,
+    oci_image: Option<&'a str>,
+    input_ooi: Option<&'a str>,
+    deduplication_key: Option<&'a str>,
+}
+
+fn iso(t: NaiveDateTime) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
+}
+
+/// Inserts new rows. On PostgreSQL the rows travel as one JSON document into a fixed statement
+/// (`json_to_recordset`): one bind instead of 18 per row, and a statement PostgreSQL parses and
+/// plans in the same short time whatever the number of rows.
 pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
+    if Backend::of(conn) == Backend::Postgres {
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let records: Vec<InsertRecord<'_>> = chunk
+                .iter()
+                .map(|r| InsertRecord {
+                    id: &r.id,
+                    scheduler_id: &r.scheduler_id,
+                    schedule_id: r.schedule_id.as_deref(),
+                    organisation: &r.organisation,
+                    task_type: &r.task_type,
+                    hash: r.hash.as_deref(),
+                    priority: r.priority,
+                    data: &r.data,
+                    status: r.status.as_str(),
+                    attempts: r.attempts,
+                    lease_expires_at: r.lease_expires_at.map(iso),
+                    failure_reason: r.failure_reason.as_deref(),
+                    created_at: iso(r.created_at),
+                    modified_at: iso(r.modified_at),
+                    plugin_id: r.plugin_id.as_deref(),
+                    oci_image: r.oci_image.as_deref(),
+                    input_ooi: r.input_ooi.as_deref(),
+                    deduplication_key: r.deduplication_key.as_deref(),
+                })
+                .collect();
+            let json = serde_json::to_string(&records)
+                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+            let mut q = sql(
+                conn,
+                &format!(
+                    "INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} \
+                     FROM json_to_recordset("
+                ),
+            );
+            q.bind(json).push(&format!("::json) AS x({INSERT_RECORD})"));
+            q.execute(conn)?;
+        }
+        return Ok(());
+    }
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut q = sql(
             conn,
