@@ -81,13 +81,40 @@ pub fn upsert_objects(
     confirmed: Option<NaiveDateTime>,
 ) -> QueryResult<usize> {
     let mut written = 0;
+    let postgres = Backend::of(conn) == Backend::Postgres;
     for chunk in objects.chunks(UPSERT_CHUNK) {
         let mut q = sql(
             conn,
             "INSERT INTO frontier (organisation, reference, object_type, scan_level, \
-             scan_profile_type, first_seen, last_seen, gone_at, confirmed_at) VALUES ",
+             scan_profile_type, first_seen, last_seen, gone_at, confirmed_at) ",
         );
-        for (i, o) in chunk.iter().enumerate() {
+        if postgres {
+            // One JSON document instead of 8 binds a row: a short statement to parse and plan.
+            let rows: Vec<serde_json::Value> = chunk
+                .iter()
+                .map(|o| {
+                    serde_json::json!([
+                        o.organisation,
+                        o.reference,
+                        o.object_type,
+                        o.scan_level,
+                        o.scan_profile_type
+                    ])
+                })
+                .collect();
+            q.push("SELECT r->>0, r->>1, r->>2, (r->>3)::bigint, r->>4, ")
+                .bind(now)
+                .push(", ")
+                .bind(now)
+                .push(", NULL::timestamp, ")
+                .bind(Bind::OptTime(confirmed))
+                .push("::timestamp FROM json_array_elements(")
+                .bind(serde_json::Value::Array(rows).to_string())
+                .push("::json) AS r");
+        } else {
+            q.push("VALUES ");
+        }
+        for (i, o) in chunk.iter().enumerate().filter(|_| !postgres) {
             q.push(if i == 0 { "(" } else { ", (" });
             q.bind(o.organisation.as_str())
                 .push(", ")
@@ -147,6 +174,20 @@ pub fn get_many(
     references: &[String],
 ) -> QueryResult<Vec<FrontierRow>> {
     let mut out = Vec::new();
+    if Backend::of(conn) == Backend::Postgres {
+        for chunk in references.chunks(UPSERT_CHUNK) {
+            let mut q = sql(
+                conn,
+                &format!("SELECT {ROW_COLUMNS} FROM frontier WHERE organisation = "),
+            );
+            q.bind(organisation)
+                .push(" AND reference IN (SELECT json_array_elements_text(")
+                .bind(serde_json::to_string(chunk).unwrap_or_else(|_| "[]".into()))
+                .push("::json))");
+            out.extend(q.load::<FrontierRow>(conn)?);
+        }
+        return Ok(out);
+    }
     for chunk in references.chunks(UPSERT_CHUNK) {
         let mut q = sql(
             conn,
