@@ -19,6 +19,7 @@
 //!   seconds while a round runs and shown on `/health`.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -443,16 +444,41 @@ impl ColdStart {
         PassEnd::Complete
     }
 
-    /// Waits `attempt`'s backoff; false if stopped meanwhile.
-    async fn backoff(&self, attempt: u32, token: &CancellationToken) -> bool {
-        let wait = self
-            .config
-            .backoff
-            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)))
-            .min(self.config.max_backoff);
-        tokio::select! {
-            () = token.cancelled() => false,
-            () = tokio::time::sleep(wait) => true,
+    /// Runs `op` until it succeeds, at most [`ColdStartConfig::attempts`] times with a growing
+    /// backoff in between; then the organisation is left for the next round.
+    async fn retried<T, F, Fut>(
+        &self,
+        org: &str,
+        what: &str,
+        token: &CancellationToken,
+        mut op: F,
+    ) -> Result<T, PassEnd>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if attempt >= self.config.attempts => {
+                    warn!(organisation = %org, attempts = attempt, error = %e, "ColdStart: {what} failed; organisation left for the next round");
+                    return Err(PassEnd::Failed(format!("{what}: {e}")));
+                }
+                Err(e) => {
+                    warn!(organisation = %org, attempt, error = %e, "ColdStart: {what} failed; trying again");
+                    let wait = self
+                        .config
+                        .backoff
+                        .saturating_mul(2u32.saturating_pow(attempt - 1))
+                        .min(self.config.max_backoff);
+                    tokio::select! {
+                        () = token.cancelled() => return Err(PassEnd::Stopped),
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
         }
     }
 
@@ -464,27 +490,14 @@ impl ColdStart {
         valid_time: DateTime<Utc>,
         token: &CancellationToken,
     ) -> Result<ObjectPage, PassEnd> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self
-                .octopoes
+        let what = format!("the page at offset {offset}");
+        self.retried(org, &what, token, || async {
+            self.octopoes
                 .objects(org, offset, self.config.page_size, valid_time)
                 .await
-            {
-                Ok(page) => return Ok(page),
-                Err(e) if attempt >= self.config.attempts => {
-                    warn!(organisation = %org, offset, attempts = attempt, error = %e, "ColdStart: organisation left for the next round");
-                    return Err(PassEnd::Failed(e.to_string()));
-                }
-                Err(e) => {
-                    warn!(organisation = %org, offset, attempt, error = %e, "ColdStart: page failed; trying again");
-                    if !self.backoff(attempt, token).await {
-                        return Err(PassEnd::Stopped);
-                    }
-                }
-            }
-        }
+                .map_err(|e| e.to_string())
+        })
+        .await
     }
 
     /// Plans work for the page's new and changed objects, then writes the page and the pass's
@@ -498,24 +511,10 @@ impl ColdStart {
         progress: Progress,
         token: &CancellationToken,
     ) -> Result<(), PassEnd> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let result = self.try_load(org, objects.clone(), progress.clone()).await;
-            match result {
-                Ok(()) => return Ok(()),
-                Err(e) if attempt >= self.config.attempts => {
-                    warn!(organisation = %org, attempts = attempt, error = %e, "ColdStart: organisation left for the next round");
-                    return Err(PassEnd::Failed(e));
-                }
-                Err(e) => {
-                    warn!(organisation = %org, attempt, error = %e, "ColdStart: loading a page failed; trying again");
-                    if !self.backoff(attempt, token).await {
-                        return Err(PassEnd::Stopped);
-                    }
-                }
-            }
-        }
+        self.retried(org, "loading a page", token, || {
+            self.try_load(org, objects.clone(), progress.clone())
+        })
+        .await
     }
 
     async fn try_load(
