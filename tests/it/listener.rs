@@ -385,10 +385,11 @@ async fn a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error(backend: Back
 }
 
 /// Closes the listener's connection from RabbitMQ's side (as a broker restart does); false when
-/// `rabbitmqctl` cannot be used here.
+/// `rabbitmqctl` cannot be used here. The listener names its connection after its queue; RabbitMQ
+/// lists that name among the client properties.
 fn close_listener_connection(queue: &str) -> bool {
     let Ok(out) = std::process::Command::new("rabbitmqctl")
-        .args(["-q", "list_connections", "pid", "name"])
+        .args(["-q", "list_connections", "pid", "client_properties"])
         .output()
     else {
         return false;
