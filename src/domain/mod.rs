@@ -13,6 +13,7 @@ pub mod limits;
 pub mod payload;
 pub mod plugin;
 pub mod query;
+pub mod schedule;
 pub mod task;
 
 pub use task::{
