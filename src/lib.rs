@@ -38,6 +38,7 @@ pub mod listener;
 pub mod planner;
 pub mod processes;
 pub mod queue;
+pub mod schedules;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;

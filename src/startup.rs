@@ -23,6 +23,7 @@ use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::planner::Planner;
 use crate::processes::Processes;
 use crate::queue::{Broker, EngineHandle};
+use crate::schedules::Schedules;
 use crate::storage::{self, DbPool, DbTarget};
 
 /// A built service, bound to its port, not yet serving.
@@ -113,6 +114,7 @@ impl Application {
     /// Connects, migrates, rebuilds the heaps and binds the HTTP port.
     pub async fn build(settings: Settings, clock: SharedClock) -> anyhow::Result<Self> {
         let broker_clock = clock.clone();
+        let clock_for_schedules = clock.clone();
         let clock_for_listener = clock;
         let (pool, target) = open_database(&settings).await?;
         info!(database = %target.display(), "database ready");
@@ -194,12 +196,19 @@ impl Application {
             bytes: clients.bytes().map_err(|e| anyhow!(e))?,
         });
         let app_broker = broker.clone();
+        let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits);
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,
             secs => actix_web::http::KeepAlive::Timeout(Duration::from_secs(secs)),
         };
         let mut server = HttpServer::new(move || {
-            crate::api::app(app_broker.clone(), body, tokens.clone(), observed.clone())
+            crate::api::app(
+                app_broker.clone(),
+                body,
+                tokens.clone(),
+                observed.clone(),
+                schedules.clone(),
+            )
         })
         .disable_signals()
         .keep_alive(keep_alive)

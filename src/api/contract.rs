@@ -14,6 +14,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::domain::TaskStatus;
+use crate::domain::filter::Table;
 use crate::domain::limits::Limits;
 
 /// No NUL character anywhere in a string (PostgreSQL cannot store one).
@@ -211,12 +212,76 @@ fn schemas(limits: &Limits) -> Map<String, Value> {
             "additionalProperties": schema_ref("JsonValue")
         }),
     );
-    filter_schemas(&mut s, limits);
+    let cron = json!({"type": "string", "pattern": crate::domain::schedule::CRON_PATTERN,
+        "maxLength": limits.max_string_chars,
+        "description": "Five fields in UTC: minute, hour, day of month (or `L`), month, day of week; each `*`, `*/step` or a list of numbers."});
+    let deadline = json!({"anyOf": [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "format": "date"},
+        {"type": "null"}
+    ]});
+    let creates: Vec<Value> = [
+        ("boefje", "BoefjeTaskData"),
+        ("normalizer", "NormalizerTaskData"),
+        ("report", "ReportTaskData"),
+    ]
+    .into_iter()
+    .map(|(scheduler, data)| {
+        json!({
+            "type": "object",
+            "required": ["scheduler_id", "organisation", "data"],
+            "properties": {
+                "scheduler_id": {"const": scheduler},
+                "organisation": {"type": "string", "minLength": 1, "maxLength": limits.max_string_chars, "pattern": NOT_BLANK},
+                "data": schema_ref(data),
+                "schedule": opt(cron.clone()),
+                "deadline_at": deadline.clone()
+            },
+            "additionalProperties": false,
+            // A schedule needs a cron expression or a deadline.
+            "anyOf": [
+                {"required": ["schedule"], "properties": {"schedule": {"type": "string"}}},
+                {"required": ["deadline_at"], "properties": {"deadline_at": {"type": "string"}}}
+            ]
+        })
+    })
+    .collect();
+    s.insert(
+        "ScheduleCreate".into(),
+        json!({
+            "description": "A schedule: the scheduler, the organisation, its task data (the scheduler's item type), and a cron expression or a first deadline (or both). Its hash is the data's, unique over all schedules.",
+            "oneOf": creates
+        }),
+    );
+    s.insert(
+        "SchedulePatchBody".into(),
+        json!({
+            "type": "object",
+            "description": "Any of `enabled`, `schedule` (the deadline is kept) and `deadline_at`; other keys are ignored.",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "schedule": opt(cron),
+                "deadline_at": deadline
+            },
+            "anyOf": [{"required": ["enabled"]}, {"required": ["schedule"]}, {"required": ["deadline_at"]}],
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": schema_ref("JsonValue")
+        }),
+    );
+    filter_schemas(&mut s, limits, Table::Tasks);
+    filter_schemas(&mut s, limits, Table::Schedules);
     s
 }
 
 /// The filter language as schemas: a condition per column class and operator group.
-fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits) {
+fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
+    // The schemas of a table's filters: `FilterRequest` … for tasks, `ScheduleFilterRequest` …
+    // for schedules.
+    let prefix = match table {
+        Table::Tasks => "",
+        Table::Schedules => "Schedule",
+    };
+    let name = |n: &str| format!("{prefix}{n}");
     let ops_eq = ["==", "eq", "!=", "ne"];
     let ops_cmp = ["<", "lt", "<=", "lte", ">", "gt", ">=", "gte"];
     let ops_like = ["like", "not_like", "ilike", "not_ilike"];
@@ -226,29 +291,51 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits) {
         |item: Value| json!({"type": "array", "items": item, "maxItems": limits.max_in_values});
     let date_time = json!({"type": "string", "format": "date-time"});
     // (columns, value for ==/!=, value for </>…, whether like applies)
-    let classes: Vec<(Vec<&str>, Value, Value, bool)> = vec![
-        (
-            vec![
-                "id",
-                "scheduler_id",
-                "schedule_id",
-                "organisation",
-                "type",
-                "hash",
-            ],
-            text(limits),
-            text(limits),
-            true,
-        ),
-        (vec!["priority"], integer(), integer(), false),
-        (vec!["status"], statuses(), statuses(), false),
-        (
-            vec!["created_at", "modified_at"],
-            date_time.clone(),
-            date_time,
-            false,
-        ),
-    ];
+    let classes: Vec<(Vec<&str>, Value, Value, bool)> = match table {
+        Table::Tasks => vec![
+            (
+                vec![
+                    "id",
+                    "scheduler_id",
+                    "schedule_id",
+                    "organisation",
+                    "type",
+                    "hash",
+                ],
+                text(limits),
+                text(limits),
+                true,
+            ),
+            (vec!["priority"], integer(), integer(), false),
+            (vec!["status"], statuses(), statuses(), false),
+            (
+                vec!["created_at", "modified_at"],
+                date_time.clone(),
+                date_time,
+                false,
+            ),
+        ],
+        Table::Schedules => vec![
+            (
+                vec!["id", "scheduler_id", "organisation", "hash", "schedule"],
+                text(limits),
+                text(limits),
+                true,
+            ),
+            (
+                vec!["enabled"],
+                json!({"type": "boolean"}),
+                json!({"type": "boolean"}),
+                false,
+            ),
+            (
+                vec!["deadline_at", "created_at", "modified_at"],
+                date_time.clone(),
+                date_time,
+                false,
+            ),
+        ],
+    };
     let mut conditions = Vec::new();
     let cond = |columns: Value,
                 field: Option<Value>,
@@ -370,36 +457,37 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits) {
     ));
     conditions.push(cond(data, Some(field), ops_null.to_vec(), None, false));
     s.insert(
-        "FilterCondition".into(),
+        name("FilterCondition"),
         json!({
             "description": "One comparison: `column` (and, for `data`, a `field` path such as `boefje__oci_image`), an `operator` (default `==`) and a `value` of the column's type.",
             "oneOf": conditions
         }),
     );
+    let item = schema_ref(&name("FilterItem"));
     s.insert(
-        "FilterGroup".into(),
+        name("FilterGroup"),
         json!({
             "type": "object",
             "description": "Combinators: all of `and`, any of `or`, none of `not`; several keys must all hold.",
             "minProperties": 1,
             "properties": {
-                "and": {"type": "array", "items": schema_ref("FilterItem")},
-                "or": {"type": "array", "items": schema_ref("FilterItem")},
-                "not": {"type": "array", "items": schema_ref("FilterItem")}
+                "and": {"type": "array", "items": item},
+                "or": {"type": "array", "items": item},
+                "not": {"type": "array", "items": item}
             },
             "additionalProperties": false
         }),
     );
     s.insert(
-        "FilterItem".into(),
+        name("FilterItem"),
         json!({"anyOf": [
-            schema_ref("FilterCondition"),
-            schema_ref("FilterGroup"),
-            {"type": "array", "items": schema_ref("FilterItem")}
+            schema_ref(&name("FilterCondition")),
+            schema_ref(&name("FilterGroup")),
+            {"type": "array", "items": item}
         ]}),
     );
     s.insert(
-        "FilterRequest".into(),
+        name("FilterRequest"),
         json!({
             "type": "object",
             "description": format!(
@@ -408,9 +496,9 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits) {
             ),
             "required": ["filters"],
             "properties": {"filters": {"anyOf": [
-                {"type": "array", "items": schema_ref("FilterItem")},
-                schema_ref("FilterGroup"),
-                schema_ref("FilterCondition")
+                {"type": "array", "items": item},
+                schema_ref(&name("FilterGroup")),
+                schema_ref(&name("FilterCondition"))
             ]}},
             "additionalProperties": false,
             "example": {"filters": [{"column": "data", "field": "boefje__oci_image", "operator": "in", "value": ["ghcr.io/minvws/openkat/nmap:latest"]}]}
@@ -442,7 +530,7 @@ fn parameter(path: &str, name: &str, limits: &Limits) -> Option<Value> {
         ("/tasks", "offset") => {
             json!({"type": "integer", "minimum": 0, "maximum": limits.max_offset})
         }
-        ("/tasks", "scheduler_id") => {
+        ("/tasks" | "/schedules", "scheduler_id") => {
             json!({"type": "string", "enum": ["", "boefje", "normalizer", "report"]})
         }
         ("/tasks", "status") => {
@@ -460,7 +548,25 @@ fn parameter(path: &str, name: &str, limits: &Limits) -> Option<Value> {
         (_, "scheduler_id") => {
             json!({"type": "string", "enum": ["boefje", "normalizer", "report"]})
         }
-        (_, "task_id") => json!({"type": "string", "format": "uuid"}),
+        (_, "task_id") | ("/schedules/{id}", "id") => {
+            json!({"type": "string", "format": "uuid"})
+        }
+        ("/schedules" | "/schedules/search", "limit") => {
+            json!({"type": "integer", "minimum": 0, "maximum": 1000})
+        }
+        ("/schedules" | "/schedules/search", "offset") => {
+            json!({"type": "integer", "minimum": 0, "maximum": limits.max_offset})
+        }
+        ("/schedules", "enabled") => json!({"type": "boolean"}),
+        ("/schedules", "organisation" | "schedule_hash") => text(limits),
+        (
+            "/schedules",
+            "min_deadline_at" | "max_deadline_at" | "min_created_at" | "max_created_at",
+        ) => json!({"anyOf": [
+            {"type": "string", "format": "date-time"},
+            {"type": "string", "format": "date"},
+            {"type": "string", "maxLength": 0}
+        ]}),
         ("/health", "externals") => json!({"type": "boolean"}),
         _ => return None,
     })
@@ -526,6 +632,24 @@ pub fn apply(doc: &mut Value, limits: &Limits) {
                 op.insert(
                     "requestBody".into(),
                     json!({"required": false, "content": {"application/json": {"schema": {"anyOf": [schema_ref("FilterRequest"), {"type": "null"}]}}}}),
+                );
+            }
+            if path == "/schedules/search" {
+                op.insert(
+                    "requestBody".into(),
+                    json!({"required": true, "content": {"application/json": {"schema": schema_ref("ScheduleFilterRequest")}}}),
+                );
+            }
+            if path == "/schedules" && method == "post" {
+                op.insert(
+                    "requestBody".into(),
+                    json!({"required": true, "content": {"application/json": {"schema": schema_ref("ScheduleCreate")}}}),
+                );
+            }
+            if path == "/schedules/{id}" && method == "patch" {
+                op.insert(
+                    "requestBody".into(),
+                    json!({"required": true, "content": {"application/json": {"schema": schema_ref("SchedulePatchBody")}}}),
                 );
             }
             if path == "/tasks/{task_id}" && method == "patch" {

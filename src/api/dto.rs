@@ -254,3 +254,84 @@ pub struct Health {
     /// Platform services, by name (filled when asked with `externals=true`).
     pub externals: HashMap<String, bool>,
 }
+
+/// Body of `POST /schedules` (mula's `ScheduleCreate`; other keys are refused).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleCreate {
+    /// `boefje`, `normalizer` or `report`.
+    pub scheduler_id: String,
+    /// The organisation.
+    pub organisation: String,
+    /// The task data to run (the scheduler's item type).
+    #[schema(value_type = Object)]
+    pub data: Map<String, Value>,
+    /// A cron expression (five fields, UTC); with no `deadline_at`, its next fire is the first
+    /// deadline.
+    pub schedule: Option<String>,
+    /// When it is first due.
+    pub deadline_at: Option<String>,
+}
+
+/// Query of `GET /schedules`. Unknown parameters are ignored.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ScheduleListQuery {
+    /// Only this scheduler's schedules.
+    pub scheduler_id: Option<String>,
+    /// Only this organisation's schedules.
+    pub organisation: Option<String>,
+    /// Only the schedule with this hash.
+    pub schedule_hash: Option<String>,
+    /// Only enabled (`true`) or disabled (`false`) schedules.
+    pub enabled: Option<String>,
+    /// Rows to skip (default 0).
+    pub offset: Option<i64>,
+    /// Rows to return (0–1000, default 10; 0 returns only `count`).
+    pub limit: Option<i64>,
+    /// Due at or after (ISO 8601 date-time or date).
+    pub min_deadline_at: Option<String>,
+    /// Due at or before (ISO 8601 date-time or date).
+    pub max_deadline_at: Option<String>,
+    /// Created at or after (ISO 8601 date-time or date).
+    pub min_created_at: Option<String>,
+    /// Created at or before (ISO 8601 date-time or date).
+    pub max_created_at: Option<String>,
+}
+
+/// Query of `POST /schedules/search`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Rows to skip (default 0).
+    pub offset: Option<i64>,
+    /// Rows to return (0–1000, default 10; 0 returns only `count`).
+    pub limit: Option<i64>,
+}
+
+/// A page of schedules, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PaginatedSchedules {
+    /// Matching schedules in all pages.
+    pub count: i64,
+    /// The next page's URL.
+    pub next: Option<String>,
+    /// The previous page's URL.
+    pub previous: Option<String>,
+    /// This page.
+    pub results: Vec<crate::domain::schedule::Schedule>,
+}
+
+/// Body of `PATCH /schedules/{schedule_id}`: any of these; other keys are ignored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SchedulePatchBody {
+    /// New task data (its hash follows).
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<Value>,
+    /// Run it or not.
+    pub enabled: Option<bool>,
+    /// A new cron expression, or null for none (the deadline is kept).
+    pub schedule: Option<String>,
+    /// A new deadline, or null for none.
+    pub deadline_at: Option<String>,
+}

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 use crate::domain::filter::FilterError;
 use crate::domain::limits::LimitError;
 use crate::queue::QueueError;
+use crate::schedules::ScheduleError;
 
 /// Seconds mula tells a client to wait after a 409.
 const CONFLICT_RETRY_AFTER_SECS: u64 = 60;
@@ -47,6 +48,9 @@ pub enum ApiError {
     /// An error of the queue layer.
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// An error of the schedules layer.
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
     /// A request that does not parse (422).
     #[error("{0:?}")]
     Validation(ValidationIssue),
@@ -71,6 +75,9 @@ pub enum ApiError {
     /// A body not received in full within `api.body_timeout_secs` (408).
     #[error("the request body was not received within {} s (body_timeout_secs)", .0.as_secs())]
     BodyTimeout(std::time::Duration),
+    /// A path served with other methods only (405, with `Allow`).
+    #[error("Method Not Allowed")]
+    MethodNotAllowed(&'static str),
     /// Rejected before reaching a handler: unknown route (404) or wrong method (405).
     #[error("{1}")]
     Routing(StatusCode, &'static str),
@@ -93,6 +100,10 @@ impl ApiError {
                 Some(crate::queue::DEFAULT_RETRY_AFTER_SECS)
             }
             Self::Queue(QueueError::Busy) => Some(1),
+            Self::Schedule(ScheduleError::Duplicate(_)) => Some(CONFLICT_RETRY_AFTER_SECS),
+            Self::Schedule(ScheduleError::Unavailable(_)) => {
+                Some(crate::queue::DEFAULT_RETRY_AFTER_SECS)
+            }
             _ => None,
         }
     }
@@ -117,6 +128,14 @@ impl ApiError {
                 // The cause is logged; the client gets no internals.
                 QueueError::Internal(_) => "Internal server error".to_owned(),
             },
+            Self::Schedule(e) => match e {
+                ScheduleError::NotFound(_) => format!("Resource not found: {e}"),
+                ScheduleError::BadRequest(_) => format!("Bad request error occurred: {e}"),
+                ScheduleError::Invalid(_) => format!("Validation error occurred: {e}"),
+                ScheduleError::Duplicate(_) => format!("Conflict error occurred: {e}"),
+                ScheduleError::Unavailable(_) => format!("Service unavailable: {e}"),
+                ScheduleError::Internal(_) => "Internal server error".to_owned(),
+            },
             Self::Filter(e) => format!("Bad request error occurred: invalid filter: {e}"),
             Self::BadRequest(m) => format!("Bad request error occurred: {m}"),
             Self::Limit(e) => format!("Bad request error occurred: {e}"),
@@ -124,6 +143,7 @@ impl ApiError {
             Self::Unauthorized => format!("Not authenticated: {self}"),
             Self::Forbidden(m) => format!("Forbidden: {m}"),
             Self::Routing(_, m) => (*m).to_owned(),
+            Self::MethodNotAllowed(_) => self.to_string(),
             Self::Validation(_) => String::new(),
         }
     }
@@ -145,6 +165,13 @@ impl ResponseError for ApiError {
                 QueueError::Busy | QueueError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
                 QueueError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
+            Self::Schedule(e) => match e {
+                ScheduleError::NotFound(_) => StatusCode::NOT_FOUND,
+                ScheduleError::BadRequest(_) | ScheduleError::Invalid(_) => StatusCode::BAD_REQUEST,
+                ScheduleError::Duplicate(_) => StatusCode::CONFLICT,
+                ScheduleError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                ScheduleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Filter(_) | Self::BadRequest(_) | Self::Limit(_) => StatusCode::BAD_REQUEST,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -152,12 +179,15 @@ impl ResponseError for ApiError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Routing(status, _) => *status,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        if let Self::Queue(QueueError::Internal(cause)) = self {
+        if let Self::Queue(QueueError::Internal(cause))
+        | Self::Schedule(ScheduleError::Internal(cause)) = self
+        {
             tracing::error!(error = %cause, "internal error answered with 500");
         }
         let mut resp = HttpResponse::build(status);
@@ -165,6 +195,9 @@ impl ResponseError for ApiError {
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
             resp.insert_header((header::RETRY_AFTER, v));
+        }
+        if let Self::MethodNotAllowed(allow) = self {
+            resp.insert_header((header::ALLOW, *allow));
         }
         if matches!(self, Self::Unauthorized) {
             resp.insert_header((header::WWW_AUTHENTICATE, "Bearer"));

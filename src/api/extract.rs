@@ -119,15 +119,25 @@ pub fn optional_json_body(body: &[u8]) -> Result<Option<serde_json::Value>, ApiE
     Ok((!value.is_null()).then_some(value))
 }
 
-/// Parses a filter body within `limits`: its nesting is checked before the (recursive) parse.
+/// Parses a filter body on tasks within `limits`: its nesting is checked before the
+/// (recursive) parse.
 pub fn parse_filters(
     body: &serde_json::Value,
     limits: &crate::domain::limits::Limits,
 ) -> Result<crate::domain::filter::FilterNode, ApiError> {
+    parse_filters_on(body, limits, crate::domain::filter::Table::Tasks)
+}
+
+/// Parses a filter body on `table` within `limits`.
+pub fn parse_filters_on(
+    body: &serde_json::Value,
+    limits: &crate::domain::limits::Limits,
+    table: crate::domain::filter::Table,
+) -> Result<crate::domain::filter::FilterNode, ApiError> {
     if let Some(filters) = body.get("filters") {
         limits.check_filter_nesting(filters)?;
     }
-    let node = crate::domain::filter::parse_request(body)?;
+    let node = crate::domain::filter::parse_request_on(body, table)?;
     limits.check_filter(&node)?;
     Ok(node)
 }

@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod schedulers;
+pub mod schedules;
 pub mod tasks;
 
 use actix_web::body::MessageBody;
@@ -35,6 +36,7 @@ pub const OPENAPI_PATH: &str = "/openapi.json";
     tags(
         (name = "schedulers", description = "The boefje, normalizer and report schedulers: push and pop"),
         (name = "tasks", description = "Tasks: listing, status changes, statistics"),
+        (name = "schedules", description = "Schedules: recurring work, by cron expression or deadline"),
         (name = "health", description = "Health and metrics")
     )
 )]
@@ -55,7 +57,13 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(tasks::task_stats)
         .service(tasks::list_tasks)
         .service(tasks::search_tasks)
-        .service(tasks::get_task);
+        .service(tasks::get_task)
+        .service(schedules::list_schedules)
+        .service(schedules::create_schedule)
+        .service(schedules::search_schedules)
+        .service(schedules::get_schedule)
+        .service(schedules::patch_schedule)
+        .service(schedules::delete_schedule);
 }
 
 /// The OpenAPI document of this build, stating `limits`: the handlers' annotations completed by
@@ -93,7 +101,7 @@ struct OpenApiDocument(String);
 
 /// The paths the API serves, with the methods each takes: a request for one of them with another
 /// method is a 405 naming the allowed ones, anything else a 404.
-const PATHS: [(&[&str], &str); 12] = [
+const PATHS: [(&[&str], &str); 15] = [
     (&[""], "GET"),
     (&["livez"], "GET"),
     (&["health"], "GET"),
@@ -106,6 +114,9 @@ const PATHS: [(&[&str], &str); 12] = [
     (&["tasks"], "GET, POST"),
     (&["tasks", "stats"], "GET"),
     (&["tasks", "*"], "GET, PATCH"),
+    (&["schedules"], "GET, POST"),
+    (&["schedules", "search"], "POST"),
+    (&["schedules", "*"], "GET, PATCH, DELETE"),
 ];
 
 /// The answer to a path no handler serves with this method: 405 naming the methods the path
@@ -135,6 +146,7 @@ pub fn app(
     body: extract::BodyConfig,
     tokens: std::sync::Arc<crate::domain::auth::Tokens>,
     observed: std::sync::Arc<health::Observed>,
+    schedules: crate::schedules::Schedules,
 ) -> App<
     impl ServiceFactory<
         ServiceRequest,
@@ -144,6 +156,7 @@ pub fn app(
         InitError = (),
     >,
 > {
+    let limits = *broker.limits();
     let document = OpenApiDocument(
         openapi_for(broker.limits())
             .map(|d| d.to_string())
@@ -157,6 +170,8 @@ pub fn app(
         .app_data(body)
         .app_data(tokens)
         .app_data(web::Data::new(observed))
+        .app_data(web::Data::new(limits))
+        .app_data(web::Data::new(schedules))
         .app_data(web::QueryConfig::default().error_handler(extract::query_error))
         .configure(routes)
         .split_for_parts();

@@ -120,7 +120,7 @@ fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuer
 }
 
 /// The URL of another page: this request's URL with `limit` and `offset` replaced.
-fn page_url(req: &HttpRequest, offset: i64, limit: i64) -> String {
+pub(crate) fn page_url(req: &HttpRequest, offset: i64, limit: i64) -> String {
     let info = req.connection_info();
     let mut pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
         .into_owned()

@@ -57,6 +57,8 @@ pub enum Action {
     Push,
     /// `GET|POST /tasks` across schedulers, `GET /tasks/stats`
     List,
+    /// `/schedules`: read and manage schedules (the webapp's report and scan schedules)
+    Schedules,
 }
 
 /// What one token may do.
@@ -96,7 +98,10 @@ impl Grant {
                     && in_scope
             }
             Role::Webapp => {
-                matches!(action, Action::Push | Action::List | Action::Read) && in_scope
+                matches!(
+                    action,
+                    Action::Push | Action::List | Action::Read | Action::Schedules
+                ) && in_scope
             }
         }
     }
@@ -211,6 +216,8 @@ mod tests {
         assert!(g.allows(Action::List, None));
         assert!(!g.allows(Action::Pop, Some(Boefje)));
         assert!(!g.allows(Action::Patch, Some(Boefje)));
+        assert!(g.allows(Action::Schedules, Some(Report)));
+        assert!(!grant(Role::Runner, &[]).allows(Action::Schedules, Some(Report)));
         assert!(grant(Role::Admin, &[]).allows(Action::Pop, Some(Report)));
     }
 

@@ -121,6 +121,7 @@ fn scalar_bind(column: Column, scalar: &Scalar) -> Bind {
             )
         }
         Scalar::Text(s) => Bind::Text(s.clone()),
+        Scalar::Bool(b) if column == Column::Enabled => Bind::Bool(*b),
         Scalar::Int(v) => Bind::BigInt(*v),
         Scalar::Float(v) => Bind::Double(*v),
         Scalar::Bool(b) => Bind::Text(if *b { "true" } else { "false" }.to_owned()),

@@ -8,6 +8,7 @@
 pub mod filter_sql;
 pub mod frontier;
 pub mod rows;
+pub mod schedules;
 pub mod sql;
 pub mod tasks;
 

@@ -391,6 +391,23 @@ impl TestApp {
             .expect("request")
     }
 
+    pub async fn patch(&self, path: &str, body: &Value) -> Response {
+        self.client
+            .patch(format!("{}{path}", self.address))
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn delete(&self, path: &str) -> Response {
+        self.client
+            .delete(format!("{}{path}", self.address))
+            .send()
+            .await
+            .expect("request")
+    }
+
     /// `POST /tasks?{query}` with an optional filter body.
     pub async fn search_tasks(&self, query: &str, body: Option<&Value>) -> Response {
         self.post(&format!("/tasks?{query}"), body).await

@@ -27,3 +27,4 @@ mod openapi;
 mod outage;
 mod queue_rules;
 mod recovery;
+mod schedules;

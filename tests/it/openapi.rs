@@ -34,7 +34,7 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
             );
         }
     }
-    assert_eq!(operations, 15);
+    assert_eq!(operations, 21);
     for path in [
         "/schedulers/boefje/push",
         "/schedulers/normalizer/push",
@@ -44,6 +44,9 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
         "/tasks/{task_id}",
         "/tasks/stats",
         "/health",
+        "/schedules",
+        "/schedules/{id}",
+        "/schedules/search",
     ] {
         assert!(paths.contains_key(path), "{path} missing");
     }

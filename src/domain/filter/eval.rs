@@ -111,7 +111,7 @@ enum Sql<'a> {
 fn value_of<'a>(cond: &Condition, record: &'a impl Record) -> Sql<'a> {
     match cond.column {
         Column::Priority => Sql::Int(record.priority()),
-        Column::CreatedAt | Column::ModifiedAt => {
+        Column::CreatedAt | Column::ModifiedAt | Column::DeadlineAt => {
             record.time(cond.column).map_or(Sql::Null, Sql::Time)
         }
         Column::Data => match (record.json(&cond.path), cond.json_as()) {

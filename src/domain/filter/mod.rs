@@ -76,9 +76,57 @@ pub enum Column {
     ModifiedAt,
     /// `data`, with a `field` path
     Data,
+    /// `enabled` (schedules)
+    Enabled,
+    /// `schedule`, the cron expression (schedules)
+    Schedule,
+    /// `deadline_at` (schedules)
+    DeadlineAt,
 }
 
-const COLUMNS: [(&str, Column); 11] = [
+/// Which table a filter selects from: each has its own columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// `tasks`
+    Tasks,
+    /// `schedules`
+    Schedules,
+}
+
+impl Table {
+    /// The columns a filter on this table may name.
+    fn columns(self) -> &'static [Column] {
+        match self {
+            Table::Tasks => &[
+                Column::Id,
+                Column::SchedulerId,
+                Column::ScheduleId,
+                Column::Organisation,
+                Column::Type,
+                Column::Hash,
+                Column::Priority,
+                Column::Status,
+                Column::CreatedAt,
+                Column::ModifiedAt,
+                Column::Data,
+            ],
+            Table::Schedules => &[
+                Column::Id,
+                Column::SchedulerId,
+                Column::Organisation,
+                Column::Hash,
+                Column::Data,
+                Column::Enabled,
+                Column::Schedule,
+                Column::DeadlineAt,
+                Column::CreatedAt,
+                Column::ModifiedAt,
+            ],
+        }
+    }
+}
+
+const COLUMNS: [(&str, Column); 14] = [
     ("id", Column::Id),
     ("scheduler_id", Column::SchedulerId),
     ("schedule_id", Column::ScheduleId),
@@ -90,6 +138,9 @@ const COLUMNS: [(&str, Column); 11] = [
     ("created_at", Column::CreatedAt),
     ("modified_at", Column::ModifiedAt),
     ("data", Column::Data),
+    ("enabled", Column::Enabled),
+    ("schedule", Column::Schedule),
+    ("deadline_at", Column::DeadlineAt),
 ];
 
 impl Column {
@@ -229,8 +280,13 @@ impl Condition {
     }
 }
 
-/// Parses the body of a filtered request (`{"filters": …}`).
+/// Parses the body of a filtered request on tasks (`{"filters": …}`).
 pub fn parse_request(body: &Value) -> Result<FilterNode, FilterError> {
+    parse_request_on(body, Table::Tasks)
+}
+
+/// Parses the body of a filtered request on `table`.
+pub fn parse_request_on(body: &Value, table: Table) -> Result<FilterNode, FilterError> {
     let Value::Object(obj) = body else {
         return Err(FilterError(format!(
             "body: expected an object with a 'filters' key, got {}",
@@ -245,16 +301,16 @@ pub fn parse_request(body: &Value) -> Result<FilterNode, FilterError> {
         }
     }
     match obj.get("filters") {
-        Some(filters) => parse_group(filters, "filters"),
+        Some(filters) => parse_group(filters, "filters", table),
         None => Err(FilterError("body.filters: required".into())),
     }
 }
 
-fn parse_group(v: &Value, path: &str) -> Result<FilterNode, FilterError> {
+fn parse_group(v: &Value, path: &str, table: Table) -> Result<FilterNode, FilterError> {
     match v {
-        Value::Array(items) => Ok(FilterNode::And(parse_list(items, path)?)),
+        Value::Array(items) => Ok(FilterNode::And(parse_list(items, path, table)?)),
         Value::Object(obj) if obj.contains_key("column") => {
-            Ok(FilterNode::Cond(parse_condition(obj, path)?))
+            Ok(FilterNode::Cond(parse_condition(obj, path, table)?))
         }
         Value::Object(obj) => {
             let mut parts = Vec::new();
@@ -266,7 +322,7 @@ fn parse_group(v: &Value, path: &str) -> Result<FilterNode, FilterError> {
                         kind(value)
                     )));
                 };
-                let list = parse_list(items, &here)?;
+                let list = parse_list(items, &here, table)?;
                 parts.push(match key.as_str() {
                     "and" => FilterNode::And(list),
                     "or" => FilterNode::Or(list),
@@ -296,15 +352,19 @@ fn parse_group(v: &Value, path: &str) -> Result<FilterNode, FilterError> {
     }
 }
 
-fn parse_list(items: &[Value], path: &str) -> Result<Vec<FilterNode>, FilterError> {
+fn parse_list(items: &[Value], path: &str, table: Table) -> Result<Vec<FilterNode>, FilterError> {
     items
         .iter()
         .enumerate()
-        .map(|(i, item)| parse_group(item, &format!("{path}[{i}]")))
+        .map(|(i, item)| parse_group(item, &format!("{path}[{i}]"), table))
         .collect()
 }
 
-fn parse_condition(obj: &Map<String, Value>, path: &str) -> Result<Condition, FilterError> {
+fn parse_condition(
+    obj: &Map<String, Value>,
+    path: &str,
+    table: Table,
+) -> Result<Condition, FilterError> {
     for key in obj.keys() {
         if !matches!(key.as_str(), "column" | "field" | "operator" | "value") {
             return Err(FilterError(format!(
@@ -322,12 +382,13 @@ fn parse_condition(obj: &Map<String, Value>, path: &str) -> Result<Condition, Fi
         }
         None => return Err(FilterError(format!("{path}.column: required"))),
     };
+    let allowed = table.columns();
     let column = COLUMNS
         .iter()
-        .find(|(n, _)| *n == column_name)
+        .find(|(n, c)| *n == column_name && allowed.contains(c))
         .map(|(_, c)| *c)
         .ok_or_else(|| {
-            let known: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
+            let known: Vec<&str> = allowed.iter().map(|c| c.sql_name()).collect();
             FilterError(format!(
                 "{path}.column: unknown column '{column_name}'; known columns: {}",
                 known.join(", ")
@@ -454,6 +515,7 @@ fn typed_operand(
                     | Column::SchedulerId
                     | Column::Id
                     | Column::ScheduleId
+                    | Column::Schedule
             ) {
                 return Err(FilterError(format!(
                     "{path}: pattern operators apply to text columns and data fields only"
@@ -492,7 +554,11 @@ fn scalar(column: Column, value: &Value, path: &str) -> Result<Scalar, FilterErr
             .and_then(as_integer)
             .map(Scalar::Int)
             .ok_or_else(|| wrong("an integer")),
-        Column::CreatedAt | Column::ModifiedAt => match value {
+        Column::Enabled => value
+            .as_bool()
+            .map(Scalar::Bool)
+            .ok_or_else(|| wrong("true or false")),
+        Column::CreatedAt | Column::ModifiedAt | Column::DeadlineAt => match value {
             Value::String(s) => parse_datetime(s).map(Scalar::Time).ok_or_else(|| {
                 FilterError(format!(
                     "{path}: '{s}' is not a date-time (use ISO 8601, e.g. 2025-01-31T12:00:00Z)"
@@ -527,7 +593,8 @@ fn scalar(column: Column, value: &Value, path: &str) -> Result<Scalar, FilterErr
         | Column::ScheduleId
         | Column::Organisation
         | Column::Type
-        | Column::Hash => match value {
+        | Column::Hash
+        | Column::Schedule => match value {
             Value::String(s) => Ok(Scalar::Text(s.clone())),
             _ => Err(wrong("a string")),
         },

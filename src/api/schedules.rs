@@ -1,0 +1,367 @@
+//! `/schedules`: mula's schedules API (list, create, read, change, delete, search), as Rocky
+//! calls it for report schedules and its plugin pages.
+
+use actix_web::{HttpRequest, HttpResponse, delete, get, patch, post, web};
+use serde_json::{Map, Value};
+
+use super::auth::authorize;
+use super::dto::{
+    FilterRequest, PageQuery, PaginatedSchedules, ScheduleCreate, ScheduleListQuery,
+    SchedulePatchBody,
+};
+use super::error::{ApiError, ErrorBody, ValidationBody};
+use super::extract::{Body, json_body, non_empty};
+use super::tasks::{DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, page_url};
+use crate::domain::SchedulerId;
+use crate::domain::auth::Action;
+use crate::domain::filter::{Table, parse_datetime};
+use crate::domain::limits::Limits;
+use crate::domain::schedule::Schedule;
+use crate::schedules::{NewSchedule, SchedulePatch, Schedules};
+use crate::storage::schedules::ScheduleQuery;
+
+fn page(offset: Option<i64>, limit: Option<i64>, limits: &Limits) -> Result<(i64, i64), ApiError> {
+    let limit = limit.unwrap_or(DEFAULT_PAGE_LIMIT);
+    if !(0..=MAX_PAGE_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 0 and {MAX_PAGE_LIMIT}, got {limit}"
+        )));
+    }
+    let offset = offset.unwrap_or(0);
+    if !(0..=limits.max_offset).contains(&offset) {
+        return Err(ApiError::BadRequest(format!(
+            "offset must be between 0 and {} (max_offset), got {offset}",
+            limits.max_offset
+        )));
+    }
+    Ok((offset, limit))
+}
+
+fn time(name: &str, v: Option<String>) -> Result<Option<chrono::NaiveDateTime>, ApiError> {
+    non_empty(v)
+        .map(|s| {
+            parse_datetime(&s).ok_or_else(|| {
+                ApiError::BadRequest(format!("{name} '{s}' is not an ISO 8601 date-time or date"))
+            })
+        })
+        .transpose()
+}
+
+fn list_query(q: ScheduleListQuery, limits: &Limits) -> Result<ScheduleQuery, ApiError> {
+    for (name, value) in [
+        ("scheduler_id", &q.scheduler_id),
+        ("organisation", &q.organisation),
+        ("schedule_hash", &q.schedule_hash),
+        ("enabled", &q.enabled),
+        ("min_deadline_at", &q.min_deadline_at),
+        ("max_deadline_at", &q.max_deadline_at),
+        ("min_created_at", &q.min_created_at),
+        ("max_created_at", &q.max_created_at),
+    ] {
+        if let Some(v) = value {
+            limits.check_text(name, v)?;
+        }
+    }
+    let (offset, limit) = page(q.offset, q.limit, limits)?;
+    let scheduler_id = non_empty(q.scheduler_id)
+        .map(|s| {
+            s.parse::<SchedulerId>().map_err(|()| {
+                ApiError::BadRequest(format!(
+                    "scheduler_id '{s}' is unknown; use boefje, normalizer or report"
+                ))
+            })
+        })
+        .transpose()?;
+    let enabled = non_empty(q.enabled)
+        .map(|e| match e.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(ApiError::validation(
+                "bool_parsing",
+                &["query", "enabled"],
+                format!("'{e}' is not a boolean; use true or false"),
+            )),
+        })
+        .transpose()?;
+    // As for tasks: a window whose start is after its end is empty, not an error.
+    Ok(ScheduleQuery {
+        scheduler_id,
+        organisation: non_empty(q.organisation),
+        hash: non_empty(q.schedule_hash),
+        enabled,
+        min_deadline_at: time("min_deadline_at", q.min_deadline_at)?,
+        max_deadline_at: time("max_deadline_at", q.max_deadline_at)?,
+        min_created_at: time("min_created_at", q.min_created_at)?,
+        max_created_at: time("max_created_at", q.max_created_at)?,
+        filter: None,
+        offset,
+        limit,
+    })
+}
+
+async fn respond(
+    schedules: &Schedules,
+    req: &HttpRequest,
+    lq: ScheduleQuery,
+) -> Result<HttpResponse, ApiError> {
+    let (offset, limit) = (lq.offset, lq.limit);
+    let (count, results) = schedules.list(lq).await?;
+    let next =
+        (offset.saturating_add(limit) <= count).then(|| page_url(req, offset + limit, limit));
+    let previous = (offset - limit >= 0).then(|| page_url(req, offset - limit, limit));
+    Ok(HttpResponse::Ok().json(PaginatedSchedules {
+        count,
+        next,
+        previous,
+        results,
+    }))
+}
+
+/// Lists schedules, newest first, filtered by the query parameters.
+#[utoipa::path(
+    tag = "schedules",
+    params(ScheduleListQuery),
+    responses(
+        (status = 200, description = "A page of schedules", body = PaginatedSchedules),
+        (status = 400, description = "Bad parameter", body = ErrorBody)
+    )
+)]
+#[get("/schedules")]
+pub async fn list_schedules(
+    schedules: web::Data<Schedules>,
+    limits: web::Data<Limits>,
+    req: HttpRequest,
+    query: web::Query<ScheduleListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let lq = list_query(query.into_inner(), &limits)?;
+    authorize(&req, Action::Schedules, lq.scheduler_id)?;
+    respond(&schedules, &req, lq).await
+}
+
+/// Lists schedules matching the body's filters, newest first.
+#[utoipa::path(
+    tag = "schedules",
+    params(PageQuery),
+    request_body(content = FilterRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "A page of schedules", body = PaginatedSchedules),
+        (status = 400, description = "Bad parameter or filter", body = ErrorBody),
+        (status = 422, description = "No body, or one that does not parse", body = ValidationBody)
+    )
+)]
+#[post("/schedules/search")]
+pub async fn search_schedules(
+    schedules: web::Data<Schedules>,
+    limits: web::Data<Limits>,
+    req: HttpRequest,
+    query: web::Query<PageQuery>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, Action::Schedules, None)?;
+    let q = query.into_inner();
+    let (offset, limit) = page(q.offset, q.limit, &limits)?;
+    let value: Value = json_body(&body.0)?;
+    let filter = super::extract::parse_filters_on(&value, &limits, Table::Schedules)?;
+    let lq = ScheduleQuery {
+        filter: Some(filter),
+        offset,
+        limit,
+        ..ScheduleQuery::default()
+    };
+    respond(&schedules, &req, lq).await
+}
+
+/// Creates a schedule: its hash is its data's (unique); without `deadline_at`, the next fire of
+/// `schedule` is its first deadline.
+#[utoipa::path(
+    tag = "schedules",
+    request_body(content = ScheduleCreate, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The schedule", body = Schedule),
+        (status = 400, description = "No schedule nor deadline, a bad cron expression, an unknown scheduler or data that does not fit it", body = ErrorBody),
+        (status = 409, description = "A schedule with the same hash exists", body = ErrorBody),
+        (status = 422, description = "The body does not parse", body = ValidationBody)
+    )
+)]
+#[post("/schedules")]
+pub async fn create_schedule(
+    schedules: web::Data<Schedules>,
+    req: HttpRequest,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    let create: ScheduleCreate = json_body(&body.0)?;
+    let scheduler = create.scheduler_id.parse::<SchedulerId>().ok();
+    authorize(&req, Action::Schedules, scheduler)?;
+    let deadline_at = create
+        .deadline_at
+        .map(|d| {
+            parse_datetime(&d).map(|t| t.and_utc()).ok_or_else(|| {
+                ApiError::validation(
+                    "datetime_parsing",
+                    &["body", "deadline_at"],
+                    format!("'{d}' is not an ISO 8601 date-time or date"),
+                )
+            })
+        })
+        .transpose()?;
+    let schedule = schedules
+        .create(NewSchedule {
+            scheduler_id: create.scheduler_id,
+            organisation: create.organisation,
+            data: create.data,
+            schedule: create.schedule,
+            deadline_at,
+        })
+        .await?;
+    Ok(HttpResponse::Created().json(schedule))
+}
+
+/// One schedule.
+#[utoipa::path(
+    tag = "schedules",
+    params(("id" = uuid::Uuid, Path, description = "The schedule id")),
+    responses(
+        (status = 200, description = "The schedule", body = Schedule),
+        (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody)
+    )
+)]
+#[get("/schedules/{id}")]
+pub async fn get_schedule(
+    schedules: web::Data<Schedules>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = schedule_id(&path)?;
+    let schedule = schedules.get(id).await?;
+    authorize(&req, Action::Schedules, Some(schedule.scheduler_id))?;
+    Ok(HttpResponse::Ok().json(schedule))
+}
+
+/// The schedule id of a path; `search` is the search's own path, which takes only POST. Text
+/// that is not a UUID names no schedule: 404 (a task's `schedule_id` of null, followed as a
+/// link, is `/schedules/None`).
+fn schedule_id(raw: &str) -> Result<uuid::Uuid, ApiError> {
+    if raw == "search" {
+        return Err(ApiError::MethodNotAllowed("POST"));
+    }
+    uuid::Uuid::parse_str(raw).map_err(|_| {
+        ApiError::Routing(
+            actix_web::http::StatusCode::NOT_FOUND,
+            "Resource not found: schedule not found; the id is not a UUID",
+        )
+    })
+}
+
+fn schedule_patch(body: &[u8]) -> Result<SchedulePatch, ApiError> {
+    let fields: Map<String, Value> = json_body(body)?;
+    let mut patch = SchedulePatch::default();
+    let text = |key: &str, v: &Value| -> Result<Option<String>, ApiError> {
+        match v {
+            Value::Null => Ok(None),
+            Value::String(s) => Ok(Some(s.clone())),
+            other => Err(ApiError::validation(
+                "string_type",
+                &["body", key],
+                format!("{other} is not a string or null"),
+            )),
+        }
+    };
+    for (key, value) in &fields {
+        match key.as_str() {
+            "data" => match value {
+                Value::Object(map) => patch.data = Some(map.clone()),
+                other => {
+                    return Err(ApiError::validation(
+                        "dict_type",
+                        &["body", "data"],
+                        format!("{other} is not an object"),
+                    ));
+                }
+            },
+            "enabled" => match value {
+                Value::Bool(b) => patch.enabled = Some(*b),
+                other => {
+                    return Err(ApiError::validation(
+                        "bool_type",
+                        &["body", "enabled"],
+                        format!("{other} is not a boolean"),
+                    ));
+                }
+            },
+            "schedule" => patch.schedule = Some(text("schedule", value)?),
+            "deadline_at" => {
+                patch.deadline_at = Some(
+                    text("deadline_at", value)?
+                        .map(|d| {
+                            parse_datetime(&d).map(|t| t.and_utc()).ok_or_else(|| {
+                                ApiError::validation(
+                                    "datetime_parsing",
+                                    &["body", "deadline_at"],
+                                    format!("'{d}' is not an ISO 8601 date-time or date"),
+                                )
+                            })
+                        })
+                        .transpose()?,
+                );
+            }
+            // Other keys are ignored, as mula does (the hash follows the data).
+            _ => {}
+        }
+    }
+    Ok(patch)
+}
+
+/// Changes a schedule: `data` (its hash follows), `enabled`, `schedule` (the deadline is not
+/// recomputed), `deadline_at` (set it to now to run the schedule at the next tick).
+#[utoipa::path(
+    tag = "schedules",
+    params(("id" = uuid::Uuid, Path, description = "The schedule id")),
+    request_body(content = SchedulePatchBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The changed schedule", body = Schedule),
+        (status = 400, description = "Nothing to patch, or a bad cron expression", body = ErrorBody),
+        (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody),
+        (status = 409, description = "Its new data's hash belongs to another schedule", body = ErrorBody),
+        (status = 422, description = "A field of the wrong type", body = ValidationBody)
+    )
+)]
+#[patch("/schedules/{id}")]
+pub async fn patch_schedule(
+    schedules: web::Data<Schedules>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    let id = schedule_id(&path)?;
+    let patch = schedule_patch(&body.0)?;
+    let current = schedules.get(id).await?;
+    authorize(&req, Action::Schedules, Some(current.scheduler_id))?;
+    Ok(HttpResponse::Ok().json(schedules.patch(id, patch).await?))
+}
+
+/// Deletes a schedule (204 also when there is none, as mula); its tasks stay, unlinked.
+#[utoipa::path(
+    tag = "schedules",
+    params(("id" = uuid::Uuid, Path, description = "The schedule id")),
+    responses(
+        (status = 204, description = "Deleted (or there was none)"),
+        (status = 404, description = "Not a UUID", body = ErrorBody)
+    )
+)]
+#[delete("/schedules/{id}")]
+pub async fn delete_schedule(
+    schedules: web::Data<Schedules>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = schedule_id(&path)?;
+    match schedules.get(id).await {
+        Ok(s) => authorize(&req, Action::Schedules, Some(s.scheduler_id))?,
+        Err(crate::schedules::ScheduleError::NotFound(_)) => {
+            authorize(&req, Action::Schedules, None)?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    schedules.delete(id).await?;
+    Ok(HttpResponse::NoContent().finish())
+}

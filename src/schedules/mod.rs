@@ -1,0 +1,331 @@
+//! Schedules: recurring work, as mula's `/schedules` API keeps it (create, read, list, search,
+//! change, delete) with its rules: a schedule's hash is its task data's hash and unique over all
+//! schedules; it needs a cron expression or a deadline; without a deadline the next cron fire is
+//! it. The only writer of the `schedules` table.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::clock::SharedClock;
+use crate::domain::SchedulerId;
+use crate::domain::limits::Limits;
+use crate::domain::payload::hash_for;
+use crate::domain::schedule::{CronExpr, Schedule};
+use crate::storage::schedules::{self, ScheduleQuery, ScheduleRow};
+use crate::storage::{self, DbPool, StorageError};
+
+/// Errors of the schedules layer; `api::error` maps each to one HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// No such schedule (404).
+    #[error("schedule not found, by schedule_id: {0}")]
+    NotFound(Uuid),
+    /// A request that cannot be applied as it is (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A value mula reports as a validation error (400, `Validation error occurred: …`).
+    #[error("{0}")]
+    Invalid(String),
+    /// Another schedule has the same hash (409).
+    #[error("schedule with the same hash already exists: {0}")]
+    Duplicate(String),
+    /// The database cannot be reached (503).
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    /// A fault of ours (500); logged with its cause.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StorageError> for ScheduleError {
+    fn from(e: StorageError) -> Self {
+        if e.is_unavailable() {
+            ScheduleError::Unavailable(e.to_string())
+        } else if e.is_request_fault() {
+            ScheduleError::BadRequest(format!("the database refused this request: {e}"))
+        } else {
+            ScheduleError::Internal(e.to_string())
+        }
+    }
+}
+
+impl From<diesel::result::Error> for ScheduleError {
+    fn from(e: diesel::result::Error) -> Self {
+        StorageError::from(e).into()
+    }
+}
+
+/// A schedule to create (mula's `ScheduleCreate`).
+#[derive(Debug, Clone, Default)]
+pub struct NewSchedule {
+    /// `boefje`, `normalizer` or `report`.
+    pub scheduler_id: String,
+    /// The organisation.
+    pub organisation: String,
+    /// The task data (the scheduler's item type).
+    pub data: Map<String, Value>,
+    /// A cron expression.
+    pub schedule: Option<String>,
+    /// When it is first due.
+    pub deadline_at: Option<DateTime<Utc>>,
+}
+
+/// The fields a `PATCH /schedules/{id}` may change; `None` leaves a field alone, `Some(None)`
+/// clears it.
+#[derive(Debug, Clone, Default)]
+pub struct SchedulePatch {
+    /// New task data (its hash follows).
+    pub data: Option<Map<String, Value>>,
+    /// Run it or not.
+    pub enabled: Option<bool>,
+    /// A new cron expression (the deadline is not recomputed, as in mula).
+    pub schedule: Option<Option<String>>,
+    /// A new deadline (`now` runs it at the next tick).
+    pub deadline_at: Option<Option<DateTime<Utc>>>,
+}
+
+impl SchedulePatch {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_none()
+            && self.enabled.is_none()
+            && self.schedule.is_none()
+            && self.deadline_at.is_none()
+    }
+}
+
+/// The schedules and what they need.
+#[derive(Clone)]
+pub struct Schedules {
+    pool: DbPool,
+    clock: SharedClock,
+    limits: Limits,
+}
+
+fn is_unique_violation(e: &diesel::result::Error) -> bool {
+    matches!(
+        e,
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, _)
+    )
+}
+
+impl Schedules {
+    /// The schedules in `pool`.
+    pub fn new(pool: DbPool, clock: SharedClock, limits: Limits) -> Self {
+        Self {
+            pool,
+            clock,
+            limits,
+        }
+    }
+
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, ScheduleError> + Send + 'static,
+    ) -> Result<T, ScheduleError> {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = storage::checkout(&pool)?;
+            f(&mut conn).map_err(|e| match e {
+                ScheduleError::Internal(m) if !storage::reachable(&pool) => {
+                    ScheduleError::Unavailable(m)
+                }
+                other => other,
+            })
+        })
+        .await
+        .map_err(|e| ScheduleError::Internal(format!("schedule task panicked: {e}")))?
+    }
+
+    fn check(&self, organisation: &str, data: &Map<String, Value>) -> Result<(), ScheduleError> {
+        let over = |e: crate::domain::limits::LimitError| ScheduleError::BadRequest(e.0);
+        self.limits
+            .check_text("organisation", organisation)
+            .map_err(over)?;
+        self.limits.check_object("data", data).map_err(over)?;
+        if organisation.trim().is_empty() {
+            return Err(ScheduleError::BadRequest(
+                "organisation: must not be empty".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_keys(
+        &self,
+        scheduler: SchedulerId,
+        data: &Map<String, Value>,
+    ) -> Result<(), ScheduleError> {
+        check_keys(&self.limits, scheduler, data)
+    }
+
+    fn cron(&self, text: &str) -> Result<CronExpr, ScheduleError> {
+        self.limits
+            .check_text("schedule", text)
+            .map_err(|e| ScheduleError::BadRequest(e.0))?;
+        CronExpr::parse(text).map_err(|e| ScheduleError::Invalid(e.to_string()))
+    }
+
+    /// Creates a schedule (201 in the API).
+    pub async fn create(&self, new: NewSchedule) -> Result<Schedule, ScheduleError> {
+        let scheduler: SchedulerId = new.scheduler_id.parse().map_err(|()| {
+            ScheduleError::BadRequest(format!("Scheduler {} not found", new.scheduler_id))
+        })?;
+        self.check(&new.organisation, &new.data)?;
+        let cron = new.schedule.as_deref().map(|c| self.cron(c)).transpose()?;
+        let now = self.clock.now();
+        let deadline_at = match (new.deadline_at, &cron) {
+            (Some(d), _) => Some(d),
+            (None, Some(c)) => c.next_after(now),
+            (None, None) => {
+                return Err(ScheduleError::BadRequest(
+                    "Either deadline_at or schedule must be provided".into(),
+                ));
+            }
+        };
+        let hash = hash_for(scheduler, &new.data)
+            .map_err(|e| ScheduleError::BadRequest(format!("malformed data: {}", e.0)))?;
+        self.check_keys(scheduler, &new.data)?;
+        crate::domain::payload::data_id(&new.data)
+            .map_err(|e| ScheduleError::BadRequest(format!("malformed data: {}", e.0)))?;
+        let at = now.naive_utc();
+        let row = ScheduleRow {
+            id: Uuid::new_v4().hyphenated().to_string(),
+            scheduler_id: scheduler.as_str().to_owned(),
+            organisation: new.organisation,
+            hash: Some(hash.clone()),
+            data: Value::Object(new.data).to_string(),
+            enabled: true,
+            schedule: cron.map(|c| c.as_str().to_owned()),
+            deadline_at: deadline_at.map(|d| crate::clock::truncate_micros(d).naive_utc()),
+            created_at: at,
+            modified_at: at,
+            disabled_reason: None,
+        };
+        self.db(move |c| {
+            match schedules::insert(c, &row) {
+                Err(e) if is_unique_violation(&e) => return Err(ScheduleError::Duplicate(hash)),
+                other => other?,
+            }
+            Ok(row.into_schedule()?)
+        })
+        .await
+    }
+
+    /// One schedule.
+    pub async fn get(&self, id: Uuid) -> Result<Schedule, ScheduleError> {
+        self.db(move |c| {
+            let row = schedules::get(c, &id.hyphenated().to_string())?
+                .ok_or(ScheduleError::NotFound(id))?;
+            Ok(row.into_schedule()?)
+        })
+        .await
+    }
+
+    /// A page of schedules, newest first, with the total count.
+    pub async fn list(&self, query: ScheduleQuery) -> Result<(i64, Vec<Schedule>), ScheduleError> {
+        self.db(move |c| {
+            let (count, rows) = schedules::list(c, &query)?;
+            let page = rows
+                .into_iter()
+                .map(|r| r.into_schedule().map_err(ScheduleError::from))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((count, page))
+        })
+        .await
+    }
+
+    /// Changes a schedule.
+    pub async fn patch(&self, id: Uuid, patch: SchedulePatch) -> Result<Schedule, ScheduleError> {
+        if patch.is_empty() {
+            return Err(ScheduleError::BadRequest("no data to patch".into()));
+        }
+        if let Some(Some(c)) = &patch.schedule {
+            self.cron(c)?;
+        }
+        if let Some(data) = &patch.data {
+            self.check("-", data)?;
+        }
+        let now = self.clock.now().naive_utc();
+        let limits = self.limits;
+        self.db(move |c| {
+            let mut row = schedules::get(c, &id.hyphenated().to_string())?
+                .ok_or(ScheduleError::NotFound(id))?;
+            let scheduler: SchedulerId = row
+                .scheduler_id
+                .parse()
+                .map_err(|()| ScheduleError::Internal("schedule of an unknown scheduler".into()))?;
+            if let Some(data) = patch.data {
+                let hash = hash_for(scheduler, &data)
+                    .map_err(|e| ScheduleError::BadRequest(format!("malformed data: {}", e.0)))?;
+                check_keys(&limits, scheduler, &data)?;
+                crate::domain::payload::data_id(&data)
+                    .map_err(|e| ScheduleError::BadRequest(format!("malformed data: {}", e.0)))?;
+                row.hash = Some(hash);
+                row.data = Value::Object(data).to_string();
+            }
+            if let Some(enabled) = patch.enabled {
+                row.enabled = enabled;
+                if enabled {
+                    row.disabled_reason = None;
+                }
+            }
+            if let Some(schedule) = patch.schedule {
+                row.schedule = schedule;
+            }
+            if let Some(deadline) = patch.deadline_at {
+                row.deadline_at = deadline.map(|d| crate::clock::truncate_micros(d).naive_utc());
+            }
+            row.modified_at = now;
+            match schedules::update(c, &row) {
+                Err(e) if is_unique_violation(&e) => {
+                    return Err(ScheduleError::Duplicate(
+                        row.hash.clone().unwrap_or_default(),
+                    ));
+                }
+                other => other?,
+            };
+            Ok(row.into_schedule()?)
+        })
+        .await
+    }
+
+    /// Deletes a schedule (a missing one is not an error, as in mula).
+    pub async fn delete(&self, id: Uuid) -> Result<(), ScheduleError> {
+        self.db(move |c| {
+            c_transaction(c, |c| {
+                Ok(schedules::delete(c, &id.hyphenated().to_string())?)
+            })?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// The payload's key fields (the ones its tasks are found by) are within the string limit, as
+/// for a push.
+fn check_keys(
+    limits: &Limits,
+    scheduler: SchedulerId,
+    data: &Map<String, Value>,
+) -> Result<(), ScheduleError> {
+    let keys = crate::domain::keys::DataKeys::of(scheduler, data);
+    for field in crate::domain::keys::KeyField::ALL {
+        if let Some(v) = keys.get(field) {
+            limits
+                .check_text(&format!("data ({})", field.column()), v)
+                .map_err(|e| ScheduleError::BadRequest(e.0))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` in a transaction.
+fn c_transaction<T>(
+    c: &mut storage::AnyConnection,
+    f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, ScheduleError>,
+) -> Result<T, ScheduleError> {
+    use diesel::Connection;
+    c.transaction(f)
+}

@@ -1,0 +1,280 @@
+//! Statements on the `schedules` table.
+
+use chrono::NaiveDateTime;
+use diesel::QueryResult;
+use diesel::QueryableByName;
+use diesel::sql_types::{Bool, Nullable, Text, Timestamp};
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use super::filter_sql::push_filter;
+use super::rows::CountRow;
+use super::sql::{Bind, Sql};
+use super::{AnyConnection, Backend, StorageError};
+use crate::domain::SchedulerId;
+use crate::domain::filter::FilterNode;
+use crate::domain::schedule::Schedule;
+
+/// The column list that decodes into [`ScheduleRow`].
+const COLUMNS: &str = "id, scheduler_id, organisation, hash, data, enabled, schedule, \
+     deadline_at, created_at, modified_at, disabled_reason";
+
+/// A `schedules` row.
+#[derive(Debug, Clone, PartialEq, QueryableByName)]
+pub struct ScheduleRow {
+    /// UUID, lowercase and hyphenated.
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// The scheduler.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// The organisation.
+    #[diesel(sql_type = Text)]
+    pub organisation: String,
+    /// The hash of `data`.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub hash: Option<String>,
+    /// The task data, as JSON text.
+    #[diesel(sql_type = Text)]
+    pub data: String,
+    /// Whether it runs.
+    #[diesel(sql_type = Bool)]
+    pub enabled: bool,
+    /// The cron expression.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub schedule: Option<String>,
+    /// When it is next due.
+    #[diesel(sql_type = Nullable<Timestamp>)]
+    pub deadline_at: Option<NaiveDateTime>,
+    /// Creation time (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub created_at: NaiveDateTime,
+    /// Last change (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub modified_at: NaiveDateTime,
+    /// Why the scheduler disabled it.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub disabled_reason: Option<String>,
+}
+
+impl ScheduleRow {
+    /// The row as the API shows it.
+    pub fn into_schedule(self) -> Result<Schedule, StorageError> {
+        let corrupt = |what: &str| StorageError::Corrupt(format!("schedule {}: {what}", self.id));
+        Ok(Schedule {
+            id: Uuid::parse_str(&self.id).map_err(|_| corrupt("id is not a UUID"))?,
+            scheduler_id: self
+                .scheduler_id
+                .parse()
+                .map_err(|()| corrupt("unknown scheduler"))?,
+            hash: self.hash.clone().unwrap_or_default(),
+            data: RawValue::from_string(self.data.clone())
+                .map_err(|_| corrupt("data is not JSON"))?,
+            organisation: self.organisation,
+            enabled: self.enabled,
+            schedule: self.schedule,
+            deadline_at: self.deadline_at.map(|t| t.and_utc()),
+            created_at: self.created_at.and_utc(),
+            modified_at: self.modified_at.and_utc(),
+            disabled_reason: self.disabled_reason,
+        })
+    }
+}
+
+/// A `/schedules` listing.
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleQuery {
+    /// `scheduler_id = …`
+    pub scheduler_id: Option<SchedulerId>,
+    /// `organisation = …`
+    pub organisation: Option<String>,
+    /// `hash = …`
+    pub hash: Option<String>,
+    /// `enabled = …`
+    pub enabled: Option<bool>,
+    /// `deadline_at >= …`
+    pub min_deadline_at: Option<NaiveDateTime>,
+    /// `deadline_at <= …`
+    pub max_deadline_at: Option<NaiveDateTime>,
+    /// `created_at >= …`
+    pub min_created_at: Option<NaiveDateTime>,
+    /// `created_at <= …`
+    pub max_created_at: Option<NaiveDateTime>,
+    /// A filter tree (`POST /schedules/search`).
+    pub filter: Option<FilterNode>,
+    /// Rows to skip.
+    pub offset: i64,
+    /// Rows to return (0: only count).
+    pub limit: i64,
+}
+
+fn sql(conn: &AnyConnection, text: &str) -> Sql {
+    Sql::new(Backend::of(conn), text)
+}
+
+/// Inserts a schedule; a hash already taken fails with a unique violation.
+pub fn insert(conn: &mut AnyConnection, r: &ScheduleRow) -> QueryResult<()> {
+    let mut q = sql(conn, &format!("INSERT INTO schedules ({COLUMNS}) VALUES ("));
+    q.bind(r.id.as_str())
+        .push(", ")
+        .bind(r.scheduler_id.as_str())
+        .push(", ")
+        .bind(r.organisation.as_str())
+        .push(", ")
+        .bind(Bind::OptText(r.hash.clone()))
+        .push(", ")
+        .bind(r.data.as_str())
+        .push(", ")
+        .bind(Bind::Bool(r.enabled))
+        .push(", ")
+        .bind(Bind::OptText(r.schedule.clone()))
+        .push(", ")
+        .bind(Bind::OptTime(r.deadline_at))
+        .push(", ")
+        .bind(r.created_at)
+        .push(", ")
+        .bind(r.modified_at)
+        .push(", ")
+        .bind(Bind::OptText(r.disabled_reason.clone()))
+        .push(")");
+    q.execute(conn)?;
+    Ok(())
+}
+
+/// Writes every field but the id and creation time back.
+pub fn update(conn: &mut AnyConnection, r: &ScheduleRow) -> QueryResult<usize> {
+    let mut q = sql(conn, "UPDATE schedules SET organisation = ");
+    q.bind(r.organisation.as_str())
+        .push(", hash = ")
+        .bind(Bind::OptText(r.hash.clone()))
+        .push(", data = ")
+        .bind(r.data.as_str())
+        .push(", enabled = ")
+        .bind(Bind::Bool(r.enabled))
+        .push(", schedule = ")
+        .bind(Bind::OptText(r.schedule.clone()))
+        .push(", deadline_at = ")
+        .bind(Bind::OptTime(r.deadline_at))
+        .push(", modified_at = ")
+        .bind(r.modified_at)
+        .push(", disabled_reason = ")
+        .bind(Bind::OptText(r.disabled_reason.clone()))
+        .push(" WHERE id = ")
+        .bind(r.id.as_str());
+    q.execute(conn)
+}
+
+/// One schedule by id.
+pub fn get(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<ScheduleRow>> {
+    let mut q = sql(
+        conn,
+        &format!("SELECT {COLUMNS} FROM schedules WHERE id = "),
+    );
+    q.bind(id);
+    Ok(q.load::<ScheduleRow>(conn)?.into_iter().next())
+}
+
+/// The schedule of a task hash, if any (hashes are unique).
+pub fn by_hash(conn: &mut AnyConnection, hash: &str) -> QueryResult<Option<ScheduleRow>> {
+    let mut q = sql(
+        conn,
+        &format!("SELECT {COLUMNS} FROM schedules WHERE hash = "),
+    );
+    q.bind(hash);
+    Ok(q.load::<ScheduleRow>(conn)?.into_iter().next())
+}
+
+/// Deletes a schedule; its tasks keep their rows, their `schedule_id` cleared (mula's
+/// `ON DELETE SET NULL`, written out so SQLite needs no foreign-key enforcement). Answers
+/// whether it existed.
+pub fn delete(conn: &mut AnyConnection, id: &str) -> QueryResult<bool> {
+    let mut clear = sql(
+        conn,
+        "UPDATE tasks SET schedule_id = NULL WHERE schedule_id = ",
+    );
+    clear.bind(id);
+    clear.execute(conn)?;
+    let mut q = sql(conn, "DELETE FROM schedules WHERE id = ");
+    q.bind(id);
+    Ok(q.execute(conn)? > 0)
+}
+
+fn push_conditions(q: &mut Sql, lq: &ScheduleQuery) {
+    q.push(" WHERE 1 = 1");
+    if let Some(s) = lq.scheduler_id {
+        q.push(" AND scheduler_id = ").bind(s.as_str());
+    }
+    if let Some(o) = &lq.organisation {
+        q.push(" AND organisation = ").bind(o.as_str());
+    }
+    if let Some(h) = &lq.hash {
+        q.push(" AND hash = ").bind(h.as_str());
+    }
+    if let Some(e) = lq.enabled {
+        q.push(" AND enabled = ").bind(Bind::Bool(e));
+    }
+    if let Some(t) = lq.min_deadline_at {
+        q.push(" AND deadline_at >= ").bind(t);
+    }
+    if let Some(t) = lq.max_deadline_at {
+        q.push(" AND deadline_at <= ").bind(t);
+    }
+    if let Some(t) = lq.min_created_at {
+        q.push(" AND created_at >= ").bind(t);
+    }
+    if let Some(t) = lq.max_created_at {
+        q.push(" AND created_at <= ").bind(t);
+    }
+    if let Some(f) = &lq.filter {
+        q.push(" AND ");
+        push_filter(q, f);
+    }
+}
+
+/// A page of schedules, newest first, and how many match in all.
+pub fn list(conn: &mut AnyConnection, lq: &ScheduleQuery) -> QueryResult<(i64, Vec<ScheduleRow>)> {
+    let mut count = sql(conn, "SELECT COUNT(*) AS count FROM schedules");
+    push_conditions(&mut count, lq);
+    let total = count
+        .load::<CountRow>(conn)?
+        .first()
+        .map(|r| r.count)
+        .unwrap_or(0);
+    if lq.limit == 0 || lq.offset >= total {
+        return Ok((total, Vec::new()));
+    }
+    let mut page = sql(conn, &format!("SELECT {COLUMNS} FROM schedules"));
+    push_conditions(&mut page, lq);
+    page.push(" ORDER BY created_at DESC, id DESC LIMIT ")
+        .bind(lq.limit)
+        .push(" OFFSET ")
+        .bind(lq.offset);
+    Ok((total, page.load(conn)?))
+}
+
+/// Enabled schedules due at `now` (`deadline_at <= now`), oldest due first, at most `limit`,
+/// after `after` (the last one of the previous page: `(deadline_at, id)`).
+pub fn due(
+    conn: &mut AnyConnection,
+    now: NaiveDateTime,
+    after: Option<(NaiveDateTime, String)>,
+    limit: usize,
+) -> QueryResult<Vec<ScheduleRow>> {
+    let mut q = sql(
+        conn,
+        &format!("SELECT {COLUMNS} FROM schedules WHERE enabled AND deadline_at <= "),
+    );
+    q.bind(now);
+    if let Some((deadline, id)) = after {
+        q.push(" AND (deadline_at > ")
+            .bind(deadline)
+            .push(" OR (deadline_at = ")
+            .bind(deadline)
+            .push(" AND id > ")
+            .bind(id)
+            .push("))");
+    }
+    q.push(" ORDER BY deadline_at, id LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    q.load(conn)
+}
