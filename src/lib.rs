@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way: `domain` ← {`storage`, `clients`} ← {`queue`, `frontier`} ←
+//! Dependencies point one way: `domain` ← {`storage`, `clients`} ← {`queue`, `frontier`,
+//! `schedules`} ←
 //! `planner` ← {`api`, `listener`, `coldstart`, `watchdog`} ← `startup`, which registers the
 //! background processes with [`processes`].
 //!
@@ -17,6 +18,7 @@
 //! | [`frontier`] | the only writer of the frontier: objects, raw files and ColdStart checkpoints, idempotent upserts in batches |
 //! | [`planner`] | frontier × catalogue → tasks: pure rules (`planner::rules`), de-duplication siblings across organisations, one push per batch of the planner's work |
 //! | [`listener`] | the AMQP listener: events in batches, frontier and tasks out, ack after commit, dead letters |
+//! | [`schedules`] | recurring work (mula's `/schedules`): create, read, list, search, change, delete; the only writer of the `schedules` table |
 //! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
 //! | [`watchdog`] | the lease watchdog loop: re-queues or fails tasks whose lease ended |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
