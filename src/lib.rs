@@ -4,9 +4,8 @@
 //! # Layout
 //!
 //! Dependencies point one way: `domain` ← {`storage`, `clients`} ← {`queue`, `frontier`,
-//! `schedules`} ←
-//! `planner` ← {`api`, `listener`, `coldstart`, `watchdog`} ← `startup`, which registers the
-//! background processes with [`processes`].
+//! `schedules`} ← `planner` ← {`api`, `listener`, `coldstart`, `watchdog`} ← `startup`, which
+//! registers the background processes with [`processes`].
 //!
 //! | module | owns |
 //! |---|---|

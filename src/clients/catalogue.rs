@@ -402,7 +402,7 @@ impl Catalogue {
         }
     }
 
-    /// Refreshes every organisation's plugins once, [`REFRESH_CONCURRENCY`] at a time; one that
+    /// Refreshes every organisation's plugins once, a few at a time; one that
     /// fails keeps its last answer. Returns how many failed.
     pub async fn refresh(&self) -> usize {
         let Source::Katalogus(client) = &self.inner.source else {
