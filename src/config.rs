@@ -91,6 +91,9 @@ pub struct Settings {
     /// ColdStart (runs when Octopoes is configured).
     #[serde(default)]
     pub coldstart: ColdStartSettings,
+    /// The cron ticks and what their tables do.
+    #[serde(default)]
+    pub cron: CronSettings,
     /// Katalogus, Octopoes and Bytes.
     #[serde(default)]
     pub clients: ClientSettings,
@@ -249,6 +252,34 @@ impl ClientSettings {
             self.timeout(),
         )
         .map(Some)
+    }
+}
+
+/// The cron ticks (see [`crate::cron`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
+pub struct CronSettings {
+    /// Seconds between ticks; 0 turns the ticks (and so rescheduling, the lease watchdog and
+    /// pruning) off.
+    pub tick_secs: u64,
+    /// Seconds before a boefje schedule without cron runs again when its plugin names no
+    /// interval (mula's grace period).
+    pub grace_period_secs: u64,
+    /// Up to this many seconds more, spread over schedules.
+    pub jitter_secs: u64,
+    /// Days a finished task is kept before it is deleted; 0 keeps them.
+    pub task_retention_days: u64,
+}
+
+impl Default for CronSettings {
+    fn default() -> Self {
+        Self {
+            tick_secs: crate::cron::ticks::DEFAULT_TICK_SECS,
+            grace_period_secs: crate::cron::reschedule::DEFAULT_GRACE_SECS,
+            jitter_secs: 0,
+            task_retention_days: 0,
+        }
     }
 }
 
@@ -480,6 +511,7 @@ impl Default for Settings {
             },
             catalogue: CatalogueSettings::default(),
             coldstart: ColdStartSettings::default(),
+            cron: CronSettings::default(),
             clients: ClientSettings::default(),
             schedulers: SchedulerOverrides::default(),
         }
@@ -547,6 +579,26 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_QUEUE_RAW_FILES",
         "listener.raw_files_queue",
         "Bytes' raw file events (default raw_file_received)",
+    ),
+    (
+        "SCHEDULER_CRON_TICK",
+        "cron.tick_secs",
+        "seconds between cron ticks, 0 = off (default 1)",
+    ),
+    (
+        "SCHEDULER_PQ_GRACE_PERIOD",
+        "cron.grace_period_secs",
+        "seconds before a boefje schedule without cron runs again (default 86400)",
+    ),
+    (
+        "SCHEDULER_RESCHEDULE_JITTER",
+        "cron.jitter_secs",
+        "up to this many seconds more per schedule (default 0)",
+    ),
+    (
+        "SCHEDULER_TASK_RETENTION_DAYS",
+        "cron.task_retention_days",
+        "days finished tasks are kept, 0 = forever (default 0)",
     ),
     (
         "SCHEDULER_COLDSTART_INTERVAL",

@@ -4,7 +4,7 @@
 //! # Layout
 //!
 //! Dependencies point one way: `domain` ← {`storage`, `clients`} ← {`queue`, `frontier`,
-//! `schedules`} ← `planner` ← {`api`, `listener`, `coldstart`, `watchdog`} ← `startup`, which
+//! `schedules`} ← `planner` ← {`api`, `listener`, `coldstart`, `cron`} ← `startup`, which
 //! registers the background processes with [`processes`].
 //!
 //! | module | owns |
@@ -19,7 +19,7 @@
 //! | [`listener`] | the AMQP listener: events in batches, frontier and tasks out, ack after commit, dead letters |
 //! | [`schedules`] | recurring work (mula's `/schedules`): create, read, list, search, change, delete; the only writer of the `schedules` table |
 //! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
-//! | [`watchdog`] | the lease watchdog loop: re-queues or fails tasks whose lease ended |
+//! | [`cron`] | the ticks generator and each scheduler's cron table: rescheduling due schedules, the lease watchdog, pruning finished tasks; periodic entries persist their next run |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start |
@@ -33,6 +33,7 @@ pub mod clients;
 pub mod clock;
 pub mod coldstart;
 pub mod config;
+pub mod cron;
 pub mod domain;
 pub mod frontier;
 pub mod listener;
@@ -43,4 +44,3 @@ pub mod schedules;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;
-pub mod watchdog;

@@ -1,5 +1,5 @@
-//! The home of the service's background processes: the lease watchdog today, the AMQP listener,
-//! ColdStart and the cron ticks next. Each is an async `run(deps, token)` that returns at a safe
+//! The home of the service's background processes: the AMQP listener, ColdStart, the catalogue
+//! refresh and the cron ticks (whose tables hold the lease watchdog). Each is an async `run(deps, token)` that returns at a safe
 //! point once its token is cancelled. Startup registers them in their stop order, and shutdown
 //! stops them one by one in that order, each within a deadline, after the HTTP server has drained
 //! and before the queue engines finish the commands they hold.

@@ -18,6 +18,13 @@ use std::sync::Arc;
 use crate::api::health::Observed;
 use crate::clients::catalogue::{Catalogue, StaticCatalogue};
 use crate::coldstart::{ColdStart, ColdStartConfig, ColdStartStatus};
+use crate::cron::Cron;
+use crate::cron::prune::Prune;
+use crate::cron::reschedule::Reschedule;
+use crate::cron::table::{CronTable, Periodic};
+use crate::cron::watchdog::LeaseWatchdog;
+use crate::domain::schedule::Cadence;
+use crate::domain::{PerScheduler, SchedulerId};
 use crate::frontier::Frontier;
 use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::planner::Planner;
@@ -33,7 +40,12 @@ pub struct Application {
     broker: Broker,
     engine: EngineHandle,
     pool: DbPool,
-    watchdog_interval: Duration,
+    /// The cron tables.
+    cron: Cron,
+    /// Time between ticks (zero: no ticks).
+    tick: Duration,
+    /// The clock ticks read.
+    clock: SharedClock,
     /// How long each background process gets to stop.
     stop_deadline: Duration,
     /// The AMQP listener, when `QUEUE_URI` is set.
@@ -110,11 +122,53 @@ fn build_catalogue(settings: &Settings, clock: SharedClock) -> anyhow::Result<Ca
     Ok(Catalogue::from_file(file, clock))
 }
 
+/// Each component's cron table: rescheduling (boefje, report), the lease watchdog, pruning.
+fn build_cron(settings: &Settings, pool: &DbPool, broker: &Broker, catalogue: &Catalogue) -> Cron {
+    let c = &settings.cron;
+    Cron::new(PerScheduler::from_fn(|s| {
+        let mut table = CronTable::default();
+        if s != SchedulerId::Normalizer {
+            table.push(Reschedule {
+                pool: pool.clone(),
+                broker: broker.clone(),
+                catalogue: catalogue.clone(),
+                grace: Duration::from_secs(c.grace_period_secs),
+                jitter: Duration::from_secs(c.jitter_secs),
+            });
+        }
+        let sweep = settings.queue.watchdog_interval_secs;
+        if sweep > 0 {
+            table.push(Periodic::new(
+                LeaseWatchdog {
+                    broker: broker.clone(),
+                },
+                Duration::from_secs(sweep),
+                pool.clone(),
+            ));
+        }
+        if c.task_retention_days > 0 {
+            table.push(Periodic::new(
+                Prune {
+                    pool: pool.clone(),
+                    retention: Duration::from_secs(c.task_retention_days * 86_400),
+                },
+                PRUNE_EVERY,
+                pool.clone(),
+            ));
+        }
+        table
+    }))
+}
+
+/// How often finished tasks past their retention are looked for.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
 impl Application {
     /// Connects, migrates, rebuilds the heaps and binds the HTTP port.
     pub async fn build(settings: Settings, clock: SharedClock) -> anyhow::Result<Self> {
         let broker_clock = clock.clone();
         let clock_for_schedules = clock.clone();
+        let clock_for_cron = clock.clone();
         let clock_for_listener = clock;
         let (pool, target) = open_database(&settings).await?;
         info!(database = %target.display(), "database ready");
@@ -139,11 +193,17 @@ impl Application {
             info!(tokens = ?tokens, "bearer tokens required");
         }
         let catalogue = build_catalogue(&settings, clock_for_listener.clone())?;
+        let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits);
+        let cadence = Cadence {
+            grace: Duration::from_secs(settings.cron.grace_period_secs),
+            jitter: Duration::from_secs(settings.cron.jitter_secs),
+        };
         let planner = Planner {
             broker: broker.clone(),
             frontier: Frontier::new(pool.clone()),
             catalogue: catalogue.clone(),
             clock: clock_for_listener,
+            schedules: Some((schedules.clone(), cadence)),
         };
         let l = &settings.listener;
         let listener_status = Arc::new(ListenerStatus::new(&l.mutations_queue, &l.raw_files_queue));
@@ -195,8 +255,8 @@ impl Application {
             octopoes,
             bytes: clients.bytes().map_err(|e| anyhow!(e))?,
         });
+        let cron = build_cron(&settings, &pool, &broker, &catalogue);
         let app_broker = broker.clone();
-        let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits);
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,
             secs => actix_web::http::KeepAlive::Timeout(Duration::from_secs(secs)),
@@ -227,7 +287,9 @@ impl Application {
             broker,
             engine,
             pool,
-            watchdog_interval: Duration::from_secs(settings.queue.watchdog_interval_secs),
+            cron,
+            tick: Duration::from_secs(settings.cron.tick_secs),
+            clock: clock_for_cron,
             stop_deadline: Duration::from_secs(settings.api.shutdown_timeout_secs),
             listener,
             listener_status,
@@ -252,6 +314,11 @@ impl Application {
         self.port
     }
 
+    /// The cron tables (tests run ticks on them directly).
+    pub fn cron(&self) -> Cron {
+        self.cron.clone()
+    }
+
     /// The queue, for in-process callers and tests.
     pub fn broker(&self) -> &Broker {
         &self.broker
@@ -264,7 +331,9 @@ impl Application {
             engine,
             pool,
             broker,
-            watchdog_interval,
+            cron,
+            tick,
+            clock,
             stop_deadline,
             listener,
             catalogue,
@@ -288,10 +357,9 @@ impl Application {
                 catalogue.run_refresh(token)
             });
         }
-        if !watchdog_interval.is_zero() {
-            let b = broker.clone();
-            processes.spawn("lease watchdog", move |token| {
-                crate::watchdog::run(b, watchdog_interval, token)
+        if !tick.is_zero() {
+            processes.spawn("cron ticks", move |token| {
+                crate::cron::ticks::run(cron, clock, tick, token)
             });
         }
         shutdown.cancelled().await;

@@ -88,6 +88,8 @@ impl From<TaskPush> for PushRequest {
             priority: p.priority,
             data: p.data,
             planned: false,
+            once: false,
+            schedule_id: None,
         }
     }
 }

@@ -181,6 +181,47 @@ impl CronExpr {
     }
 }
 
+/// When a schedule is next due after it fired at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    /// Wait of a boefje schedule whose plugin names no interval (mula's grace period).
+    pub grace: std::time::Duration,
+    /// Up to this much more, spread over schedules by their key.
+    pub jitter: std::time::Duration,
+}
+
+impl Cadence {
+    /// The next deadline: the next fire of `cron` if there is one; else `now` + `wait` (a
+    /// plugin's interval, or the grace period when `wait` is `Some(None)`) + the key's spread;
+    /// `None` when there is neither cron nor wait (a one-off that ran).
+    pub fn next(
+        &self,
+        key: &str,
+        cron: Option<&str>,
+        wait: Option<Option<chrono::Duration>>,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        if let Some(c) = cron.and_then(|c| CronExpr::parse(c).ok()) {
+            return c.next_after(now);
+        }
+        let wait = wait?.unwrap_or_else(|| {
+            chrono::Duration::from_std(self.grace).unwrap_or(chrono::Duration::days(1))
+        });
+        Some(now + wait + self.spread(key))
+    }
+
+    /// A key's share of the jitter: the same key, the same share.
+    fn spread(&self, key: &str) -> chrono::Duration {
+        let secs = self.jitter.as_secs();
+        if secs == 0 {
+            return chrono::Duration::zero();
+        }
+        let h = super::hash::task_hash(key);
+        let n = u64::from_str_radix(&h[..16], 16).unwrap_or(0) % secs;
+        chrono::Duration::seconds(i64::try_from(n).unwrap_or(0))
+    }
+}
+
 /// A schedule as the API shows it (mula's `Schedule`, plus why it was disabled, if the scheduler
 /// did it).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

@@ -93,6 +93,11 @@ impl<T> PerScheduler<T> {
         Self(SchedulerId::ALL.map(&mut f))
     }
 
+    /// Each scheduler's value turned into another.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> PerScheduler<U> {
+        PerScheduler(self.0.map(&mut f))
+    }
+
     /// Each scheduler with its value, in [`SchedulerId::ALL`] order.
     pub fn iter(&self) -> impl Iterator<Item = (SchedulerId, &T)> {
         SchedulerId::ALL.into_iter().zip(self.0.iter())

@@ -18,8 +18,10 @@ use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
 use crate::domain::event::{ObjectEvent, RawFileEvent};
 use crate::domain::plugin::Plugin;
+use crate::domain::schedule::Cadence;
 use crate::frontier::Frontier;
 use crate::queue::{Broker, PushRequest, QueueError};
+use crate::schedules::{Schedules, Seed};
 
 /// Why an event's work was not (all) planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +72,28 @@ pub struct Planner {
     pub catalogue: Catalogue,
     /// Priorities are creation times.
     pub clock: SharedClock,
+    /// Where planned boefje work gets its schedule (mula's `post_push`), and when it is next
+    /// due.
+    pub schedules: Option<(Schedules, Cadence)>,
+}
+
+/// What schedule a planned boefje task gets: its plugin's cron expression and interval, or none
+/// for a plugin that runs only on events (`run_on`).
+fn schedule_of(
+    task: &PushRequest,
+    plugins: &[Plugin],
+) -> Option<(Option<String>, Option<chrono::Duration>)> {
+    let boefje = task.data.get("boefje")?.get("id")?.as_str()?;
+    let p = plugins.iter().find(|p| p.id == boefje)?;
+    if p.run_on.is_some() {
+        return None;
+    }
+    let cron = p
+        .cron
+        .clone()
+        .filter(|c| crate::domain::schedule::CronExpr::parse(c).is_ok());
+    let interval = p.interval.filter(|m| *m > 0).map(chrono::Duration::minutes);
+    Some((cron, interval))
 }
 
 fn merge(slot: &mut Planned, e: PlanError) {
@@ -87,6 +111,7 @@ impl Planner {
         let mut results: Vec<Planned> = vec![Ok(0); events.len()];
         let mut requests = Vec::new();
         let mut owners = Vec::new();
+        let mut cadences = Vec::new();
         let catalogue = self
             .plugins_of(events.iter().map(|e| e.organisation.as_str()))
             .await;
@@ -112,11 +137,57 @@ impl Planner {
                 }
             }
             owners.extend(std::iter::repeat_n(i, planned.len()));
+            cadences.extend(planned.iter().map(|t| schedule_of(t, &plugins)));
             requests.extend(planned);
+        }
+        if let Err(e) = self.link(&mut requests, cadences).await {
+            for &i in &owners {
+                merge(&mut results[i], e.clone());
+            }
+            return results;
         }
         self.push(SchedulerId::Boefje, requests, &owners, &mut results)
             .await;
         results
+    }
+
+    /// Links each task to the schedule of its hash, making one that is due next (`None` in
+    /// `plans`: a plugin that runs only on events gets no schedule, as in mula).
+    async fn link(
+        &self,
+        requests: &mut [PushRequest],
+        plans: Vec<Option<(Option<String>, Option<chrono::Duration>)>>,
+    ) -> Result<(), PlanError> {
+        let Some((schedules, cadence)) = &self.schedules else {
+            return Ok(());
+        };
+        let now = self.clock.now();
+        let mut at = Vec::new();
+        let mut seeds = Vec::new();
+        for (i, (r, plan)) in requests.iter().zip(plans).enumerate() {
+            let Some((cron, interval)) = plan else {
+                continue;
+            };
+            let key = serde_json::Value::Object(r.data.clone()).to_string();
+            seeds.push(Seed {
+                organisation: r.organisation.clone(),
+                data: r.data.clone(),
+                deadline_at: cadence.next(&key, cron.as_deref(), Some(interval), now),
+                cron,
+            });
+            at.push(i);
+        }
+        if seeds.is_empty() {
+            return Ok(());
+        }
+        let ids = schedules
+            .link(SchedulerId::Boefje, seeds)
+            .await
+            .map_err(|e| PlanError::Passing(e.to_string()))?;
+        for (i, id) in at.into_iter().zip(ids) {
+            requests[i].schedule_id = id;
+        }
+        Ok(())
     }
 
     /// Plans the normalizer tasks of raw files and pushes them all at once; answers, per file,

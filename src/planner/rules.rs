@@ -32,7 +32,7 @@ pub fn boefje_tasks(event: &ObjectEvent, plugins: &[Plugin], priority: i64) -> V
 }
 
 /// A boefje task's payload (mula's `BoefjeTask`).
-fn boefje_data(p: &Plugin, reference: &str, organisation: &str) -> Value {
+pub fn boefje_data(p: &Plugin, reference: &str, organisation: &str) -> Value {
     json!({
         "boefje": {
             "id": p.id,

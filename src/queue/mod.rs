@@ -467,8 +467,19 @@ impl Broker {
     /// pooled connection (it scans); only what it finds goes to the engines, which check again.
     pub async fn expire_leases(&self) -> Result<ExpiryReport, QueueError> {
         let mut report = ExpiryReport::default();
-        let now = self.inner.clock.now().naive_utc();
         for s in SchedulerId::ALL {
+            let r = self.expire_leases_of(s).await?;
+            report.requeued.extend(r.requeued);
+            report.failed.extend(r.failed);
+        }
+        Ok(report)
+    }
+
+    /// The lease sweep of one scheduler (see [`Broker::expire_leases`]).
+    pub async fn expire_leases_of(&self, s: SchedulerId) -> Result<ExpiryReport, QueueError> {
+        let mut report = ExpiryReport::default();
+        let now = self.inner.clock.now().naive_utc();
+        {
             let ids = self
                 .read(move |c| {
                     storage::tasks::expired_lease_ids(c, s, now, EXPIRY_BATCH)
@@ -480,7 +491,7 @@ impl Broker {
                 .filter_map(|id| Uuid::parse_str(id).ok())
                 .collect();
             if ids.is_empty() {
-                continue;
+                return Ok(report);
             }
             let r = self.call(s, ids, Command::Expire).await?;
             report.requeued.extend(r.requeued);

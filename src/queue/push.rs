@@ -29,6 +29,12 @@ pub struct PushRequest {
     /// names is a fresh one (the planner names ids to link de-duplication siblings), never a
     /// re-push of an existing task, so it costs no read.
     pub planned: bool,
+    /// With `planned`: the id names this one piece of work (a schedule's fire): a push whose id
+    /// exists already, in whatever status, changes nothing, so a fire pushed again after a
+    /// restart is not run twice.
+    pub once: bool,
+    /// The schedule the task comes from.
+    pub schedule_id: Option<Uuid>,
 }
 
 /// A validated task, not yet placed.
@@ -37,6 +43,10 @@ pub(crate) struct NewTask {
     pub id: Uuid,
     /// See [`PushRequest::planned`].
     pub planned: bool,
+    /// See [`PushRequest::once`].
+    pub once: bool,
+    /// See [`PushRequest::schedule_id`].
+    pub schedule_id: Option<Uuid>,
     /// The client named this id, so it may be a re-push of a task that exists.
     pub id_given: bool,
     pub organisation: String,
@@ -95,7 +105,7 @@ pub(crate) fn prepare(
     // fresh one rather than guess which was meant.
     let (id, id_given) = match (req.id, in_data) {
         (Some(a), Some(b)) if a != b => (Uuid::new_v4(), false),
-        (Some(a), _) | (None, Some(a)) => (a, !req.planned),
+        (Some(a), _) | (None, Some(a)) => (a, !req.planned || req.once),
         (None, None) => (Uuid::new_v4(), false),
     };
     data.insert("id".into(), Value::String(id.hyphenated().to_string()));
@@ -111,6 +121,8 @@ pub(crate) fn prepare(
     Ok(NewTask {
         id,
         planned: req.planned,
+        once: req.planned && req.once,
+        schedule_id: req.schedule_id,
         id_given,
         organisation: req.organisation,
         priority,

@@ -71,6 +71,19 @@ pub struct NewSchedule {
     pub deadline_at: Option<DateTime<Utc>>,
 }
 
+/// What a pushed task's schedule is made of, when it has none yet.
+#[derive(Debug, Clone)]
+pub struct Seed {
+    /// The organisation.
+    pub organisation: String,
+    /// The task's data.
+    pub data: Map<String, Value>,
+    /// The plugin's cron expression, if it has one.
+    pub cron: Option<String>,
+    /// When it is next due (the task just pushed is this fire).
+    pub deadline_at: Option<DateTime<Utc>>,
+}
+
 /// The fields a `PATCH /schedules/{id}` may change; `None` leaves a field alone, `Some(None)`
 /// clears it.
 #[derive(Debug, Clone, Default)]
@@ -289,6 +302,55 @@ impl Schedules {
             Ok(row.into_schedule()?)
         })
         .await
+    }
+
+    /// The schedule of each task pushed by the planner or a client (mula's `post_push`): the
+    /// existing one of its hash, or a new one from `seed`. Answers a schedule id per seed (`None`
+    /// for data that has no hash).
+    pub async fn link(
+        &self,
+        scheduler: SchedulerId,
+        seeds: Vec<Seed>,
+    ) -> Result<Vec<Option<Uuid>>, ScheduleError> {
+        let now = self.clock.now().naive_utc();
+        let mut rows = Vec::new();
+        let hashes: Vec<Option<String>> = seeds
+            .into_iter()
+            .map(|seed| {
+                let hash = hash_for(scheduler, &seed.data).ok()?;
+                let mut data = seed.data;
+                // The schedule keeps the work, not one task's identity.
+                data.remove("id");
+                data.remove("deduplication_key");
+                rows.push(ScheduleRow {
+                    id: Uuid::new_v4().hyphenated().to_string(),
+                    scheduler_id: scheduler.as_str().to_owned(),
+                    organisation: seed.organisation,
+                    hash: Some(hash.clone()),
+                    data: Value::Object(data).to_string(),
+                    enabled: true,
+                    schedule: seed.cron,
+                    deadline_at: seed
+                        .deadline_at
+                        .map(|d| crate::clock::truncate_micros(d).naive_utc()),
+                    created_at: now,
+                    modified_at: now,
+                    disabled_reason: None,
+                });
+                Some(hash)
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(hashes.iter().map(|_| None).collect());
+        }
+        let ids = self.db(move |c| Ok(schedules::ensure(c, &rows)?)).await?;
+        Ok(hashes
+            .into_iter()
+            .map(|h| {
+                h.and_then(|h| ids.get(&h))
+                    .and_then(|id| Uuid::parse_str(id).ok())
+            })
+            .collect())
     }
 
     /// Deletes a schedule (a missing one is not an error, as in mula).

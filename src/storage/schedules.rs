@@ -252,10 +252,11 @@ pub fn list(conn: &mut AnyConnection, lq: &ScheduleQuery) -> QueryResult<(i64, V
     Ok((total, page.load(conn)?))
 }
 
-/// Enabled schedules due at `now` (`deadline_at <= now`), oldest due first, at most `limit`,
-/// after `after` (the last one of the previous page: `(deadline_at, id)`).
+/// `scheduler`'s enabled schedules due at `now` (`deadline_at <= now`), oldest due first, at
+/// most `limit`, after `after` (the last one of the previous page: `(deadline_at, id)`).
 pub fn due(
     conn: &mut AnyConnection,
+    scheduler: SchedulerId,
     now: NaiveDateTime,
     after: Option<(NaiveDateTime, String)>,
     limit: usize,
@@ -264,7 +265,9 @@ pub fn due(
         conn,
         &format!("SELECT {COLUMNS} FROM schedules WHERE enabled AND deadline_at <= "),
     );
-    q.bind(now);
+    q.bind(now)
+        .push(" AND scheduler_id = ")
+        .bind(scheduler.as_str());
     if let Some((deadline, id)) = after {
         q.push(" AND (deadline_at > ")
             .bind(deadline)
@@ -277,4 +280,170 @@ pub fn due(
     q.push(" ORDER BY deadline_at, id LIMIT ")
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
     q.load(conn)
+}
+
+/// The text form both backends read a timestamp from inside a JSON document.
+fn stamp(t: NaiveDateTime) -> String {
+    // diesel's own SQLite spelling, so the text compares as the stored values do.
+    t.format("%F %T%.f").to_string()
+}
+
+/// Sets the next deadline of each schedule (`None`: none, a one-off that ran) in one statement.
+pub fn advance(
+    conn: &mut AnyConnection,
+    deadlines: &[(String, Option<NaiveDateTime>)],
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    if deadlines.is_empty() {
+        return Ok(0);
+    }
+    let doc: Vec<serde_json::Value> = deadlines
+        .iter()
+        .map(|(id, d)| serde_json::json!({"id": id, "d": d.map(stamp)}))
+        .collect();
+    let doc = serde_json::Value::Array(doc).to_string();
+    let mut q = sql(
+        conn,
+        "UPDATE schedules SET deadline_at = v.d, modified_at = ",
+    );
+    q.bind(now);
+    match Backend::of(conn) {
+        Backend::Postgres => {
+            q.push(" FROM json_to_recordset(")
+                .bind(doc)
+                .push("::json) AS v(id text, d timestamp) WHERE schedules.id = v.id");
+        }
+        Backend::Sqlite => {
+            q.push(
+                " FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.d') AS d \
+                 FROM json_each(",
+            )
+            .bind(doc)
+            .push(")) AS v WHERE schedules.id = v.id");
+        }
+    }
+    q.execute(conn)
+}
+
+/// Disables a schedule, saying why.
+pub fn disable(
+    conn: &mut AnyConnection,
+    id: &str,
+    reason: &str,
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    let mut q = sql(conn, "UPDATE schedules SET enabled = ");
+    q.bind(Bind::Bool(false))
+        .push(", disabled_reason = ")
+        .bind(reason)
+        .push(", modified_at = ")
+        .bind(now)
+        .push(" WHERE id = ")
+        .bind(id);
+    q.execute(conn)
+}
+
+/// Creates, for each `(hash, row)` whose hash has no schedule yet, that row; answers the
+/// schedule id of every hash given (new or existing).
+pub fn ensure(
+    conn: &mut AnyConnection,
+    rows: &[ScheduleRow],
+) -> QueryResult<std::collections::HashMap<String, String>> {
+    let mut out = std::collections::HashMap::new();
+    for chunk in rows.chunks(500) {
+        let mut q = sql(conn, &format!("INSERT INTO schedules ({COLUMNS}) VALUES "));
+        for (i, r) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" });
+            q.bind(r.id.as_str())
+                .push(", ")
+                .bind(r.scheduler_id.as_str())
+                .push(", ")
+                .bind(r.organisation.as_str())
+                .push(", ")
+                .bind(Bind::OptText(r.hash.clone()))
+                .push(", ")
+                .bind(r.data.as_str())
+                .push(", ")
+                .bind(Bind::Bool(r.enabled))
+                .push(", ")
+                .bind(Bind::OptText(r.schedule.clone()))
+                .push(", ")
+                .bind(Bind::OptTime(r.deadline_at))
+                .push(", ")
+                .bind(r.created_at)
+                .push(", ")
+                .bind(r.modified_at)
+                .push(", NULL)");
+        }
+        q.push(" ON CONFLICT (hash) DO NOTHING");
+        q.execute(conn)?;
+        #[derive(QueryableByName)]
+        struct IdHash {
+            #[diesel(sql_type = Text)]
+            id: String,
+            #[diesel(sql_type = Text)]
+            hash: String,
+        }
+        let mut read = sql(conn, "SELECT id, hash FROM schedules WHERE hash IN (");
+        for (i, r) in chunk.iter().enumerate() {
+            if i > 0 {
+                read.push(", ");
+            }
+            read.bind(Bind::OptText(r.hash.clone()));
+        }
+        read.push(")");
+        for row in read.load::<IdHash>(conn)? {
+            out.insert(row.hash, row.id);
+        }
+    }
+    Ok(out)
+}
+
+/// A periodic cron entry's next run, if it has run before.
+pub fn next_run(
+    conn: &mut AnyConnection,
+    component: &str,
+    entry: &str,
+) -> QueryResult<Option<NaiveDateTime>> {
+    #[derive(QueryableByName)]
+    struct Next {
+        #[diesel(sql_type = Timestamp)]
+        next_run_at: NaiveDateTime,
+    }
+    let mut q = sql(
+        conn,
+        "SELECT next_run_at FROM cron_state WHERE component = ",
+    );
+    q.bind(component).push(" AND entry = ").bind(entry);
+    Ok(q.load::<Next>(conn)?
+        .into_iter()
+        .next()
+        .map(|n| n.next_run_at))
+}
+
+/// Records a periodic cron entry's run at `ran` and its next run.
+pub fn set_next_run(
+    conn: &mut AnyConnection,
+    component: &str,
+    entry: &str,
+    ran: NaiveDateTime,
+    next: NaiveDateTime,
+) -> QueryResult<()> {
+    let mut q = sql(
+        conn,
+        "INSERT INTO cron_state (component, entry, next_run_at, last_run_at) VALUES (",
+    );
+    q.bind(component)
+        .push(", ")
+        .bind(entry)
+        .push(", ")
+        .bind(next)
+        .push(", ")
+        .bind(ran)
+        .push(
+            ") ON CONFLICT (component, entry) DO UPDATE SET next_run_at = excluded.next_run_at, \
+             last_run_at = excluded.last_run_at",
+        );
+    q.execute(conn)?;
+    Ok(())
 }

@@ -607,6 +607,28 @@ pub fn in_flight_hashes(
     q.load(conn)
 }
 
+/// Deletes up to `limit` finished tasks (completed, failed, cancelled) last changed before
+/// `before`; answers how many.
+pub fn prune(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    before: NaiveDateTime,
+    limit: usize,
+) -> QueryResult<usize> {
+    let mut q = sql(
+        conn,
+        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE status IN \
+         ('completed', 'failed', 'cancelled') AND modified_at < ",
+    );
+    q.bind(before)
+        .push(" AND scheduler_id = ")
+        .bind(scheduler.as_str())
+        .push(" LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .push(")");
+    q.execute(conn)
+}
+
 /// Fills the key-field columns of `scheduler`'s waiting tasks written before they existed (or by
 /// an older version during a rolling deploy); returns how many rows it filled.
 pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryResult<usize> {

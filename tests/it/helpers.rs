@@ -173,8 +173,9 @@ pub fn test_settings(uri: &str) -> Settings {
     s.api.workers = 2;
     s.database.uri = uri.to_owned();
     s.database.pool_size = 6;
-    // Tests run sweeps themselves, on the manual clock.
+    // Tests run sweeps and ticks themselves, on the manual clock.
     s.queue.watchdog_interval_secs = 0;
+    s.cron.tick_secs = 0;
     s
 }
 
@@ -188,6 +189,7 @@ pub struct TestApp {
     pub broker: kat_scheduler::queue::Broker,
     pub listener: Arc<kat_scheduler::listener::ListenerStatus>,
     pub coldstart: Arc<kat_scheduler::coldstart::ColdStartStatus>,
+    pub cron: kat_scheduler::cron::Cron,
     token: CancellationToken,
     join: Option<JoinHandle<anyhow::Result<()>>>,
     pub db: TestDb,
@@ -245,6 +247,7 @@ impl TestApp {
         let broker = app.broker().clone();
         let listener = app.listener_status();
         let coldstart = app.coldstart_status();
+        let cron = app.cron();
         let token = CancellationToken::new();
         let join = tokio::spawn(app.run_until_stopped(token.clone()));
         TestApp {
@@ -260,6 +263,7 @@ impl TestApp {
             broker,
             listener,
             coldstart,
+            cron,
             token,
             join: Some(join),
             db,
@@ -291,6 +295,20 @@ impl TestApp {
         if let Some(join) = self.join.take() {
             join.await.expect("join").expect("clean shutdown");
         }
+    }
+
+    /// Runs `component`'s cron table for a tick at the clock's time, as the ticks generator does.
+    pub async fn tick(
+        &self,
+        component: kat_scheduler::domain::SchedulerId,
+    ) -> kat_scheduler::cron::TickReport {
+        self.cron
+            .run(kat_scheduler::cron::Tick {
+                component,
+                seq: 0,
+                at: self.clock.now(),
+            })
+            .await
     }
 
     pub fn now(&self) -> DateTime<Utc> {

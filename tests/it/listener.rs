@@ -219,6 +219,19 @@ async fn an_object_event_becomes_the_tasks_its_plugins_allow(backend: Backend) {
     let task = &page["results"][0];
     assert_eq!(task["data"]["input_ooi"], "Hostname|internet|a.nl");
     assert_eq!(task["data"]["organization"], "org1");
+    // Work a plugin runs on a schedule gets one (mula's post_push); run_on work does not.
+    for t in page["results"].as_array().unwrap() {
+        let scheduled = t["schedule_id"].is_string();
+        assert_eq!(scheduled, t["data"]["boefje"]["id"] == "dns-records", "{t}");
+    }
+    let schedules: Value = s
+        .app
+        .get("/schedules?scheduler_id=boefje")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(schedules["count"], 1);
     // The same event again, and an update: nothing new (the work waits; run_on is create only).
     s.mutation(object(
         "create",

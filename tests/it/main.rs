@@ -16,6 +16,7 @@ mod clients;
 mod coldstart;
 mod concurrency;
 mod crash;
+mod cron;
 mod filtered_pops;
 mod filters;
 mod hostile_inputs;

@@ -64,6 +64,10 @@ pub(crate) fn push(
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool), QueueError> {
     let s = st.scheduler;
+    if task.once && rows.contains(&task.id) {
+        // This fire was pushed before (a restart between the push and the schedule's update).
+        return Err(QueueError::Duplicate { existing: task.id });
+    }
     if task.id_given
         && let Some(existing) = rows.get(&task.id)
     {
@@ -102,7 +106,7 @@ pub(crate) fn push(
     let mut row = TaskRow {
         id: task.id.to_string(),
         scheduler_id: s.as_str().to_owned(),
-        schedule_id: None,
+        schedule_id: task.schedule_id.map(|s| s.hyphenated().to_string()),
         organisation: task.organisation.clone(),
         task_type: s.as_str().to_owned(),
         hash: Some(task.hash.clone()),

@@ -93,6 +93,8 @@ pub fn new_task(plugin: &str, priority: i64) -> NewTask {
     NewTask {
         id: Uuid::new_v4(),
         planned: false,
+        once: false,
+        schedule_id: None,
         id_given: false,
         organisation: "org1".into(),
         priority,

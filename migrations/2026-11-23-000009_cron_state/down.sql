@@ -1,0 +1,2 @@
+DROP INDEX ix_tasks_finished;
+DROP TABLE cron_state;

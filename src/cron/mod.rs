@@ -1,0 +1,79 @@
+//! Cron: ticks and cron tables, after Concord's ccron.
+//!
+//! A ticks generator ([`ticks`]) emits a tick per component (a scheduler) every period, with at
+//! most one tick pending per component: a slow table is not flooded with ticks it cannot catch
+//! up on. Each tick runs that component's cron table ([`table`]): an ordered list of entries,
+//! each with a rule (does it run on this tick?), an action, and, for periodic entries, a next
+//! run persisted in `cron_state` before the action, so a restart neither skips nor repeats a run.
+//!
+//! | entry | file | component | what it does |
+//! |---|---|---|---|
+//! | reschedule | [`reschedule`] | boefje, report | turns due schedules into tasks, oldest due first, no cap |
+//! | lease watchdog | [`watchdog`] | each | re-queues or fails tasks whose lease ended |
+//! | prune | [`prune`] | each | deletes finished tasks past their retention |
+
+pub mod prune;
+pub mod reschedule;
+pub mod table;
+pub mod ticks;
+pub mod watchdog;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::domain::{PerScheduler, SchedulerId};
+use table::CronTable;
+
+/// A tick: the component it is for, its sequence number, and the time it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tick {
+    /// The component (scheduler) whose table runs.
+    pub component: SchedulerId,
+    /// Ticks emitted for this component before this one.
+    pub seq: u64,
+    /// The time of the tick (from the injected clock).
+    pub at: DateTime<Utc>,
+}
+
+/// What one entry did on one tick.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EntryReport {
+    /// Whether its rule let it run.
+    pub ran: bool,
+    /// What it did, in its own words (`"fired 12, disabled 1"`), or why it failed.
+    pub summary: String,
+}
+
+/// What a tick did, per entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TickReport {
+    /// Entry name → what it did.
+    pub entries: HashMap<&'static str, EntryReport>,
+}
+
+/// The cron tables of every component; runs a component's table for a tick, one tick at a
+/// time per component.
+#[derive(Clone)]
+pub struct Cron {
+    tables: Arc<PerScheduler<Mutex<CronTable>>>,
+}
+
+impl Cron {
+    /// The cron over these tables.
+    pub fn new(tables: PerScheduler<CronTable>) -> Self {
+        Self {
+            tables: Arc::new(tables.map(Mutex::new)),
+        }
+    }
+
+    /// Runs `tick`'s component table now (the ticks generator calls it; tests call it directly
+    /// with a tick of their own time).
+    pub async fn run(&self, tick: Tick) -> TickReport {
+        let mut table = self.tables[tick.component].lock().await;
+        table.run(&tick).await
+    }
+}

@@ -1,0 +1,362 @@
+//! Rescheduling: every tick, all of a component's due schedules (`enabled`, `deadline_at ≤ now`)
+//! become tasks, oldest due first, a page at a time, with no cap (mula handles at most 100 a
+//! minute, newest first).
+//!
+//! Per boefje schedule, as mula: its plugin gone or disabled, its object gone from the frontier,
+//! or the object no longer permitted (type not consumed, scan level too low) → the schedule is
+//! disabled with the reason stored. Otherwise a task with the plugin's current data. A report
+//! schedule's task is its data.
+//!
+//! **Each fire once.** A fire's task id is derived from the schedule and the deadline it fires
+//! for (UUID v5), and the schedule's next deadline is written only after the push committed: a
+//! restart in between pushes the same fire again, which changes nothing (the id exists); one
+//! before the push fires it after the restart. So no fire is skipped and none runs twice.
+//! **No concurrent invocation.** A fire whose previous task (same hash) still waits or runs is
+//! skipped, and the deadline moves on: the schedule is not re-examined every tick until then.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::Tick;
+use super::table::{Entry, Fut, Outcome};
+use crate::clients::catalogue::Catalogue;
+use crate::domain::SchedulerId;
+use crate::domain::plugin::{Plugin, PluginType};
+use crate::domain::schedule::Cadence;
+use crate::planner::rules::boefje_data;
+use crate::queue::{Broker, PushRequest, QueueError};
+use crate::storage::frontier::FrontierRow;
+use crate::storage::schedules::ScheduleRow;
+use crate::storage::{self, DbPool, StorageError};
+
+/// Due schedules handled per page (one read, one push, one write).
+pub const PAGE: usize = 1_000;
+/// Default time before a boefje schedule without cron runs again, when its plugin names no
+/// interval (mula's `SCHEDULER_PQ_GRACE_PERIOD`).
+pub const DEFAULT_GRACE_SECS: u64 = 86_400;
+
+/// The rescheduling entry of a component.
+pub struct Reschedule {
+    /// Schedules and the frontier.
+    pub pool: DbPool,
+    /// Where tasks go.
+    pub broker: Broker,
+    /// Plugins, for boefje schedules.
+    pub catalogue: Catalogue,
+    /// Time before a boefje schedule without cron or plugin interval runs again.
+    pub grace: Duration,
+    /// Up to this much more, spread per schedule (so schedules created together do not all
+    /// come due in the same tick).
+    pub jitter: Duration,
+}
+
+/// What becomes of one due schedule.
+enum Decision {
+    /// Push this task; then the next deadline.
+    Fire {
+        id: String,
+        request: PushRequest,
+        next: Option<NaiveDateTime>,
+    },
+    /// Disable it, saying why.
+    Disable { id: String, reason: String },
+    /// Leave it for the next tick (the catalogue cannot answer now).
+    Wait,
+}
+
+/// Counts of one run, for the report.
+#[derive(Default)]
+struct Counts {
+    fired: usize,
+    skipped: usize,
+    disabled: usize,
+    waiting: usize,
+}
+
+/// The task id of a schedule's fire for `deadline`: the same fire, the same id.
+pub fn fire_id(schedule: &str, deadline: Option<NaiveDateTime>) -> Uuid {
+    let name = format!(
+        "{schedule}@{}",
+        deadline
+            .map(|d| d.and_utc().timestamp_micros())
+            .unwrap_or(0)
+    );
+    Uuid::new_v5(&Uuid::NAMESPACE_OID, name.as_bytes())
+}
+
+fn permitted(p: &Plugin, object: &FrontierRow) -> Result<(), String> {
+    if !p.consumes.iter().any(|t| t == &object.object_type) {
+        return Err(format!(
+            "object type {} is no longer consumed by plugin {}",
+            object.object_type, p.id
+        ));
+    }
+    match (p.scan_level, object.scan_level) {
+        (Some(need), Some(have)) if need <= have => Ok(()),
+        (need, have) => Err(format!(
+            "plugin {} needs scan level {need:?}; the object has {have:?}",
+            p.id
+        )),
+    }
+}
+
+impl Reschedule {
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, String> {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = storage::checkout(&pool)?;
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+    }
+
+    /// The next deadline after a fire at `now`: the next cron fire, else the plugin's interval
+    /// (or the grace period) plus the schedule's spread; a report without cron runs once.
+    fn next(
+        &self,
+        row: &ScheduleRow,
+        plugin: Option<&Plugin>,
+        now: DateTime<Utc>,
+    ) -> Option<NaiveDateTime> {
+        let cadence = Cadence {
+            grace: self.grace,
+            jitter: self.jitter,
+        };
+        let wait = plugin.map(|p| p.interval.filter(|m| *m > 0).map(chrono::Duration::minutes));
+        cadence
+            .next(&row.id, row.schedule.as_deref(), wait, now)
+            .map(|t| t.naive_utc())
+    }
+
+    async fn decide_boefjes(&self, rows: &[ScheduleRow], tick: &Tick) -> Vec<Decision> {
+        // The catalogue and the frontier per organisation, read once for the page.
+        let mut by_org: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            by_org.entry(r.organisation.as_str()).or_default().push(i);
+        }
+        let mut out: Vec<Option<Decision>> = rows.iter().map(|_| None).collect();
+        for (org, idx) in by_org {
+            let plugins = match self.catalogue.plugins(org).await {
+                Ok(p) => p,
+                Err(_) => {
+                    for i in idx {
+                        out[i] = Some(Decision::Wait);
+                    }
+                    continue;
+                }
+            };
+            let data: Vec<Map<String, Value>> = idx
+                .iter()
+                .map(|&i| serde_json::from_str(&rows[i].data).unwrap_or_default())
+                .collect();
+            let refs: Vec<String> = data
+                .iter()
+                .filter_map(|d| {
+                    d.get("input_ooi")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .collect();
+            let o = org.to_owned();
+            let objects: HashMap<String, FrontierRow> = match self
+                .db(move |c| Ok(storage::frontier::get_many(c, &o, &refs)?))
+                .await
+            {
+                Ok(rows) => rows.into_iter().map(|r| (r.reference.clone(), r)).collect(),
+                Err(_) => {
+                    for i in idx {
+                        out[i] = Some(Decision::Wait);
+                    }
+                    continue;
+                }
+            };
+            for (&i, d) in idx.iter().zip(data) {
+                let row = &rows[i];
+                let disable = |reason: String| Decision::Disable {
+                    id: row.id.clone(),
+                    reason,
+                };
+                let boefje = d
+                    .get("boefje")
+                    .and_then(|b| b.get("id"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let plugin = plugins
+                    .iter()
+                    .find(|p| p.id == boefje && p.plugin_type == PluginType::Boefje);
+                let reference = d.get("input_ooi").and_then(Value::as_str);
+                out[i] = Some(match plugin {
+                    None => disable(format!("plugin {boefje} is gone from the catalogue")),
+                    Some(p) if !p.enabled => disable(format!("plugin {boefje} is disabled")),
+                    Some(p) => {
+                        let object = reference.map(|r| objects.get(r));
+                        match object {
+                            Some(None) => {
+                                disable(format!("object {} is gone", reference.unwrap_or_default()))
+                            }
+                            Some(Some(o)) if o.gone_at.is_some() => {
+                                disable(format!("object {} is gone", o.reference))
+                            }
+                            Some(Some(o)) if permitted(p, o).is_err() => {
+                                disable(permitted(p, o).err().unwrap_or_default())
+                            }
+                            _ => {
+                                let data = boefje_data(p, reference.unwrap_or_default(), org);
+                                self.fire(row, data, Some(p), tick)
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        out.into_iter()
+            .map(|d| d.unwrap_or(Decision::Wait))
+            .collect()
+    }
+
+    fn fire(
+        &self,
+        row: &ScheduleRow,
+        data: Value,
+        plugin: Option<&Plugin>,
+        tick: &Tick,
+    ) -> Decision {
+        let id = fire_id(&row.id, row.deadline_at);
+        let mut data = match data {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        data.insert("id".into(), Value::String(id.hyphenated().to_string()));
+        Decision::Fire {
+            id: row.id.clone(),
+            request: PushRequest {
+                id: Some(id),
+                organisation: row.organisation.clone(),
+                // Time-based priority, as the planner's.
+                priority: Some(tick.at.timestamp()),
+                data,
+                planned: true,
+                once: true,
+                schedule_id: Uuid::parse_str(&row.id).ok(),
+                ..PushRequest::default()
+            },
+            next: self.next(row, plugin, tick.at),
+        }
+    }
+
+    /// One page: decide, push the fires at once, then write deadlines and disables at once.
+    async fn page(&self, rows: &[ScheduleRow], tick: &Tick, n: &mut Counts) -> Result<(), String> {
+        let decisions = match tick.component {
+            SchedulerId::Boefje => self.decide_boefjes(rows, tick).await,
+            _ => rows
+                .iter()
+                .map(|r| {
+                    let data: Value = serde_json::from_str(&r.data).unwrap_or(Value::Null);
+                    self.fire(r, data, None, tick)
+                })
+                .collect(),
+        };
+        let mut requests = Vec::new();
+        let mut fired = Vec::new();
+        let mut disable: Vec<(String, String)> = Vec::new();
+        for d in decisions {
+            match d {
+                Decision::Fire { id, request, next } => {
+                    requests.push(request);
+                    fired.push((id, next));
+                }
+                Decision::Disable { id, reason } => disable.push((id, reason)),
+                Decision::Wait => n.waiting += 1,
+            }
+        }
+        let mut advance = Vec::new();
+        if !requests.is_empty() {
+            let results = self
+                .broker
+                .push_many(tick.component, requests)
+                .await
+                .map_err(|e| e.to_string())?;
+            for ((id, next), r) in fired.into_iter().zip(results) {
+                match r {
+                    Ok(o) if o.created => {
+                        n.fired += 1;
+                        advance.push((id, next));
+                    }
+                    // This fire was pushed before a restart, or the work waits or runs still:
+                    // either way the schedule moves on.
+                    Ok(_) | Err(QueueError::Duplicate { .. } | QueueError::InFlight { .. }) => {
+                        n.skipped += 1;
+                        advance.push((id, next));
+                    }
+                    Err(
+                        QueueError::QueueFull(_)
+                        | QueueError::Busy
+                        | QueueError::Unavailable(_)
+                        | QueueError::Internal(_),
+                    ) => n.waiting += 1,
+                    Err(e) => disable.push((id, format!("its task is refused: {e}"))),
+                }
+            }
+        }
+        n.disabled += disable.len();
+        if !disable.is_empty() {
+            for (id, reason) in &disable {
+                tracing::info!(schedule.id = %id, reason = %reason, "schedule disabled");
+            }
+        }
+        let now = tick.at.naive_utc();
+        self.db(move |c| {
+            use diesel::Connection;
+            c.transaction::<_, StorageError, _>(|c| {
+                storage::schedules::advance(c, &advance, now)?;
+                for (id, reason) in &disable {
+                    storage::schedules::disable(c, id, reason, now)?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+}
+
+impl Entry for Reschedule {
+    fn name(&self) -> &'static str {
+        "reschedule"
+    }
+
+    fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome> {
+        Box::pin(async move {
+            let mut n = Counts::default();
+            let mut after: Option<(NaiveDateTime, String)> = None;
+            let (s, now) = (tick.component, tick.at.naive_utc());
+            loop {
+                let from = after.clone();
+                let rows = self
+                    .db(move |c| Ok(storage::schedules::due(c, s, now, from, PAGE)?))
+                    .await?;
+                let Some(last) = rows.last() else { break };
+                after = Some((last.deadline_at.unwrap_or(now), last.id.clone()));
+                self.page(&rows, tick, &mut n).await?;
+                if rows.len() < PAGE {
+                    break;
+                }
+            }
+            if n.fired + n.skipped + n.disabled > 0 {
+                tracing::info!(scheduler.id = %s, fired = n.fired, skipped = n.skipped, disabled = n.disabled, waiting = n.waiting, "due schedules handled");
+            }
+            Ok(format!(
+                "fired {}, skipped {}, disabled {}, waiting {}",
+                n.fired, n.skipped, n.disabled, n.waiting
+            ))
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! A cron table: an ordered list of entries, each a rule, an action, an optional schedule-next
+//! and an optional on-remove, all given the tick (ccron's table). Periodic entries
+//! ([`Periodic`]) keep their next run in `cron_state`: the rule holds once the tick reaches it,
+//! and the next run is written *before* the action (LUCI's "state before side effects"), so a
+//! restart neither repeats a run that started nor skips one that was due.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use chrono::{DateTime, Utc};
+use tracing::{debug, warn};
+
+use super::{EntryReport, Tick, TickReport};
+use crate::storage::{self, DbPool, StorageError};
+
+/// What an entry's action came to: a summary for logs and tests, or why it failed.
+pub type Outcome = Result<String, String>;
+
+/// A future an entry returns.
+pub type Fut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One entry of a cron table.
+pub trait Entry: Send + Sync {
+    /// Its name (unique in its table).
+    fn name(&self) -> &'static str;
+
+    /// Whether the action runs on `tick`.
+    fn rule<'a>(&'a self, _tick: &'a Tick) -> Fut<'a, bool> {
+        Box::pin(async { true })
+    }
+
+    /// The work.
+    fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome>;
+
+    /// Called when the rule held, before the action: record what must survive a restart.
+    fn schedule_next<'a>(&'a self, _tick: &'a Tick) -> Fut<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Called when the entry is taken out of its table.
+    fn on_remove(&self) {}
+}
+
+/// An ordered list of entries.
+#[derive(Default)]
+pub struct CronTable {
+    entries: Vec<Box<dyn Entry>>,
+}
+
+impl CronTable {
+    /// Appends an entry; entries run in the order they were added.
+    pub fn push(&mut self, entry: impl Entry + 'static) -> &mut Self {
+        self.entries.push(Box::new(entry));
+        self
+    }
+
+    /// Takes an entry out by name; answers whether there was one.
+    pub fn remove(&mut self, name: &str) -> bool {
+        match self.entries.iter().position(|e| e.name() == name) {
+            Some(i) => {
+                self.entries.remove(i).on_remove();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The entries' names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.entries.iter().map(|e| e.name()).collect()
+    }
+
+    /// Runs every entry for `tick`, in order; one entry failing does not stop the next.
+    pub async fn run(&mut self, tick: &Tick) -> TickReport {
+        let mut report = TickReport::default();
+        for e in &self.entries {
+            let mut r = EntryReport::default();
+            if e.rule(tick).await {
+                r.ran = true;
+                r.summary = match e.schedule_next(tick).await {
+                    Err(why) => format!("not run: {why}"),
+                    Ok(()) => match e.action(tick).await {
+                        Ok(s) => s,
+                        Err(why) => {
+                            warn!(component = %tick.component, entry = e.name(), error = %why, "cron entry failed");
+                            format!("failed: {why}")
+                        }
+                    },
+                };
+                debug!(component = %tick.component, entry = e.name(), seq = tick.seq, summary = %r.summary, "cron entry ran");
+            }
+            report.entries.insert(e.name(), r);
+        }
+        report
+    }
+}
+
+/// A periodic entry: runs `inner` once every `period`, its next run kept in `cron_state`.
+pub struct Periodic<E> {
+    inner: E,
+    period: chrono::Duration,
+    pool: DbPool,
+}
+
+impl<E: Entry> Periodic<E> {
+    /// `inner` every `period`.
+    pub fn new(inner: E, period: std::time::Duration, pool: DbPool) -> Self {
+        Self {
+            inner,
+            period: chrono::Duration::from_std(period).unwrap_or(chrono::Duration::MAX),
+            pool,
+        }
+    }
+
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, String> {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = storage::checkout(&pool)?;
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+    }
+}
+
+impl<E: Entry> Entry for Periodic<E> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn rule<'a>(&'a self, tick: &'a Tick) -> Fut<'a, bool> {
+        Box::pin(async move {
+            let (component, entry) = (tick.component.as_str(), self.inner.name());
+            match self
+                .db(move |c| Ok(storage::schedules::next_run(c, component, entry)?))
+                .await
+            {
+                // Never ran: due now.
+                Ok(None) => true,
+                Ok(Some(next)) => tick.at >= next.and_utc(),
+                Err(e) => {
+                    warn!(component, entry, error = %e, "cron state unreadable; entry skipped this tick");
+                    false
+                }
+            }
+        })
+    }
+
+    fn schedule_next<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Result<(), String>> {
+        Box::pin(async move {
+            let (component, entry) = (tick.component.as_str(), self.inner.name());
+            let next: DateTime<Utc> = tick.at + self.period;
+            let (ran, next) = (tick.at.naive_utc(), next.naive_utc());
+            self.db(move |c| {
+                Ok(storage::schedules::set_next_run(
+                    c, component, entry, ran, next,
+                )?)
+            })
+            .await
+        })
+    }
+
+    fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome> {
+        self.inner.action(tick)
+    }
+
+    fn on_remove(&self) {
+        self.inner.on_remove();
+    }
+}

@@ -1,0 +1,59 @@
+//! The ticks generator: every period, a tick for each component, at most one pending per
+//! component (ccron's throttling): while a component's table still runs the last tick, the next
+//! one waits, and any beyond it are not made. The period only sets the granularity of the
+//! tables' rules, not how often an entry's action runs.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::{Cron, Tick};
+use crate::clock::SharedClock;
+use crate::domain::SchedulerId;
+
+/// Default time between ticks.
+pub const DEFAULT_TICK_SECS: u64 = 1;
+
+/// Emits ticks every `period` until `token` is cancelled; each component's table runs on its own
+/// task, one tick at a time. Returns once every table has finished the tick it was running.
+pub async fn run(cron: Cron, clock: SharedClock, period: Duration, token: CancellationToken) {
+    let mut runners = JoinSet::new();
+    let mut senders = Vec::new();
+    for component in SchedulerId::ALL {
+        // Capacity 1: one tick pending per component at most.
+        let (tx, mut rx) = mpsc::channel::<Tick>(1);
+        senders.push((component, tx));
+        let cron = cron.clone();
+        runners.spawn(async move {
+            while let Some(tick) = rx.recv().await {
+                cron.run(tick).await;
+            }
+        });
+    }
+    info!(period_ms = period.as_millis() as u64, "cron ticks started");
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seq = 0u64;
+    loop {
+        tokio::select! {
+            () = token.cancelled() => break,
+            _ = interval.tick() => {}
+        }
+        let at = clock.now();
+        for (component, tx) in &senders {
+            // A full channel: the table is still behind; this tick is not made.
+            let _ = tx.try_send(Tick {
+                component: *component,
+                seq,
+                at,
+            });
+        }
+        seq += 1;
+    }
+    drop(senders);
+    while runners.join_next().await.is_some() {}
+    info!("cron ticks stopped");
+}

@@ -1,0 +1,341 @@
+//! Cron ticks on an injected clock: a day of schedules with restarts in the middle fires each
+//! schedule once per cron fire, no more, no less; due schedules are handled oldest first with no
+//! cap; boefje schedules whose plugin or object is gone are disabled with the reason; periodic
+//! entries keep their next run across restarts.
+
+use std::collections::HashMap;
+use std::time::Duration as StdDuration;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use kat_scheduler::domain::SchedulerId;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+fn midnight() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap()
+}
+
+async fn create_schedule(app: &TestApp, body: Value) -> Value {
+    let resp = app.post("/schedules", Some(&body)).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    resp.json().await.unwrap()
+}
+
+fn report(org: &str, recipe: &str) -> Value {
+    json!({"scheduler_id": "report", "organisation": org,
+           "data": {"organisation_id": org, "report_recipe_id": recipe}})
+}
+
+/// Pops every queued report task and runs it to completion, as the report runner does; answers
+/// how many per schedule.
+async fn run_reports(app: &TestApp, ran: &mut HashMap<String, usize>) {
+    loop {
+        let tasks = app.pop_ok("report", 100, None).await;
+        if tasks.is_empty() {
+            return;
+        }
+        for t in tasks {
+            let id = id_of(&t);
+            *ran.entry(t["schedule_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+            app.patch_task(&id, &json!({"status": "running"})).await;
+            app.patch_task(&id, &json!({"status": "completed"})).await;
+        }
+    }
+}
+
+async fn a_day_of_schedules_fires_each_once_per_cron_fire_across_restarts(backend: Backend) {
+    let Some(mut app) = spawn_app(backend).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    let mut expected = HashMap::new();
+    for (recipe, cron, fires) in [
+        ("hourly", "0 * * * *", 24),
+        ("quarter", "*/15 * * * *", 96),
+        ("twice", "30 6,18 * * *", 2),
+        ("daily", "0 0 * * *", 1),
+    ] {
+        let mut body = report("org1", recipe);
+        body["schedule"] = json!(cron);
+        let s = create_schedule(&app, body).await;
+        expected.insert(s["id"].as_str().unwrap().to_owned(), fires);
+    }
+    let mut ran = HashMap::new();
+    // A day in steps of 5 minutes (the fires fall on them), with two restarts.
+    for step in 1..=288 {
+        app.clock.advance(Duration::minutes(5));
+        if step == 100 || step == 201 {
+            app = app.restart().await;
+        }
+        app.tick(SchedulerId::Report).await;
+        run_reports(&app, &mut ran).await;
+    }
+    assert_eq!(ran, expected, "each schedule ran once per fire of its cron");
+    let page: Value = app
+        .get("/tasks?scheduler_id=report&limit=0")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["count"], 24 + 96 + 2 + 1, "no other task");
+}
+
+async fn due_schedules_are_handled_oldest_first_and_all_in_one_tick(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    // 300 one-off reports, due over the last five hours, created in shuffled order.
+    let mut due = HashMap::new();
+    for i in 0..300 {
+        let minutes = (i * 7) % 300;
+        let mut body = report(&format!("org{i}"), "r");
+        body["deadline_at"] = json!((midnight() - Duration::minutes(minutes + 1)).to_rfc3339());
+        let s = create_schedule(&app, body).await;
+        due.insert(s["id"].as_str().unwrap().to_owned(), minutes);
+    }
+    let report = app.tick(SchedulerId::Report).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 300, skipped 0, disabled 0, waiting 0"
+    );
+    // Oldest due first: the tasks were created in deadline order.
+    let page: Value = app
+        .get("/tasks?scheduler_id=report&limit=1000")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let newest_first: Vec<u64> = page["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| due[t["schedule_id"].as_str().unwrap()] as u64)
+        .collect();
+    assert_eq!(newest_first.len(), 300);
+    assert!(
+        newest_first.windows(2).all(|w| w[0] < w[1]),
+        "listed newest first, so the least overdue comes first"
+    );
+    // One-offs ran: no deadline left, nothing fires again.
+    let again = app.tick(SchedulerId::Report).await;
+    assert_eq!(
+        again.entries["reschedule"].summary,
+        "fired 0, skipped 0, disabled 0, waiting 0"
+    );
+}
+
+const CATALOGUE: &str = r#"
+[[plugins]]
+id = "dns-records"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+interval = 60
+
+[[plugins]]
+id = "off"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = false
+"#;
+
+async fn boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason(
+    backend: Backend,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(&catalogue, CATALOGUE).unwrap();
+    let c = catalogue.to_string_lossy().into_owned();
+    let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = c).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    // The frontier holds one object at level 2 and one at level 0.
+    let target = kat_scheduler::storage::DbTarget::parse(&app.db.uri).unwrap();
+    let pool = kat_scheduler::storage::connect(&target, 2, StdDuration::from_secs(5)).unwrap();
+    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    for (reference, level) in [
+        ("Hostname|internet|a.nl", 2),
+        ("Hostname|internet|low.nl", 0),
+    ] {
+        let event = kat_scheduler::domain::event::ObjectEvent {
+            operation: kat_scheduler::domain::event::Operation::Create,
+            organisation: "org1".into(),
+            reference: reference.into(),
+            object: Some(kat_scheduler::domain::event::ObjectState {
+                object_type: "Hostname".into(),
+                scan_level: Some(level),
+                scan_profile_type: None,
+            }),
+        };
+        frontier
+            .apply_objects(&[&event], midnight().naive_utc())
+            .await
+            .unwrap();
+    }
+    let boefje = |plugin: &str, ooi: &str| {
+        json!({"scheduler_id": "boefje", "organisation": "org1",
+               "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+               "data": {"boefje": {"id": plugin}, "input_ooi": ooi, "organization": "org1"}})
+    };
+    let mut ids = HashMap::new();
+    for (name, plugin, ooi) in [
+        ("fires", "dns-records", "Hostname|internet|a.nl"),
+        ("gone plugin", "nope", "Hostname|internet|a.nl"),
+        ("disabled plugin", "off", "Hostname|internet|a.nl"),
+        ("gone object", "dns-records", "Hostname|internet|missing.nl"),
+        ("too low", "dns-records", "Hostname|internet|low.nl"),
+    ] {
+        let s = create_schedule(&app, boefje(plugin, ooi)).await;
+        ids.insert(name, s["id"].as_str().unwrap().to_owned());
+    }
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 1, skipped 0, disabled 4, waiting 0"
+    );
+    let get = |name: &'static str| {
+        let path = format!("/schedules/{}", ids[name]);
+        let app = &app;
+        async move { app.get(&path).await.json::<Value>().await.unwrap() }
+    };
+    let fired = get("fires").await;
+    assert_eq!(fired["enabled"], true);
+    // The plugin's interval of 60 minutes.
+    assert_eq!(
+        fired["deadline_at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
+        midnight() + Duration::minutes(60)
+    );
+    for (name, reason) in [
+        ("gone plugin", "gone from the catalogue"),
+        ("disabled plugin", "disabled"),
+        ("gone object", "is gone"),
+        ("too low", "scan level"),
+    ] {
+        let s = get(name).await;
+        assert_eq!(s["enabled"], false, "{name}");
+        assert!(
+            s["disabled_reason"].as_str().unwrap().contains(reason),
+            "{name}: {}",
+            s["disabled_reason"]
+        );
+    }
+    let task = &app.pop_ok("boefje", 10, None).await[0];
+    assert_eq!(task["schedule_id"].as_str().unwrap(), ids["fires"]);
+    assert_eq!(task["data"]["boefje"]["id"], "dns-records");
+    // Still running at the next deadline: no second run beside it; the schedule moves on.
+    app.clock.advance(Duration::minutes(61));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 0, skipped 1, disabled 0, waiting 0"
+    );
+}
+
+async fn periodic_entries_keep_their_next_run_across_restarts(backend: Backend) {
+    let Some(mut app) = spawn_app_with(backend, |s| s.queue.watchdog_interval_secs = 30).await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+    let ran = |r: kat_scheduler::cron::TickReport| r.entries["lease watchdog"].ran;
+    assert!(
+        ran(app.tick(SchedulerId::Normalizer).await),
+        "first tick: due"
+    );
+    app.clock.advance(Duration::seconds(10));
+    assert!(!ran(app.tick(SchedulerId::Normalizer).await));
+    app = app.restart().await;
+    app.clock.advance(Duration::seconds(10));
+    assert!(
+        !ran(app.tick(SchedulerId::Normalizer).await),
+        "not repeated after a restart"
+    );
+    app.clock.advance(Duration::seconds(11));
+    assert!(
+        ran(app.tick(SchedulerId::Normalizer).await),
+        "due again after 30 s"
+    );
+}
+
+async fn a_fire_pushed_just_before_a_crash_is_not_run_again(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    let mut body = report("org1", "r1");
+    let deadline = midnight() - Duration::minutes(1);
+    body["deadline_at"] = json!(deadline.to_rfc3339());
+    body["schedule"] = json!("0 * * * *");
+    let s = create_schedule(&app, body).await;
+    let schedule = s["id"].as_str().unwrap().to_owned();
+    // The crash window: the fire's task was pushed (and has even run since), but the schedule's
+    // next deadline was never written.
+    let fire = kat_scheduler::cron::reschedule::fire_id(&schedule, Some(deadline.naive_utc()));
+    let mut data = serde_json::Map::new();
+    data.insert("organisation_id".into(), json!("org1"));
+    data.insert("report_recipe_id".into(), json!("r1"));
+    app.broker
+        .push(
+            SchedulerId::Report,
+            kat_scheduler::queue::PushRequest {
+                id: Some(fire),
+                organisation: "org1".into(),
+                priority: Some(5),
+                data,
+                planned: true,
+                once: true,
+                schedule_id: uuid::Uuid::parse_str(&schedule).ok(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut ran = HashMap::new();
+    run_reports(&app, &mut ran).await;
+    let report = app.tick(SchedulerId::Report).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 0, skipped 1, disabled 0, waiting 0"
+    );
+    let after: Value = app
+        .get(&format!("/schedules/{schedule}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        after["deadline_at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
+        midnight() + Duration::hours(1),
+        "the schedule moved on"
+    );
+    let page: Value = app
+        .get("/tasks?scheduler_id=report&limit=0")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["count"], 1, "that fire ran once");
+}
+
+crate::backend_tests!(
+    a_fire_pushed_just_before_a_crash_is_not_run_again,
+    a_day_of_schedules_fires_each_once_per_cron_fire_across_restarts,
+    due_schedules_are_handled_oldest_first_and_all_in_one_tick,
+    boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason,
+    periodic_entries_keep_their_next_run_across_restarts,
+);
