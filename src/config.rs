@@ -465,6 +465,10 @@ pub struct SchedulerOverride {
     /// This scheduler's attempts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
+    /// How this scheduler ranks planned work: `time-based` (default), `grace-period` or
+    /// `change-delta`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scoring: Option<crate::scoring::Strategy>,
 }
 
 impl Default for Settings {
@@ -771,6 +775,21 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "schedulers.report.when_full",
         "report full-heap policy",
     ),
+    (
+        "SCHEDULER_BOEFJE_SCORING",
+        "schedulers.boefje.scoring",
+        "boefje ranking strategy",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_SCORING",
+        "schedulers.normalizer.scoring",
+        "normalizer ranking strategy",
+    ),
+    (
+        "SCHEDULER_REPORT_SCORING",
+        "schedulers.report.scoring",
+        "report ranking strategy",
+    ),
 ];
 
 /// A configuration that cannot be used; one line, naming the key.
@@ -1046,6 +1065,15 @@ impl Settings {
             SchedulerId::Normalizer => &self.schedulers.normalizer,
             SchedulerId::Report => &self.schedulers.report,
         }
+    }
+
+    /// Each scheduler's ranking strategy.
+    pub fn scoring(&self) -> crate::domain::PerScheduler<crate::scoring::Strategy> {
+        crate::domain::PerScheduler::from_fn(|s| {
+            self.overrides(s)
+                .scoring
+                .unwrap_or(crate::scoring::Strategy::TimeBased)
+        })
     }
 
     /// The effective limits of one scheduler.

@@ -3,9 +3,9 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way: `domain` ← {`storage`, `clients`} ← {`queue`, `frontier`,
-//! `schedules`} ← `planner` ← {`api`, `listener`, `coldstart`, `cron`} ← `startup`, which
-//! registers the background processes with [`processes`].
+//! Dependencies point one way: `domain` ← {`storage`, `clients`, `scoring`} ← {`queue`,
+//! `frontier`, `schedules`} ← `planner` ← {`api`, `listener`, `coldstart`, `cron`} ←
+//! `startup`, which registers the background processes with [`processes`].
 //!
 //! | module | owns |
 //! |---|---|
@@ -17,6 +17,7 @@
 //! | [`frontier`] | the only writer of the frontier: objects, raw files and ColdStart checkpoints, idempotent upserts in batches |
 //! | [`planner`] | frontier × catalogue → tasks: pure rules (`planner::rules`), de-duplication siblings across organisations, one push per batch of the planner's work |
 //! | [`listener`] | the AMQP listener: events in batches, frontier and tasks out, ack after commit, dead letters |
+//! | [`scoring`] | CalculateScore: one strategy per file (time-based, grace-period, change-delta), pure; explanations |
 //! | [`schedules`] | recurring work (mula's `/schedules`): create, read, list, search, change, delete; the only writer of the `schedules` table |
 //! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
 //! | [`cron`] | the ticks generator and each scheduler's cron table: rescheduling due schedules, the lease watchdog, pruning finished tasks; periodic entries persist their next run |
@@ -41,6 +42,7 @@ pub mod planner;
 pub mod processes;
 pub mod queue;
 pub mod schedules;
+pub mod scoring;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;

@@ -30,7 +30,9 @@ use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::planner::Planner;
 use crate::processes::Processes;
 use crate::queue::{Broker, EngineHandle};
+use crate::schedules::PushLinker;
 use crate::schedules::Schedules;
+use crate::scoring::Scorer;
 use crate::storage::{self, DbPool, DbTarget};
 
 /// A built service, bound to its port, not yet serving.
@@ -123,7 +125,13 @@ fn build_catalogue(settings: &Settings, clock: SharedClock) -> anyhow::Result<Ca
 }
 
 /// Each component's cron table: rescheduling (boefje, report), the lease watchdog, pruning.
-fn build_cron(settings: &Settings, pool: &DbPool, broker: &Broker, catalogue: &Catalogue) -> Cron {
+fn build_cron(
+    settings: &Settings,
+    pool: &DbPool,
+    broker: &Broker,
+    catalogue: &Catalogue,
+    scorer: &Arc<Scorer>,
+) -> Cron {
     let c = &settings.cron;
     Cron::new(PerScheduler::from_fn(|s| {
         let mut table = CronTable::default();
@@ -134,6 +142,7 @@ fn build_cron(settings: &Settings, pool: &DbPool, broker: &Broker, catalogue: &C
                 catalogue: catalogue.clone(),
                 grace: Duration::from_secs(c.grace_period_secs),
                 jitter: Duration::from_secs(c.jitter_secs),
+                scorer: scorer.clone(),
             });
         }
         let sweep = settings.queue.watchdog_interval_secs;
@@ -194,9 +203,16 @@ impl Application {
         }
         let catalogue = build_catalogue(&settings, clock_for_listener.clone())?;
         let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits);
+        let scorer = Arc::new(Scorer::new(settings.scoring()));
         let cadence = Cadence {
             grace: Duration::from_secs(settings.cron.grace_period_secs),
             jitter: Duration::from_secs(settings.cron.jitter_secs),
+        };
+        let linker = PushLinker {
+            schedules: schedules.clone(),
+            cadence,
+            catalogue: catalogue.clone(),
+            clock: clock_for_listener.clone(),
         };
         let planner = Planner {
             broker: broker.clone(),
@@ -204,6 +220,7 @@ impl Application {
             catalogue: catalogue.clone(),
             clock: clock_for_listener,
             schedules: Some((schedules.clone(), cadence)),
+            scorer: scorer.clone(),
         };
         let l = &settings.listener;
         let listener_status = Arc::new(ListenerStatus::new(&l.mutations_queue, &l.raw_files_queue));
@@ -255,7 +272,7 @@ impl Application {
             octopoes,
             bytes: clients.bytes().map_err(|e| anyhow!(e))?,
         });
-        let cron = build_cron(&settings, &pool, &broker, &catalogue);
+        let cron = build_cron(&settings, &pool, &broker, &catalogue, &scorer);
         let app_broker = broker.clone();
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,
@@ -268,6 +285,7 @@ impl Application {
                 tokens.clone(),
                 observed.clone(),
                 schedules.clone(),
+                linker.clone(),
             )
         })
         .disable_signals()

@@ -58,6 +58,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(tasks::list_tasks)
         .service(tasks::search_tasks)
         .service(tasks::get_task)
+        .service(tasks::explain_task)
         .service(schedules::list_schedules)
         .service(schedules::create_schedule)
         .service(schedules::search_schedules)
@@ -101,7 +102,7 @@ struct OpenApiDocument(String);
 
 /// The paths the API serves, with the methods each takes: a request for one of them with another
 /// method is a 405 naming the allowed ones, anything else a 404.
-const PATHS: [(&[&str], &str); 15] = [
+const PATHS: [(&[&str], &str); 16] = [
     (&[""], "GET"),
     (&["livez"], "GET"),
     (&["health"], "GET"),
@@ -114,6 +115,7 @@ const PATHS: [(&[&str], &str); 15] = [
     (&["tasks"], "GET, POST"),
     (&["tasks", "stats"], "GET"),
     (&["tasks", "*"], "GET, PATCH"),
+    (&["tasks", "*", "explain"], "GET"),
     (&["schedules"], "GET, POST"),
     (&["schedules", "search"], "POST"),
     (&["schedules", "*"], "GET, PATCH, DELETE"),
@@ -147,6 +149,7 @@ pub fn app(
     tokens: std::sync::Arc<crate::domain::auth::Tokens>,
     observed: std::sync::Arc<health::Observed>,
     schedules: crate::schedules::Schedules,
+    linker: crate::schedules::PushLinker,
 ) -> App<
     impl ServiceFactory<
         ServiceRequest,
@@ -172,6 +175,7 @@ pub fn app(
         .app_data(web::Data::new(observed))
         .app_data(web::Data::new(limits))
         .app_data(web::Data::new(schedules))
+        .app_data(web::Data::new(linker))
         .app_data(web::QueryConfig::default().error_handler(extract::query_error))
         .configure(routes)
         .split_for_parts();

@@ -9,6 +9,7 @@ use super::extract::{Body, json_body, optional_json_body, parse_filters};
 use crate::domain::Task;
 use crate::domain::auth::Action;
 use crate::queue::Broker;
+use crate::schedules::PushLinker;
 
 /// Most tasks one pop returns.
 pub const MAX_POP_LIMIT: i64 = 1000;
@@ -70,6 +71,7 @@ pub async fn get_scheduler(
 #[post("/schedulers/{scheduler_id}/push")]
 pub async fn push(
     broker: web::Data<Broker>,
+    linker: web::Data<PushLinker>,
     req: HttpRequest,
     path: web::Path<String>,
     body: Body,
@@ -77,7 +79,7 @@ pub async fn push(
     let s = broker.scheduler_id(&path)?;
     authorize(&req, Action::Push, Some(s))?;
     let request: TaskPush = json_body(&body.0)?;
-    let outcome = broker.push(s, request.into()).await?;
+    let outcome = linker.push(&broker, s, request.into()).await?;
     Ok(if outcome.created {
         HttpResponse::Created().json(outcome.task)
     } else {

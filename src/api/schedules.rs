@@ -222,7 +222,8 @@ pub async fn create_schedule(
     params(("id" = uuid::Uuid, Path, description = "The schedule id")),
     responses(
         (status = 200, description = "The schedule", body = Schedule),
-        (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody)
+        (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody),
+        (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody)
     )
 )]
 #[get("/schedules/{id}")]
@@ -321,6 +322,7 @@ fn schedule_patch(body: &[u8]) -> Result<SchedulePatch, ApiError> {
         (status = 200, description = "The changed schedule", body = Schedule),
         (status = 400, description = "Nothing to patch, or a bad cron expression", body = ErrorBody),
         (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody),
+        (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody),
         (status = 409, description = "Its new data's hash belongs to another schedule", body = ErrorBody),
         (status = 422, description = "A field of the wrong type", body = ValidationBody)
     )
@@ -345,7 +347,8 @@ pub async fn patch_schedule(
     params(("id" = uuid::Uuid, Path, description = "The schedule id")),
     responses(
         (status = 204, description = "Deleted (or there was none)"),
-        (status = 404, description = "Not a UUID", body = ErrorBody)
+        (status = 404, description = "Not a UUID", body = ErrorBody),
+        (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody)
     )
 )]
 #[delete("/schedules/{id}")]

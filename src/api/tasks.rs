@@ -262,6 +262,29 @@ pub async fn get_task(
     Ok(HttpResponse::Ok().json(task))
 }
 
+/// Why a task has its priority: the strategy that ranked it, what it was given and the terms
+/// that gave the priority; or `client` for a priority a client pushed or patched.
+#[utoipa::path(
+    tag = "tasks",
+    params(("task_id" = uuid::Uuid, Path, description = "The task id")),
+    responses(
+        (status = 200, description = "The explanation", body = crate::scoring::Explanation),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 422, description = "Not a UUID", body = ValidationBody)
+    )
+)]
+#[get("/tasks/{task_id}/explain")]
+pub async fn explain_task(
+    broker: web::Data<Broker>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = uuid_path("task_id", &path)?;
+    let task = broker.get_task(id).await?;
+    authorize(&req, Action::Read, Some(task.scheduler_id))?;
+    Ok(HttpResponse::Ok().json(broker.explain(id).await?))
+}
+
 fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
     let fields: Map<String, Value> = json_body(body)?;
     let mut patch = TaskPatch::default();

@@ -29,6 +29,7 @@ use crate::domain::plugin::{Plugin, PluginType};
 use crate::domain::schedule::Cadence;
 use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushRequest, QueueError};
+use crate::scoring::{Explanation, ScoreInput, Scorer};
 use crate::storage::frontier::FrontierRow;
 use crate::storage::schedules::ScheduleRow;
 use crate::storage::{self, DbPool, StorageError};
@@ -52,6 +53,8 @@ pub struct Reschedule {
     /// Up to this much more, spread per schedule (so schedules created together do not all
     /// come due in the same tick).
     pub jitter: Duration,
+    /// Each scheduler's ranking strategy.
+    pub scorer: std::sync::Arc<Scorer>,
 }
 
 /// What becomes of one due schedule.
@@ -59,13 +62,19 @@ enum Decision {
     /// Push this task; then the next deadline.
     Fire {
         id: String,
-        request: PushRequest,
+        request: Box<PushRequest>,
         next: Option<NaiveDateTime>,
+        why: Box<Explanation>,
     },
     /// Disable it, saying why.
     Disable { id: String, reason: String },
     /// Leave it for the next tick (the catalogue cannot answer now).
     Wait,
+    /// Not now (its strategy says the work ran too recently): only the next deadline.
+    Later {
+        id: String,
+        next: Option<NaiveDateTime>,
+    },
 }
 
 /// Counts of one run, for the report.
@@ -166,6 +175,14 @@ impl Reschedule {
                         .map(str::to_owned)
                 })
                 .collect();
+            let hashes: Vec<String> = idx.iter().filter_map(|&i| rows[i].hash.clone()).collect();
+            let history = if self.scorer.needs_history(SchedulerId::Boefje) {
+                self.db(move |c| Ok(storage::tasks::last_runs(c, &hashes)?))
+                    .await
+                    .unwrap_or_default()
+            } else {
+                HashMap::new()
+            };
             let o = org.to_owned();
             let objects: HashMap<String, FrontierRow> = match self
                 .db(move |c| Ok(storage::frontier::get_many(c, &o, &refs)?))
@@ -209,9 +226,22 @@ impl Reschedule {
                             Some(Some(o)) if permitted(p, o).is_err() => {
                                 disable(permitted(p, o).err().unwrap_or_default())
                             }
-                            _ => {
+                            object => {
                                 let data = boefje_data(p, reference.unwrap_or_default(), org);
-                                self.fire(row, data, Some(p), tick)
+                                let last = row.hash.as_ref().and_then(|h| history.get(h));
+                                let object = object.flatten();
+                                let input = ScoreInput {
+                                    now: tick.at,
+                                    last_run: last.map(|(t, _)| t.and_utc()),
+                                    last_failed: last.is_some_and(|(_, f)| *f),
+                                    findings_changed: match (object, last) {
+                                        (Some(o), Some((t, _))) => o.last_seen > *t,
+                                        _ => false,
+                                    },
+                                    scan_level: object.and_then(|o| o.scan_level),
+                                    grace_secs: self.wait(Some(p)).num_seconds(),
+                                };
+                                self.fire(row, data, Some(p), &input, tick)
                             }
                         }
                     }
@@ -223,13 +253,30 @@ impl Reschedule {
             .collect()
     }
 
+    /// The wait of a boefje schedule without cron: its plugin's interval, else the grace period.
+    fn wait(&self, plugin: Option<&Plugin>) -> chrono::Duration {
+        plugin
+            .and_then(|p| p.interval.filter(|m| *m > 0))
+            .map(chrono::Duration::minutes)
+            .unwrap_or_else(|| {
+                chrono::Duration::from_std(self.grace).unwrap_or(chrono::Duration::days(1))
+            })
+    }
+
     fn fire(
         &self,
         row: &ScheduleRow,
         data: Value,
         plugin: Option<&Plugin>,
+        input: &ScoreInput,
         tick: &Tick,
     ) -> Decision {
+        let Some((priority, why)) = self.scorer.score(tick.component, input) else {
+            return Decision::Later {
+                id: row.id.clone(),
+                next: self.next(row, plugin, tick.at),
+            };
+        };
         let id = fire_id(&row.id, row.deadline_at);
         let mut data = match data {
             Value::Object(m) => m,
@@ -238,18 +285,18 @@ impl Reschedule {
         data.insert("id".into(), Value::String(id.hyphenated().to_string()));
         Decision::Fire {
             id: row.id.clone(),
-            request: PushRequest {
+            request: Box::new(PushRequest {
                 id: Some(id),
                 organisation: row.organisation.clone(),
-                // Time-based priority, as the planner's.
-                priority: Some(tick.at.timestamp()),
+                priority: Some(priority),
                 data,
                 planned: true,
                 once: true,
                 schedule_id: Uuid::parse_str(&row.id).ok(),
                 ..PushRequest::default()
-            },
+            }),
             next: self.next(row, plugin, tick.at),
+            why: Box::new(why),
         }
     }
 
@@ -261,34 +308,47 @@ impl Reschedule {
                 .iter()
                 .map(|r| {
                     let data: Value = serde_json::from_str(&r.data).unwrap_or(Value::Null);
-                    self.fire(r, data, None, tick)
+                    let input = ScoreInput::fresh(tick.at, self.wait(None));
+                    self.fire(r, data, None, &input, tick)
                 })
                 .collect(),
         };
         let mut requests = Vec::new();
         let mut fired = Vec::new();
+        let mut later = Vec::new();
         let mut disable: Vec<(String, String)> = Vec::new();
         for d in decisions {
             match d {
-                Decision::Fire { id, request, next } => {
-                    requests.push(request);
-                    fired.push((id, next));
+                Decision::Fire {
+                    id,
+                    request,
+                    next,
+                    why,
+                } => {
+                    requests.push(*request);
+                    fired.push((id, next, *why));
                 }
                 Decision::Disable { id, reason } => disable.push((id, reason)),
                 Decision::Wait => n.waiting += 1,
+                Decision::Later { id, next } => {
+                    n.skipped += 1;
+                    later.push((id, next));
+                }
             }
         }
-        let mut advance = Vec::new();
+        let mut advance = later;
         if !requests.is_empty() {
             let results = self
                 .broker
                 .push_many(tick.component, requests)
                 .await
                 .map_err(|e| e.to_string())?;
-            for ((id, next), r) in fired.into_iter().zip(results) {
+            let mut scores = Vec::new();
+            for ((id, next, why), r) in fired.into_iter().zip(results) {
                 match r {
                     Ok(o) if o.created => {
                         n.fired += 1;
+                        scores.push((o.task.id, why));
                         advance.push((id, next));
                     }
                     // This fire was pushed before a restart, or the work waits or runs still:
@@ -305,6 +365,11 @@ impl Reschedule {
                     ) => n.waiting += 1,
                     Err(e) => disable.push((id, format!("its task is refused: {e}"))),
                 }
+            }
+            if !scores.is_empty()
+                && let Err(e) = self.broker.record_scores(scores).await
+            {
+                tracing::warn!(error = %e, "task explanations not recorded");
             }
         }
         n.disabled += disable.len();

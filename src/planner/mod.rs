@@ -17,11 +17,13 @@ use crate::clients::catalogue::{Catalogue, CatalogueError};
 use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
 use crate::domain::event::{ObjectEvent, RawFileEvent};
+use crate::domain::payload::hash_for;
 use crate::domain::plugin::Plugin;
 use crate::domain::schedule::Cadence;
 use crate::frontier::Frontier;
 use crate::queue::{Broker, PushRequest, QueueError};
 use crate::schedules::{Schedules, Seed};
+use crate::scoring::{Explanation, ScoreInput, Scorer};
 
 /// Why an event's work was not (all) planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,11 +77,13 @@ pub struct Planner {
     /// Where planned boefje work gets its schedule (mula's `post_push`), and when it is next
     /// due.
     pub schedules: Option<(Schedules, Cadence)>,
+    /// Each scheduler's CalculateScore strategy.
+    pub scorer: Arc<Scorer>,
 }
 
 /// What schedule a planned boefje task gets: its plugin's cron expression and interval, or none
 /// for a plugin that runs only on events (`run_on`).
-fn schedule_of(
+pub(crate) fn schedule_of(
     task: &PushRequest,
     plugins: &[Plugin],
 ) -> Option<(Option<String>, Option<chrono::Duration>)> {
@@ -112,6 +116,7 @@ impl Planner {
         let mut requests = Vec::new();
         let mut owners = Vec::new();
         let mut cadences = Vec::new();
+        let mut levels = Vec::new();
         let catalogue = self
             .plugins_of(events.iter().map(|e| e.organisation.as_str()))
             .await;
@@ -138,17 +143,115 @@ impl Planner {
             }
             owners.extend(std::iter::repeat_n(i, planned.len()));
             cadences.extend(planned.iter().map(|t| schedule_of(t, &plugins)));
+            let level = event.object.as_ref().and_then(|o| o.scan_level);
+            levels.extend(std::iter::repeat_n(level, planned.len()));
             requests.extend(planned);
         }
+        let explanations = match self
+            .score(&mut requests, &mut owners, &mut cadences, &levels)
+            .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                for &i in &owners {
+                    merge(&mut results[i], e.clone());
+                }
+                return results;
+            }
+        };
         if let Err(e) = self.link(&mut requests, cadences).await {
             for &i in &owners {
                 merge(&mut results[i], e.clone());
             }
             return results;
         }
-        self.push(SchedulerId::Boefje, requests, &owners, &mut results)
+        let created = self
+            .push(SchedulerId::Boefje, requests, &owners, &mut results)
             .await;
+        self.explain(created, explanations).await;
         results
+    }
+
+    /// Ranks planned boefje work by the boefje scheduler's strategy: sets each task's priority,
+    /// and drops the work the strategy does not schedule now (inside its grace period). Answers
+    /// each kept task's explanation.
+    async fn score(
+        &self,
+        requests: &mut Vec<PushRequest>,
+        owners: &mut Vec<usize>,
+        plans: &mut Vec<Option<(Option<String>, Option<chrono::Duration>)>>,
+        levels: &[Option<i64>],
+    ) -> Result<Vec<Explanation>, PlanError> {
+        let now = self.clock.now();
+        let grace = self
+            .schedules
+            .as_ref()
+            .map(|(_, c)| c.grace)
+            .unwrap_or(std::time::Duration::from_secs(86_400));
+        let hashes: Vec<String> = requests
+            .iter()
+            .map(|r| hash_for(SchedulerId::Boefje, &r.data).unwrap_or_default())
+            .collect();
+        let history = if self.scorer.needs_history(SchedulerId::Boefje) {
+            self.broker
+                .last_runs(hashes.clone())
+                .await
+                .map_err(|e| PlanError::Passing(e.to_string()))?
+        } else {
+            HashMap::new()
+        };
+        let mut keep = Vec::with_capacity(requests.len());
+        let mut explanations = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter_mut().enumerate() {
+            let wait = plans[i]
+                .as_ref()
+                .and_then(|(_, interval)| *interval)
+                .unwrap_or_else(|| {
+                    chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::days(1))
+                });
+            let last = history.get(&hashes[i]);
+            let input = ScoreInput {
+                now,
+                last_run: last.map(|(t, _)| t.and_utc()),
+                last_failed: last.is_some_and(|(_, failed)| *failed),
+                // Planning follows a change of the object (an event, or ColdStart seeing it new
+                // or changed): a run before it saw the object as it was.
+                findings_changed: last.is_some(),
+                scan_level: levels[i],
+                grace_secs: wait.num_seconds(),
+            };
+            match self.scorer.score(SchedulerId::Boefje, &input) {
+                Some((priority, e)) => {
+                    r.priority = Some(priority);
+                    explanations.push(e);
+                    keep.push(true);
+                }
+                None => keep.push(false),
+            }
+        }
+        let mut k = keep.iter();
+        requests.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        owners.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        plans.retain(|_| *k.next().unwrap_or(&true));
+        Ok(explanations)
+    }
+
+    /// Records why each created task has its priority (best effort: a lost explanation costs
+    /// nothing but the explanation).
+    async fn explain(&self, created: Vec<Option<uuid::Uuid>>, explanations: Vec<Explanation>) {
+        let scores: Vec<(uuid::Uuid, Explanation)> = created
+            .into_iter()
+            .zip(explanations)
+            .filter_map(|(id, e)| id.map(|id| (id, e)))
+            .collect();
+        if scores.is_empty() {
+            return;
+        }
+        if let Err(e) = self.broker.record_scores(scores).await {
+            tracing::warn!(error = %e, "task explanations not recorded");
+        }
     }
 
     /// Links each task to the schedule of its hash, making one that is due next (`None` in
@@ -184,8 +287,8 @@ impl Planner {
             .link(SchedulerId::Boefje, seeds)
             .await
             .map_err(|e| PlanError::Passing(e.to_string()))?;
-        for (i, id) in at.into_iter().zip(ids) {
-            requests[i].schedule_id = id;
+        for (i, linked) in at.into_iter().zip(ids) {
+            requests[i].schedule_id = linked.map(|l| l.id);
         }
         Ok(())
     }
@@ -304,19 +407,21 @@ impl Planner {
         requests: Vec<PushRequest>,
         owners: &[usize],
         results: &mut [Planned],
-    ) {
+    ) -> Vec<Option<uuid::Uuid>> {
+        let mut created = vec![None; requests.len()];
         if requests.is_empty() {
-            return;
+            return created;
         }
         match self.broker.push_many(scheduler, requests).await {
             Ok(outcomes) => {
-                for (outcome, &i) in outcomes.into_iter().zip(owners) {
+                for (k, (outcome, &i)) in outcomes.into_iter().zip(owners).enumerate() {
                     match outcome {
                         Ok(o) => {
-                            if o.created
-                                && let Ok(n) = &mut results[i]
-                            {
-                                *n += 1;
+                            if o.created {
+                                created[k] = Some(o.task.id);
+                                if let Ok(n) = &mut results[i] {
+                                    *n += 1;
+                                }
                             }
                         }
                         Err(e) => {
@@ -335,5 +440,6 @@ impl Planner {
                 }
             }
         }
+        created
     }
 }

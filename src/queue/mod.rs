@@ -368,6 +368,12 @@ impl Broker {
             .unwrap_or_else(|| Err(QueueError::Internal("a push went unanswered".into())))
     }
 
+    /// Whether `request` is a push `scheduler` takes as it is (the checks of a push that need no
+    /// state: scheduler, priority, payload, limits); writes nothing.
+    pub fn check(&self, scheduler: SchedulerId, request: &PushRequest) -> Result<(), QueueError> {
+        push::prepare(scheduler, request.clone(), &self.inner.config.input).map(|_| ())
+    }
+
     /// Pushes several tasks onto `scheduler`'s queue in one transaction (a task and its
     /// de-duplication siblings, or the tasks of a batch of events); answers each in order, once
     /// committed. A task refused (a duplicate, a malformed payload) does not stop the others.

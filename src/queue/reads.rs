@@ -28,6 +28,55 @@ impl Broker {
         .map_err(|e| QueueError::Internal(format!("read task panicked: {e}")))?
     }
 
+    /// The last finished run of each hash: when, and whether it failed.
+    pub async fn last_runs(
+        &self,
+        hashes: Vec<String>,
+    ) -> Result<std::collections::HashMap<String, (NaiveDateTime, bool)>, QueueError> {
+        self.read(move |c| Ok(storage::tasks::last_runs(c, &hashes).map_err(StorageError::from)?))
+            .await
+    }
+
+    /// Records why created tasks have their priority.
+    pub async fn record_scores(
+        &self,
+        scores: Vec<(Uuid, crate::scoring::Explanation)>,
+    ) -> Result<(), QueueError> {
+        let rows: Vec<(String, String)> = scores
+            .into_iter()
+            .map(|(id, e)| {
+                (
+                    id.hyphenated().to_string(),
+                    serde_json::to_string(&e).unwrap_or_default(),
+                )
+            })
+            .collect();
+        self.read(move |c| Ok(storage::tasks::insert_scores(c, &rows).map_err(StorageError::from)?))
+            .await
+    }
+
+    /// Why a task has its priority: the strategy's explanation the planner recorded, or the
+    /// client that set it.
+    pub async fn explain(&self, id: Uuid) -> Result<crate::scoring::Explanation, QueueError> {
+        let task = self.get_task(id).await?;
+        let stored = self
+            .read(move |c| {
+                Ok(storage::tasks::score(c, &id.hyphenated().to_string())
+                    .map_err(StorageError::from)?)
+            })
+            .await?;
+        Ok(stored
+            .and_then(|s| serde_json::from_str::<crate::scoring::Explanation>(&s).ok())
+            .filter(|e| e.priority == task.priority)
+            .unwrap_or_else(|| crate::scoring::Explanation {
+                // Pushed by a client, or its priority changed since it was planned.
+                strategy: "client".into(),
+                inputs: serde_json::Value::Null,
+                terms: serde_json::json!({"priority_set_by_client": task.priority}),
+                priority: task.priority,
+            }))
+    }
+
     /// One task.
     pub async fn get_task(&self, id: Uuid) -> Result<Task, QueueError> {
         self.read(move |c| {

@@ -15,6 +15,9 @@ use crate::domain::schedule::{CronExpr, Schedule};
 use crate::storage::schedules::{self, ScheduleQuery, ScheduleRow};
 use crate::storage::{self, DbPool, StorageError};
 
+mod post_push;
+pub use post_push::PushLinker;
+
 /// Errors of the schedules layer; `api::error` maps each to one HTTP status.
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
@@ -82,6 +85,15 @@ pub struct Seed {
     pub cron: Option<String>,
     /// When it is next due (the task just pushed is this fire).
     pub deadline_at: Option<DateTime<Utc>>,
+}
+
+/// The schedule a task was linked to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Linked {
+    /// The schedule id.
+    pub id: Uuid,
+    /// Made by this link (there was none for the hash).
+    pub created: bool,
 }
 
 /// The fields a `PATCH /schedules/{id}` may change; `None` leaves a field alone, `Some(None)`
@@ -311,9 +323,10 @@ impl Schedules {
         &self,
         scheduler: SchedulerId,
         seeds: Vec<Seed>,
-    ) -> Result<Vec<Option<Uuid>>, ScheduleError> {
+    ) -> Result<Vec<Option<Linked>>, ScheduleError> {
         let now = self.clock.now().naive_utc();
         let mut rows = Vec::new();
+        let mut fresh = std::collections::HashMap::new();
         let hashes: Vec<Option<String>> = seeds
             .into_iter()
             .map(|seed| {
@@ -322,8 +335,10 @@ impl Schedules {
                 // The schedule keeps the work, not one task's identity.
                 data.remove("id");
                 data.remove("deduplication_key");
+                let id = Uuid::new_v4();
+                fresh.insert(hash.clone(), id);
                 rows.push(ScheduleRow {
-                    id: Uuid::new_v4().hyphenated().to_string(),
+                    id: id.hyphenated().to_string(),
                     scheduler_id: scheduler.as_str().to_owned(),
                     organisation: seed.organisation,
                     hash: Some(hash.clone()),
@@ -347,8 +362,12 @@ impl Schedules {
         Ok(hashes
             .into_iter()
             .map(|h| {
-                h.and_then(|h| ids.get(&h))
-                    .and_then(|id| Uuid::parse_str(id).ok())
+                let h = h?;
+                let id = Uuid::parse_str(ids.get(&h)?).ok()?;
+                Some(Linked {
+                    id,
+                    created: fresh.get(&h) == Some(&id),
+                })
             })
             .collect())
     }

@@ -607,6 +607,79 @@ pub fn in_flight_hashes(
     q.load(conn)
 }
 
+/// The last finished run (completed or failed) of each of these hashes: when, and whether it
+/// failed.
+pub fn last_runs(
+    conn: &mut AnyConnection,
+    hashes: &[String],
+) -> QueryResult<std::collections::HashMap<String, (NaiveDateTime, bool)>> {
+    #[derive(diesel::QueryableByName)]
+    struct Run {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        hash: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        status: String,
+        #[diesel(sql_type = diesel::sql_types::Timestamp)]
+        modified_at: NaiveDateTime,
+    }
+    let mut out: std::collections::HashMap<String, (NaiveDateTime, bool)> =
+        std::collections::HashMap::new();
+    for chunk in hashes.chunks(CHUNK) {
+        let mut q = sql(
+            conn,
+            "SELECT hash, status, modified_at FROM tasks WHERE status IN ('completed', 'failed') \
+             AND hash IN (",
+        );
+        for (i, h) in chunk.iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
+            }
+            q.bind(h.as_str());
+        }
+        q.push(")");
+        for r in q.load::<Run>(conn)? {
+            let failed = r.status == "failed";
+            let e = out.entry(r.hash).or_insert((r.modified_at, failed));
+            if r.modified_at > e.0 {
+                *e = (r.modified_at, failed);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Records why tasks have their priority (an explanation each, as JSON).
+pub fn insert_scores(conn: &mut AnyConnection, scores: &[(String, String)]) -> QueryResult<()> {
+    for chunk in scores.chunks(INSERT_CHUNK) {
+        let mut q = sql(
+            conn,
+            "INSERT INTO task_scores (task_id, explanation) VALUES ",
+        );
+        for (i, (id, e)) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" });
+            q.bind(id.as_str()).push(", ").bind(e.as_str()).push(")");
+        }
+        q.push(" ON CONFLICT (task_id) DO NOTHING");
+        q.execute(conn)?;
+    }
+    Ok(())
+}
+
+/// Why a task has its priority, if the planner recorded it.
+pub fn score(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<String>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        explanation: String,
+    }
+    let mut q = sql(conn, "SELECT explanation FROM task_scores WHERE task_id = ");
+    q.bind(id);
+    Ok(q.load::<Row>(conn)?
+        .into_iter()
+        .next()
+        .map(|r| r.explanation))
+}
+
 /// Deletes up to `limit` finished tasks (completed, failed, cancelled) last changed before
 /// `before`; answers how many.
 pub fn prune(

@@ -332,7 +332,74 @@ async fn a_fire_pushed_just_before_a_crash_is_not_run_again(backend: Backend) {
     assert_eq!(page["count"], 1, "that fire ran once");
 }
 
+async fn each_task_explains_its_priority(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(&catalogue, CATALOGUE).unwrap();
+    let c = catalogue.to_string_lossy().into_owned();
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.catalogue.file = c;
+        s.schedulers.boefje.scoring = Some(kat_scheduler::scoring::Strategy::GracePeriod);
+    })
+    .await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+    // A report fired by its schedule: time-based (the default).
+    let mut body = report("org1", "r1");
+    body["deadline_at"] = json!((midnight() - Duration::minutes(1)).to_rfc3339());
+    create_schedule(&app, body).await;
+    app.tick(SchedulerId::Report).await;
+    let task = &app.pop_ok("report", 1, None).await[0];
+    let why: Value = app
+        .get(&format!("/tasks/{}/explain", id_of(task)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(why["strategy"], "time-based");
+    assert_eq!(why["priority"], task["priority"]);
+    assert_eq!(why["terms"]["created_at_seconds"], midnight().timestamp());
+    // A boefje schedule never run, ranked grace-period: right after user scans.
+    let boefje = json!({"scheduler_id": "boefje", "organisation": "org1",
+        "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+        "data": {"boefje": {"id": "dns-records"}, "organization": "org1"}});
+    create_schedule(&app, boefje).await;
+    app.tick(SchedulerId::Boefje).await;
+    let task = &app.pop_ok("boefje", 1, None).await[0];
+    assert_eq!(task["priority"], 2);
+    let why: Value = app
+        .get(&format!("/tasks/{}/explain", id_of(task)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(why["strategy"], "grace-period");
+    assert_eq!(why["terms"]["never_ran"], true);
+    // A user's push: the client set it.
+    let pushed = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org1", "dns-records", Some("Hostname|internet|x.nl"), 1),
+        )
+        .await;
+    let why: Value = app
+        .get(&format!("/tasks/{}/explain", id_of(&pushed)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(why["strategy"], "client");
+    assert_eq!(why["priority"], 1);
+    let missing = app
+        .get(&format!("/tasks/{}/explain", uuid::Uuid::new_v4()))
+        .await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
 crate::backend_tests!(
+    each_task_explains_its_priority,
     a_fire_pushed_just_before_a_crash_is_not_run_again,
     a_day_of_schedules_fires_each_once_per_cron_fire_across_restarts,
     due_schedules_are_handled_oldest_first_and_all_in_one_tick,

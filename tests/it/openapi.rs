@@ -34,7 +34,7 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
             );
         }
     }
-    assert_eq!(operations, 21);
+    assert_eq!(operations, 22);
     for path in [
         "/schedulers/boefje/push",
         "/schedulers/normalizer/push",

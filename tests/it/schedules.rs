@@ -248,7 +248,196 @@ async fn bad_schedules_get_mulas_answers(backend: Backend) {
     );
 }
 
+const PLUGINS: &str = r#"
+[[plugins]]
+id = "dns-records"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+interval = 60
+
+[[plugins]]
+id = "nightly"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+cron = "0 3 * * *"
+
+[[plugins]]
+id = "on-create"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+run_on = ["create"]
+"#;
+
+async fn schedule_of(app: &TestApp, task: &Value) -> Value {
+    let id = task["schedule_id"]
+        .as_str()
+        .expect("the task has a schedule");
+    let resp = app.get(&format!("/schedules/{id}")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.json().await.unwrap()
+}
+
+async fn count(app: &TestApp, scheduler: &str) -> u64 {
+    let page: Value = app
+        .get(&format!("/schedules?scheduler_id={scheduler}&limit=0"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    page["count"].as_u64().unwrap()
+}
+
+/// mula's `post_push`: boefje and report work a client pushes gets the schedule of its hash,
+/// made when missing, with the deadline its plugin gives; a refused push leaves none behind.
+async fn pushed_work_gets_the_schedule_of_its_hash(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("catalogue.toml");
+    std::fs::write(&file, PLUGINS).unwrap();
+    let c = file.to_string_lossy().into_owned();
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.catalogue.file = c;
+        s.cron.grace_period_secs = 7_200;
+    })
+    .await
+    else {
+        return;
+    };
+    let now = app.now();
+    let at = |v: &Value| -> chrono::DateTime<chrono::Utc> {
+        v["deadline_at"].as_str().unwrap().parse().unwrap()
+    };
+
+    // The plugin's interval (60 minutes) sets the next run.
+    let task = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org1", "dns-records", Some("Hostname|internet|a.nl"), 1),
+        )
+        .await;
+    let s = schedule_of(&app, &task).await;
+    assert_eq!(s["hash"], task["hash"]);
+    assert_eq!(s["scheduler_id"], "boefje");
+    assert_eq!(s["organisation"], "org1");
+    assert_eq!(s["enabled"], true);
+    assert!(s["schedule"].is_null());
+    assert!(
+        s["data"].get("id").is_none(),
+        "the schedule keeps the work, not the task's id"
+    );
+    assert_eq!(s["data"]["boefje"]["id"], "dns-records");
+    assert_eq!(at(&s), now + chrono::Duration::minutes(60));
+    // The same work again, once the first ran: the same schedule.
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id_of(&task)]);
+    let done = app
+        .patch_task(&id_of(&task), &json!({"status": "completed"}))
+        .await;
+    assert_eq!(done.status(), StatusCode::OK);
+    let again = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org1", "dns-records", Some("Hostname|internet|a.nl"), 1),
+        )
+        .await;
+    assert_ne!(again["id"], task["id"]);
+    assert_eq!(again["schedule_id"], task["schedule_id"]);
+    assert_eq!(count(&app, "boefje").await, 1);
+
+    // A plugin with a cron expression: its next fire; a plugin the catalogue does not know: the
+    // grace period; a plugin that runs only on events: no schedule.
+    let nightly = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org1", "nightly", Some("Hostname|internet|a.nl"), 1),
+        )
+        .await;
+    let s = schedule_of(&app, &nightly).await;
+    assert_eq!(s["schedule"], "0 3 * * *");
+    assert_eq!(at(&s).format("%H:%M").to_string(), "03:00");
+    assert!(at(&s) > now && at(&s) <= now + chrono::Duration::days(1));
+    let unknown = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org1", "unlisted", Some("Hostname|internet|a.nl"), 1),
+        )
+        .await;
+    assert_eq!(
+        at(&schedule_of(&app, &unknown).await),
+        now + chrono::Duration::hours(2)
+    );
+    let on_create = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org1", "on-create", Some("Hostname|internet|a.nl"), 1),
+        )
+        .await;
+    assert!(on_create["schedule_id"].is_null());
+    assert_eq!(count(&app, "boefje").await, 3);
+
+    // A report run is its schedule's one-off: no deadline, so it does not fire again.
+    let report = app.push_ok("report", &report_push("org1", "r1", 1)).await;
+    let s = schedule_of(&app, &report).await;
+    assert_eq!(s["hash"], report["hash"]);
+    assert!(s["deadline_at"].is_null() && s["schedule"].is_null());
+    // Normalizer work has no schedule.
+    let normalizer = app
+        .push_ok(
+            "normalizer",
+            &normalizer_push("org1", "kat_dns_normalize", 1),
+        )
+        .await;
+    assert!(normalizer["schedule_id"].is_null());
+    assert_eq!(count(&app, "normalizer").await, 0);
+
+    // Refused pushes write nothing: malformed, and a duplicate of waiting work.
+    let resp = app
+        .push(
+            "boefje",
+            &json!({"organisation": "org1", "priority": 1, "data": {"boefje": {}}}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let resp = app
+        .push(
+            "boefje",
+            &boefje_push("org1", "dns-records", Some("Hostname|internet|a.nl"), 1),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert_eq!(count(&app, "boefje").await, 3);
+}
+
+/// A push the full queue refuses (429) takes back the schedule it made.
+async fn a_refused_push_takes_back_its_new_schedule(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| {
+        s.queue.maxsize = 1;
+        s.queue.when_full = kat_scheduler::queue::WhenFull::Reject;
+    })
+    .await
+    else {
+        return;
+    };
+    app.push_ok("boefje", &boefje_push("org1", "a", Some("h1"), 5))
+        .await;
+    let resp = app
+        .push("boefje", &boefje_push("org1", "b", Some("h2"), 5))
+        .await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        count(&app, "boefje").await,
+        1,
+        "only the accepted push's schedule"
+    );
+}
+
 crate::backend_tests!(
     rocky_manages_report_schedules,
     bad_schedules_get_mulas_answers,
+    pushed_work_gets_the_schedule_of_its_hash,
+    a_refused_push_takes_back_its_new_schedule,
 );

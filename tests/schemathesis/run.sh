@@ -37,7 +37,7 @@ check() { # name, database uri
   done
   echo "schemathesis against $name (seed $seed, $examples examples per operation)"
   local status=0
-  timeout 900 "$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" \
+  timeout 900 "$venv/bin/schemathesis" --config-file tests/schemathesis/schemathesis.toml run "http://127.0.0.1:$port/openapi.json" \
     --checks all --max-examples "$examples" --seed "$seed" --no-color || status=$?
   kill "$pid" 2> /dev/null || true
   wait "$pid" 2> /dev/null || true

@@ -1,0 +1,2 @@
+DROP INDEX ix_tasks_hash_finished;
+DROP TABLE task_scores;
