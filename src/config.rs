@@ -270,6 +270,9 @@ pub struct CronSettings {
     pub jitter_secs: u64,
     /// Days a finished task is kept before it is deleted; 0 keeps them.
     pub task_retention_days: u64,
+    /// Seconds between re-scores of waiting work, for schedulers whose strategy depends on time
+    /// (`grace-period`); 0 turns re-scoring off.
+    pub rescore_secs: u64,
 }
 
 impl Default for CronSettings {
@@ -279,6 +282,7 @@ impl Default for CronSettings {
             grace_period_secs: crate::cron::reschedule::DEFAULT_GRACE_SECS,
             jitter_secs: 0,
             task_retention_days: 0,
+            rescore_secs: 600,
         }
     }
 }
@@ -598,6 +602,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_RESCHEDULE_JITTER",
         "cron.jitter_secs",
         "up to this many seconds more per schedule (default 0)",
+    ),
+    (
+        "SCHEDULER_RESCORE_INTERVAL",
+        "cron.rescore_secs",
+        "seconds between re-scores of waiting work under a time-dependent strategy, 0 = off (default 600)",
     ),
     (
         "SCHEDULER_TASK_RETENTION_DAYS",

@@ -21,6 +21,7 @@ use crate::coldstart::{ColdStart, ColdStartConfig, ColdStartStatus};
 use crate::cron::Cron;
 use crate::cron::prune::Prune;
 use crate::cron::reschedule::Reschedule;
+use crate::cron::rescore::Rescore;
 use crate::cron::table::{CronTable, Periodic};
 use crate::cron::watchdog::LeaseWatchdog;
 use crate::domain::schedule::Cadence;
@@ -28,9 +29,9 @@ use crate::domain::{PerScheduler, SchedulerId};
 use crate::frontier::Frontier;
 use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::planner::Planner;
+use crate::planner::PushLinker;
 use crate::processes::Processes;
 use crate::queue::{Broker, EngineHandle};
-use crate::schedules::PushLinker;
 use crate::schedules::Schedules;
 use crate::scoring::Scorer;
 use crate::storage::{self, DbPool, DbTarget};
@@ -152,6 +153,16 @@ fn build_cron(
                     broker: broker.clone(),
                 },
                 Duration::from_secs(sweep),
+                pool.clone(),
+            ));
+        }
+        if c.rescore_secs > 0 && scorer.depends_on_time(s) {
+            table.push(Periodic::new(
+                Rescore {
+                    broker: broker.clone(),
+                    scorer: scorer.clone(),
+                },
+                Duration::from_secs(c.rescore_secs),
                 pool.clone(),
             ));
         }

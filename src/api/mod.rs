@@ -149,7 +149,7 @@ pub fn app(
     tokens: std::sync::Arc<crate::domain::auth::Tokens>,
     observed: std::sync::Arc<health::Observed>,
     schedules: crate::schedules::Schedules,
-    linker: crate::schedules::PushLinker,
+    linker: crate::planner::PushLinker,
 ) -> App<
     impl ServiceFactory<
         ServiceRequest,

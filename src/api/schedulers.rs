@@ -8,8 +8,8 @@ use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, optional_json_body, parse_filters};
 use crate::domain::Task;
 use crate::domain::auth::Action;
+use crate::planner::PushLinker;
 use crate::queue::Broker;
-use crate::schedules::PushLinker;
 
 /// Most tasks one pop returns.
 pub const MAX_POP_LIMIT: i64 = 1000;

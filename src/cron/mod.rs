@@ -11,9 +11,11 @@
 //! | reschedule | [`reschedule`] | boefje, report | turns due schedules into tasks, oldest due first, no cap |
 //! | lease watchdog | [`watchdog`] | each | re-queues or fails tasks whose lease ended |
 //! | prune | [`prune`] | each | deletes finished tasks past their retention |
+//! | rescore | [`rescore`] | each whose strategy depends on time | gives waiting work the priority its strategy gives now |
 
 pub mod prune;
 pub mod reschedule;
+pub mod rescore;
 pub mod table;
 pub mod ticks;
 pub mod watchdog;

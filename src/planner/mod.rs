@@ -8,7 +8,10 @@
 //! Priorities are time-based (mula's ranker): the task's creation time in seconds, so older work
 //! goes first and anything a user pushes (priority 1) goes before all of it.
 
+mod post_push;
 pub mod rules;
+
+pub use post_push::PushLinker;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

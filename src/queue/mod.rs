@@ -450,6 +450,20 @@ impl Broker {
         .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))
     }
 
+    /// Gives `scheduler`'s waiting tasks new priorities (a time-dependent strategy's re-score),
+    /// in one transaction; tasks no longer waiting are left alone. Answers how many were
+    /// waiting.
+    pub async fn rescore(
+        &self,
+        scheduler: SchedulerId,
+        priorities: Vec<(Uuid, i64)>,
+    ) -> Result<usize, QueueError> {
+        if priorities.is_empty() {
+            return Ok(0);
+        }
+        self.call(scheduler, priorities, Command::Rescore).await
+    }
+
     /// An object was deleted: cancels `organisation`'s waiting (queued or pending) tasks whose
     /// `data.input_ooi` is `reference`, on every scheduler; answers their ids, once committed.
     pub async fn cancel_object(

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{Broker, QueueError, StatusCounts};
 use crate::domain::query::TaskQuery;
-use crate::domain::{Task, TaskStatus};
+use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::storage::{self, StorageError};
 
 impl Broker {
@@ -52,6 +52,58 @@ impl Broker {
             })
             .collect();
         self.read(move |c| Ok(storage::tasks::insert_scores(c, &rows).map_err(StorageError::from)?))
+            .await
+    }
+
+    /// A page of `scheduler`'s waiting tasks with a recorded explanation, after task id `after`:
+    /// `(id, explanation, priority)`, and the page's last id (`None`: no more).
+    pub async fn waiting_scores(
+        &self,
+        scheduler: SchedulerId,
+        after: String,
+        limit: usize,
+    ) -> Result<
+        (
+            Vec<(Uuid, crate::scoring::Explanation, i64)>,
+            Option<String>,
+        ),
+        QueueError,
+    > {
+        let rows = self
+            .read(move |c| {
+                Ok(storage::tasks::waiting_scores(c, scheduler, &after, limit)
+                    .map_err(StorageError::from)?)
+            })
+            .await?;
+        let last = rows.last().map(|(id, _, _)| id.clone());
+        let page = rows
+            .into_iter()
+            .filter_map(|(id, e, p)| {
+                Some((
+                    Uuid::parse_str(&id).ok()?,
+                    serde_json::from_str(&e).ok()?,
+                    p,
+                ))
+            })
+            .collect();
+        Ok((page, last))
+    }
+
+    /// Replaces the recorded explanations of re-scored tasks.
+    pub async fn update_scores(
+        &self,
+        scores: Vec<(Uuid, crate::scoring::Explanation)>,
+    ) -> Result<(), QueueError> {
+        let rows: Vec<(String, String)> = scores
+            .into_iter()
+            .map(|(id, e)| {
+                (
+                    id.hyphenated().to_string(),
+                    serde_json::to_string(&e).unwrap_or_default(),
+                )
+            })
+            .collect();
+        self.read(move |c| Ok(storage::tasks::update_scores(c, &rows).map_err(StorageError::from)?))
             .await
     }
 

@@ -15,9 +15,6 @@ use crate::domain::schedule::{CronExpr, Schedule};
 use crate::storage::schedules::{self, ScheduleQuery, ScheduleRow};
 use crate::storage::{self, DbPool, StorageError};
 
-mod post_push;
-pub use post_push::PushLinker;
-
 /// Errors of the schedules layer; `api::error` maps each to one HTTP status.
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {

@@ -24,6 +24,11 @@ impl CalculateScore for GracePeriod {
         "grace-period"
     }
 
+    fn depends_on_time(&self) -> bool {
+        // The longer overdue, the sooner: the same work climbs as it waits.
+        true
+    }
+
     fn score(&self, input: &ScoreInput) -> Score {
         let Some(last) = input.last_run else {
             return Score {

@@ -90,6 +90,12 @@ pub trait CalculateScore: Send + Sync {
     fn needs_history(&self) -> bool {
         true
     }
+
+    /// Whether the same inputs give another priority later (its `now` is the time of scoring,
+    /// not of planning): waiting work is then re-scored on the cron's `rescore` entry.
+    fn depends_on_time(&self) -> bool {
+        false
+    }
 }
 
 /// The strategies by name.
@@ -138,6 +144,11 @@ impl Scorer {
     /// Whether `scheduler`'s strategy reads the work's history.
     pub fn needs_history(&self, scheduler: crate::domain::SchedulerId) -> bool {
         self.by[scheduler].needs_history()
+    }
+
+    /// Whether `scheduler`'s strategy gives waiting work another priority as time passes.
+    pub fn depends_on_time(&self, scheduler: crate::domain::SchedulerId) -> bool {
+        self.by[scheduler].depends_on_time()
     }
 
     /// `scheduler`'s score of `input`, with its explanation when it gives a priority.

@@ -363,6 +363,88 @@ pub fn transition(
     Ok(out)
 }
 
+/// New priorities for waiting tasks, each only while it still has the status it is named with
+/// (`(id, status, priority)`).
+pub fn reprioritise(
+    conn: &mut AnyConnection,
+    changes: &[(String, TaskStatus, i64)],
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    let mut n = 0;
+    for chunk in changes.chunks(UPDATE_CHUNK) {
+        let mut q = sql(
+            conn,
+            "UPDATE tasks SET priority = pick.column3, modified_at = ",
+        );
+        q.bind(now).push(" FROM (VALUES ");
+        for (i, (id, status, priority)) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" })
+                .bind(id.as_str())
+                .push(", ")
+                .bind(status.as_str())
+                .push(", ")
+                .bind(Bind::BigInt(*priority))
+                .push(")");
+        }
+        q.push(") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2");
+        n += q.execute(conn)?;
+    }
+    Ok(n)
+}
+
+/// Waiting tasks of `scheduler` with a recorded explanation, after `after` in id order: `(id,
+/// explanation, priority)`, at most `limit` (a re-score pages through them).
+pub fn waiting_scores(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    after: &str,
+    limit: usize,
+) -> QueryResult<Vec<(String, String, i64)>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        task_id: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        explanation: String,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        priority: i64,
+    }
+    let mut q = sql(
+        conn,
+        "SELECT s.task_id, s.explanation, t.priority FROM task_scores s JOIN tasks t ON t.id = s.task_id \
+         WHERE s.task_id > ",
+    );
+    q.bind(after)
+        .push(" AND t.scheduler_id = ")
+        .bind(scheduler.as_str())
+        .push(" AND t.status IN ('pending', 'queued') ORDER BY s.task_id LIMIT ")
+        .bind(Bind::BigInt(i64::try_from(limit).unwrap_or(i64::MAX)));
+    Ok(q.load::<Row>(conn)?
+        .into_iter()
+        .map(|r| (r.task_id, r.explanation, r.priority))
+        .collect())
+}
+
+/// Replaces recorded explanations (`(task id, explanation)`).
+pub fn update_scores(conn: &mut AnyConnection, scores: &[(String, String)]) -> QueryResult<()> {
+    for chunk in scores.chunks(UPDATE_CHUNK) {
+        let mut q = sql(
+            conn,
+            "UPDATE task_scores SET explanation = pick.column2 FROM (VALUES ",
+        );
+        for (i, (id, e)) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" })
+                .bind(id.as_str())
+                .push(", ")
+                .bind(e.as_str())
+                .push(")");
+        }
+        q.push(") AS pick WHERE task_scores.task_id = pick.column1");
+        q.execute(conn)?;
+    }
+    Ok(())
+}
+
 /// The redundant `status IN (…)` term lets SQLite use the partial index `ix_tasks_waiting`:
 /// it only recognises a partial index whose WHERE terms appear in the query as written.
 const WAITING: &str = "status IN ('pending', 'queued')";

@@ -398,7 +398,83 @@ async fn each_task_explains_its_priority(backend: Backend) {
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
 
+/// `grace-period` gives waiting work a better priority the longer it is overdue: the re-score
+/// entry gives queued work the priority of the tick's time (heap and table), replaces its
+/// explanation, and leaves a priority a client set alone.
+async fn waiting_work_is_rescored_as_it_grows_overdue(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(&catalogue, CATALOGUE).unwrap();
+    let c = catalogue.to_string_lossy().into_owned();
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.catalogue.file = c;
+        s.schedulers.boefje.scoring = Some(kat_scheduler::scoring::Strategy::GracePeriod);
+    })
+    .await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+    for org in ["org1", "org2"] {
+        create_schedule(
+            &app,
+            json!({"scheduler_id": "boefje", "organisation": org,
+                "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+                "data": {"boefje": {"id": "dns-records"}, "organization": org}}),
+        )
+        .await;
+    }
+    // First runs: never ran, so 2; both finish at midnight.
+    app.tick(SchedulerId::Boefje).await;
+    for t in app.pop_ok("boefje", 2, None).await {
+        assert_eq!(t["priority"], 2);
+        let done = app
+            .patch_task(&id_of(&t), &json!({"status": "completed"}))
+            .await;
+        assert_eq!(done.status(), StatusCode::OK);
+    }
+    // 02:00: due again (interval 60 min); an hour past the plugin's interval.
+    app.clock.set(midnight() + Duration::hours(2));
+    app.tick(SchedulerId::Boefje).await;
+    let page: Value = app
+        .get("/tasks?scheduler_id=boefje&status=queued")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let queued = page["results"].as_array().unwrap().clone();
+    assert_eq!(queued.len(), 2);
+    let expected = |overdue: i64| 3 + (997.0 * (1.0 - overdue as f64 / 604_800.0)).round() as i64;
+    let (mut a, mut b) = (queued[0].clone(), queued[1].clone());
+    if a["organisation"] != "org1" {
+        std::mem::swap(&mut a, &mut b);
+    }
+    assert_eq!(a["priority"], expected(3_600));
+    // A client makes org2's work more urgent than org1's.
+    let patched = app.patch_task(&id_of(&b), &json!({"priority": 900})).await;
+    assert_eq!(patched.status(), StatusCode::OK);
+    // A day later org1's work is 25 hours overdue: re-scored past the client's 900.
+    app.clock.set(midnight() + Duration::hours(26));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(report.entries["rescore"].summary, "re-scored 1 of 2");
+    let a_now = app.task(&id_of(&a)).await;
+    assert_eq!(a_now["priority"], expected(90_000));
+    assert_eq!(app.task(&id_of(&b)).await["priority"], 900);
+    let why: Value = app
+        .get(&format!("/tasks/{}/explain", id_of(&a)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(why["strategy"], "grace-period");
+    assert_eq!(why["priority"], expected(90_000));
+    assert_eq!(why["terms"]["seconds_overdue"], 90_000);
+    // The heap follows: org1's work comes first now.
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id_of(&a)]);
+}
+
 crate::backend_tests!(
+    waiting_work_is_rescored_as_it_grows_overdue,
     each_task_explains_its_priority,
     a_fire_pushed_just_before_a_crash_is_not_run_again,
     a_day_of_schedules_fires_each_once_per_cron_fire_across_restarts,

@@ -28,6 +28,9 @@ pub(crate) struct BatchRows {
     pub evicted: Vec<Uuid>,
     /// Heap tasks cancelled whose rows were not read: moved `queued → cancelled` by id.
     pub cancelled: Vec<Uuid>,
+    /// Waiting tasks whose rows were not read given a new priority: `(id, status it must still
+    /// have, priority)`.
+    pub reprioritised: Vec<(Uuid, TaskStatus, i64)>,
 }
 
 /// The statements a batch makes, in order.
@@ -38,6 +41,8 @@ pub(crate) struct Writes {
     pub evicted: Vec<String>,
     pub cancelled: Vec<String>,
     pub dispatched: Vec<String>,
+    /// `(id, expected status, priority)`.
+    pub reprioritised: Vec<(String, TaskStatus, i64)>,
     /// Pending tasks to move into the heap after the rest.
     pub refill: usize,
 }
@@ -50,6 +55,7 @@ impl Writes {
             + usize::from(!self.evicted.is_empty())
             + usize::from(!self.cancelled.is_empty())
             + usize::from(!self.dispatched.is_empty())
+            + self.reprioritised.len().div_ceil(update_chunk.max(1))
             + usize::from(self.refill > 0)
     }
 }
@@ -150,6 +156,11 @@ impl BatchRows {
             evicted: self.evicted.iter().map(Uuid::to_string).collect(),
             cancelled: self.cancelled.iter().map(Uuid::to_string).collect(),
             dispatched: self.dispatched.iter().map(Uuid::to_string).collect(),
+            reprioritised: self
+                .reprioritised
+                .iter()
+                .map(|(id, status, p)| (id.to_string(), *status, *p))
+                .collect(),
             refill,
         }
     }

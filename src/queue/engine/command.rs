@@ -32,6 +32,9 @@ pub(crate) enum Command {
     Expire(Request<Vec<Uuid>, ExpiryReport>),
     /// An object was deleted: cancel its organisation's waiting tasks for it.
     Cancel(Request<CancelObject, Vec<Uuid>>),
+    /// Give waiting tasks new priorities (a time-dependent strategy's re-score); answers how
+    /// many were still waiting.
+    Rescore(Request<Vec<(Uuid, i64)>, usize>),
     /// Stop after the commands already queued.
     Shutdown,
 }
@@ -101,6 +104,7 @@ pub(crate) struct Batch {
     pub patches: Vec<Request<PatchRequest, Task>>,
     pub expiries: Vec<Request<Vec<Uuid>, ExpiryReport>>,
     pub cancels: Vec<Request<CancelObject, Vec<Uuid>>>,
+    pub rescores: Vec<Request<Vec<(Uuid, i64)>, usize>>,
 }
 
 impl Batch {
@@ -112,6 +116,7 @@ impl Batch {
             Command::Patch(r) => self.patches.push(r),
             Command::Expire(r) => self.expiries.push(r),
             Command::Cancel(r) => self.cancels.push(r),
+            Command::Rescore(r) => self.rescores.push(r),
             Command::Shutdown => {}
         }
     }
@@ -126,6 +131,7 @@ impl Batch {
             + self.patches.len()
             + self.expiries.len()
             + self.cancels.len()
+            + self.rescores.len()
     }
 
     /// Whether it holds none.
@@ -156,6 +162,10 @@ impl Batch {
             pops: vec![r],
             ..Default::default()
         }));
+        out.extend(self.rescores.into_iter().map(|r| Batch {
+            rescores: vec![r],
+            ..Default::default()
+        }));
         out
     }
 
@@ -174,6 +184,9 @@ impl Batch {
             r.answer(Err(err.duplicate()));
         }
         for r in self.cancels {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.rescores {
             r.answer(Err(err.duplicate()));
         }
     }

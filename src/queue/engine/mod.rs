@@ -31,6 +31,7 @@ mod pop;
 mod push;
 mod rebuild;
 mod refill;
+mod rescore;
 mod state;
 #[cfg(test)]
 mod testing;
@@ -203,6 +204,7 @@ struct Decisions {
     expiries: Vec<Result<ExpiryReport, QueueError>>,
     cancels: Vec<Vec<Uuid>>,
     pops: Vec<Vec<Uuid>>,
+    rescores: Vec<usize>,
 }
 
 /// The pop rule's view of the table, on the engine's connection.
@@ -472,6 +474,10 @@ impl Engine {
         for r in &batch.expiries {
             d.expiries.push(lease::expire(st, &mut rows, &r.body, now));
         }
+        for r in &batch.rescores {
+            d.rescores
+                .push(rescore::rescore(st, &mut rows, &r.body, now));
+        }
         {
             let mut reads = TableReads {
                 conn: &mut *conn,
@@ -545,6 +551,9 @@ impl Engine {
         for (r, ids) in batch.cancels.into_iter().zip(d.cancels) {
             r.answer(Ok(ids));
         }
+        for (r, n) in batch.rescores.into_iter().zip(d.rescores) {
+            r.answer(Ok(n));
+        }
         for (r, ids) in batch.pops.into_iter().zip(d.pops) {
             let found: Vec<Task> = ids.iter().filter_map(|id| task(id).ok()).collect();
             if found.len() < ids.len() {
@@ -588,6 +597,9 @@ fn write(
             at,
             None,
         )?;
+    }
+    if !w.reprioritised.is_empty() {
+        tasks::reprioritise(c, &w.reprioritised, at)?;
     }
     if !w.cancelled.is_empty() {
         tasks::transition(

@@ -35,12 +35,13 @@ pub(crate) fn reads<'a>(st: &QueueState, pushes: impl Iterator<Item = &'a NewTas
         }
         match st.heap.find_hash(&task.hash) {
             // A boost answers with the whole task, so its row is read; a duplicate that would
-            // not run sooner is refused from memory.
+            // not run sooner, or planned work, is refused from memory.
             Some(id)
-                if st
-                    .heap
-                    .rank(&id)
-                    .is_some_and(|r| task.priority < r.priority) =>
+                if !task.planned
+                    && st
+                        .heap
+                        .rank(&id)
+                        .is_some_and(|r| task.priority < r.priority) =>
             {
                 out.ids.push(id.to_string());
             }
@@ -89,10 +90,15 @@ pub(crate) fn push(
             ))),
         };
     }
-    if let Some(other) = rows.waiting_with_hash(&task.hash) {
-        return boost_or_conflict(st, rows, other, task.priority, now);
-    }
-    if let Some(other) = st.heap.find_hash(&task.hash) {
+    let waiting = rows
+        .waiting_with_hash(&task.hash)
+        .or_else(|| st.heap.find_hash(&task.hash));
+    if let Some(other) = waiting {
+        if task.planned {
+            // The same work waits already: planning it again changes nothing, not even its
+            // priority (which a client may have set, or a re-score keeps up to date).
+            return Err(QueueError::Duplicate { existing: other });
+        }
         return boost_or_conflict(st, rows, other, task.priority, now);
     }
     // Pushes are decided before the batch's patches and pops, so the committed state is the

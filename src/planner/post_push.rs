@@ -8,12 +8,12 @@
 
 use tracing::warn;
 
-use super::{Linked, Schedules, Seed};
 use crate::clients::catalogue::Catalogue;
 use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
 use crate::domain::schedule::Cadence;
 use crate::queue::{Broker, PushOutcome, PushRequest, QueueError};
+use crate::schedules::{Linked, Schedules, Seed};
 
 /// Links a client's boefje and report pushes to their schedule.
 #[derive(Clone)]
@@ -80,7 +80,7 @@ impl PushLinker {
                         .and_then(|id| id.as_str())
                         .is_some_and(|id| plugins.iter().any(|p| p.id == id));
                     if known {
-                        let (cron, interval) = crate::planner::schedule_of(request, &plugins)?;
+                        let (cron, interval) = super::schedule_of(request, &plugins)?;
                         (cron, Some(interval))
                     } else {
                         (None, Some(None))

@@ -1,0 +1,82 @@
+//! A time-dependent strategy's re-score: waiting tasks get new priorities. A queued task is
+//! re-ranked in the heap and its row updated only while it is still queued; a pending one has
+//! its row updated only while it is still pending (it enters the heap by priority as the heap
+//! drains). A task handed out since the scores were computed is left alone.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::batch::BatchRows;
+use super::state::QueueState;
+use crate::domain::TaskStatus;
+
+/// Applies new priorities; answers how many were queued in the heap or may be pending (their
+/// update holds only if they still are).
+pub(crate) fn rescore(
+    st: &mut QueueState,
+    rows: &mut BatchRows,
+    priorities: &[(Uuid, i64)],
+    now: DateTime<Utc>,
+) -> usize {
+    let at = now.naive_utc();
+    let mut waiting = 0;
+    for &(id, priority) in priorities {
+        if let Some(row) = rows.get(&id).cloned() {
+            // Read by another command of this batch: change it where it is.
+            if matches!(row.status, TaskStatus::Queued | TaskStatus::Pending) {
+                if row.status == TaskStatus::Queued {
+                    st.heap.rerank(&id, priority, at);
+                }
+                let mut row = row;
+                row.priority = priority;
+                row.modified_at = at;
+                rows.update(id, row);
+                waiting += 1;
+            }
+            continue;
+        }
+        if st.heap.rerank(&id, priority, at) {
+            rows.reprioritised.push((id, TaskStatus::Queued, priority));
+            waiting += 1;
+        } else {
+            // Not in the heap: pending, or no longer waiting, which the update's condition
+            // tells apart without a read.
+            rows.reprioritised.push((id, TaskStatus::Pending, priority));
+            waiting += 1;
+        }
+    }
+    waiting
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::WhenFull;
+    use crate::queue::engine::place::{Admission, place};
+    use crate::queue::engine::testing::{now, row, state};
+
+    #[test]
+    fn a_queued_task_is_reranked_and_its_row_updated_only_while_queued() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row(500, 1);
+        let (b, rb) = row(400, 2);
+        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
+        place(&mut st, &mut rows, b, &rb, Admission::New).unwrap();
+        assert_eq!(st.heap.best().map(|r| r.id), Some(b));
+        let mut rows = BatchRows::default();
+        let other = Uuid::new_v4();
+        let n = rescore(&mut st, &mut rows, &[(a, 3), (other, 7)], now());
+        assert_eq!(
+            st.heap.best().map(|r| r.id),
+            Some(a),
+            "a is now the most urgent"
+        );
+        assert_eq!(st.heap.rank(&a).map(|r| r.priority), Some(3));
+        assert_eq!(n, 2);
+        assert_eq!(
+            rows.reprioritised,
+            vec![(a, TaskStatus::Queued, 3), (other, TaskStatus::Pending, 7)]
+        );
+    }
+}
