@@ -9,12 +9,14 @@
 //! cargo bench --bench broker -- --pending       # 1e5 queued over a heap of 1e4
 //! cargo bench --bench broker -- --ingest        # the listener and ColdStart (broker/ingest.rs)
 //! cargo bench --bench broker -- --ingest --messages 5000 --objects 20000   # a quick look
+//! cargo bench --bench broker -- --cron          # one tick over 1e5 due schedules; re-score of 1e6 (broker/cron.rs)
+//! cargo bench --bench broker -- --cron --due 10000 --rescore-tasks 100000   # a quick look
 //! ```
 //!
 //! Options: `--tasks N`, `--rounds R` (≥ 3), `--seconds S` per measurement, `--clients C` (HTTP,
 //! default 64), `--pg-clients P` (baseline, default 8), `--pg URL` (a maintenance database; the
 //! harness creates and drops its own), `--keep` (keep the databases). Scenarios: with none named
-//! the original measurements run (below); `--workers`, `--pending` and `--ingest` run only themselves, and
+//! the original measurements run (below); `--workers`, `--pending`, `--ingest` and `--cron` run only themselves, and
 //! `--default` adds the original measurements to them. `--depths D,D,…` (for `--workers`,
 //! default `10000,100000,1000000`; `1e5` works too), `--pending-queued Q` (default 100,000),
 //! `--pending-maxsize M` (default 10,000), `--rare K` (default 500); for `--ingest`,
@@ -103,6 +105,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+#[path = "broker/cron.rs"]
+mod cron;
 #[path = "broker/ingest.rs"]
 mod ingest;
 
@@ -137,6 +141,12 @@ struct Options {
     rare: usize,
     /// Run the ingest scenario: the listener and ColdStart (see `broker/ingest.rs`).
     ingest: bool,
+    /// Run the cron scenario: one tick over `due` schedules, one re-score (`broker/cron.rs`).
+    cron: bool,
+    /// Due boefje schedules for the tick.
+    due: usize,
+    /// Waiting tasks for the re-score.
+    rescore_tasks: usize,
     /// Object events per listener round.
     messages: usize,
     /// Objects per ColdStart round.
@@ -178,6 +188,9 @@ fn options() -> Result<Options> {
         pending_maxsize: 10_000,
         rare: 500,
         ingest: false,
+        cron: false,
+        due: 100_000,
+        rescore_tasks: 1_000_000,
         messages: 20_000,
         objects: 100_000,
         orgs: 10,
@@ -207,6 +220,9 @@ fn options() -> Result<Options> {
             "--pending-maxsize" => o.pending_maxsize = count(&value()?)?,
             "--rare" => o.rare = count(&value()?)?,
             "--ingest" => o.ingest = true,
+            "--cron" => o.cron = true,
+            "--due" => o.due = count(&value()?)?,
+            "--rescore-tasks" => o.rescore_tasks = count(&value()?)?,
             "--messages" => o.messages = count(&value()?)?,
             "--objects" => o.objects = count(&value()?)?,
             "--orgs" => o.orgs = count(&value()?)?,
@@ -223,7 +239,7 @@ fn options() -> Result<Options> {
             "--rounds must be at least 3 (figures are medians of alternating rounds)".into(),
         );
     }
-    if !o.workers && !o.pending && !o.ingest {
+    if !o.workers && !o.pending && !o.ingest && !o.cron {
         o.default_run = true;
     }
     o.depths.sort_unstable();
@@ -1756,6 +1772,9 @@ fn main() -> Result<()> {
     }
     if o.ingest {
         line.push(ingest::run_ingest(&o, &base)?);
+    }
+    if o.cron {
+        line.push(cron::run_cron(&o, &base)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {
