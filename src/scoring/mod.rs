@@ -243,6 +243,157 @@ mod tests {
         }
     }
 
+    /// A small deterministic generator (xorshift), so a failing case reproduces.
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> i64 {
+            (self.next() % n) as i64
+        }
+
+        fn input(&mut self) -> ScoreInput {
+            let now = now() + Duration::seconds(self.below(86_400 * 365));
+            ScoreInput {
+                now,
+                last_run: (self.below(5) > 0)
+                    .then(|| now - Duration::seconds(self.below(86_400 * 30))),
+                last_failed: self.below(2) == 0,
+                findings_changed: self.below(2) == 0,
+                scan_level: (self.below(6) > 0).then(|| self.below(5)),
+                grace_secs: [3_600, 86_400, 7 * 86_400][self.below(3) as usize],
+            }
+        }
+    }
+
+    const CASES: usize = 20_000;
+
+    fn priority(s: Strategy, input: &ScoreInput) -> Option<i64> {
+        s.calculator().score(input).priority
+    }
+
+    #[test]
+    fn property_work_that_never_ran_comes_before_work_that_did() {
+        let mut g = Gen(0x9e37_79b9_7f4a_7c15);
+        for s in [Strategy::GracePeriod, Strategy::ChangeDelta] {
+            for _ in 0..CASES {
+                let ran = g.input();
+                let never = ScoreInput {
+                    last_run: None,
+                    ..ran.clone()
+                };
+                if let (Some(a), Some(b)) = (priority(s, &never), priority(s, &ran)) {
+                    assert!(a <= b, "{s:?}: never ran {a} after ran {b} for {ran:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn property_grace_period_longer_overdue_is_never_later_and_waiting_only_climbs() {
+        let mut g = Gen(0x2545_f491_4f6c_dd1d);
+        for _ in 0..CASES {
+            let a = g.input();
+            let Some(last) = a.last_run else { continue };
+            let older = ScoreInput {
+                last_run: Some(last - Duration::seconds(g.below(86_400 * 10) + 1)),
+                ..a.clone()
+            };
+            match (
+                priority(Strategy::GracePeriod, &older),
+                priority(Strategy::GracePeriod, &a),
+            ) {
+                (Some(o), Some(p)) => assert!(o <= p, "ran earlier {o} after {p} for {a:?}"),
+                // Inside the grace period is "not now"; earlier work may already be due.
+                (None, Some(_)) => panic!("earlier run inside the grace period for {a:?}"),
+                _ => {}
+            }
+            // The same waiting work scored later never goes back (what the re-score relies on),
+            // and two pieces of work never swap places as time passes.
+            let later = ScoreInput {
+                now: a.now + Duration::seconds(g.below(86_400 * 3)),
+                ..a.clone()
+            };
+            let b = ScoreInput {
+                last_run: Some(last - Duration::seconds(g.below(86_400 * 5))),
+                ..a.clone()
+            };
+            let b_later = ScoreInput {
+                now: later.now,
+                ..b.clone()
+            };
+            if let (Some(p), Some(q)) = (
+                priority(Strategy::GracePeriod, &a),
+                priority(Strategy::GracePeriod, &later),
+            ) {
+                assert!(q <= p, "climbed back from {p} to {q} for {a:?}");
+            }
+            if let (Some(pa), Some(pb), Some(qa), Some(qb)) = (
+                priority(Strategy::GracePeriod, &a),
+                priority(Strategy::GracePeriod, &b),
+                priority(Strategy::GracePeriod, &later),
+                priority(Strategy::GracePeriod, &b_later),
+            ) && pb < pa
+            {
+                assert!(
+                    qb <= qa,
+                    "swapped: {pb} < {pa} became {qb} > {qa} for {a:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn property_change_delta_changed_failed_and_higher_levels_are_never_later() {
+        let mut g = Gen(0x5851_f42d_4c95_7f2d);
+        let c = Strategy::ChangeDelta;
+        for _ in 0..CASES {
+            let a = g.input();
+            let changed = ScoreInput {
+                findings_changed: true,
+                ..a.clone()
+            };
+            let failed = ScoreInput {
+                last_failed: true,
+                ..a.clone()
+            };
+            let higher = ScoreInput {
+                scan_level: Some(a.scan_level.unwrap_or(0).max(0) + 1),
+                ..a.clone()
+            };
+            let p = priority(c, &a);
+            for (what, other) in [
+                ("changed", changed),
+                ("failed", failed),
+                ("higher level", higher),
+            ] {
+                assert!(priority(c, &other) <= p, "{what} later for {a:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn property_time_based_older_work_first() {
+        let mut g = Gen(0x1405_7b7e_f767_814f);
+        for _ in 0..CASES {
+            let a = g.input();
+            let older = ScoreInput {
+                now: a.now - Duration::seconds(g.below(86_400 * 30)),
+                ..a.clone()
+            };
+            assert!(
+                priority(Strategy::TimeBased, &older) <= priority(Strategy::TimeBased, &a),
+                "{a:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_strategy_is_a_pure_function_of_its_inputs() {
         for s in [

@@ -414,7 +414,11 @@ pub fn waiting_scores(
         "SELECT s.task_id, s.explanation, t.priority FROM task_scores s JOIN tasks t ON t.id = s.task_id \
          WHERE s.task_id > ",
     );
+    // The same bound on both sides of the join, so each side's index scan starts at `after`
+    // (without it PostgreSQL merges from the first task on every page: quadratic in the backlog).
     q.bind(after)
+        .push(" AND t.id > ")
+        .bind(after)
         .push(" AND t.scheduler_id = ")
         .bind(scheduler.as_str())
         .push(" AND t.status IN ('pending', 'queued') ORDER BY s.task_id LIMIT ")
