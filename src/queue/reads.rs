@@ -42,15 +42,7 @@ impl Broker {
         &self,
         scores: Vec<(Uuid, crate::scoring::Explanation)>,
     ) -> Result<(), QueueError> {
-        let rows: Vec<(String, String)> = scores
-            .into_iter()
-            .map(|(id, e)| {
-                (
-                    id.hyphenated().to_string(),
-                    serde_json::to_string(&e).unwrap_or_default(),
-                )
-            })
-            .collect();
+        let rows = score_rows(scores);
         self.read(move |c| Ok(storage::tasks::insert_scores(c, &rows).map_err(StorageError::from)?))
             .await
     }
@@ -94,15 +86,7 @@ impl Broker {
         &self,
         scores: Vec<(Uuid, crate::scoring::Explanation)>,
     ) -> Result<(), QueueError> {
-        let rows: Vec<(String, String)> = scores
-            .into_iter()
-            .map(|(id, e)| {
-                (
-                    id.hyphenated().to_string(),
-                    serde_json::to_string(&e).unwrap_or_default(),
-                )
-            })
-            .collect();
+        let rows = score_rows(scores);
         self.read(move |c| Ok(storage::tasks::update_scores(c, &rows).map_err(StorageError::from)?))
             .await
     }
@@ -197,4 +181,17 @@ fn bucket_stats(rows: Vec<storage::rows::StatsRow>) -> Vec<(String, StatusCounts
         counts.total += row.count;
     }
     hours.into_iter().rev().collect()
+}
+
+/// Explanations as the `task_scores` table stores them: `(task id, JSON)`.
+fn score_rows(scores: Vec<(Uuid, crate::scoring::Explanation)>) -> Vec<(String, String)> {
+    scores
+        .into_iter()
+        .map(|(id, e)| {
+            (
+                id.hyphenated().to_string(),
+                serde_json::to_string(&e).unwrap_or_default(),
+            )
+        })
+        .collect()
 }
