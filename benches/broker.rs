@@ -259,6 +259,8 @@ fn options() -> Result<Options> {
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Figure {
+    /// Operations done in the measurement.
+    ops: usize,
     ops_per_sec: f64,
     p50_us: f64,
     p99_us: f64,
@@ -274,6 +276,7 @@ fn percentile(sorted: &[u32], pct: usize) -> f64 {
 fn figure(ops: usize, elapsed: Duration, mut latencies: Vec<u32>) -> Figure {
     latencies.sort_unstable();
     Figure {
+        ops,
         ops_per_sec: ops as f64 / elapsed.as_secs_f64(),
         p50_us: percentile(&latencies, 50),
         p99_us: percentile(&latencies, 99),
@@ -291,6 +294,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn median_figure(figs: &[Figure]) -> Figure {
     Figure {
+        ops: figs.iter().map(|f| f.ops).sum(),
         ops_per_sec: median(figs.iter().map(|f| f.ops_per_sec).collect()),
         p50_us: median(figs.iter().map(|f| f.p50_us).collect()),
         p99_us: median(figs.iter().map(|f| f.p99_us).collect()),
@@ -338,7 +342,46 @@ fn seed_ceiling(url: &str, n: usize, cols: &[&str]) -> Result<()> {
                           'Hostname|internet|host' || g || '.example.com' AS ooi
                    FROM generate_series(1, {n}) g) t"
         ),
+    )?;
+    fill_queue(url)
+}
+
+/// Gives every waiting task seeded straight into `tasks` its `task_queue` row (migration 11), as
+/// the broker's own writes do.
+fn fill_queue(url: &str) -> Result<()> {
+    pg_exec(
+        url,
+        "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, modified_at,
+           hash, schedule_id, organisation, plugin_id, oci_image, input_ooi, deduplication_key)
+         SELECT id, scheduler_id, status, priority, created_at, modified_at, hash, schedule_id,
+           organisation, plugin_id, oci_image, input_ooi, deduplication_key
+         FROM tasks t WHERE status IN ('pending', 'queued')
+           AND NOT EXISTS (SELECT 1 FROM task_queue q WHERE q.task_id = t.id)",
+    )?;
+    pg_exec(url, "VACUUM ANALYZE task_queue")
+}
+
+/// Where PostgreSQL's write-ahead log stands, in bytes.
+fn wal_position(url: &str) -> Result<i64> {
+    pg_number(
+        url,
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS n",
     )
+}
+
+/// Updates of `tasks` so far, and how many of them were HOT (in place, no index entries).
+/// PostgreSQL's statistics lag by up to a second (backends flush them at most once a second).
+fn task_updates(url: &str) -> Result<(i64, i64)> {
+    Ok((
+        pg_number(
+            url,
+            "SELECT n_tup_upd AS n FROM pg_stat_user_tables WHERE relname = 'tasks'",
+        )?,
+        pg_number(
+            url,
+            "SELECT n_tup_hot_upd AS n FROM pg_stat_user_tables WHERE relname = 'tasks'",
+        )?,
+    ))
 }
 
 /// A pool of `conns + 1` connections to `db` and the ids of the queued ceiling rows.
@@ -643,7 +686,8 @@ fn seed_tasks(url: &str, n: usize, cycle: &[&str], cols: &[&str]) -> Result<()> 
                          FROM generate_series(1, {n}) g) u) t"
         ),
     )?;
-    pg_exec(url, "VACUUM ANALYZE tasks")
+    pg_exec(url, "VACUUM ANALYZE tasks")?;
+    fill_queue(url)
 }
 
 /// Counts of the table's tasks by scheduler and status.
@@ -1739,6 +1783,10 @@ struct Round {
     push_ceiling: f64,
     half_engine: [f64; 3],
     write_p98_half: f64,
+    /// WAL bytes per broker pop, baseline pop, broker push, baseline insert (full load).
+    wal: [f64; 4],
+    /// Share of the broker's full-load pops' updates of `tasks` that were HOT.
+    hot_pop: f64,
 }
 
 fn copy_out_seconds(db: &str) -> Result<f64> {
@@ -1747,8 +1795,8 @@ fn copy_out_seconds(db: &str) -> Result<f64> {
         .arg(db)
         .arg("-qc")
         // The columns a heap holds of each queued task (all but the payload and the lease).
-        .arg("\\copy (SELECT id, priority, created_at, modified_at, hash, schedule_id, organisation, \
-              plugin_id, oci_image, input_ooi FROM tasks WHERE status = 'queued') TO '/dev/null'")
+        .arg("\\copy (SELECT task_id, priority, created_at, modified_at, hash, schedule_id, organisation, \
+              plugin_id, oci_image, input_ooi FROM task_queue WHERE status = 'queued') TO '/dev/null'")
         .status()?;
     if !status.success() {
         return Err("psql \\copy failed".into());
@@ -1911,9 +1959,12 @@ fn run(o: &Options, db: &str) -> Result<String> {
         let mut baseline_pop = Figure::default();
         let mut pop_engine = [f64::NAN; 3];
         let mut push_engine = [f64::NAN; 3];
+        let mut wal = [f64::NAN; 4];
+        let mut hot_pop = f64::NAN;
         for turn in 0..2 {
             if (turn == 0) == broker_first {
                 let before = rt.block_on(engine_counters(broker.port))?;
+                let (w0, u0) = (wal_position(db)?, task_updates(db)?);
                 let (f, r) = rt.block_on(http_load(
                     broker.port,
                     o.clients,
@@ -1922,11 +1973,18 @@ fn run(o: &Options, db: &str) -> Result<String> {
                     Op::Pop,
                     round,
                 ))?;
+                wal[0] = (wal_position(db)? - w0) as f64 / f.ops.max(1) as f64;
                 pop_engine = engine_delta(before, rt.block_on(engine_counters(broker.port))?);
                 record(r.ids, &mut popped)?;
                 broker_pop = f;
+                // The statistics of the last second of pops arrive up to a second later.
+                std::thread::sleep(Duration::from_millis(1500));
+                let u1 = task_updates(db)?;
+                hot_pop = (u1.1 - u0.1) as f64 / (u1.0 - u0.0).max(1) as f64;
             } else {
+                let w0 = wal_position(db)?;
                 baseline_pop = baseline(db, o.pg_clients, o.seconds, None, "pop")?;
+                wal[1] = (wal_position(db)? - w0) as f64 / baseline_pop.ops.max(1) as f64;
             }
         }
         let (noop, _) = rt.block_on(http_load(
@@ -1974,6 +2032,7 @@ fn run(o: &Options, db: &str) -> Result<String> {
         for turn in 0..2 {
             if (turn == 0) == broker_first {
                 let before = rt.block_on(engine_counters(broker.port))?;
+                let w0 = wal_position(db)?;
                 let (f, r) = rt.block_on(http_load(
                     broker.port,
                     o.clients,
@@ -1982,11 +2041,14 @@ fn run(o: &Options, db: &str) -> Result<String> {
                     Op::Push,
                     round,
                 ))?;
+                wal[2] = (wal_position(db)? - w0) as f64 / f.ops.max(1) as f64;
                 push_engine = engine_delta(before, rt.block_on(engine_counters(broker.port))?);
                 acked_pushes.extend(r.ids);
                 broker_push = f;
             } else {
+                let w0 = wal_position(db)?;
                 baseline_insert = baseline(db, o.pg_clients, o.seconds, None, "insert")?;
+                wal[3] = (wal_position(db)? - w0) as f64 / baseline_insert.ops.max(1) as f64;
             }
         }
         // The same durable writes without HTTP, at the batch sizes the broker just ran with; last
@@ -2007,6 +2069,8 @@ fn run(o: &Options, db: &str) -> Result<String> {
             ceiling,
             half_engine,
             write_p98_half: write_p98,
+            wal,
+            hot_pop,
             push_ceiling: ceiling_pushes(
                 db,
                 3,
@@ -2152,6 +2216,17 @@ fn run(o: &Options, db: &str) -> Result<String> {
         push_ceiling / lins.ops_per_sec,
         100.0 * bpush.ops_per_sec / push_ceiling
     );
+    let wal = |k: usize| median(rounds.iter().map(|r| r.wal[k]).collect());
+    let hot_pop = median(rounds.iter().map(|r| r.hot_pop).collect());
+    println!(
+        "WAL per operation at full load: broker pop {:.0} B, baseline pop {:.0} B, broker push {:.0} B, \
+         baseline INSERT {:.0} B; HOT share of the broker's updates of tasks during pops: {:.1} %",
+        wal(0),
+        wal(1),
+        wal(2),
+        wal(3),
+        100.0 * hot_pop
+    );
     println!(
         "checks: {} pops, none twice; {} acknowledged pushes, all stored ({stored} rows)",
         popped.len(),
@@ -2216,10 +2291,17 @@ fn run(o: &Options, db: &str) -> Result<String> {
     );
     line.push_str(&format!(
         " ceiling_pops_per_s={ceiling:.0} ceiling_pop_ratio={:.3} ceiling_pushes_per_s={push_ceiling:.0} ceiling_push_ratio={:.3} \
-         write_p98_half_load_us={write_p98:.0} pop_p99_lower_bound_vs_noop={:.3}",
+         write_p98_half_load_us={write_p98:.0} pop_p99_lower_bound_vs_noop={:.3} \
+         wal_per_pop_b={:.0} wal_per_baseline_pop_b={:.0} wal_per_push_b={:.0} wal_per_baseline_insert_b={:.0} \
+         hot_share_pops={:.3}",
         ceiling / lp.ops_per_sec,
         push_ceiling / lins.ops_per_sec,
-        bound / nh.p99_us
+        bound / nh.p99_us,
+        wal(0),
+        wal(1),
+        wal(2),
+        wal(3),
+        hot_pop
     ));
     for (k, v, _) in ratios {
         line.push_str(&format!(" {k}={v:.3}"));

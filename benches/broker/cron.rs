@@ -3,13 +3,14 @@
 //! - **Reschedule**: `--due` D boefje schedules (default 100,000) over 10 organisations, all
 //!   due, each on its own object in the frontier, its plugin in the catalogue: the time of one
 //!   tick of the boefje cron table, which turns every one into a task (checked: "fired D").
-//!   Baseline: the writes that tick cannot avoid, as two set statements on one connection (D
-//!   task rows inserted from the schedules, D deadlines moved), rolled back.
+//!   Baseline: the writes that tick cannot avoid, as set statements on one connection (D task
+//!   rows and their queue rows inserted from the schedules, D deadlines moved), rolled back.
 //! - **Re-score**: `--rescore-tasks` T waiting boefje tasks (default 1,000,000; the heap holds
 //!   its default 100,000, the rest are pending), each with a `grace-period` explanation: the time
 //!   of one `rescore` entry run an hour later, which gives every one its new priority (heap and
-//!   table) and its new explanation (checked: how many changed). Baseline: the same two writes as
-//!   set statements (every priority and every explanation updated), rolled back.
+//!   table) and its new explanation (checked: how many changed). Baseline: the same writes as
+//!   set statements (every priority, in `tasks` and `task_queue`, and every explanation
+//!   updated), rolled back.
 //!
 //! Each round seeds a fresh database with SQL; baseline and service alternate; medians.
 
@@ -111,7 +112,8 @@ fn seed_scored(db: &str, t: usize, now: DateTime<Utc>) -> Result<()> {
              FROM seed;"
         ),
     )?;
-    vacuum(db, &["tasks", "task_scores"])
+    vacuum(db, &["tasks", "task_scores"])?;
+    super::fill_queue(db)
 }
 
 /// Seconds `sql` takes on one connection.
@@ -189,10 +191,17 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
                 db,
                 &format!(
                     "BEGIN;
+                     CREATE TEMP TABLE fired AS
+                     SELECT gen_random_uuid()::text AS id, id AS schedule_id, organisation, hash, data
+                       FROM schedules WHERE enabled AND deadline_at <= {at};
                      INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, hash, priority,
                        data, status, attempts, created_at, modified_at)
-                     SELECT gen_random_uuid()::text, 'boefje', id, organisation, 'boefje', hash, 2, data,
-                       'queued', 0, {at}, {at} FROM schedules WHERE enabled AND deadline_at <= {at};
+                     SELECT id, 'boefje', schedule_id, organisation, 'boefje', hash, 2, data,
+                       'queued', 0, {at}, {at} FROM fired;
+                     INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at,
+                       modified_at, hash, schedule_id, organisation)
+                     SELECT id, 'boefje', 'queued', 2, {at}, {at}, hash, schedule_id, organisation
+                       FROM fired;
                      UPDATE schedules SET deadline_at = {at} + interval '1 hour'
                        WHERE enabled AND deadline_at <= {at};
                      ROLLBACK;",
@@ -223,6 +232,7 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
                 "BEGIN;
                  UPDATE tasks SET priority = priority - 6
                    WHERE scheduler_id = 'boefje' AND status IN ('pending', 'queued');
+                 UPDATE task_queue SET priority = priority - 6 WHERE scheduler_id = 'boefje';
                  UPDATE task_scores SET explanation = replace(explanation, '\"strategy\"', '\"strategy\" ');
                  ROLLBACK;",
             )?;

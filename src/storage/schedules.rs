@@ -188,12 +188,14 @@ pub fn by_hash(conn: &mut AnyConnection, hash: &str) -> QueryResult<Option<Sched
 /// `ON DELETE SET NULL`, written out so SQLite needs no foreign-key enforcement). Answers
 /// whether it existed.
 pub fn delete(conn: &mut AnyConnection, id: &str) -> QueryResult<bool> {
-    let mut clear = sql(
-        conn,
-        "UPDATE tasks SET schedule_id = NULL WHERE schedule_id = ",
-    );
-    clear.bind(id);
-    clear.execute(conn)?;
+    for table in ["tasks", "task_queue"] {
+        let mut clear = sql(
+            conn,
+            &format!("UPDATE {table} SET schedule_id = NULL WHERE schedule_id = "),
+        );
+        clear.bind(id);
+        clear.execute(conn)?;
+    }
     let mut q = sql(conn, "DELETE FROM schedules WHERE id = ");
     q.bind(id);
     Ok(q.execute(conn)? > 0)

@@ -1,4 +1,11 @@
-//! Statements on the `tasks` table.
+//! Statements on the `tasks` table and its companion `task_queue`.
+//!
+//! `tasks` holds every task; `task_queue` holds one row per waiting (pending or queued) task with
+//! the columns a heap holds (migration 11). Only `task_queue` is indexed by status and rank, so a
+//! change of status, priority or lease is an in-place (HOT) update of `tasks` on PostgreSQL. Every
+//! write here keeps the two in step: on PostgreSQL in the same statement (data-modifying CTEs, so
+//! an engine batch of one write stays one autocommitted statement), on SQLite in statements the
+//! caller runs inside one transaction.
 //!
 //! Statements that take many ids are split into chunks that stay well under both backends'
 //! bind-parameter limits (SQLite 32,766; PostgreSQL 65,535).
@@ -25,6 +32,22 @@ pub const COLUMNS: &str = "id, scheduler_id, schedule_id, organisation, type AS 
 /// The column list that decodes into [`HeapRow`].
 const HEAP_COLUMNS: &str = "id, priority, created_at, modified_at, hash, schedule_id, organisation, \
      plugin_id, oci_image, input_ooi, deduplication_key";
+
+/// The same columns read from `task_queue`.
+const QUEUE_HEAP_COLUMNS: &str = "task_id AS id, priority, created_at, modified_at, hash, \
+     schedule_id, organisation, plugin_id, oci_image, input_ooi, deduplication_key";
+
+/// The columns of a `task_queue` row, and the same read from a `tasks`-shaped row.
+const QUEUE_COLUMNS: &str = "task_id, scheduler_id, status, priority, created_at, modified_at, \
+     hash, schedule_id, organisation, plugin_id, oci_image, input_ooi, deduplication_key";
+const QUEUE_FROM_TASK: &str = "id, scheduler_id, status, priority, created_at, modified_at, hash, \
+     schedule_id, organisation, plugin_id, oci_image, input_ooi, deduplication_key";
+/// An upsert of queue rows takes every column that can change while a task waits.
+const QUEUE_UPSERT: &str = " ON CONFLICT (task_id) DO UPDATE SET status = excluded.status, \
+     priority = excluded.priority, modified_at = excluded.modified_at, \
+     schedule_id = excluded.schedule_id, plugin_id = excluded.plugin_id, \
+     oci_image = excluded.oci_image, input_ooi = excluded.input_ooi, \
+     deduplication_key = excluded.deduplication_key";
 
 /// Ids per statement.
 pub const CHUNK: usize = 1000;
@@ -63,7 +86,9 @@ pub fn get_many(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<Tas
     Ok(out)
 }
 
-/// Waiting (pending or queued) tasks of `scheduler` with one of these hashes.
+/// Waiting (pending or queued) tasks of `scheduler` with one of these hashes. `ix_tasks_hash`
+/// finds every task of each hash (the waiting one and its past runs, a handful); the status is
+/// checked in the row.
 pub fn waiting_by_hash(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -71,13 +96,11 @@ pub fn waiting_by_hash(
 ) -> QueryResult<Vec<TaskRow>> {
     let mut out = Vec::new();
     for chunk in hashes.chunks(CHUNK) {
-        let mut q = sql(
-            conn,
-            &format!("SELECT {COLUMNS} FROM tasks WHERE {WAITING} AND scheduler_id = "),
-        );
-        q.bind(scheduler.as_str())
-            .push(" AND hash IN ")
-            .bind_list(chunk.iter().map(String::as_str));
+        let mut q = sql(conn, &format!("SELECT {COLUMNS} FROM tasks WHERE hash IN "));
+        q.bind_list(chunk.iter().map(String::as_str))
+            .push(" AND scheduler_id = ")
+            .bind(scheduler.as_str())
+            .push(" AND status IN ('pending', 'queued')");
         out.extend(q.load::<TaskRow>(conn)?);
     }
     Ok(out)
@@ -143,7 +166,7 @@ pub fn count_waiting(
 ) -> QueryResult<u64> {
     let mut q = sql(
         conn,
-        &format!("SELECT COUNT(*) AS count FROM tasks WHERE {WAITING} AND scheduler_id = "),
+        "SELECT COUNT(*) AS count FROM task_queue WHERE scheduler_id = ",
     );
     q.bind(scheduler.as_str())
         .push(" AND status = ")
@@ -223,14 +246,14 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
                 .collect();
             let json = serde_json::to_string(&records)
                 .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-            let mut q = sql(
-                conn,
-                &format!(
-                    "INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} \
-                     FROM json_to_recordset("
-                ),
-            );
-            q.bind(json).push(&format!("::json) AS x({INSERT_RECORD})"));
+            // One statement writes both tables: the rows are read once, as `x`.
+            let mut q = sql(conn, "WITH x AS (SELECT * FROM json_to_recordset(");
+            q.bind(json).push(&format!(
+                "::json) AS x({INSERT_RECORD})), \
+                 t AS (INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} FROM x) \
+                 INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM x \
+                 WHERE status IN ('pending', 'queued')"
+            ));
             q.execute(conn)?;
         }
         return Ok(());
@@ -283,19 +306,61 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
         }
         q.execute(conn)?;
     }
+    sync_queue(conn, rows.iter().map(|r| (r.id.as_str(), r.status)))
+}
+
+/// Brings the `task_queue` rows of these tasks (id and the status just written) in step with
+/// `tasks`: waiting ones upserted from their task, the others deleted. The SQLite path of every
+/// write; PostgreSQL's statements do the same in a CTE ([`pg_sync`]).
+fn sync_queue<'a>(
+    conn: &mut AnyConnection,
+    written: impl Iterator<Item = (&'a str, TaskStatus)>,
+) -> QueryResult<()> {
+    let (waiting, gone): (Vec<_>, Vec<_>) = written.partition(|(_, s)| s.is_waiting());
+    for chunk in gone.chunks(CHUNK) {
+        let mut q = sql(conn, "DELETE FROM task_queue WHERE task_id IN ");
+        q.bind_list(chunk.iter().map(|(id, _)| *id));
+        q.execute(conn)?;
+    }
+    for chunk in waiting.chunks(CHUNK) {
+        let mut q = sql(
+            conn,
+            &format!(
+                "INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM tasks \
+                 WHERE status IN ('pending', 'queued') AND id IN "
+            ),
+        );
+        q.bind_list(chunk.iter().map(|(id, _)| *id))
+            .push(QUEUE_UPSERT);
+        q.execute(conn)?;
+    }
     Ok(())
+}
+
+/// PostgreSQL: the CTEs that bring `task_queue` in step with the rows of a preceding CTE named
+/// `moved` (every column of `tasks`, as written): waiting tasks upserted, the others deleted. A
+/// statement ends with them and then its own `SELECT … FROM moved`.
+fn pg_sync() -> String {
+    format!(
+        ", gone AS (DELETE FROM task_queue USING moved WHERE task_queue.task_id = moved.id \
+         AND moved.status NOT IN ('pending', 'queued')), \
+         kept AS (INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM moved \
+         WHERE status IN ('pending', 'queued'){QUEUE_UPSERT}) "
+    )
 }
 
 /// Rows per multi-row UPDATE (7 binds each).
 pub const UPDATE_CHUNK: usize = 1000;
 
 /// Writes the mutable fields of `rows` (status, priority, attempts, lease, failure reason,
-/// modified_at) back to their tasks, in one statement per [`UPDATE_CHUNK`] rows.
+/// modified_at) back to their tasks, in one statement per [`UPDATE_CHUNK`] rows, and their queue
+/// rows with them.
 pub fn update(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> {
+    let pg = Backend::of(conn) == Backend::Postgres;
     let mut changed = 0;
     for chunk in rows.chunks(UPDATE_CHUNK) {
-        let mut q = sql(
-            conn,
+        let mut q = sql(conn, if pg { "WITH moved AS (" } else { "" });
+        q.push(
             "UPDATE tasks SET status = v.column2, priority = v.column3, attempts = v.column4, \
              lease_expires_at = v.column5, failure_reason = v.column6, modified_at = v.column7 \
              FROM (VALUES ",
@@ -318,9 +383,53 @@ pub fn update(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> 
                 .push(")");
         }
         q.push(") AS v WHERE tasks.id = v.column1");
-        changed += q.execute(conn)?;
+        if pg {
+            q.push(" RETURNING tasks.*)")
+                .push(&pg_sync())
+                .push("SELECT COUNT(*) AS count FROM moved");
+            changed += q
+                .load::<CountRow>(conn)?
+                .first()
+                .map_or(0, |r| usize::try_from(r.count).unwrap_or(0));
+        } else {
+            changed += q.execute(conn)?;
+            sync_queue(conn, chunk.iter().map(|r| (r.id.as_str(), r.status)))?;
+        }
     }
     Ok(changed)
+}
+
+/// Runs a write of `tasks` that returns the rows it changed (`RETURNING {COLUMNS}`), and brings
+/// their queue rows in step: `write` is the statement's text after `WITH moved AS (` on
+/// PostgreSQL (where it must end `RETURNING tasks.*`), and is run as it is on SQLite (where it
+/// must end `RETURNING {COLUMNS}`).
+fn write_returning(
+    conn: &mut AnyConnection,
+    build: impl Fn(&mut Sql, bool),
+) -> QueryResult<Vec<TaskRow>> {
+    if Backend::of(conn) == Backend::Postgres {
+        let mut q = sql(conn, "WITH moved AS (");
+        build(&mut q, true);
+        q.push(")")
+            .push(&pg_sync())
+            .push(&format!("SELECT {COLUMNS} FROM moved"));
+        q.load(conn)
+    } else {
+        let mut q = sql(conn, "");
+        build(&mut q, false);
+        let rows: Vec<TaskRow> = q.load(conn)?;
+        sync_queue(conn, rows.iter().map(|r| (r.id.as_str(), r.status)))?;
+        Ok(rows)
+    }
+}
+
+/// The tail of a write passed to [`write_returning`].
+fn returning(pg: bool) -> String {
+    if pg {
+        " RETURNING tasks.*".to_owned()
+    } else {
+        format!(" RETURNING {COLUMNS}")
+    }
 }
 
 /// Moves the tasks with these ids from status `from` to `to`, returning the rows that moved.
@@ -337,28 +446,26 @@ pub fn transition(
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
         // The rows are named by `(id, expected status)` pairs joined in, not by `status = 'x'
-        // AND id IN (…)`: with a constant status in the WHERE clause PostgreSQL may pick a
-        // partial index on that status and scan it whenever its statistics undercount the
-        // status, where the primary key finds each row directly.
-        let mut q = sql(conn, "UPDATE tasks SET status = ");
-        q.bind(to.as_str())
-            .push(", modified_at = ")
-            .bind(now)
-            .push(", lease_expires_at = ")
-            .bind(Bind::OptTime(lease_expires_at))
-            .push(" FROM (VALUES ");
-        for (i, id) in chunk.iter().enumerate() {
-            q.push(if i == 0 { "(" } else { ", (" })
-                .bind(id.as_str())
-                .push(", ")
-                .bind(from.as_str())
-                .push(")");
-        }
-        q.push(&format!(
-            ") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2 \
-             RETURNING {COLUMNS}"
-        ));
-        out.extend(q.load::<TaskRow>(conn)?);
+        // AND id IN (…)`, so that the primary key finds each row directly whatever a planner
+        // thinks of a constant status.
+        out.extend(write_returning(conn, |q, pg| {
+            q.push("UPDATE tasks SET status = ")
+                .bind(to.as_str())
+                .push(", modified_at = ")
+                .bind(now)
+                .push(", lease_expires_at = ")
+                .bind(Bind::OptTime(lease_expires_at))
+                .push(" FROM (VALUES ");
+            for (i, id) in chunk.iter().enumerate() {
+                q.push(if i == 0 { "(" } else { ", (" })
+                    .bind(id.as_str())
+                    .push(", ")
+                    .bind(from.as_str())
+                    .push(")");
+            }
+            q.push(") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2")
+                .push(&returning(pg));
+        })?);
     }
     Ok(out)
 }
@@ -372,22 +479,23 @@ pub fn reprioritise(
 ) -> QueryResult<usize> {
     let mut n = 0;
     for chunk in changes.chunks(UPDATE_CHUNK) {
-        let mut q = sql(
-            conn,
-            "UPDATE tasks SET priority = pick.column3, modified_at = ",
-        );
-        q.bind(now).push(" FROM (VALUES ");
-        for (i, (id, status, priority)) in chunk.iter().enumerate() {
-            q.push(if i == 0 { "(" } else { ", (" })
-                .bind(id.as_str())
-                .push(", ")
-                .bind(status.as_str())
-                .push(", ")
-                .bind(Bind::BigInt(*priority))
-                .push(")");
-        }
-        q.push(") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2");
-        n += q.execute(conn)?;
+        n += write_returning(conn, |q, pg| {
+            q.push("UPDATE tasks SET priority = pick.column3, modified_at = ")
+                .bind(now)
+                .push(" FROM (VALUES ");
+            for (i, (id, status, priority)) in chunk.iter().enumerate() {
+                q.push(if i == 0 { "(" } else { ", (" })
+                    .bind(id.as_str())
+                    .push(", ")
+                    .bind(status.as_str())
+                    .push(", ")
+                    .bind(Bind::BigInt(*priority))
+                    .push(")");
+            }
+            q.push(") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2")
+                .push(&returning(pg));
+        })?
+        .len();
     }
     Ok(n)
 }
@@ -411,17 +519,17 @@ pub fn waiting_scores(
     }
     let mut q = sql(
         conn,
-        "SELECT s.task_id, s.explanation, t.priority FROM task_scores s JOIN tasks t ON t.id = s.task_id \
-         WHERE s.task_id > ",
+        "SELECT s.task_id, s.explanation, t.priority FROM task_scores s \
+         JOIN task_queue t ON t.task_id = s.task_id WHERE s.task_id > ",
     );
     // The same bound on both sides of the join, so each side's index scan starts at `after`
     // (without it PostgreSQL merges from the first task on every page: quadratic in the backlog).
     q.bind(after)
-        .push(" AND t.id > ")
+        .push(" AND t.task_id > ")
         .bind(after)
         .push(" AND t.scheduler_id = ")
         .bind(scheduler.as_str())
-        .push(" AND t.status IN ('pending', 'queued') ORDER BY s.task_id LIMIT ")
+        .push(" ORDER BY s.task_id LIMIT ")
         .bind(Bind::BigInt(i64::try_from(limit).unwrap_or(i64::MAX)));
     Ok(q.load::<Row>(conn)?
         .into_iter()
@@ -449,17 +557,16 @@ pub fn update_scores(conn: &mut AnyConnection, scores: &[(String, String)]) -> Q
     Ok(())
 }
 
-/// The redundant `status IN (…)` term lets SQLite use the partial index `ix_tasks_waiting`:
-/// it only recognises a partial index whose WHERE terms appear in the query as written.
-const WAITING: &str = "status IN ('pending', 'queued')";
+/// Pop order over `task_queue`.
+const QUEUE_ORDER: &str = "priority ASC, created_at ASC, task_id ASC";
 
-/// Appends `AND (priority, created_at, id) > (key)` (or `<` with `before`): everything ranked
-/// after (before) `key` in pop order.
+/// Appends `AND (priority, created_at, task_id) > (key)` (or `<` with `before`): every queue row
+/// ranked after (before) `key` in pop order.
 fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
     q.push(if before {
-        " AND (priority, created_at, id) < ("
+        " AND (priority, created_at, task_id) < ("
     } else {
-        " AND (priority, created_at, id) > ("
+        " AND (priority, created_at, task_id) > ("
     })
     .bind(key.priority)
     .push(", ")
@@ -469,10 +576,9 @@ fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
     .push(")");
 }
 
-/// Every queued task of `scheduler`, one by one in no particular order: a rebuild that expects all of them
-/// to fit reads them in the table's own order and sorts them in memory, since reading them in pop
-/// order through an index visits the table's pages at random (15 s for a million rows on this
-/// project's machine, against 1.5 s).
+/// Every queued task of `scheduler`, one by one in no particular order: a rebuild that expects
+/// all of them to fit reads them in the queue table's own order and sorts them in memory, since
+/// reading them in pop order through an index visits the table's pages at random.
 pub fn queued_all(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -481,7 +587,7 @@ pub fn queued_all(
     let mut q = sql(
         conn,
         &format!(
-            "SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} AND status = 'queued' AND scheduler_id = "
+            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued' AND scheduler_id = "
         ),
     );
     q.bind(scheduler.as_str());
@@ -489,20 +595,31 @@ pub fn queued_all(
 }
 
 /// Moves every queued task of `scheduler` ranked after `after` to `pending` (when the heap
-/// bound is lower than what is queued); returns how many moved.
+/// bound is lower than what is queued); returns how many moved. Two statements: the caller's
+/// transaction holds them together.
 pub fn demote_after(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     after: &PopKey,
     now: NaiveDateTime,
 ) -> QueryResult<usize> {
-    let mut q = sql(conn, "UPDATE tasks SET status = 'pending', modified_at = ");
-    q.bind(now)
-        .push(&format!(
-            " WHERE {WAITING} AND status = 'queued' AND scheduler_id = "
-        ))
-        .bind(scheduler.as_str());
-    push_ranked(&mut q, after, false);
+    let ranked = |q: &mut Sql| {
+        q.push(" WHERE status = 'queued' AND scheduler_id = ")
+            .bind(scheduler.as_str());
+        push_ranked(q, after, false);
+    };
+    let mut t = sql(conn, "UPDATE tasks SET status = 'pending', modified_at = ");
+    t.bind(now)
+        .push(" WHERE status = 'queued' AND id IN (SELECT task_id FROM task_queue");
+    ranked(&mut t);
+    t.push(")");
+    t.execute(conn)?;
+    let mut q = sql(
+        conn,
+        "UPDATE task_queue SET status = 'pending', modified_at = ",
+    );
+    q.bind(now);
+    ranked(&mut q);
     q.execute(conn)
 }
 
@@ -510,42 +627,77 @@ pub fn demote_after(
 pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
     sql(
         conn,
-        &format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE status = 'queued'"),
+        &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued'"),
     )
     .load(conn)
 }
 
-/// Moves the best `limit` pending tasks of `scheduler` to `queued` in one statement and returns
-/// them as a heap holds them.
-///
-/// The picks are materialised first and joined by id, and "still pending" is checked against the
-/// status each was picked in rather than a constant: with `status = 'pending'` in the outer query,
-/// PostgreSQL drove the update from a pending-only index whenever its statistics still counted few
-/// pending rows (right after a rebuild moved thousands there), scanning the whole backlog per
-/// refill.
+/// Moves the best `limit` pending tasks of `scheduler` to `queued` and returns them as a heap
+/// holds them. On PostgreSQL one statement: the picks are materialised first, then each task
+/// moves only if it is still pending.
 pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     limit: usize,
     now: NaiveDateTime,
 ) -> QueryResult<Vec<HeapRow>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    if Backend::of(conn) == Backend::Postgres {
+        let mut q = sql(
+            conn,
+            "WITH best AS MATERIALIZED (SELECT task_id FROM task_queue WHERE scheduler_id = ",
+        );
+        q.bind(scheduler.as_str())
+            .push(&format!(
+                " AND status = 'pending' ORDER BY {QUEUE_ORDER} LIMIT "
+            ))
+            .bind(limit)
+            .push("), moved AS (UPDATE tasks SET status = 'queued', modified_at = ")
+            .bind(now)
+            .push(
+                " FROM best WHERE tasks.id = best.task_id AND tasks.status = 'pending' \
+                 RETURNING tasks.*)",
+            )
+            .push(&pg_sync())
+            .push(&format!("SELECT {HEAP_COLUMNS} FROM moved"));
+        return q.load(conn);
+    }
     let mut q = sql(
         conn,
-        &format!(
-            "WITH best (pick, was) AS MATERIALIZED (SELECT id, status FROM tasks WHERE {WAITING} \
-             AND status = 'pending' AND scheduler_id = "
-        ),
+        "SELECT task_id AS id FROM task_queue WHERE status = 'pending' AND scheduler_id = ",
     );
     q.bind(scheduler.as_str())
-        .push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .push(") UPDATE tasks SET status = 'queued', modified_at = ")
-        .bind(now)
-        .push(&format!(
-            " FROM best WHERE tasks.id = best.pick AND tasks.status = best.was \
-              RETURNING {HEAP_COLUMNS}"
-        ));
-    q.load(conn)
+        .push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
+        .bind(limit);
+    let ids: Vec<String> = q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect();
+    let moved: Vec<String> = transition(
+        conn,
+        &ids,
+        TaskStatus::Pending,
+        TaskStatus::Queued,
+        now,
+        None,
+    )?
+    .into_iter()
+    .map(|r| r.id)
+    .collect();
+    let mut out = Vec::with_capacity(moved.len());
+    for chunk in moved.chunks(CHUNK) {
+        let mut q = sql(
+            conn,
+            &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE task_id IN "),
+        );
+        q.bind_list(chunk.iter().map(String::as_str));
+        out.extend(q.load::<HeapRow>(conn)?);
+    }
+    Ok(out)
+}
+
+/// One id.
+#[derive(diesel::QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    id: String,
 }
 
 /// Where a keyset page starts: after a task in pop order, or (from the best) before one.
@@ -571,7 +723,7 @@ pub fn waiting_page(
 ) -> QueryResult<Vec<HeapRow>> {
     let mut q = sql(
         conn,
-        &format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE {WAITING} AND status = "),
+        &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = "),
     );
     q.bind(status.as_str())
         .push(" AND scheduler_id = ")
@@ -581,10 +733,17 @@ pub fn waiting_page(
         Keyset::After(k) => push_ranked(&mut q, k, false),
         Keyset::Before(k) => push_ranked(&mut q, k, true),
     }
-    q.push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
+    q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
     q.load(conn)
 }
+
+/// A pending task's columns from its queue row `q` and its task `t`, named as in `tasks` (the rank
+/// from the queue row, so an ORDER BY on it follows the queue's indexes), plus `queue_id`.
+const PENDING_JOINED: &str = "t.id, t.scheduler_id, t.schedule_id, t.organisation, t.type, \
+     t.hash, q.priority AS priority, t.data, t.status, t.attempts, t.lease_expires_at, \
+     t.failure_reason, q.created_at AS created_at, t.modified_at, t.plugin_id, t.oci_image, \
+     t.input_ooi, t.deduplication_key, q.task_id AS queue_id";
 
 /// The best `limit` pending tasks of `scheduler` matching `filter`, in pop order, skipping
 /// `skip`. With a `lookup` on a key field the search walks that field's index of pending tasks
@@ -599,25 +758,32 @@ pub fn pending_matching(
 ) -> QueryResult<Vec<TaskRow>> {
     let want = i64::try_from(limit.saturating_add(skip.len())).unwrap_or(i64::MAX);
     let matching = |conn: &AnyConnection, key: Option<(KeyField, &[String])>| {
+        // The queue row gives the order and the key field (its indexes), the task the columns
+        // the filter reads; ordered by the queue's columns, PostgreSQL and SQLite walk a key
+        // field's index in pop order and stop at the limit.
         let mut q = sql(
             conn,
-            &format!("SELECT {COLUMNS} FROM tasks WHERE status = 'pending' AND scheduler_id = "),
+            &format!(
+                "SELECT {COLUMNS} FROM (SELECT {PENDING_JOINED} FROM task_queue q \
+                 JOIN tasks t ON t.id = q.task_id WHERE q.status = 'pending' AND q.scheduler_id = "
+            ),
         );
         q.bind(scheduler.as_str());
         match key {
             Some((field, [value])) => {
-                q.push(&format!(" AND {} = ", field.column()))
+                q.push(&format!(" AND q.{} = ", field.column()))
                     .bind(value.as_str());
             }
             Some((field, values)) => {
-                q.push(&format!(" AND {} IN ", field.column()))
+                q.push(&format!(" AND q.{} IN ", field.column()))
                     .bind_list(values.iter().map(String::as_str));
             }
             None => {}
         }
-        q.push(" AND ");
+        q.push(") tasks WHERE ");
         push_filter(&mut q, filter);
-        q.push(&format!(" ORDER BY {POP_ORDER} LIMIT ")).bind(want);
+        q.push(" ORDER BY priority, created_at, queue_id LIMIT ")
+            .bind(want);
         q
     };
     let mut rows: Vec<TaskRow> = match lookup {
@@ -637,12 +803,13 @@ pub fn pending_matching(
             let mut q = sql(
                 conn,
                 &format!(
-                    "SELECT {COLUMNS} FROM (SELECT * FROM tasks WHERE {WAITING} \
-                     AND status = 'pending' AND scheduler_id = "
+                    "SELECT {COLUMNS} FROM (SELECT {PENDING_JOINED} FROM task_queue q \
+                     JOIN tasks t ON t.id = q.task_id WHERE q.status = 'pending' \
+                     AND q.scheduler_id = "
                 ),
             );
             q.bind(scheduler.as_str())
-                .push(&format!(" ORDER BY {POP_ORDER} LIMIT "))
+                .push(" ORDER BY q.priority, q.created_at, q.task_id LIMIT ")
                 .bind(i64::try_from(PENDING_PROBE).unwrap_or(i64::MAX))
                 .push(") head WHERE ");
             push_filter(&mut q, filter);
@@ -665,9 +832,7 @@ pub fn pending_hashes(
 ) -> QueryResult<Vec<Option<String>>> {
     let mut q = sql(
         conn,
-        &format!(
-            "SELECT hash FROM tasks WHERE {WAITING} AND status = 'pending' AND scheduler_id = "
-        ),
+        "SELECT hash FROM task_queue WHERE status = 'pending' AND scheduler_id = ",
     );
     q.bind(scheduler.as_str())
         .push(" LIMIT ")
@@ -767,7 +932,8 @@ pub fn score(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<String>> 
 }
 
 /// Deletes up to `limit` finished tasks (completed, failed, cancelled) last changed before
-/// `before`; answers how many.
+/// `before`; answers how many. No index holds the status (a pop would write it), so the search
+/// walks `ix_tasks_created_at`: a task last changed before `before` was created before it.
 pub fn prune(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -776,10 +942,11 @@ pub fn prune(
 ) -> QueryResult<usize> {
     let mut q = sql(
         conn,
-        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE status IN \
-         ('completed', 'failed', 'cancelled') AND modified_at < ",
+        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE created_at < ",
     );
     q.bind(before)
+        .push(" AND status IN ('completed', 'failed', 'cancelled') AND modified_at < ")
+        .bind(before)
         .push(" AND scheduler_id = ")
         .bind(scheduler.as_str())
         .push(" LIMIT ")
@@ -796,15 +963,13 @@ pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryR
     loop {
         let mut q = sql(
             conn,
-            &format!(
-                "SELECT id, data FROM tasks WHERE plugin_id IS NULL AND {WAITING} \
-                 AND scheduler_id = "
-            ),
+            "SELECT t.id, t.data FROM task_queue q JOIN tasks t ON t.id = q.task_id \
+             WHERE q.plugin_id IS NULL AND q.scheduler_id = ",
         );
         q.bind(scheduler.as_str())
-            .push(" AND id > ")
+            .push(" AND q.task_id > ")
             .bind(after.as_str())
-            .push(" ORDER BY id LIMIT ")
+            .push(" ORDER BY q.task_id LIMIT ")
             .bind(i64::try_from(CHUNK).unwrap_or(i64::MAX));
         let page: Vec<PayloadRow> = q.load(conn)?;
         let Some(last) = page.last() else { break };
@@ -814,17 +979,22 @@ pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryR
             if keys == DataKeys::default() {
                 continue;
             }
-            let mut u = sql(conn, "UPDATE tasks SET plugin_id = ");
-            u.bind(Bind::OptText(keys.plugin_id))
-                .push(", oci_image = ")
-                .bind(Bind::OptText(keys.oci_image))
-                .push(", input_ooi = ")
-                .bind(Bind::OptText(keys.input_ooi))
-                .push(", deduplication_key = ")
-                .bind(Bind::OptText(keys.deduplication_key))
-                .push(" WHERE id = ")
-                .bind(row.id.as_str());
-            filled += u.execute(conn)?;
+            for (table, id_column) in [("tasks", "id"), ("task_queue", "task_id")] {
+                let mut u = sql(conn, &format!("UPDATE {table} SET plugin_id = "));
+                u.bind(Bind::OptText(keys.plugin_id.clone()))
+                    .push(", oci_image = ")
+                    .bind(Bind::OptText(keys.oci_image.clone()))
+                    .push(", input_ooi = ")
+                    .bind(Bind::OptText(keys.input_ooi.clone()))
+                    .push(", deduplication_key = ")
+                    .bind(Bind::OptText(keys.deduplication_key.clone()))
+                    .push(&format!(" WHERE {id_column} = "))
+                    .bind(row.id.as_str());
+                let n = u.execute(conn)?;
+                if table == "tasks" {
+                    filled += n;
+                }
+            }
         }
         if page.len() < CHUNK {
             break;
@@ -920,4 +1090,32 @@ pub fn stats(
     }
     q.push(&format!(" GROUP BY {hour}, status"));
     q.load(conn)
+}
+
+/// Ids of tasks whose `task_queue` row is out of step with the task: a waiting task without its
+/// row or with another rank, status or key field, or a row whose task is gone or no longer
+/// waits. Empty when the invariant of migration 11 holds (tests check it after every run).
+pub fn queue_mismatches(conn: &mut AnyConnection) -> QueryResult<Vec<String>> {
+    let same = |col: &str| format!("COALESCE(q.{col}, '') = COALESCE(t.{col}, '')");
+    let text = format!(
+        "SELECT t.id FROM tasks t LEFT JOIN task_queue q ON q.task_id = t.id \
+         WHERE t.status IN ('pending', 'queued') AND NOT (q.task_id IS NOT NULL \
+         AND q.status = t.status AND q.scheduler_id = t.scheduler_id \
+         AND q.priority = t.priority AND q.created_at = t.created_at \
+         AND q.modified_at = t.modified_at AND q.organisation = t.organisation \
+         AND {} AND {} AND {} AND {} AND {} AND {}) \
+         UNION ALL SELECT q.task_id AS id FROM task_queue q LEFT JOIN tasks t ON t.id = q.task_id \
+         WHERE t.id IS NULL OR t.status NOT IN ('pending', 'queued')",
+        same("hash"),
+        same("schedule_id"),
+        same("plugin_id"),
+        same("oci_image"),
+        same("input_ooi"),
+        same("deduplication_key"),
+    );
+    Ok(sql(conn, &text)
+        .load::<IdRow>(conn)?
+        .into_iter()
+        .map(|r| r.id)
+        .collect())
 }

@@ -451,6 +451,28 @@ impl TestApp {
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.token.cancel();
+        if std::thread::panicking() {
+            return;
+        }
+        // Every test ends by checking that the queue table is in step with the tasks (one
+        // statement, so one snapshot even while an engine still commits).
+        let uri = self.db.uri.clone();
+        let mismatched = std::thread::spawn(move || {
+            let target = kat_scheduler::storage::DbTarget::parse(&uri).ok()?;
+            let pool =
+                kat_scheduler::storage::connect(&target, 2, std::time::Duration::from_secs(5))
+                    .ok()?;
+            let mut conn = kat_scheduler::storage::checkout(&pool).ok()?;
+            Some(kat_scheduler::storage::tasks::queue_mismatches(&mut conn).expect("queue check"))
+        })
+        .join()
+        .expect("queue check thread");
+        if let Some(ids) = mismatched {
+            assert!(
+                ids.is_empty(),
+                "task_queue out of step with tasks for {ids:?}"
+            );
+        }
     }
 }
 

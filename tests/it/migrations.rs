@@ -90,8 +90,109 @@ async fn waiting_tasks_written_before_the_deduplication_key_column_are_served_as
     assert_eq!(app.pop_ids("boefje", 1).await, ids);
 }
 
+async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    // (status, priority) of rows the previous schema wrote; pending ones that rank before queued
+    // ones must still come first, and the dispatched one must not come back.
+    let rows = [
+        ("queued", 3),
+        ("queued", 1),
+        ("pending", 0),
+        ("queued", 2),
+        ("pending", 5),
+        ("dispatched", 0),
+    ];
+    let ids: Vec<String> = rows
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let i = ids.clone();
+    tokio::task::spawn_blocking(move || {
+        let target = DbTarget::parse(&uri).unwrap();
+        let pool = storage::connect(&target, 2, Duration::from_secs(5)).unwrap();
+        let mut conn = storage::checkout(&pool).unwrap();
+        let applied = storage::run_migrations(&mut conn).unwrap();
+        let since_11 = applied.len() - applied.iter().position(|m| m.contains("000011")).unwrap();
+        storage::revert_last_migrations(&mut conn, since_11).unwrap();
+        for (n, ((status, priority), id)) in rows.iter().zip(&i).enumerate() {
+            let data = serde_json::json!({"id": id, "boefje": {"id": "dns"},
+                "input_ooi": format!("Hostname|internet|h{n}.nl"), "organization": "org1"});
+            diesel::sql_query(format!(
+                "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, \
+                 status, attempts, created_at, modified_at, plugin_id, input_ooi) VALUES \
+                 ('{id}', 'boefje', 'org1', 'boefje', 'h{n}', {priority}, '{data}', '{status}', 0, \
+                 '2026-11-20 10:00:0{n}', '2026-11-20 10:00:0{n}', 'dns', 'Hostname|internet|h{n}.nl')"
+            ))
+            .execute(&mut *conn)
+            .unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let app = spawn_app_on(db, backend, |_| {}).await;
+    let popped = app.pop_ids("boefje", 10).await;
+    assert_eq!(
+        popped,
+        vec![
+            ids[2].clone(),
+            ids[1].clone(),
+            ids[3].clone(),
+            ids[0].clone(),
+            ids[4].clone()
+        ]
+    );
+    assert_eq!(app.task(&ids[5]).await["status"], "dispatched");
+    assert!(app.pop_ids("boefje", 10).await.is_empty());
+
+    // The check every test ends with finds a queue row left behind by a task that no longer
+    // waits (ids[0], popped) and a waiting task without its row (ids[5], set back by hand).
+    let uri = app.db.uri.clone();
+    let (left, bare) = (ids[0].clone(), ids[5].clone());
+    let found = tokio::task::spawn_blocking(move || {
+        let target = DbTarget::parse(&uri).unwrap();
+        let pool = storage::connect(&target, 2, Duration::from_secs(5)).unwrap();
+        let mut conn = storage::checkout(&pool).unwrap();
+        assert!(
+            storage::tasks::queue_mismatches(&mut conn)
+                .unwrap()
+                .is_empty()
+        );
+        let mut run = |s: String| {
+            diesel::sql_query(s).execute(&mut *conn).unwrap();
+        };
+        run(format!(
+            "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
+             modified_at, organisation) SELECT id, scheduler_id, 'queued', priority, created_at, \
+             modified_at, organisation FROM tasks WHERE id = '{left}'"
+        ));
+        run(format!(
+            "UPDATE tasks SET status = 'queued' WHERE id = '{bare}'"
+        ));
+        let mut found = storage::tasks::queue_mismatches(&mut conn).unwrap();
+        found.sort();
+        // Put back what the test broke, so the check at the end of the test passes.
+        let mut run = |s: String| {
+            diesel::sql_query(s).execute(&mut *conn).unwrap();
+        };
+        run(format!("DELETE FROM task_queue WHERE task_id = '{left}'"));
+        run(format!(
+            "UPDATE tasks SET status = 'dispatched' WHERE id = '{bare}'"
+        ));
+        found
+    })
+    .await
+    .unwrap();
+    let mut want = vec![ids[0].clone(), ids[5].clone()];
+    want.sort();
+    assert_eq!(found, want);
+}
+
 crate::backend_tests!(
     migrations_run_up_down_and_up_again,
     start_refuses_an_outdated_schema_when_told_not_to_migrate,
     waiting_tasks_written_before_the_deduplication_key_column_are_served_as_groups,
+    tasks_written_before_the_queue_table_are_served_after_the_upgrade,
 );

@@ -507,7 +507,8 @@ impl Engine {
         let _turn = write_turn(&lock);
         let lease = self.state.lease(now, TaskStatus::Dispatched);
         let state = &mut self.state;
-        let returned = if statements <= 1 {
+        // On SQLite a write to `tasks` and its queue rows are separate statements.
+        let returned = if statements <= 1 && Backend::of(conn) == Backend::Postgres {
             write(conn, state, &writes, now, lease)?
         } else {
             conn.transaction::<_, StorageError, _>(|c| write(c, state, &writes, now, lease))?
