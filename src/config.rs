@@ -390,6 +390,11 @@ pub struct DatabaseSettings {
     pub migrate: bool,
     /// Seconds to wait for a connection before answering 503.
     pub connect_timeout_secs: u64,
+    /// PostgreSQL: engines commit without waiting for the write-ahead log to reach disk and
+    /// answer after a shared flush barrier, so one flush serves every batch committed meanwhile
+    /// and an engine works on its next batch during it; every answer stays durable. When false,
+    /// each commit waits for its own flush.
+    pub flush_barrier: bool,
 }
 
 /// Log output.
@@ -493,6 +498,7 @@ impl Default for Settings {
                 pool_size: DEFAULT_POOL_SIZE,
                 migrate: true,
                 connect_timeout_secs: DEFAULT_CONNECT_TIMEOUT_SECS,
+                flush_barrier: true,
             },
             logging: LoggingSettings {
                 format: LogFormat::Text,
@@ -723,6 +729,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_DB_CONNECT_TIMEOUT",
         "database.connect_timeout_secs",
         "seconds to wait for a connection before 503 (default 5)",
+    ),
+    (
+        "SCHEDULER_DB_FLUSH_BARRIER",
+        "database.flush_barrier",
+        "PostgreSQL: group WAL flushes behind a shared barrier (default true)",
     ),
     (
         "SCHEDULER_LOGGING_FORMAT",
@@ -1110,6 +1121,7 @@ impl Settings {
             channel_capacity: self.queue.channel_capacity,
             shed_after: Duration::from_secs(self.queue.shed_after_secs),
             input: self.limits,
+            flush_barrier: self.database.flush_barrier,
         }
     }
 }

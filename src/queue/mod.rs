@@ -77,6 +77,9 @@ pub struct QueueConfig {
     pub shed_after: Duration,
     /// How large inputs may be.
     pub input: Limits,
+    /// PostgreSQL: commit without waiting for the flush, answer after a shared flush barrier
+    /// (`database.flush_barrier`).
+    pub flush_barrier: bool,
 }
 
 /// Expired leases handled per scheduler per sweep at most; the next sweep takes the rest.

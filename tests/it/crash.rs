@@ -17,13 +17,13 @@ const PUSHERS: usize = 12;
 const POPPERS: usize = 6;
 
 #[derive(Default)]
-struct Acknowledged {
-    pushes: Vec<String>,
-    pops: Vec<String>,
+pub(crate) struct Acknowledged {
+    pub pushes: Vec<String>,
+    pub pops: Vec<String>,
 }
 
 /// Pushes and pops until the service stops answering; records only what was answered 2xx.
-async fn drive(address: String, cycle: usize, seen: Arc<Mutex<Acknowledged>>) {
+pub(crate) async fn drive(address: String, cycle: usize, seen: Arc<Mutex<Acknowledged>>) {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
         .build()

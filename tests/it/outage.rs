@@ -112,7 +112,9 @@ impl PrivatePostgres {
 
     fn up(&self) -> bool {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            // The WAL writer's longest pause: a commit that did not wait for its flush stays in
+            // the server's buffers long enough for a crash to lose it.
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c wal_writer_delay=10s",
             self.port,
             self.dir.path().display()
         );
@@ -243,5 +245,98 @@ async fn while_the_database_is_down_requests_get_503_and_the_service_recovers_wi
             .await
             .status(),
         StatusCode::OK
+    );
+}
+
+/// The server itself crashes under load: an immediate stop (its processes quit at once, so WAL
+/// still in its buffers is lost, as in a crash of the server), five times at random moments. The engines
+/// commit without waiting for the disk and answer after a flush barrier
+/// (`database.flush_barrier`, on by default): every push answered 201 must be stored afterwards,
+/// every task answered as popped still dispatched, none popped twice. With answers sent before
+/// the barrier, this fails. `KAT_CRASH_SEED` replays the moments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_work_survives_a_database_crash_under_load() {
+    let Some(pg) = PrivatePostgres::start() else {
+        return;
+    };
+    let seed = std::env::var("KAT_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("database crash test: KAT_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let uri = format!("postgresql://postgres@127.0.0.1:{}/postgres", pg.port);
+    let app = spawn_app_on(TestDb::external(&uri), Backend::Postgres, |s| {
+        s.database.connect_timeout_secs = 2;
+        assert!(s.database.flush_barrier, "the barrier is the default");
+    })
+    .await;
+    let mut pushed: Vec<String> = Vec::new();
+    let mut popped: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for cycle in 0..5 {
+        let seen =
+            std::sync::Arc::new(std::sync::Mutex::new(crate::crash::Acknowledged::default()));
+        let load = tokio::spawn(crate::crash::drive(
+            app.address.clone(),
+            cycle,
+            seen.clone(),
+        ));
+        let moment = Duration::from_millis(300 + rng.next() % 500);
+        tokio::time::sleep(moment).await; // the random crash moment, not a wait for a state
+        assert!(pg.down(), "the private PostgreSQL stops at once");
+        load.await.unwrap();
+        assert!(pg.up(), "the private PostgreSQL starts again");
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
+        eprintln!(
+            "crash {} after {moment:?}: {} pushes and {} pops acknowledged",
+            cycle + 1,
+            seen.pushes.len(),
+            seen.pops.len()
+        );
+        for id in seen.pops {
+            assert!(
+                popped.insert(id.clone()),
+                "task {id} popped twice (seed {seed})"
+            );
+        }
+        pushed.extend(seen.pushes);
+
+        // Back in service (the engines answer 503 for a second after a failed connect).
+        let mut status = StatusCode::SERVICE_UNAVAILABLE;
+        for _ in 0..10 {
+            status = app.get("/tasks?limit=1").await.status();
+            if status == StatusCode::OK {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert_eq!(status, StatusCode::OK, "the service recovered");
+        for id in &pushed {
+            let resp = app.get_task(id).await;
+            assert_eq!(
+                resp.status(),
+                StatusCode::OK,
+                "acknowledged push {id} lost in crash {} (seed {seed})",
+                cycle + 1
+            );
+        }
+        for id in &popped {
+            assert_eq!(
+                app.task(id).await["status"],
+                "dispatched",
+                "acknowledged pop of {id} undone by crash {} (seed {seed})",
+                cycle + 1
+            );
+        }
+    }
+    assert!(
+        !pushed.is_empty() && !popped.is_empty(),
+        "the load did some work before the crashes"
     );
 }

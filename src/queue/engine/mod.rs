@@ -12,7 +12,9 @@
 //! 3. **write** what the batch decided (one statement per kind of write: inserts, updates, the
 //!    heap tasks dispatched), plus a [`refill`] from pending, in one transaction (or one
 //!    autocommitted statement when that is all it takes);
-//! 4. **answer** each caller, only after the commit.
+//! 4. **answer** each caller, only after the commit is durable: on PostgreSQL with
+//!    `database.flush_barrier`, the commit does not wait for the disk and the answers wait for
+//!    a flush barrier shared by all engines ([`flush`]) while the engine goes on.
 //!
 //! Requests that arrive while a commit is in flight wait in the channel and form the next batch,
 //! so commits are grouped without any timer. If a batch fails, the state may hold changes that
@@ -23,6 +25,7 @@
 mod batch;
 mod cancel;
 pub(crate) mod command;
+mod flush;
 mod in_flight;
 mod lease;
 mod patch;
@@ -38,13 +41,14 @@ mod testing;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use diesel::Connection;
+use diesel::connection::SimpleConnection;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
@@ -67,9 +71,15 @@ use crate::storage::{self, AnyConnection, Backend, DbConn, DbPool, StorageError,
 /// timeout.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
+/// How often an engine with nothing to do looks for tasks whose pop answers went undelivered
+/// after a flush barrier.
+const GIVE_BACK_POLL: Duration = Duration::from_millis(100);
+
 /// The running engines; stops them in order.
 pub struct EngineHandle {
     engines: Vec<(SyncSender<Command>, JoinHandle<()>)>,
+    /// The flush thread, which stops once every engine has.
+    flush: Option<JoinHandle<()>>,
 }
 
 impl EngineHandle {
@@ -83,6 +93,11 @@ impl EngineHandle {
             if join.join().is_err() {
                 error!("a queue engine thread panicked");
             }
+        }
+        if let Some(join) = self.flush
+            && join.join().is_err()
+        {
+            error!("the WAL flush thread panicked");
         }
     }
 }
@@ -103,6 +118,13 @@ pub(crate) fn start_all(
     // once (not after busy_timeout) if another connection wrote in between. So on SQLite the
     // engines take turns writing; PostgreSQL lets them write side by side.
     let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(())));
+    let (flush, flush_join) = if backend == Backend::Postgres && config.flush_barrier {
+        let (f, join) = flush::Flush::start(pool.clone())
+            .map_err(|e| StorageError::Unavailable(format!("cannot start a thread: {e}")))?;
+        (Some(f), Some(join))
+    } else {
+        (None, None)
+    };
     for s in SchedulerId::ALL {
         let (tx, rx) = std::sync::mpsc::sync_channel(config.channel_capacity);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -120,6 +142,8 @@ pub(crate) fn start_all(
             dirty: true,
             down_since: None,
             undelivered: Vec::new(),
+            flush: flush.clone(),
+            given_back: Arc::default(),
         };
         let join = std::thread::Builder::new()
             .name(format!("engine-{s}"))
@@ -150,7 +174,11 @@ pub(crate) fn start_all(
         }
     }
     let senders: Vec<SyncSender<Command>> = engines.iter().map(|(tx, _)| tx.clone()).collect();
-    let handle = EngineHandle { engines };
+    drop(flush);
+    let handle = EngineHandle {
+        engines,
+        flush: flush_join,
+    };
     if let Some(e) = first_error {
         handle.shutdown();
         return Err(e);
@@ -171,7 +199,7 @@ struct Engine {
     write_lock: Option<Arc<Mutex<()>>>,
     /// The engine's own connection, kept between batches; dropped after a failure so the next
     /// batch starts on a fresh one.
-    conn: Option<DbConn>,
+    conn: Option<EngineConn>,
     clock: SharedClock,
     max_batch: usize,
     /// Commands that waited longer than this are answered 503 without being applied.
@@ -188,6 +216,42 @@ struct Engine {
     /// Tasks popped and committed whose caller had gone when the answer was ready: they go back
     /// to the queue in the next batch instead of waiting out their lease.
     undelivered: Vec<Uuid>,
+    /// The flush barrier the answers wait for (PostgreSQL with `database.flush_barrier`).
+    flush: Option<flush::Flush>,
+    /// Undelivered pops found after a flush barrier, by the flush thread.
+    given_back: Arc<Mutex<Vec<Uuid>>>,
+}
+
+/// An engine's connection. With a flush barrier it commits without waiting for the disk
+/// (`synchronous_commit = off`), a setting it takes back before the connection returns to the
+/// pool, where others answer after their own commit.
+struct EngineConn {
+    conn: DbConn,
+    asynchronous: bool,
+}
+
+impl std::ops::Deref for EngineConn {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for EngineConn {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.conn
+    }
+}
+
+impl Drop for EngineConn {
+    fn drop(&mut self) {
+        if self.asynchronous
+            && let Err(e) = self.conn.batch_execute("RESET synchronous_commit")
+        {
+            // A connection that cannot take this is broken; the pool's check-out test drops it.
+            debug!(error = %e, "could not reset synchronous_commit on a returned connection");
+        }
+    }
 }
 
 /// Takes the shared write lock, if any; a panic in another engine does not make it unusable.
@@ -247,10 +311,25 @@ impl Engine {
 
     fn run(mut self, rx: Receiver<Command>) {
         loop {
+            self.undelivered.append(
+                &mut self
+                    .given_back
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
             let first = if self.undelivered.is_empty() {
-                match rx.recv() {
-                    Ok(cmd) => Some(cmd),
-                    Err(_) => break,
+                if self.flush.is_some() {
+                    // The flush thread may find undelivered pops while nothing else arrives.
+                    match rx.recv_timeout(GIVE_BACK_POLL) {
+                        Ok(cmd) => Some(cmd),
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                } else {
+                    match rx.recv() {
+                        Ok(cmd) => Some(cmd),
+                        Err(_) => break,
+                    }
                 }
             } else {
                 // Answers went undelivered: give those tasks back now, with whatever is waiting.
@@ -281,11 +360,16 @@ impl Engine {
         debug!(scheduler.id = %self.scheduler(), "queue engine stopped");
     }
 
-    fn connection(&mut self) -> Result<DbConn, StorageError> {
-        match self.conn.take() {
-            Some(c) => Ok(c),
-            None => storage::checkout(&self.pool),
+    fn connection(&mut self) -> Result<EngineConn, StorageError> {
+        if let Some(c) = self.conn.take() {
+            return Ok(c);
         }
+        let mut conn = storage::checkout(&self.pool)?;
+        let asynchronous = self.flush.is_some();
+        if asynchronous {
+            conn.batch_execute("SET synchronous_commit = off")?;
+        }
+        Ok(EngineConn { conn, asynchronous })
     }
 
     /// Rebuilds the state from the table.
@@ -521,59 +605,95 @@ impl Engine {
         Ok((d, rows, statements))
     }
 
-    /// Answers every command from the committed rows.
+    /// Answers every command from the committed rows, once they are durable: at once, or after
+    /// the next flush barrier.
     fn answer(&mut self, batch: Batch, d: Decisions, rows: HashMap<Uuid, TaskRow>) {
-        let task = |id: &Uuid| -> Result<Task, QueueError> {
-            rows.get(id)
-                .cloned()
-                .ok_or_else(|| QueueError::Internal(format!("task {id} vanished from its batch")))?
-                .into_task()
-                .map_err(QueueError::from)
+        let s = self.scheduler();
+        let Some(flush) = &self.flush else {
+            let back = deliver(s, batch, d, rows);
+            self.undelivered.extend(back);
+            return;
         };
-        for (r, outs) in batch.pushes.into_iter().zip(d.pushes) {
-            r.answer(Ok(outs
-                .into_iter()
-                .map(|out| {
-                    out.and_then(|(id, created)| {
-                        Ok(PushOutcome {
-                            task: task(&id)?,
-                            created,
-                        })
-                    })
-                })
-                .collect()));
-        }
-        for (r, out) in batch.patches.into_iter().zip(d.patches) {
-            r.answer(out.and_then(|id| task(&id)));
-        }
-        for (r, out) in batch.expiries.into_iter().zip(d.expiries) {
-            r.answer(out);
-        }
-        for (r, ids) in batch.cancels.into_iter().zip(d.cancels) {
-            r.answer(Ok(ids));
-        }
-        for (r, n) in batch.rescores.into_iter().zip(d.rescores) {
-            r.answer(Ok(n));
-        }
-        for (r, ids) in batch.pops.into_iter().zip(d.pops) {
-            let found: Vec<Task> = ids.iter().filter_map(|id| task(id).ok()).collect();
-            if found.len() < ids.len() {
-                warn!(
-                    scheduler.id = %self.scheduler(),
-                    missing = ids.len() - found.len(),
-                    "heap held tasks the table no longer has queued; skipped"
-                );
+        let given_back = self.given_back.clone();
+        flush.after_flush(Box::new(move |flushed| {
+            let back = match flushed {
+                Ok(()) => deliver(s, batch, d, rows),
+                Err(e) => {
+                    // Whether these pops survive is unknown: give their tasks back either way.
+                    let popped: Vec<Uuid> = d.pops.iter().flatten().copied().collect();
+                    batch.fail(&e);
+                    popped
+                }
+            };
+            if !back.is_empty() {
+                given_back
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend(back);
             }
-            let handed: Vec<Uuid> = found.iter().map(|t| t.id).collect();
-            if !r.answer(Ok(found)) && !handed.is_empty() {
-                // Committed, but the caller is gone: nobody will run these tasks.
-                info!(scheduler.id = %self.scheduler(), tasks = handed.len(), "pop answer not delivered; the tasks go back to the queue");
-                self.undelivered.extend(handed);
-            }
-        }
+        }));
     }
 }
 
+/// Answers every command of a batch from its committed rows; returns the tasks popped whose
+/// caller had gone.
+fn deliver(
+    scheduler: SchedulerId,
+    batch: Batch,
+    d: Decisions,
+    rows: HashMap<Uuid, TaskRow>,
+) -> Vec<Uuid> {
+    let mut undelivered = Vec::new();
+    let task = |id: &Uuid| -> Result<Task, QueueError> {
+        rows.get(id)
+            .cloned()
+            .ok_or_else(|| QueueError::Internal(format!("task {id} vanished from its batch")))?
+            .into_task()
+            .map_err(QueueError::from)
+    };
+    for (r, outs) in batch.pushes.into_iter().zip(d.pushes) {
+        r.answer(Ok(outs
+            .into_iter()
+            .map(|out| {
+                out.and_then(|(id, created)| {
+                    Ok(PushOutcome {
+                        task: task(&id)?,
+                        created,
+                    })
+                })
+            })
+            .collect()));
+    }
+    for (r, out) in batch.patches.into_iter().zip(d.patches) {
+        r.answer(out.and_then(|id| task(&id)));
+    }
+    for (r, out) in batch.expiries.into_iter().zip(d.expiries) {
+        r.answer(out);
+    }
+    for (r, ids) in batch.cancels.into_iter().zip(d.cancels) {
+        r.answer(Ok(ids));
+    }
+    for (r, n) in batch.rescores.into_iter().zip(d.rescores) {
+        r.answer(Ok(n));
+    }
+    for (r, ids) in batch.pops.into_iter().zip(d.pops) {
+        let found: Vec<Task> = ids.iter().filter_map(|id| task(id).ok()).collect();
+        if found.len() < ids.len() {
+            warn!(
+                scheduler.id = %scheduler,
+                missing = ids.len() - found.len(),
+                "heap held tasks the table no longer has queued; skipped"
+            );
+        }
+        let handed: Vec<Uuid> = found.iter().map(|t| t.id).collect();
+        if !r.answer(Ok(found)) && !handed.is_empty() {
+            // Committed, but the caller is gone: nobody will run these tasks.
+            info!(scheduler.id = %scheduler, tasks = handed.len(), "pop answer not delivered; the tasks go back to the queue");
+            undelivered.extend(handed);
+        }
+    }
+    undelivered
+}
 /// Executes a batch's writes and its refill; returns the rows of heap tasks dispatched by id.
 fn write(
     c: &mut AnyConnection,
