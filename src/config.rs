@@ -392,8 +392,9 @@ pub struct DatabaseSettings {
     pub connect_timeout_secs: u64,
     /// PostgreSQL: engines commit without waiting for the write-ahead log to reach disk and
     /// answer after a shared flush barrier, so one flush serves every batch committed meanwhile
-    /// and an engine works on its next batch during it; every answer stays durable. When false,
-    /// each commit waits for its own flush.
+    /// and an engine works on its next batch during it; every answer stays durable. Off by
+    /// default: on the project's 2-core machine it cost a fifth of the pops (docs/BENCHMARKS.md);
+    /// it is for servers whose flush is slow. When false, each commit waits for its own flush.
     pub flush_barrier: bool,
 }
 
@@ -498,7 +499,7 @@ impl Default for Settings {
                 pool_size: DEFAULT_POOL_SIZE,
                 migrate: true,
                 connect_timeout_secs: DEFAULT_CONNECT_TIMEOUT_SECS,
-                flush_barrier: true,
+                flush_barrier: false,
             },
             logging: LoggingSettings {
                 format: LogFormat::Text,
@@ -733,7 +734,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_DB_FLUSH_BARRIER",
         "database.flush_barrier",
-        "PostgreSQL: group WAL flushes behind a shared barrier (default true)",
+        "PostgreSQL: group WAL flushes behind a shared barrier (default false)",
     ),
     (
         "SCHEDULER_LOGGING_FORMAT",

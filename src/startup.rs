@@ -191,11 +191,12 @@ impl Application {
         let clock_for_cron = clock.clone();
         let clock_for_listener = clock;
         let (pool, target) = open_database(&settings).await?;
+        let backend = target.backend();
         info!(database = %target.display(), "database ready");
         let queue_config = settings.queue_config();
         let p = pool.clone();
         let (broker, engine) = tokio::task::spawn_blocking(move || {
-            Broker::start(p, target.backend(), broker_clock, queue_config)
+            Broker::start(p, backend, broker_clock, queue_config)
         })
         .await?
         .context("cannot load the queue from the database")?;
@@ -213,7 +214,10 @@ impl Application {
             info!(tokens = ?tokens, "bearer tokens required");
         }
         let catalogue = build_catalogue(&settings, clock_for_listener.clone())?;
-        let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits);
+        let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits)
+            .with_links_under_barrier(
+                backend == crate::storage::Backend::Postgres && settings.database.flush_barrier,
+            );
         let scorer = Arc::new(Scorer::new(settings.scoring()));
         let cadence = Cadence {
             grace: Duration::from_secs(settings.cron.grace_period_secs),

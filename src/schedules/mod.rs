@@ -123,6 +123,9 @@ pub struct Schedules {
     pool: DbPool,
     clock: SharedClock,
     limits: Limits,
+    /// Links commit without waiting for the disk: every caller of [`Schedules::link`] pushes the
+    /// linked work next and answers after that push, whose flush barrier covers the link too.
+    links_under_barrier: bool,
 }
 
 fn is_unique_violation(e: &diesel::result::Error) -> bool {
@@ -139,7 +142,16 @@ impl Schedules {
             pool,
             clock,
             limits,
+            links_under_barrier: false,
         }
+    }
+
+    /// Lets links commit without waiting for the disk, when the pushes that follow them are
+    /// answered only after a flush barrier (PostgreSQL with `database.flush_barrier`).
+    #[must_use]
+    pub fn with_links_under_barrier(mut self, on: bool) -> Self {
+        self.links_under_barrier = on;
+        self
     }
 
     async fn db<T: Send + 'static>(
@@ -355,7 +367,19 @@ impl Schedules {
         if rows.is_empty() {
             return Ok(hashes.iter().map(|_| None).collect());
         }
-        let ids = self.db(move |c| Ok(schedules::ensure(c, &rows)?)).await?;
+        let asynchronous = self.links_under_barrier;
+        let ids = self
+            .db(move |c| {
+                if !asynchronous {
+                    return Ok(schedules::ensure(c, &rows)?);
+                }
+                c_transaction(c, |c| {
+                    use diesel::connection::SimpleConnection;
+                    c.batch_execute("SET LOCAL synchronous_commit = off")?;
+                    Ok(schedules::ensure(c, &rows)?)
+                })
+            })
+            .await?;
         Ok(hashes
             .into_iter()
             .map(|h| {

@@ -443,31 +443,121 @@ pub fn transition(
     now: NaiveDateTime,
     lease_expires_at: Option<NaiveDateTime>,
 ) -> QueryResult<Vec<TaskRow>> {
+    let pg = Backend::of(conn) == Backend::Postgres;
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
         // The rows are named by `(id, expected status)` pairs joined in, not by `status = 'x'
         // AND id IN (…)`, so that the primary key finds each row directly whatever a planner
         // thinks of a constant status.
-        out.extend(write_returning(conn, |q, pg| {
+        let update_tasks = |q: &mut Sql| {
             q.push("UPDATE tasks SET status = ")
                 .bind(to.as_str())
                 .push(", modified_at = ")
                 .bind(now)
                 .push(", lease_expires_at = ")
-                .bind(Bind::OptTime(lease_expires_at))
-                .push(" FROM (VALUES ");
-            for (i, id) in chunk.iter().enumerate() {
-                q.push(if i == 0 { "(" } else { ", (" })
-                    .bind(id.as_str())
-                    .push(", ")
-                    .bind(from.as_str())
-                    .push(")");
+                .bind(Bind::OptTime(lease_expires_at));
+        };
+        if !from.is_waiting() {
+            out.extend(write_returning(conn, |q, pg| {
+                update_tasks(q);
+                q.push(" FROM ");
+                push_pick(q, chunk, from);
+                q.push(" WHERE tasks.id = pick.pid AND tasks.status = pick.was")
+                    .push(&returning(pg));
+            })?);
+            continue;
+        }
+        // From a waiting status the queue row says the same status, so it is found by the same
+        // pairs: deleted (the task stops waiting; a pop) or given the new status. Both sides
+        // change exactly the tasks still in `from`.
+        let queue_side = |q: &mut Sql, pick: &str| {
+            if to.is_waiting() {
+                q.push("UPDATE task_queue SET status = ")
+                    .bind(to.as_str())
+                    .push(", modified_at = ")
+                    .bind(now)
+                    .push(&format!(
+                        " FROM {pick} WHERE task_queue.task_id = pick.pid \
+                         AND task_queue.status = pick.was"
+                    ));
+            } else {
+                q.push(&format!(
+                    "DELETE FROM task_queue USING {pick} WHERE task_queue.task_id = pick.pid \
+                     AND task_queue.status = pick.was"
+                ));
             }
-            q.push(") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2")
-                .push(&returning(pg));
-        })?);
+        };
+        if pg {
+            // One statement, cheap to plan: the pairs once, the queue side, the task side.
+            let mut q = sql(conn, "WITH pick (pid, was) AS (VALUES ");
+            push_pairs(&mut q, chunk, from);
+            q.push("), queue AS (");
+            queue_side(&mut q, "pick");
+            q.push(") ");
+            update_tasks(&mut q);
+            q.push(&format!(
+                " FROM pick WHERE tasks.id = pick.pid AND tasks.status = pick.was \
+                 RETURNING {COLUMNS}"
+            ));
+            out.extend(q.load::<TaskRow>(conn)?);
+        } else {
+            let mut q = sql(conn, "");
+            queue_side_sqlite(&mut q, chunk, from, to, now);
+            q.execute(conn)?;
+            let mut t = sql(conn, "");
+            update_tasks(&mut t);
+            t.push(" FROM ");
+            push_pick(&mut t, chunk, from);
+            t.push(&format!(
+                " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {COLUMNS}"
+            ));
+            out.extend(t.load::<TaskRow>(conn)?);
+        }
     }
     Ok(out)
+}
+
+/// Appends `(id, status), …` for `ids`, each expected in `was`.
+fn push_pairs(q: &mut Sql, ids: &[String], was: TaskStatus) {
+    for (i, id) in ids.iter().enumerate() {
+        q.push(if i == 0 { "(" } else { ", (" })
+            .bind(id.as_str())
+            .push(", ")
+            .bind(was.as_str())
+            .push(")");
+    }
+}
+
+/// Appends `(SELECT column1 AS pid, column2 AS was FROM (VALUES …)) AS pick`.
+fn push_pick(q: &mut Sql, ids: &[String], was: TaskStatus) {
+    q.push("(SELECT column1 AS pid, column2 AS was FROM (VALUES ");
+    push_pairs(q, ids, was);
+    q.push(")) AS pick");
+}
+
+/// The queue side of a transition from a waiting status, on SQLite (no data-modifying CTEs):
+/// the rows still in `from` deleted, or moved to `to` when that is a waiting status too.
+fn queue_side_sqlite(
+    q: &mut Sql,
+    ids: &[String],
+    from: TaskStatus,
+    to: TaskStatus,
+    now: NaiveDateTime,
+) {
+    if to.is_waiting() {
+        q.push("UPDATE task_queue SET status = ")
+            .bind(to.as_str())
+            .push(", modified_at = ")
+            .bind(now)
+            .push(" WHERE status = ")
+            .bind(from.as_str())
+            .push(" AND task_id IN ");
+    } else {
+        q.push("DELETE FROM task_queue WHERE status = ")
+            .bind(from.as_str())
+            .push(" AND task_id IN ");
+    }
+    q.bind_list(ids.iter().map(String::as_str));
 }
 
 /// New priorities for waiting tasks, each only while it still has the status it is named with
