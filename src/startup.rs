@@ -215,9 +215,7 @@ impl Application {
         }
         let catalogue = build_catalogue(&settings, clock_for_listener.clone())?;
         let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits)
-            .with_links_under_barrier(
-                backend == crate::storage::Backend::Postgres && settings.database.flush_barrier,
-            );
+            .with_asynchronous_links(backend == crate::storage::Backend::Postgres);
         let scorer = Arc::new(Scorer::new(settings.scoring()));
         let cadence = Cadence {
             grace: Duration::from_secs(settings.cron.grace_period_secs),

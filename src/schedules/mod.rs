@@ -123,9 +123,14 @@ pub struct Schedules {
     pool: DbPool,
     clock: SharedClock,
     limits: Limits,
-    /// Links commit without waiting for the disk: every caller of [`Schedules::link`] pushes the
-    /// linked work next and answers after that push, whose flush barrier covers the link too.
-    links_under_barrier: bool,
+    /// Links commit without waiting for the disk (PostgreSQL). Every caller of
+    /// [`Schedules::link`] pushes the linked work next and answers after that push is durable;
+    /// the push commits after the link, and PostgreSQL's WAL is one sequence, so the flush that
+    /// makes the push durable (its own, or the flush barrier's) makes the link durable too. The
+    /// one exception is a push that writes nothing (the same work already waits): a schedule
+    /// created for it is flushed by PostgreSQL's WAL writer within `wal_writer_delay`, and if a
+    /// crash loses it first, the next push of that work creates it again.
+    asynchronous_links: bool,
 }
 
 fn is_unique_violation(e: &diesel::result::Error) -> bool {
@@ -142,15 +147,14 @@ impl Schedules {
             pool,
             clock,
             limits,
-            links_under_barrier: false,
+            asynchronous_links: false,
         }
     }
 
-    /// Lets links commit without waiting for the disk, when the pushes that follow them are
-    /// answered only after a flush barrier (PostgreSQL with `database.flush_barrier`).
+    /// Lets links commit without waiting for the disk (on PostgreSQL; see the field).
     #[must_use]
-    pub fn with_links_under_barrier(mut self, on: bool) -> Self {
-        self.links_under_barrier = on;
+    pub fn with_asynchronous_links(mut self, on: bool) -> Self {
+        self.asynchronous_links = on;
         self
     }
 
@@ -367,7 +371,7 @@ impl Schedules {
         if rows.is_empty() {
             return Ok(hashes.iter().map(|_| None).collect());
         }
-        let asynchronous = self.links_under_barrier;
+        let asynchronous = self.asynchronous_links;
         let ids = self
             .db(move |c| {
                 if !asynchronous {

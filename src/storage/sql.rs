@@ -64,6 +64,8 @@ pub struct Sql {
     backend: Backend,
     text: String,
     binds: Vec<Bind>,
+    /// Where each bind's placeholder sits in `text` (start, end), for [`Sql::load_prepared`].
+    spans: Vec<(usize, usize)>,
 }
 
 impl Sql {
@@ -73,6 +75,7 @@ impl Sql {
             backend,
             text: text.to_owned(),
             binds: Vec::new(),
+            spans: Vec::new(),
         }
     }
 
@@ -90,12 +93,14 @@ impl Sql {
     /// Appends a placeholder bound to `value`.
     pub fn bind(&mut self, value: impl Into<Bind>) -> &mut Self {
         self.binds.push(value.into());
+        let start = self.text.len();
         match self.backend {
             Backend::Postgres => {
                 let _ = write!(self.text, "${}", self.binds.len());
             }
             Backend::Sqlite => self.text.push('?'),
         }
+        self.spans.push((start, self.text.len()));
         self
     }
 
@@ -145,6 +150,24 @@ impl Sql {
         q
     }
 
+    /// Runs the statement as a prepared statement the connection keeps (keyed by its text), and
+    /// decodes every row: PostgreSQL parses and plans it once per connection instead of on every
+    /// run. Only for statements whose text does not depend on their values (a fixed number of
+    /// binds, values such as id lists passed as one JSON bind), or the cache would grow with
+    /// every new text.
+    pub fn load_prepared<T>(self, conn: &mut AnyConnection) -> QueryResult<Vec<T>>
+    where
+        T: diesel::deserialize::QueryableByName<MultiBackend> + 'static,
+    {
+        Prepared(self).load(conn)
+    }
+
+    /// Runs the statement as a kept prepared statement (see [`Sql::load_prepared`]); returns the
+    /// number of rows it touched.
+    pub fn execute_prepared(self, conn: &mut AnyConnection) -> QueryResult<usize> {
+        Prepared(self).execute(conn)
+    }
+
     /// Runs the statement and decodes every row.
     pub fn load<T>(self, conn: &mut AnyConnection) -> QueryResult<Vec<T>>
     where
@@ -173,6 +196,51 @@ impl Sql {
         self.build().execute(conn)
     }
 }
+
+/// A statement diesel may keep prepared. diesel's own raw-SQL queries mark themselves unsafe to
+/// cache (their text could be anything); this one's callers promise a fixed text
+/// ([`Sql::load_prepared`]).
+struct Prepared(Sql);
+
+impl diesel::query_builder::QueryFragment<MultiBackend> for Prepared {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, MultiBackend>,
+    ) -> QueryResult<()> {
+        let Sql {
+            text, binds, spans, ..
+        } = &self.0;
+        let mut at = 0;
+        for (bind, (start, end)) in binds.iter().zip(spans) {
+            out.push_sql(&text[at..*start]);
+            match bind {
+                Bind::Text(v) => out.push_bind_param::<Text, _>(v)?,
+                Bind::OptText(v) => out.push_bind_param::<Nullable<Text>, _>(v)?,
+                Bind::BigInt(v) => out.push_bind_param::<BigInt, _>(v)?,
+                Bind::OptBigInt(v) => out.push_bind_param::<Nullable<BigInt>, _>(v)?,
+                Bind::Int(v) => out.push_bind_param::<Integer, _>(v)?,
+                Bind::Double(v) => out.push_bind_param::<Double, _>(v)?,
+                Bind::Bool(v) => out.push_bind_param::<Bool, _>(v)?,
+                Bind::Time(v) => out.push_bind_param::<Timestamp, _>(v)?,
+                Bind::OptTime(v) => out.push_bind_param::<Nullable<Timestamp>, _>(v)?,
+            }
+            at = *end;
+        }
+        out.push_sql(&text[at..]);
+        Ok(())
+    }
+}
+
+impl diesel::query_builder::QueryId for Prepared {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl diesel::query_builder::Query for Prepared {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
+impl<Conn> RunQueryDsl<Conn> for Prepared {}
 
 #[cfg(test)]
 mod tests {

@@ -254,7 +254,7 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
                  INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM x \
                  WHERE status IN ('pending', 'queued')"
             ));
-            q.execute(conn)?;
+            q.execute_prepared(conn)?;
         }
         return Ok(());
     }
@@ -356,11 +356,13 @@ pub const UPDATE_CHUNK: usize = 1000;
 /// modified_at) back to their tasks, in one statement per [`UPDATE_CHUNK`] rows, and their queue
 /// rows with them.
 pub fn update(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> {
-    let pg = Backend::of(conn) == Backend::Postgres;
+    if Backend::of(conn) == Backend::Postgres {
+        return update_postgres(conn, rows);
+    }
     let mut changed = 0;
     for chunk in rows.chunks(UPDATE_CHUNK) {
-        let mut q = sql(conn, if pg { "WITH moved AS (" } else { "" });
-        q.push(
+        let mut q = sql(
+            conn,
             "UPDATE tasks SET status = v.column2, priority = v.column3, attempts = v.column4, \
              lease_expires_at = v.column5, failure_reason = v.column6, modified_at = v.column7 \
              FROM (VALUES ",
@@ -383,18 +385,62 @@ pub fn update(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> 
                 .push(")");
         }
         q.push(") AS v WHERE tasks.id = v.column1");
-        if pg {
-            q.push(" RETURNING tasks.*)")
-                .push(&pg_sync())
-                .push("SELECT COUNT(*) AS count FROM moved");
-            changed += q
-                .load::<CountRow>(conn)?
-                .first()
-                .map_or(0, |r| usize::try_from(r.count).unwrap_or(0));
-        } else {
-            changed += q.execute(conn)?;
-            sync_queue(conn, chunk.iter().map(|r| (r.id.as_str(), r.status)))?;
-        }
+        changed += q.execute(conn)?;
+        sync_queue(conn, chunk.iter().map(|r| (r.id.as_str(), r.status)))?;
+    }
+    Ok(changed)
+}
+
+/// A row of [`update`] as `json_to_recordset` reads it.
+#[derive(serde::Serialize)]
+struct UpdateRecord<'a> {
+    id: &'a str,
+    status: &'a str,
+    priority: i64,
+    attempts: i32,
+    lease_expires_at: Option<String>,
+    failure_reason: Option<&'a str>,
+    modified_at: String,
+}
+
+/// [`update`] on PostgreSQL: the rows as one JSON document, so the statement's text is fixed and
+/// the connection keeps it prepared; the queue rows follow in the same statement.
+fn update_postgres(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> {
+    let mut changed = 0;
+    for chunk in rows.chunks(UPDATE_CHUNK) {
+        let records: Vec<UpdateRecord<'_>> = chunk
+            .iter()
+            .map(|r| UpdateRecord {
+                id: &r.id,
+                status: r.status.as_str(),
+                priority: r.priority,
+                attempts: r.attempts,
+                lease_expires_at: r.lease_expires_at.map(iso),
+                failure_reason: r.failure_reason.as_deref(),
+                modified_at: iso(r.modified_at),
+            })
+            .collect();
+        let json = serde_json::to_string(&records)
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        let mut q = sql(
+            conn,
+            "WITH moved AS (UPDATE tasks SET status = v.status, priority = v.priority, \
+             attempts = v.attempts, lease_expires_at = v.lease_expires_at, \
+             failure_reason = v.failure_reason, modified_at = v.modified_at \
+             FROM json_to_recordset(",
+        );
+        q.bind(json)
+            .push(
+                "::json) AS v(id text, status text, priority bigint, attempts integer, \
+                 lease_expires_at timestamp, failure_reason text, modified_at timestamp) \
+                 WHERE tasks.id = v.id RETURNING tasks.*)",
+            )
+            .push(&pg_sync())
+            .push("SELECT COUNT(*) AS count FROM moved");
+        changed += q
+            .load_prepared::<CountRow>(conn)?
+            .first()
+            .map_or(0, |r| usize::try_from(r.count).unwrap_or(0));
     }
     Ok(changed)
 }
@@ -488,10 +534,16 @@ pub fn transition(
             }
         };
         if pg {
-            // One statement, cheap to plan: the pairs once, the queue side, the task side.
-            let mut q = sql(conn, "WITH pick (pid, was) AS (VALUES ");
-            push_pairs(&mut q, chunk, from);
-            q.push("), queue AS (");
+            // One statement whose text is the same for any ids (they travel as one JSON array),
+            // so the connection keeps it prepared and PostgreSQL plans it once: the pairs, the
+            // queue side, the task side.
+            let ids = serde_json::to_string(chunk)
+                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+            let mut q = sql(conn, "WITH pick (pid, was) AS (SELECT value, ");
+            q.bind(from.as_str())
+                .push("::text FROM json_array_elements_text(")
+                .bind(ids)
+                .push("::json)), queue AS (");
             queue_side(&mut q, "pick");
             q.push(") ");
             update_tasks(&mut q);
@@ -499,7 +551,7 @@ pub fn transition(
                 " FROM pick WHERE tasks.id = pick.pid AND tasks.status = pick.was \
                  RETURNING {COLUMNS}"
             ));
-            out.extend(q.load::<TaskRow>(conn)?);
+            out.extend(q.load_prepared::<TaskRow>(conn)?);
         } else {
             let mut q = sql(conn, "");
             queue_side_sqlite(&mut q, chunk, from, to, now);

@@ -253,8 +253,9 @@ async fn while_the_database_is_down_requests_get_503_and_the_service_recovers_wi
 /// The engines commit without waiting for the disk and answer after a flush barrier
 /// (`database.flush_barrier`): every push answered 201 must be stored afterwards, every task
 /// answered as popped still dispatched, none popped twice. With answers sent before the
-/// barrier, this fails (about half the crashes find a lost answer). `KAT_CRASH_SEED` replays
-/// the moments.
+/// barrier, this fails (about half the crashes find a lost answer). Each push's schedule, which
+/// commits before it without waiting for the disk, must survive with it. `KAT_CRASH_SEED`
+/// replays the moments.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_work_survives_a_database_crash_under_load_with_the_flush_barrier() {
     database_crashes_under_load(true, 5).await;
@@ -334,6 +335,15 @@ async fn database_crashes_under_load(barrier: bool, crashes: usize) {
                 resp.status(),
                 StatusCode::OK,
                 "acknowledged push {id} lost in crash {} (seed {seed})",
+                cycle + 1
+            );
+            // Its schedule (committed before it without waiting for the disk) survived too.
+            let task: Value = resp.json().await.unwrap();
+            let schedule = task["schedule_id"].as_str().expect("a linked schedule");
+            assert_eq!(
+                app.get(&format!("/schedules/{schedule}")).await.status(),
+                StatusCode::OK,
+                "schedule of acknowledged push {id} lost in crash {} (seed {seed})",
                 cycle + 1
             );
         }
