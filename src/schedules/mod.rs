@@ -3,6 +3,8 @@
 //! schedules; it needs a cron expression or a deadline; without a deadline the next cron fire is
 //! it. The only writer of the `schedules` table.
 
+mod linker;
+
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -131,6 +133,8 @@ pub struct Schedules {
     /// created for it is flushed by PostgreSQL's WAL writer within `wal_writer_delay`, and if a
     /// crash loses it first, the next push of that work creates it again.
     asynchronous_links: bool,
+    /// The task that writes links in batches, started with the first link, shared by clones.
+    linker: std::sync::Arc<std::sync::OnceLock<linker::Linker>>,
 }
 
 fn is_unique_violation(e: &diesel::result::Error) -> bool {
@@ -148,6 +152,7 @@ impl Schedules {
             clock,
             limits,
             asynchronous_links: false,
+            linker: std::sync::Arc::default(),
         }
     }
 
@@ -371,18 +376,10 @@ impl Schedules {
         if rows.is_empty() {
             return Ok(hashes.iter().map(|_| None).collect());
         }
-        let asynchronous = self.asynchronous_links;
         let ids = self
-            .db(move |c| {
-                if !asynchronous {
-                    return Ok(schedules::ensure(c, &rows)?);
-                }
-                c_transaction(c, |c| {
-                    use diesel::connection::SimpleConnection;
-                    c.batch_execute("SET LOCAL synchronous_commit = off")?;
-                    Ok(schedules::ensure(c, &rows)?)
-                })
-            })
+            .linker
+            .get_or_init(|| linker::Linker::start(self.pool.clone(), self.asynchronous_links))
+            .ensure(rows)
             .await?;
         Ok(hashes
             .into_iter()
