@@ -11,12 +11,15 @@
 //! cargo bench --bench broker -- --ingest --messages 5000 --objects 20000   # a quick look
 //! cargo bench --bench broker -- --cron          # one tick over 1e5 due schedules; re-score of 1e6 (broker/cron.rs)
 //! cargo bench --bench broker -- --cron --due 10000 --rescore-tasks 100000   # a quick look
+//! cargo bench --bench broker -- --sqlite        # the embedded default: pops and pushes (broker/sqlite.rs)
+//! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
 //! ```
 //!
 //! Options: `--tasks N`, `--rounds R` (≥ 3), `--seconds S` per measurement, `--clients C` (HTTP,
 //! default 64), `--pg-clients P` (baseline, default 8), `--pg URL` (a maintenance database; the
 //! harness creates and drops its own), `--keep` (keep the databases). Scenarios: with none named
-//! the original measurements run (below); `--workers`, `--pending`, `--ingest` and `--cron` run only themselves, and
+//! the original measurements run (below); `--workers`, `--pending`, `--ingest`, `--cron` and
+//! `--sqlite` run only themselves, and
 //! `--default` adds the original measurements to them. `--depths D,D,…` (for `--workers`,
 //! default `10000,100000,1000000`; `1e5` works too), `--pending-queued Q` (default 100,000),
 //! `--pending-maxsize M` (default 10,000), `--rare K` (default 500); for `--ingest`,
@@ -109,6 +112,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 mod cron;
 #[path = "broker/ingest.rs"]
 mod ingest;
+#[path = "broker/sqlite.rs"]
+mod sqlite;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T> = std::result::Result<T, Error>;
@@ -153,6 +158,10 @@ struct Options {
     objects: usize,
     /// Organisations they are spread over.
     orgs: usize,
+    /// Run the SQLite scenario: the broker on its embedded default (`broker/sqlite.rs`).
+    sqlite: bool,
+    /// Another build of the broker to measure side by side in the SQLite scenario.
+    vs: Option<String>,
 }
 
 /// A count like `100000`, `100_000` or `1e5`.
@@ -194,6 +203,8 @@ fn options() -> Result<Options> {
         messages: 20_000,
         objects: 100_000,
         orgs: 10,
+        sqlite: false,
+        vs: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -226,6 +237,8 @@ fn options() -> Result<Options> {
             "--messages" => o.messages = count(&value()?)?,
             "--objects" => o.objects = count(&value()?)?,
             "--orgs" => o.orgs = count(&value()?)?,
+            "--sqlite" => o.sqlite = true,
+            "--vs" => o.vs = Some(value()?),
             "--bench" => {} // cargo bench passes this
             other => {
                 return Err(
@@ -239,7 +252,10 @@ fn options() -> Result<Options> {
             "--rounds must be at least 3 (figures are medians of alternating rounds)".into(),
         );
     }
-    if !o.workers && !o.pending && !o.ingest && !o.cron {
+    if o.vs.is_some() && !o.sqlite {
+        return Err("--vs is for the SQLite scenario (--sqlite)".into());
+    }
+    if !o.workers && !o.pending && !o.ingest && !o.cron && !o.sqlite {
         o.default_run = true;
     }
     o.depths.sort_unstable();
@@ -880,8 +896,13 @@ fn rss_bytes(pid: u32) -> Result<u64> {
 /// Starts the release binary on `db` and waits until it listens; reads its JSON log for the port
 /// and the heap rebuild time.
 fn start_broker(db: &str, maxsize: usize) -> Result<Broker> {
+    start_broker_bin(env!("CARGO_BIN_EXE_kat-scheduler"), db, maxsize)
+}
+
+/// [`start_broker`] with another build of the broker (`--vs`).
+fn start_broker_bin(bin: &str, db: &str, maxsize: usize) -> Result<Broker> {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kat-scheduler"))
+    let mut child = Command::new(bin)
         .env("SCHEDULER_DB_URI", db)
         .env("SCHEDULER_API_HOST", "127.0.0.1")
         .env("SCHEDULER_API_PORT", "0")
@@ -1823,6 +1844,9 @@ fn main() -> Result<()> {
     }
     if o.cron {
         line.push(cron::run_cron(&o, &base)?);
+    }
+    if o.sqlite {
+        line.push(sqlite::run_sqlite(&o)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {
