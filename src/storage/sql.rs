@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 
 use chrono::NaiveDateTime;
 use diesel::QueryResult;
-use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::query_dsl::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, Text, Timestamp};
 
@@ -64,7 +63,7 @@ pub struct Sql {
     backend: Backend,
     text: String,
     binds: Vec<Bind>,
-    /// Where each bind's placeholder sits in `text` (start, end), for [`Sql::load_prepared`].
+    /// Where each bind's placeholder sits in `text` (start, end), replaced by the bind when run.
     spans: Vec<(usize, usize)>,
 }
 
@@ -132,24 +131,6 @@ impl Sql {
         self.binds.len()
     }
 
-    fn build(self) -> BoxedSqlQuery<'static, MultiBackend, SqlQuery> {
-        let mut q = diesel::sql_query(self.text).into_boxed::<MultiBackend>();
-        for b in self.binds {
-            q = match b {
-                Bind::Text(v) => q.bind::<Text, _>(v),
-                Bind::OptText(v) => q.bind::<Nullable<Text>, _>(v),
-                Bind::BigInt(v) => q.bind::<BigInt, _>(v),
-                Bind::Int(v) => q.bind::<Integer, _>(v),
-                Bind::Double(v) => q.bind::<Double, _>(v),
-                Bind::Bool(v) => q.bind::<Bool, _>(v),
-                Bind::Time(v) => q.bind::<Timestamp, _>(v),
-                Bind::OptTime(v) => q.bind::<Nullable<Timestamp>, _>(v),
-                Bind::OptBigInt(v) => q.bind::<Nullable<BigInt>, _>(v),
-            };
-        }
-        q
-    }
-
     /// Runs the statement as a prepared statement the connection keeps (keyed by its text), and
     /// decodes every row: PostgreSQL parses and plans it once per connection instead of on every
     /// run. Only for statements whose text does not depend on their values (a fixed number of
@@ -159,13 +140,13 @@ impl Sql {
     where
         T: diesel::deserialize::QueryableByName<MultiBackend> + 'static,
     {
-        Prepared(self).load(conn)
+        self.statement(true).load(conn)
     }
 
     /// Runs the statement as a kept prepared statement (see [`Sql::load_prepared`]); returns the
     /// number of rows it touched.
     pub fn execute_prepared(self, conn: &mut AnyConnection) -> QueryResult<usize> {
-        Prepared(self).execute(conn)
+        self.statement(true).execute(conn)
     }
 
     /// Runs the statement and decodes every row.
@@ -173,7 +154,7 @@ impl Sql {
     where
         T: diesel::deserialize::QueryableByName<MultiBackend> + 'static,
     {
-        self.build().load(conn)
+        self.statement(false).load(conn)
     }
 
     /// Runs the statement and hands each decoded row to `each`, without collecting them (for
@@ -183,7 +164,7 @@ impl Sql {
         T: diesel::deserialize::QueryableByName<MultiBackend> + 'static,
     {
         for row in self
-            .build()
+            .statement(false)
             .load_iter::<T, diesel::connection::DefaultLoadingMode>(conn)?
         {
             each(row?);
@@ -193,23 +174,34 @@ impl Sql {
 
     /// Runs the statement; returns the number of rows it touched.
     pub fn execute(self, conn: &mut AnyConnection) -> QueryResult<usize> {
-        self.build().execute(conn)
+        self.statement(false).execute(conn)
+    }
+
+    fn statement(self, keep: bool) -> Statement {
+        Statement { sql: self, keep }
     }
 }
 
-/// A statement diesel may keep prepared. diesel's own raw-SQL queries mark themselves unsafe to
-/// cache (their text could be anything); this one's callers promise a fixed text
-/// ([`Sql::load_prepared`]).
-struct Prepared(Sql);
+/// What diesel runs: the text with each placeholder handed over as a typed bind. `keep`: the
+/// connection may keep it prepared (its callers promise a fixed text, [`Sql::load_prepared`]);
+/// otherwise it is marked unsafe to cache, as diesel's own raw-SQL queries mark themselves,
+/// since their text changes with the number of values.
+struct Statement {
+    sql: Sql,
+    keep: bool,
+}
 
-impl diesel::query_builder::QueryFragment<MultiBackend> for Prepared {
+impl diesel::query_builder::QueryFragment<MultiBackend> for Statement {
     fn walk_ast<'b>(
         &'b self,
         mut out: diesel::query_builder::AstPass<'_, 'b, MultiBackend>,
     ) -> QueryResult<()> {
+        if !self.keep {
+            out.unsafe_to_cache_prepared();
+        }
         let Sql {
             text, binds, spans, ..
-        } = &self.0;
+        } = &self.sql;
         let mut at = 0;
         for (bind, (start, end)) in binds.iter().zip(spans) {
             out.push_sql(&text[at..*start]);
@@ -231,16 +223,16 @@ impl diesel::query_builder::QueryFragment<MultiBackend> for Prepared {
     }
 }
 
-impl diesel::query_builder::QueryId for Prepared {
+impl diesel::query_builder::QueryId for Statement {
     type QueryId = ();
     const HAS_STATIC_QUERY_ID: bool = false;
 }
 
-impl diesel::query_builder::Query for Prepared {
+impl diesel::query_builder::Query for Statement {
     type SqlType = diesel::sql_types::Untyped;
 }
 
-impl<Conn> RunQueryDsl<Conn> for Prepared {}
+impl<Conn> RunQueryDsl<Conn> for Statement {}
 
 #[cfg(test)]
 mod tests {

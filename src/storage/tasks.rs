@@ -553,20 +553,47 @@ pub fn transition(
             ));
             out.extend(q.load_prepared::<TaskRow>(conn)?);
         } else {
-            let mut q = sql(conn, "");
-            queue_side_sqlite(&mut q, chunk, from, to, now);
-            q.execute(conn)?;
-            let mut t = sql(conn, "");
-            update_tasks(&mut t);
-            t.push(" FROM ");
-            push_pick(&mut t, chunk, from);
-            t.push(&format!(
-                " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {COLUMNS}"
-            ));
-            out.extend(t.load::<TaskRow>(conn)?);
+            out.extend(transition_from_waiting_sqlite(
+                conn,
+                chunk,
+                (from, to),
+                now,
+                lease_expires_at,
+                COLUMNS,
+            )?);
         }
     }
     Ok(out)
+}
+
+/// A transition from a waiting status on SQLite (no data-modifying CTEs), for up to [`CHUNK`]
+/// ids: the queue side, then the tasks still in `from`, returning `columns` of each.
+fn transition_from_waiting_sqlite<T>(
+    conn: &mut AnyConnection,
+    ids: &[String],
+    (from, to): (TaskStatus, TaskStatus),
+    now: NaiveDateTime,
+    lease_expires_at: Option<NaiveDateTime>,
+    columns: &str,
+) -> QueryResult<Vec<T>>
+where
+    T: diesel::deserialize::QueryableByName<super::MultiBackend> + 'static,
+{
+    let mut q = sql(conn, "");
+    queue_side_sqlite(&mut q, ids, from, to, now);
+    q.execute(conn)?;
+    let mut t = sql(conn, "UPDATE tasks SET status = ");
+    t.bind(to.as_str())
+        .push(", modified_at = ")
+        .bind(now)
+        .push(", lease_expires_at = ")
+        .bind(Bind::OptTime(lease_expires_at))
+        .push(" FROM ");
+    push_pick(&mut t, ids, from);
+    t.push(&format!(
+        " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {columns}"
+    ));
+    t.load(conn)
 }
 
 /// Appends `(id, status), …` for `ids`, each expected in `was`.
@@ -812,25 +839,17 @@ pub fn refill(
         .push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
         .bind(limit);
     let ids: Vec<String> = q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect();
-    let moved: Vec<String> = transition(
-        conn,
-        &ids,
-        TaskStatus::Pending,
-        TaskStatus::Queued,
-        now,
-        None,
-    )?
-    .into_iter()
-    .map(|r| r.id)
-    .collect();
-    let mut out = Vec::with_capacity(moved.len());
-    for chunk in moved.chunks(CHUNK) {
-        let mut q = sql(
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        // The moved tasks' heap columns come back from the update itself.
+        out.extend(transition_from_waiting_sqlite(
             conn,
-            &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE task_id IN "),
-        );
-        q.bind_list(chunk.iter().map(String::as_str));
-        out.extend(q.load::<HeapRow>(conn)?);
+            chunk,
+            (TaskStatus::Pending, TaskStatus::Queued),
+            now,
+            None,
+            HEAP_COLUMNS,
+        )?);
     }
     Ok(out)
 }
