@@ -19,13 +19,13 @@
 //! default 64), `--pg-clients P` (baseline, default 8), `--pg URL` (a maintenance database; the
 //! harness creates and drops its own), `--keep` (keep the databases). Scenarios: with none named
 //! the original measurements run (below); `--workers`, `--pending`, `--ingest`, `--cron` and
-//! `--sqlite` run only themselves, and
-//! `--default` adds the original measurements to them. `--depths D,D,…` (for `--workers`,
-//! default `10000,100000,1000000`; `1e5` works too), `--pending-queued Q` (default 100,000),
-//! `--pending-maxsize M` (default 10,000), `--rare K` (default 500); for `--ingest`,
-//! `--messages M` per listener round (default 20,000), `--objects O` per ColdStart round (default
-//! 100,000) over `--orgs K` organisations (default 10). Counts (`--tasks` too) take `100_000` or
-//! `1e5`.
+//! `--sqlite` run only themselves, and `--default` adds the original measurements to them.
+//! `--depths D,D,…` (for `--workers`, default `10000,100000,1000000`; `1e5` works too),
+//! `--pending-queued Q` (default 100,000), `--pending-maxsize M` (default 10,000; also the heap
+//! bound of `--sqlite`), `--rare K` (default 500); for `--ingest`, `--messages M` per listener
+//! round (default 20,000), `--objects O` per ColdStart round (default 100,000) over `--orgs K`
+//! organisations (default 10). `--vs PATH` (for `--sqlite`): another build of the broker. Counts
+//! (`--tasks` too) take `100_000` or `1e5`.
 //!
 //! What the original run measures, each as the median of the rounds:
 //! - pops/s and p50/p99 at full load: the broker (64 keep-alive HTTP clients, `POST pop?limit=1`,

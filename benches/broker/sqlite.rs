@@ -3,7 +3,10 @@
 //! measured as users run it.
 //!
 //! A fresh file per broker, seeded with `--tasks` N tasks by pushes over HTTP (64 clients over the
-//! three schedulers; the seeding's rate is reported too), then per round: pops at full load
+//! three schedulers; the seeding's rate is reported too) into heaps of `--pending-maxsize` M
+//! (default 10,000) per scheduler, so that with N above 3M work waits in `pending` as it does
+//! wherever a backlog builds up: pops refill the heap from it, pushes beyond the bound go there.
+//! Then per round: pops at full load
 //! (`POST /schedulers/{id}/pop?limit=1` over the three schedulers), pushes at full load (new
 //! boefje, normalizer and report tasks, as in the original run), and the no-op route. Beside
 //! them, SQLite alone on a file of its own with the same pragmas, from this process,
@@ -53,6 +56,24 @@ struct Subject {
     acked: Vec<String>,
     /// Per pop run: commands per engine transaction, µs applying and µs in all per transaction.
     pop_engine: Vec<[f64; 3]>,
+}
+
+impl Subject {
+    fn new(label: &'static str, bin: &str, file: PathBuf) -> Subject {
+        Subject {
+            label,
+            bin: bin.to_owned(),
+            file,
+            broker: None,
+            seed: Figure::default(),
+            pops: Vec::new(),
+            pushes: Vec::new(),
+            noop: Vec::new(),
+            popped: HashSet::new(),
+            acked: Vec::new(),
+            pop_engine: Vec::new(),
+        }
+    }
 }
 
 #[derive(QueryableByName)]
@@ -270,7 +291,9 @@ pub(super) fn run_sqlite(o: &Options) -> Result<String> {
 }
 
 fn run_in(o: &Options, dir: &Path) -> Result<String> {
-    let maxsize = o.tasks * 2 + 1_000_000;
+    // A heap smaller than the backlog, as where work piles up: pops refill the heap from
+    // `pending`, pushes beyond the bound wait there.
+    let maxsize = o.pending_maxsize;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -294,33 +317,13 @@ fn run_in(o: &Options, dir: &Path) -> Result<String> {
         dir.display()
     );
 
-    let mut subjects = vec![Subject {
-        label: "this build",
-        bin: env!("CARGO_BIN_EXE_kat-scheduler").to_owned(),
-        file: dir.join("this.db"),
-        broker: None,
-        seed: Figure::default(),
-        pops: Vec::new(),
-        pushes: Vec::new(),
-        noop: Vec::new(),
-        popped: HashSet::new(),
-        acked: Vec::new(),
-        pop_engine: Vec::new(),
-    }];
+    let mut subjects = vec![Subject::new(
+        "this build",
+        env!("CARGO_BIN_EXE_kat-scheduler"),
+        dir.join("this.db"),
+    )];
     if let Some(vs) = &o.vs {
-        subjects.push(Subject {
-            label: "--vs build",
-            bin: vs.clone(),
-            file: dir.join("vs.db"),
-            broker: None,
-            seed: Figure::default(),
-            pops: Vec::new(),
-            pushes: Vec::new(),
-            noop: Vec::new(),
-            popped: HashSet::new(),
-            acked: Vec::new(),
-            pop_engine: Vec::new(),
-        });
+        subjects.push(Subject::new("--vs build", vs, dir.join("vs.db")));
     }
     for s in &mut subjects {
         let uri = format!("sqlite://{}", s.file.display());
@@ -330,6 +333,18 @@ fn run_in(o: &Options, dir: &Path) -> Result<String> {
         s.seed = f;
         s.acked.extend(ids);
         s.broker = Some(broker);
+        println!(
+            "{}: seeded; {} queued (heaps of {maxsize} per scheduler), {} pending",
+            s.label,
+            sqlite_number(
+                &s.file,
+                "SELECT COUNT(*) AS n FROM tasks WHERE status = 'queued'"
+            )?,
+            sqlite_number(
+                &s.file,
+                "SELECT COUNT(*) AS n FROM tasks WHERE status = 'pending'"
+            )?
+        );
     }
 
     let mut base_pop = Vec::new();

@@ -109,17 +109,7 @@ async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
     let Some(db) = TestDb::create(backend).await else {
         return;
     };
-    let seed = std::env::var("KAT_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("crash test on {backend:?}: KAT_CRASH_SEED={seed}");
+    let seed = seed_from_env("KAT_CRASH_SEED", &format!("crash test on {backend:?}"));
     let mut rng = Rng(seed);
     let client = reqwest::Client::new();
     let mut pushed: Vec<String> = Vec::new();

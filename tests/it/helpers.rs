@@ -552,6 +552,23 @@ pub async fn detail(resp: Response) -> String {
     }
 }
 
+/// A seed for an [`Rng`]: from `var` when it holds a number (to replay a failure), else from the
+/// clock; printed with `what`, so a failing run says how to replay it.
+pub fn seed_from_env(var: &str, what: &str) -> u64 {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("{what}: {var}={seed}");
+    seed
+}
+
 /// A small deterministic generator (xorshift64*), so a failure reproduces from its seed.
 pub struct Rng(pub u64);
 

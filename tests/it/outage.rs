@@ -271,17 +271,10 @@ async fn database_crashes_under_load(barrier: bool, crashes: usize) {
     let Some(pg) = PrivatePostgres::start() else {
         return;
     };
-    let seed = std::env::var("KAT_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("database crash test (flush barrier {barrier}): KAT_CRASH_SEED={seed}");
+    let seed = seed_from_env(
+        "KAT_CRASH_SEED",
+        &format!("database crash test (flush barrier {barrier})"),
+    );
     let mut rng = Rng(seed);
     let uri = format!("postgresql://postgres@127.0.0.1:{}/postgres", pg.port);
     let app = spawn_app_on(TestDb::external(&uri), Backend::Postgres, |s| {
