@@ -25,6 +25,7 @@
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start |
 //! | [`telemetry`] | the tracing subscriber |
+//! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the catalogue of every metric, the text format |
 //! | [`startup`] | builds the service and owns the shutdown order |
 //!
 //! The binary (`src/main.rs`) only parses the command line and calls into [`startup`].
@@ -38,6 +39,7 @@ pub mod cron;
 pub mod domain;
 pub mod frontier;
 pub mod listener;
+pub mod metrics;
 pub mod planner;
 pub mod processes;
 pub mod queue;

@@ -13,6 +13,7 @@ use tracing::info;
 
 use crate::clock::SharedClock;
 use crate::config::Settings;
+use crate::metrics::Metrics;
 use std::sync::Arc;
 
 use crate::api::health::Observed;
@@ -132,9 +133,10 @@ fn build_cron(
     broker: &Broker,
     catalogue: &Catalogue,
     scorer: &Arc<Scorer>,
+    clock: SharedClock,
 ) -> Cron {
     let c = &settings.cron;
-    Cron::new(PerScheduler::from_fn(|s| {
+    let tables = PerScheduler::from_fn(|s| {
         let mut table = CronTable::default();
         if s != SchedulerId::Normalizer {
             table.push(Reschedule {
@@ -177,7 +179,8 @@ fn build_cron(
             ));
         }
         table
-    }))
+    });
+    Cron::new(tables, broker.metrics().clone(), clock)
 }
 
 /// How often finished tasks past their retention are looked for.
@@ -196,7 +199,13 @@ impl Application {
         let queue_config = settings.queue_config();
         let p = pool.clone();
         let (broker, engine) = tokio::task::spawn_blocking(move || {
-            Broker::start(p, backend, broker_clock, queue_config)
+            Broker::start(
+                p,
+                backend,
+                broker_clock,
+                queue_config,
+                Arc::new(Metrics::default()),
+            )
         })
         .await?
         .context("cannot load the queue from the database")?;
@@ -285,7 +294,14 @@ impl Application {
             octopoes,
             bytes: clients.bytes().map_err(|e| anyhow!(e))?,
         });
-        let cron = build_cron(&settings, &pool, &broker, &catalogue, &scorer);
+        let cron = build_cron(
+            &settings,
+            &pool,
+            &broker,
+            &catalogue,
+            &scorer,
+            clock_for_cron.clone(),
+        );
         let app_broker = broker.clone();
         let keep_alive = match settings.api.keep_alive_secs {
             0 => actix_web::http::KeepAlive::Disabled,

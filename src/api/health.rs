@@ -1,8 +1,6 @@
 //! `/`, `/health` and `/metrics`.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
 
 use actix_web::{HttpResponse, get, web};
 use serde_json::{Value, json};
@@ -15,9 +13,8 @@ use crate::clients::catalogue::Catalogue;
 use crate::clients::katalogus::Katalogus;
 use crate::clients::octopoes::Octopoes;
 use crate::coldstart::ColdStartStatus;
-use crate::domain::SchedulerId;
 use crate::listener::ListenerStatus;
-use crate::queue::{Broker, SchedulerSnapshot};
+use crate::queue::Broker;
 
 /// What `/health` reports beside the database: the background processes' state and, when asked
 /// (`externals=true`, as mula), whether the platform's services answer.
@@ -168,90 +165,18 @@ pub async fn health(
     }
 }
 
-/// Prometheus metrics: per scheduler the heap size, its bound and the pending backlog.
+/// Prometheus metrics: heaps, requests and their latency, transitions, leases, batches, the
+/// listener, ColdStart, cron entries and the connection pool (docs/OPERATIONS.md lists them).
 #[utoipa::path(
     tag = "health",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
 )]
 #[get("/metrics")]
-pub async fn metrics(broker: web::Data<Broker>) -> HttpResponse {
-    let snapshots = broker.schedulers();
-    let mut out = String::new();
-    type Gauge = (&'static str, &'static str, fn(&SchedulerSnapshot) -> u64);
-    let gauges: [Gauge; 3] = [
-        (
-            "scheduler_qsize",
-            "Tasks queued in the scheduler's heap.",
-            |s| s.qsize,
-        ),
-        (
-            "scheduler_pending",
-            "Tasks waiting outside the full heap.",
-            |s| s.pending,
-        ),
-        (
-            "scheduler_maxsize",
-            "The bound of the scheduler's heap.",
-            |s| s.maxsize as u64,
-        ),
-    ];
-    for (name, help, get) in gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for s in &snapshots {
-            let _ = writeln!(out, "{name}{{scheduler_id=\"{}\"}} {}", s.id, get(s));
-        }
-    }
-    let e = broker.engine_counters();
-    let counters: [(&str, &str, u64); 7] = [
-        (
-            "scheduler_engine_batches_total",
-            "Transactions the queue engine committed.",
-            e.batches.load(Ordering::Relaxed),
-        ),
-        (
-            "scheduler_engine_commands_total",
-            "Pushes, pops and patches answered from committed batches.",
-            e.commands.load(Ordering::Relaxed),
-        ),
-        (
-            "scheduler_engine_failed_batches_total",
-            "Batches rolled back.",
-            e.failed_batches.load(Ordering::Relaxed),
-        ),
-        (
-            "scheduler_engine_apply_microseconds_total",
-            "Time spent reading and deciding batches, before their writes.",
-            e.apply_micros.load(Ordering::Relaxed),
-        ),
-        (
-            "scheduler_engine_batch_microseconds_total",
-            "Time from a batch's first read to the end of its commit.",
-            e.batch_micros.load(Ordering::Relaxed),
-        ),
-        (
-            "scheduler_engine_statements_total",
-            "Statements written by committed batches.",
-            e.statements.load(Ordering::Relaxed),
-        ),
-        (
-            "scheduler_engine_shed_total",
-            "Commands answered without being applied: pops whose caller had gone, commands that waited too long.",
-            e.shed.load(Ordering::Relaxed),
-        ),
-    ];
-    for (name, help, value) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP app_settings_info Build information.\n# TYPE app_settings_info gauge\napp_settings_info{{version=\"{}\",schedulers=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION"),
-        SchedulerId::ALL.map(|s| s.as_str()).join(",")
-    );
+pub async fn metrics(
+    broker: web::Data<Broker>,
+    observed: web::Data<Arc<Observed>>,
+) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(out)
+        .body(super::metrics::page(&broker, &observed))
 }

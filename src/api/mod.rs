@@ -7,6 +7,7 @@ pub mod dto;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod metrics;
 pub mod schedulers;
 pub mod schedules;
 pub mod tasks;

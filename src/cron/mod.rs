@@ -27,7 +27,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
+use crate::clock::SharedClock;
 use crate::domain::{PerScheduler, SchedulerId};
+use crate::metrics::Metrics;
 use table::CronTable;
 
 /// A tick: the component it is for, its sequence number, and the time it stands for.
@@ -62,13 +64,18 @@ pub struct TickReport {
 #[derive(Clone)]
 pub struct Cron {
     tables: Arc<PerScheduler<Mutex<CronTable>>>,
+    metrics: Arc<Metrics>,
+    clock: SharedClock,
 }
 
 impl Cron {
-    /// The cron over these tables.
-    pub fn new(tables: PerScheduler<CronTable>) -> Self {
+    /// The cron over these tables; each entry's run is timed into `metrics`, its lag read on
+    /// `clock` (the clock the ticks are made on).
+    pub fn new(tables: PerScheduler<CronTable>, metrics: Arc<Metrics>, clock: SharedClock) -> Self {
         Self {
             tables: Arc::new(tables.map(Mutex::new)),
+            metrics,
+            clock,
         }
     }
 
@@ -76,6 +83,6 @@ impl Cron {
     /// with a tick of their own time).
     pub async fn run(&self, tick: Tick) -> TickReport {
         let mut table = self.tables[tick.component].lock().await;
-        table.run(&tick).await
+        table.run(&tick, &self.metrics, &self.clock).await
     }
 }

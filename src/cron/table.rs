@@ -10,7 +10,11 @@ use std::pin::Pin;
 use chrono::{DateTime, Utc};
 use tracing::{debug, warn};
 
+use std::time::Instant;
+
 use super::{EntryReport, Tick, TickReport};
+use crate::clock::SharedClock;
+use crate::metrics::Metrics;
 use crate::storage::{self, DbPool, StorageError};
 
 /// What an entry's action came to: a summary for logs and tests, or why it failed.
@@ -70,8 +74,10 @@ impl CronTable {
         self.entries.iter().map(|e| e.name()).collect()
     }
 
-    /// Runs every entry for `tick`, in order; one entry failing does not stop the next.
-    pub async fn run(&mut self, tick: &Tick) -> TickReport {
+    /// Runs every entry for `tick`, in order; one entry failing does not stop the next. Each
+    /// action's duration, and how late it started after the tick's time on `clock`, go to
+    /// `metrics`.
+    pub async fn run(&mut self, tick: &Tick, metrics: &Metrics, clock: &SharedClock) -> TickReport {
         let mut report = TickReport::default();
         for e in &self.entries {
             let mut r = EntryReport::default();
@@ -79,13 +85,25 @@ impl CronTable {
                 r.ran = true;
                 r.summary = match e.schedule_next(tick).await {
                     Err(why) => format!("not run: {why}"),
-                    Ok(()) => match e.action(tick).await {
-                        Ok(s) => s,
-                        Err(why) => {
-                            warn!(component = %tick.component, entry = e.name(), error = %why, "cron entry failed");
-                            format!("failed: {why}")
+                    Ok(()) => {
+                        let lag = (clock.now() - tick.at).to_std().unwrap_or_default();
+                        let started = Instant::now();
+                        let outcome = e.action(tick).await;
+                        metrics.cron_run(
+                            tick.component.as_str(),
+                            e.name(),
+                            lag,
+                            started.elapsed(),
+                            outcome.is_err(),
+                        );
+                        match outcome {
+                            Ok(s) => s,
+                            Err(why) => {
+                                warn!(component = %tick.component, entry = e.name(), error = %why, "cron entry failed");
+                                format!("failed: {why}")
+                            }
                         }
-                    },
+                    }
                 };
                 debug!(component = %tick.component, entry = e.name(), seq = tick.seq, summary = %r.summary, "cron entry ran");
             }

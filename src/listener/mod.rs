@@ -45,6 +45,8 @@ const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// Longest wait for RabbitMQ to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the listener asks RabbitMQ how many messages wait in its queues (its lag).
+const LAG_EVERY: Duration = Duration::from_secs(1);
 
 /// Where to listen.
 #[derive(Debug, Clone)]
@@ -107,6 +109,8 @@ pub struct QueueFigures {
     pub dead_lettered: u64,
     /// Messages handed back to be tried again.
     pub retried: u64,
+    /// Messages ready in the queue, not yet delivered (the listener's lag; read once a second).
+    pub ready: u64,
 }
 
 #[derive(Debug, Default)]
@@ -116,6 +120,7 @@ struct Counters {
     acked: AtomicU64,
     dead_lettered: AtomicU64,
     retried: AtomicU64,
+    ready: AtomicU64,
 }
 
 /// The listener's state, shared with the API.
@@ -175,6 +180,7 @@ impl ListenerStatus {
                 acked: c.acked.load(Ordering::Relaxed),
                 dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
                 retried: c.retried.load(Ordering::Relaxed),
+                ready: c.ready.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -293,6 +299,8 @@ impl Listener {
             "AMQP listener consuming"
         );
         let most = usize::from(self.config.prefetch).clamp(1, BATCH_MAX);
+        let mut lag = tokio::time::interval(LAG_EVERY);
+        lag.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let (source, first) = tokio::select! {
                 () = token.cancelled() => {
@@ -301,6 +309,11 @@ impl Listener {
                     let _ = raw_channel.close(200, "shutting down".into()).await;
                     let _ = conn.close(200, "shutting down".into()).await;
                     return Ok(());
+                }
+                _ = lag.tick() => {
+                    self.read_lag(Source::Mutations, &mut_channel, &self.config.mutations_queue).await?;
+                    self.read_lag(Source::RawFiles, &raw_channel, &self.config.raw_files_queue).await?;
+                    continue;
                 }
                 d = mutations.next() => (Source::Mutations, d),
                 d = raw_files.next() => (Source::RawFiles, d),
@@ -313,6 +326,26 @@ impl Listener {
             let batch = gather(first, consumer, most)?;
             self.handle(source, channel, batch, token).await?;
         }
+    }
+
+    /// Asks RabbitMQ how many messages wait in `queue` (a passive declare: it changes nothing).
+    async fn read_lag(
+        &self,
+        source: Source,
+        channel: &Channel,
+        queue: &str,
+    ) -> Result<(), lapin::Error> {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let q = channel
+            .queue_declare(queue.into(), passive, FieldTable::default())
+            .await?;
+        self.status.counters[source as usize]
+            .ready
+            .store(u64::from(q.message_count()), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Handles a batch of one queue's deliveries: decides each, then acks, dead-letters or hands

@@ -271,6 +271,9 @@ pub struct SchedulerHeap {
     by_hash: HashMap<[u8; 16], Uuid>,
     /// Per key field ([`KeyField::index`]): value → its tasks in pop order.
     keys: [HashMap<Arc<str>, KeySet>; KeyField::COUNT],
+    /// Every task by creation time, for the age of the oldest (a metric operators alert on);
+    /// rank order is by priority first, so the heap itself cannot tell.
+    by_age: BTreeSet<(i64, Uuid)>,
     maxsize: usize,
 }
 
@@ -317,6 +320,11 @@ impl HeapBuilder {
             map.shrink_to_fit();
         }
         self.heap.by_hash.shrink_to_fit();
+        self.heap.by_age = self
+            .entries
+            .iter()
+            .map(|(e, r)| (r.created_micros, e.id))
+            .collect();
         self.heap.queue = self.entries.into_iter().collect();
         self.heap
     }
@@ -330,6 +338,7 @@ impl SchedulerHeap {
             queue: DoublePriorityQueue::new(),
             by_hash: HashMap::new(),
             keys: Default::default(),
+            by_age: BTreeSet::new(),
             maxsize,
         }
     }
@@ -453,6 +462,7 @@ impl SchedulerHeap {
         if let Some(h) = entry.hash {
             self.by_hash.insert(h, entry.id);
         }
+        self.by_age.insert((rank.created_micros, entry.id));
         self.queue.push(entry, rank);
     }
 
@@ -464,6 +474,7 @@ impl SchedulerHeap {
     }
 
     fn forget(&mut self, entry: &Entry, rank: &Rank) {
+        self.by_age.remove(&(rank.created_micros, entry.id));
         if let Some(h) = entry.hash
             && self.by_hash.get(&h) == Some(&entry.id)
         {
@@ -506,6 +517,11 @@ impl SchedulerHeap {
     /// The best task, without taking it out.
     pub fn best(&self) -> Option<Rank> {
         self.queue.peek_min().map(|(_, r)| *r)
+    }
+
+    /// When the oldest task in the heap was created.
+    pub fn oldest_created(&self) -> Option<NaiveDateTime> {
+        self.by_age.first().map(|(c, _)| from_micros(*c))
     }
 
     /// The worst task, the one a better newcomer pushes out of a full heap.
@@ -664,6 +680,36 @@ mod tests {
 
     fn ids(heap: &mut SchedulerHeap) -> Vec<Uuid> {
         std::iter::from_fn(|| heap.pop_best()).collect()
+    }
+
+    #[test]
+    fn the_oldest_task_is_known_whatever_its_priority() {
+        let mut heap = SchedulerHeap::new(SchedulerId::Boefje, 10);
+        assert_eq!(heap.oldest_created(), None);
+        let (old, young, middle) = (
+            task(9, 10, "o", None),
+            task(1, 30, "o", None),
+            task(5, 20, "o", None),
+        );
+        for t in [&old, &young, &middle] {
+            heap.insert(t.clone());
+        }
+        assert_eq!(
+            heap.oldest_created(),
+            Some(t(10)),
+            "the oldest has the worst priority"
+        );
+        heap.pop_best();
+        assert_eq!(heap.oldest_created(), Some(t(10)));
+        heap.remove(&old.id);
+        assert_eq!(heap.oldest_created(), Some(t(20)));
+        // A re-rank keeps the age; a bulk build knows it too.
+        heap.rerank(&middle.id, 0, t(99));
+        assert_eq!(heap.oldest_created(), Some(t(20)));
+        let mut b = SchedulerHeap::builder(SchedulerId::Boefje, 10, 2);
+        b.push(task(1, 50, "o", None));
+        b.push(task(2, 40, "o", None));
+        assert_eq!(b.finish().oldest_created(), Some(t(40)));
     }
 
     #[test]

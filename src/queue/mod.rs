@@ -21,9 +21,9 @@ mod reads;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use utoipa::ToSchema;
@@ -33,6 +33,7 @@ use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::limits::Limits;
 use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStatus};
+use crate::metrics::{Metrics, Op};
 use crate::storage::{self, Backend, DbPool, StorageError};
 pub use engine::EngineHandle;
 use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request};
@@ -231,10 +232,15 @@ pub struct StatusCounts {
 pub(crate) struct Gauges {
     qsize: PerScheduler<AtomicU64>,
     pending: PerScheduler<AtomicU64>,
+    /// When the oldest task in the heap was created, in microseconds since the epoch;
+    /// `i64::MIN` for an empty heap.
+    oldest: PerScheduler<AtomicI64>,
     /// Microseconds since the epoch; `i64::MIN` for never.
     last_activity: PerScheduler<AtomicI64>,
     /// Engine counters, for `/metrics`.
     pub(crate) engine: EngineCounters,
+    /// Operations, transitions, lease expiries and batch sizes, for `/metrics`.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// What the engine has done since start: batches, commands, and time spent.
@@ -258,18 +264,30 @@ pub struct EngineCounters {
 }
 
 impl Gauges {
-    fn new() -> Self {
+    fn new(metrics: Arc<Metrics>) -> Self {
         Self {
+            metrics,
             qsize: Default::default(),
             pending: Default::default(),
+            oldest: PerScheduler::from_fn(|_| AtomicI64::new(i64::MIN)),
             last_activity: PerScheduler::from_fn(|_| AtomicI64::new(i64::MIN)),
             engine: EngineCounters::default(),
         }
     }
 
-    pub(crate) fn set(&self, s: SchedulerId, qsize: usize, pending: u64) {
+    pub(crate) fn set(
+        &self,
+        s: SchedulerId,
+        qsize: usize,
+        pending: u64,
+        oldest: Option<NaiveDateTime>,
+    ) {
         self.qsize[s].store(qsize as u64, Ordering::Relaxed);
         self.pending[s].store(pending, Ordering::Relaxed);
+        self.oldest[s].store(
+            oldest.map_or(i64::MIN, |t| t.and_utc().timestamp_micros()),
+            Ordering::Relaxed,
+        );
     }
 
     pub(crate) fn touch(&self, s: SchedulerId, at: DateTime<Utc>) {
@@ -303,8 +321,9 @@ impl Broker {
         backend: Backend,
         clock: SharedClock,
         config: QueueConfig,
+        metrics: Arc<Metrics>,
     ) -> Result<(Broker, EngineHandle), StorageError> {
-        let gauges = Arc::new(Gauges::new());
+        let gauges = Arc::new(Gauges::new(metrics));
         let routes = Arc::new(engine::Routes::default());
         let (txs, handle) = engine::start_all(&pool, backend, &clock, &config, &gauges, &routes)?;
         let broker = Broker {
@@ -364,11 +383,24 @@ impl Broker {
         scheduler: SchedulerId,
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
-        let task = push::prepare(scheduler, request, &self.inner.config.input)?;
-        self.call(scheduler, vec![task], Command::Push)
-            .await?
-            .pop()
-            .unwrap_or_else(|| Err(QueueError::Internal("a push went unanswered".into())))
+        let started = Instant::now();
+        let answer = match push::prepare(scheduler, request, &self.inner.config.input) {
+            Ok(task) => self
+                .call(scheduler, vec![task], Command::Push)
+                .await
+                .and_then(|mut a| {
+                    a.pop().unwrap_or_else(|| {
+                        Err(QueueError::Internal("a push went unanswered".into()))
+                    })
+                }),
+            Err(e) => Err(e),
+        };
+        self.record(scheduler, Op::Push, answer.is_ok(), started);
+        answer
+    }
+
+    fn record(&self, s: SchedulerId, op: Op, ok: bool, started: Instant) {
+        self.inner.gauges.metrics.op(s, op, ok, started.elapsed());
     }
 
     /// Whether `request` is a push `scheduler` takes as it is (the checks of a push that need no
@@ -396,10 +428,13 @@ impl Broker {
                 Err(e) => out.push(Some(Err(e))),
             }
         }
+        let started = Instant::now();
         let mut answers = if tasks.is_empty() {
             Vec::new()
         } else {
-            self.call(scheduler, tasks, Command::Push).await?
+            let answer = self.call(scheduler, tasks, Command::Push).await;
+            self.record(scheduler, Op::Push, answer.is_ok(), started);
+            answer?
         }
         .into_iter();
         Ok(out
@@ -422,20 +457,28 @@ impl Broker {
         limit: usize,
         filter: Option<FilterNode>,
     ) -> Result<Vec<Task>, QueueError> {
-        self.call(
-            scheduler,
-            PopRequest::new(scheduler, limit, filter),
-            Command::Pop,
-        )
-        .await
+        let started = Instant::now();
+        let answer = self
+            .call(
+                scheduler,
+                PopRequest::new(scheduler, limit, filter),
+                Command::Pop,
+            )
+            .await;
+        self.record(scheduler, Op::Pop, answer.is_ok(), started);
+        answer
     }
 
     /// Changes a task's status and/or priority; answered once committed. The change goes to the
     /// engine of the task's scheduler: known from memory for a task in flight, else read first.
     pub async fn patch(&self, id: Uuid, patch: TaskPatch) -> Result<Task, QueueError> {
+        let started = Instant::now();
         let scheduler = self.task_scheduler(id).await?;
-        self.call(scheduler, PatchRequest { id, patch }, Command::Patch)
-            .await
+        let answer = self
+            .call(scheduler, PatchRequest { id, patch }, Command::Patch)
+            .await;
+        self.record(scheduler, Op::Patch, answer.is_ok(), started);
+        answer
     }
 
     /// The scheduler a task belongs to: from memory for a task in flight, else read.
@@ -517,6 +560,11 @@ impl Broker {
                 return Ok(report);
             }
             let r = self.call(s, ids, Command::Expire).await?;
+            self.inner.gauges.metrics.lease_expiries(
+                s,
+                r.requeued.len() as u64,
+                r.failed.len() as u64,
+            );
             report.requeued.extend(r.requeued);
             report.failed.extend(r.failed);
         }
@@ -544,6 +592,36 @@ impl Broker {
                 .then(|| DateTime::from_timestamp_micros(last))
                 .flatten(),
         }
+    }
+
+    /// When the oldest task in `s`'s heap was created; `None` for an empty heap.
+    pub fn oldest_queued(&self, s: SchedulerId) -> Option<DateTime<Utc>> {
+        let m = self.inner.gauges.oldest[s].load(Ordering::Relaxed);
+        (m != i64::MIN)
+            .then(|| DateTime::from_timestamp_micros(m))
+            .flatten()
+    }
+
+    /// How long the oldest task in `s`'s heap has waited, on the broker's clock; `None` for an
+    /// empty heap.
+    pub fn oldest_queued_age(&self, s: SchedulerId) -> Option<Duration> {
+        self.oldest_queued(s)
+            .map(|t| (self.inner.clock.now() - t).to_std().unwrap_or_default())
+    }
+
+    /// Operations, transitions, lease expiries and batch sizes so far.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.gauges.metrics
+    }
+
+    /// The database pool's connections: (in use, idle, bound).
+    pub fn pool_state(&self) -> (u32, u32, u32) {
+        let st = self.inner.pool.state();
+        (
+            st.connections - st.idle_connections,
+            st.idle_connections,
+            self.inner.pool.max_size(),
+        )
     }
 
     /// The engine's counters.

@@ -264,6 +264,13 @@ async fn an_object_event_becomes_the_tasks_its_plugins_allow(backend: Backend) {
         .clone();
     assert_eq!(listener["additional"]["state"], "consuming");
     assert_eq!(listener["additional"]["queues"][0]["acked"], 3);
+    let metrics = s.app.get("/metrics").await.text().await.unwrap();
+    let acked = format!(
+        "scheduler_listener_messages_total{{queue=\"{}\",outcome=\"acked\"}} 3\n",
+        s.mutations
+    );
+    assert!(metrics.contains(&acked), "{metrics}");
+    assert!(metrics.contains("scheduler_listener_up 1\n"), "{metrics}");
     s.cleanup().await;
 }
 
@@ -318,6 +325,12 @@ async fn poison_is_dead_lettered_and_never_stalls_the_queue(backend: Backend) {
     let headers = first.properties.headers().clone().unwrap();
     let reason = headers.inner().get("x-kat-reason").unwrap();
     assert!(matches!(reason, AMQPValue::LongString(r) if r.to_string().starts_with("not JSON")));
+    let metrics = s.app.get("/metrics").await.text().await.unwrap();
+    let dead = format!(
+        "scheduler_listener_messages_total{{queue=\"{}\",outcome=\"dead_lettered\"}} 20\n",
+        s.mutations
+    );
+    assert!(metrics.contains(&dead), "{metrics}");
     s.cleanup().await;
 }
 

@@ -23,6 +23,7 @@ mod hostile_inputs;
 mod isolation;
 mod leases;
 mod listener;
+mod metrics;
 mod migrations;
 mod openapi;
 mod outage;

@@ -58,6 +58,20 @@ impl Writes {
             + self.reprioritised.len().div_ceil(update_chunk.max(1))
             + usize::from(self.refill > 0)
     }
+
+    /// Task rows these writes put in each status (a refill's are counted once it ran).
+    pub fn transitions(&self) -> Vec<(TaskStatus, u64)> {
+        let mut out: Vec<(TaskStatus, u64)> = self
+            .inserts
+            .iter()
+            .chain(&self.updates)
+            .map(|r| (r.status, 1))
+            .collect();
+        out.push((TaskStatus::Pending, self.evicted.len() as u64));
+        out.push((TaskStatus::Cancelled, self.cancelled.len() as u64));
+        out.push((TaskStatus::Dispatched, self.dispatched.len() as u64));
+        out
+    }
 }
 
 impl BatchRows {

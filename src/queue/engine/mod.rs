@@ -260,6 +260,17 @@ fn write_turn(lock: &Option<Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
         .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
+/// What a committed batch came to.
+struct Applied {
+    decisions: Decisions,
+    /// The rows to answer from.
+    rows: HashMap<Uuid, TaskRow>,
+    /// Statements written.
+    statements: usize,
+    /// Task rows written, by the status they were written in.
+    moved: Vec<(TaskStatus, u64)>,
+}
+
 /// What a batch decided, per command, before it is written.
 #[derive(Default)]
 struct Decisions {
@@ -405,6 +416,7 @@ impl Engine {
             self.scheduler(),
             self.state.heap.len(),
             self.state.pending.count(),
+            self.state.heap.oldest_created(),
         );
     }
 
@@ -462,12 +474,22 @@ impl Engine {
         let result = self.apply(&mut conn, &batch);
         let counters = &self.gauges.engine;
         match result {
-            Ok((decisions, rows, statements)) => {
+            Ok(Applied {
+                decisions,
+                rows,
+                statements,
+                moved,
+            }) => {
                 self.conn = Some(conn);
                 counters.batches.fetch_add(1, Ordering::Relaxed);
                 counters
                     .commands
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                let metrics = &self.gauges.metrics;
+                metrics.batch(self.scheduler(), batch.len());
+                for (status, n) in moved {
+                    metrics.transitions(self.scheduler(), status, n);
+                }
                 counters
                     .statements
                     .fetch_add(statements as u64, Ordering::Relaxed);
@@ -505,13 +527,8 @@ impl Engine {
         }
     }
 
-    /// Reads, decides and writes one batch. Returns the decisions, the rows to answer from and
-    /// how many statements were written.
-    fn apply(
-        &mut self,
-        conn: &mut AnyConnection,
-        batch: &Batch,
-    ) -> Result<(Decisions, HashMap<Uuid, TaskRow>, usize), StorageError> {
+    /// Reads, decides and writes one batch.
+    fn apply(&mut self, conn: &mut AnyConnection, batch: &Batch) -> Result<Applied, StorageError> {
         let started = Instant::now();
         let now = self.clock.now();
         let s = self.scheduler();
@@ -592,17 +609,24 @@ impl Engine {
         let lease = self.state.lease(now, TaskStatus::Dispatched);
         let state = &mut self.state;
         // On SQLite a write to `tasks` and its queue rows are separate statements.
-        let returned = if statements <= 1 && Backend::of(conn) == Backend::Postgres {
+        let (returned, refilled) = if statements <= 1 && Backend::of(conn) == Backend::Postgres {
             write(conn, state, &writes, now, lease)?
         } else {
             conn.transaction::<_, StorageError, _>(|c| write(c, state, &writes, now, lease))?
         };
+        let mut moved = writes.transitions();
+        moved.push((TaskStatus::Queued, refilled as u64));
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
         }
         let mut rows = rows.into_rows();
         rows.extend(returned);
-        Ok((d, rows, statements))
+        Ok(Applied {
+            decisions: d,
+            rows,
+            statements,
+            moved,
+        })
     }
 
     /// Answers every command from the committed rows, once they are durable: at once, or after
@@ -701,7 +725,7 @@ fn write(
     w: &Writes,
     now: DateTime<Utc>,
     lease: Option<chrono::NaiveDateTime>,
-) -> Result<HashMap<Uuid, TaskRow>, StorageError> {
+) -> Result<(HashMap<Uuid, TaskRow>, usize), StorageError> {
     let at = now.naive_utc();
     if !w.inserts.is_empty() {
         tasks::insert(c, &w.inserts)?;
@@ -745,9 +769,11 @@ fn write(
             out.insert(row.uuid()?, row);
         }
     }
+    let mut refilled = 0;
     if w.refill > 0 {
         let moved = tasks::refill(c, st.scheduler, w.refill, at)?;
-        refill::refilled(st, moved, w.refill).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        refilled = refill::refilled(st, moved, w.refill)
+            .map_err(|e| StorageError::Corrupt(e.to_string()))?;
     }
-    Ok(out)
+    Ok((out, refilled))
 }

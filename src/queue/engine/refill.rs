@@ -15,13 +15,14 @@ pub(crate) fn wanted(st: &QueueState) -> usize {
     st.heap.room().min(pending).min(REFILL_BATCH)
 }
 
-/// Takes in the rows a refill of `wanted` moved to `queued`.
+/// Takes in the rows a refill of `wanted` moved to `queued`; answers how many.
 pub(crate) fn refilled(
     st: &mut QueueState,
     moved: Vec<HeapRow>,
     wanted: usize,
-) -> Result<(), QueueError> {
-    let short = moved.len() < wanted;
+) -> Result<usize, QueueError> {
+    let n = moved.len();
+    let short = n < wanted;
     for row in moved {
         st.pending.remove(row.hash.as_deref());
         let task = heap_task_of(row)?;
@@ -32,7 +33,7 @@ pub(crate) fn refilled(
         // more.
         st.pending.correct(0);
     }
-    Ok(())
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -48,7 +49,10 @@ mod tests {
             st.pending.add(None);
         }
         assert_eq!(wanted(&st), 3);
-        refilled(&mut st, vec![heap_row(1), heap_row(2)], 3).unwrap();
+        assert_eq!(
+            refilled(&mut st, vec![heap_row(1), heap_row(2)], 3).unwrap(),
+            2
+        );
         assert_eq!(st.heap.len(), 2);
         assert_eq!(st.pending.count(), 0, "the table had only two");
         assert_eq!(wanted(&st), 0);

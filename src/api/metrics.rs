@@ -1,0 +1,160 @@
+//! The `/metrics` page: the figures recorded in [`crate::metrics::Metrics`] and those read from
+//! their owners at scrape time (the heaps, the engines' counters, the listener, ColdStart, the
+//! connection pool). Every name is in [`crate::metrics::CATALOGUE`].
+
+use std::sync::atomic::Ordering;
+
+use super::health::Observed;
+use crate::domain::SchedulerId;
+use crate::metrics::Exposition;
+use crate::queue::Broker;
+
+/// The page, in Prometheus' text format.
+pub fn page(broker: &Broker, observed: &Observed) -> String {
+    let mut out = Exposition::default();
+    heaps(&mut out, broker);
+    engine(&mut out, broker);
+    broker.metrics().write(&mut out);
+    listener(&mut out, observed);
+    coldstart(&mut out, observed);
+    pool(&mut out, broker);
+    out.family("app_settings_info");
+    out.sample(
+        "app_settings_info",
+        &[
+            ("version", env!("CARGO_PKG_VERSION")),
+            (
+                "schedulers",
+                &SchedulerId::ALL.map(|s| s.as_str()).join(","),
+            ),
+        ],
+        1.0,
+    );
+    out.finish()
+}
+
+fn heaps(out: &mut Exposition, broker: &Broker) {
+    let snapshots = broker.schedulers();
+    out.family("scheduler_qsize");
+    for s in &snapshots {
+        out.sample(
+            "scheduler_qsize",
+            &[("scheduler_id", s.id.as_str())],
+            s.qsize as f64,
+        );
+    }
+    out.family("scheduler_pending");
+    for s in &snapshots {
+        out.sample(
+            "scheduler_pending",
+            &[("scheduler_id", s.id.as_str())],
+            s.pending as f64,
+        );
+    }
+    out.family("scheduler_maxsize");
+    for s in &snapshots {
+        out.sample(
+            "scheduler_maxsize",
+            &[("scheduler_id", s.id.as_str())],
+            s.maxsize as f64,
+        );
+    }
+    out.family("scheduler_oldest_queued_age_seconds");
+    for s in &snapshots {
+        let age = broker
+            .oldest_queued_age(s.id)
+            .map_or(0.0, |d| d.as_secs_f64());
+        out.sample(
+            "scheduler_oldest_queued_age_seconds",
+            &[("scheduler_id", s.id.as_str())],
+            age,
+        );
+    }
+}
+
+fn engine(out: &mut Exposition, broker: &Broker) {
+    let e = broker.engine_counters();
+    for (name, value) in [
+        ("scheduler_engine_batches_total", &e.batches),
+        ("scheduler_engine_commands_total", &e.commands),
+        ("scheduler_engine_statements_total", &e.statements),
+        ("scheduler_engine_apply_microseconds_total", &e.apply_micros),
+        ("scheduler_engine_batch_microseconds_total", &e.batch_micros),
+        ("scheduler_engine_failed_batches_total", &e.failed_batches),
+        ("scheduler_engine_shed_total", &e.shed),
+    ] {
+        out.family(name);
+        out.sample(name, &[], value.load(Ordering::Relaxed) as f64);
+    }
+}
+
+fn listener(out: &mut Exposition, observed: &Observed) {
+    let figures = observed.listener.figures();
+    out.family("scheduler_listener_messages_total");
+    for f in &figures {
+        for (outcome, n) in [
+            ("received", f.received),
+            ("acked", f.acked),
+            ("dead_lettered", f.dead_lettered),
+            ("retried", f.retried),
+        ] {
+            out.sample(
+                "scheduler_listener_messages_total",
+                &[("queue", &f.queue), ("outcome", outcome)],
+                n as f64,
+            );
+        }
+    }
+    out.family("scheduler_listener_lag_messages");
+    for f in &figures {
+        out.sample(
+            "scheduler_listener_lag_messages",
+            &[("queue", &f.queue)],
+            f.ready as f64,
+        );
+    }
+    out.family("scheduler_listener_up");
+    let up = observed.listener.state() == "consuming";
+    out.sample("scheduler_listener_up", &[], f64::from(u8::from(up)));
+}
+
+fn coldstart(out: &mut Exposition, observed: &Observed) {
+    let f = observed.coldstart.figures();
+    out.family("scheduler_coldstart_objects");
+    for (kind, n) in [
+        ("loaded", f.objects_loaded),
+        ("known", f.objects_known),
+        ("planned", f.tasks_planned),
+        ("gone", f.objects_gone),
+    ] {
+        out.sample("scheduler_coldstart_objects", &[("kind", kind)], n as f64);
+    }
+    out.family("scheduler_coldstart_organisations");
+    for (state, n) in [
+        ("total", f.organisations),
+        ("done", f.organisations_done),
+        ("failed", f.organisations_failed),
+    ] {
+        out.sample(
+            "scheduler_coldstart_organisations",
+            &[("state", state)],
+            n as f64,
+        );
+    }
+    out.family("scheduler_coldstart_rounds_total");
+    out.sample("scheduler_coldstart_rounds_total", &[], f.rounds as f64);
+}
+
+fn pool(out: &mut Exposition, broker: &Broker) {
+    let (in_use, idle, max) = broker.pool_state();
+    out.family("scheduler_db_pool_connections");
+    for (state, n) in [("in_use", in_use), ("idle", idle)] {
+        out.sample(
+            "scheduler_db_pool_connections",
+            &[("state", state)],
+            f64::from(n),
+        );
+    }
+    out.family("scheduler_db_pool_max");
+    out.sample("scheduler_db_pool_max", &[], f64::from(max));
+}

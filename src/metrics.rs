@@ -1,0 +1,676 @@
+//! What the service counts for `/metrics`: the registry the engines, the cron tables and the API
+//! record into, its histograms, and the writer of Prometheus' text format.
+//!
+//! Recording is a few relaxed atomic adds: no lock on the paths that pops and pushes take.
+//! Figures that other parts already keep (heap depth, listener and ColdStart counters, the
+//! connection pool) are read from their owners when `/metrics` is scraped, not copied here.
+//! Every metric the service exposes is listed in [`CATALOGUE`], which `/metrics` takes its help
+//! texts from and docs/OPERATIONS.md is checked against.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::domain::{PerScheduler, TaskStatus};
+
+/// Latency buckets, in seconds: from a cached answer (0.5 ms) to a stalled disk (10 s).
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+/// Group-commit batch sizes, in commands per transaction.
+pub const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0];
+/// Cron entry durations, in seconds: a watchdog sweep to a re-score of a deep backlog.
+pub const CRON_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0];
+
+/// A Prometheus histogram: a count per bucket (not cumulative; the writer sums them), the sum
+/// of the observations and their count.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// One per bound, then one for `+Inf`.
+    buckets: Box<[AtomicU64]>,
+    /// The sum, in millionths of the unit (atomics hold integers).
+    sum_micro: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// An empty histogram over `bounds` (ascending).
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micro: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation of `value` (seconds, or a count).
+    pub fn observe(&self, value: f64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| value <= *b)
+            .unwrap_or(self.bounds.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_micro
+            .fetch_add((value.max(0.0) * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a duration, in seconds.
+    pub fn observe_duration(&self, d: Duration) {
+        self.observe(d.as_secs_f64());
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// The operations clients call on a queue, each counted and timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `POST /schedulers/{id}/push` and every other push (planner, cron).
+    Push = 0,
+    /// `POST /schedulers/{id}/pop`.
+    Pop = 1,
+    /// `PATCH /tasks/{id}`.
+    Patch = 2,
+}
+
+impl Op {
+    /// All of them, in label order.
+    pub const ALL: [Op; 3] = [Op::Push, Op::Pop, Op::Patch];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Push => "push",
+            Op::Pop => "pop",
+            Op::Patch => "patch",
+        }
+    }
+}
+
+/// One operation's figures on one scheduler.
+#[derive(Debug)]
+pub struct OpFigures {
+    /// Answered with a success.
+    pub ok: AtomicU64,
+    /// Answered with an error (refused, busy, unavailable).
+    pub errors: AtomicU64,
+    /// Time from the call to its answer, successes and errors alike.
+    pub latency: Histogram,
+}
+
+impl Default for OpFigures {
+    fn default() -> Self {
+        Self {
+            ok: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            latency: Histogram::new(LATENCY_BUCKETS),
+        }
+    }
+}
+
+/// One cron entry's figures on one component.
+#[derive(Debug)]
+pub struct CronFigures {
+    /// How long its actions took.
+    pub duration: Histogram,
+    /// Runs whose action failed.
+    pub failures: u64,
+    /// How late its last run started after the time of its tick, in seconds.
+    pub lag_seconds: f64,
+}
+
+/// Every figure recorded as the service runs. One per service (tests run several in a process,
+/// so it is not a global).
+#[derive(Debug)]
+pub struct Metrics {
+    ops: PerScheduler<[OpFigures; 3]>,
+    /// Task rows committed, by the status they were written in.
+    transitions: PerScheduler<[AtomicU64; TaskStatus::ALL.len()]>,
+    /// Leases that ended: re-queued, failed.
+    lease_expiries: PerScheduler<[AtomicU64; 2]>,
+    /// Commands per committed transaction.
+    batch_sizes: PerScheduler<Histogram>,
+    /// (component, entry) → its figures; cron runs seldom, so a lock is fine here.
+    cron: Mutex<BTreeMap<(&'static str, &'static str), CronFigures>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            ops: PerScheduler::from_fn(|_| Default::default()),
+            transitions: PerScheduler::from_fn(|_| Default::default()),
+            lease_expiries: PerScheduler::from_fn(|_| Default::default()),
+            batch_sizes: PerScheduler::from_fn(|_| Histogram::new(BATCH_BUCKETS)),
+            cron: Mutex::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one answered operation.
+    pub fn op(&self, s: crate::domain::SchedulerId, op: Op, ok: bool, took: Duration) {
+        let f = &self.ops[s][op as usize];
+        if ok { &f.ok } else { &f.errors }.fetch_add(1, Ordering::Relaxed);
+        f.latency.observe_duration(took);
+    }
+
+    /// One operation's figures.
+    pub fn op_figures(&self, s: crate::domain::SchedulerId, op: Op) -> &OpFigures {
+        &self.ops[s][op as usize]
+    }
+
+    /// Records task rows committed in `status`.
+    pub fn transitions(&self, s: crate::domain::SchedulerId, status: TaskStatus, n: u64) {
+        if let Some(i) = TaskStatus::ALL.iter().position(|x| *x == status) {
+            self.transitions[s][i].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Task rows committed in `status` so far.
+    pub fn transitions_to(&self, s: crate::domain::SchedulerId, status: TaskStatus) -> u64 {
+        TaskStatus::ALL
+            .iter()
+            .position(|x| *x == status)
+            .map_or(0, |i| self.transitions[s][i].load(Ordering::Relaxed))
+    }
+
+    /// Records leases that ended: tasks re-queued and tasks failed for it.
+    pub fn lease_expiries(&self, s: crate::domain::SchedulerId, requeued: u64, failed: u64) {
+        self.lease_expiries[s][0].fetch_add(requeued, Ordering::Relaxed);
+        self.lease_expiries[s][1].fetch_add(failed, Ordering::Relaxed);
+    }
+
+    /// Records one committed transaction of `commands` commands.
+    pub fn batch(&self, s: crate::domain::SchedulerId, commands: usize) {
+        self.batch_sizes[s].observe(commands as f64);
+    }
+
+    /// Records one run of a cron entry.
+    pub fn cron_run(
+        &self,
+        component: &'static str,
+        entry: &'static str,
+        lag: Duration,
+        took: Duration,
+        failed: bool,
+    ) {
+        let mut cron = self
+            .cron
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let f = cron
+            .entry((component, entry))
+            .or_insert_with(|| CronFigures {
+                duration: Histogram::new(CRON_BUCKETS),
+                failures: 0,
+                lag_seconds: 0.0,
+            });
+        f.duration.observe_duration(took);
+        f.failures += u64::from(failed);
+        f.lag_seconds = lag.as_secs_f64();
+    }
+
+    /// Writes the figures recorded here (the rest of the page comes from their owners).
+    pub fn write(&self, out: &mut Exposition) {
+        out.family("scheduler_requests_total");
+        for (s, ops) in self.ops.iter() {
+            for op in Op::ALL {
+                let f = &ops[op as usize];
+                for (outcome, n) in [("ok", &f.ok), ("error", &f.errors)] {
+                    out.sample(
+                        "scheduler_requests_total",
+                        &[
+                            ("scheduler_id", s.as_str()),
+                            ("op", op.as_str()),
+                            ("outcome", outcome),
+                        ],
+                        n.load(Ordering::Relaxed) as f64,
+                    );
+                }
+            }
+        }
+        out.family("scheduler_request_duration_seconds");
+        for (s, ops) in self.ops.iter() {
+            for op in Op::ALL {
+                out.histogram(
+                    "scheduler_request_duration_seconds",
+                    &[("scheduler_id", s.as_str()), ("op", op.as_str())],
+                    &ops[op as usize].latency,
+                );
+            }
+        }
+        out.family("scheduler_task_transitions_total");
+        for (s, counts) in self.transitions.iter() {
+            for (status, n) in TaskStatus::ALL.iter().zip(counts) {
+                out.sample(
+                    "scheduler_task_transitions_total",
+                    &[("scheduler_id", s.as_str()), ("status", status.as_str())],
+                    n.load(Ordering::Relaxed) as f64,
+                );
+            }
+        }
+        out.family("scheduler_lease_expiries_total");
+        for (s, [requeued, failed]) in self.lease_expiries.iter() {
+            for (outcome, n) in [("requeued", requeued), ("failed", failed)] {
+                out.sample(
+                    "scheduler_lease_expiries_total",
+                    &[("scheduler_id", s.as_str()), ("outcome", outcome)],
+                    n.load(Ordering::Relaxed) as f64,
+                );
+            }
+        }
+        out.family("scheduler_batch_commands");
+        for (s, h) in self.batch_sizes.iter() {
+            out.histogram(
+                "scheduler_batch_commands",
+                &[("scheduler_id", s.as_str())],
+                h,
+            );
+        }
+        let cron = self
+            .cron
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        out.family("scheduler_cron_duration_seconds");
+        for ((component, entry), f) in cron.iter() {
+            out.histogram(
+                "scheduler_cron_duration_seconds",
+                &[("component", component), ("entry", entry)],
+                &f.duration,
+            );
+        }
+        out.family("scheduler_cron_failures_total");
+        for ((component, entry), f) in cron.iter() {
+            out.sample(
+                "scheduler_cron_failures_total",
+                &[("component", component), ("entry", entry)],
+                f.failures as f64,
+            );
+        }
+        out.family("scheduler_cron_lag_seconds");
+        for ((component, entry), f) in cron.iter() {
+            out.sample(
+                "scheduler_cron_lag_seconds",
+                &[("component", component), ("entry", entry)],
+                f.lag_seconds,
+            );
+        }
+    }
+}
+
+/// A metric's name, type, labels and meaning: what `/metrics` serves and the docs list.
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// Its name.
+    pub name: &'static str,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// Its labels, comma-separated.
+    pub labels: &'static str,
+    /// What it measures.
+    pub help: &'static str,
+}
+
+const fn family(
+    name: &'static str,
+    kind: &'static str,
+    labels: &'static str,
+    help: &'static str,
+) -> Family {
+    Family {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+/// Every metric `/metrics` serves.
+pub const CATALOGUE: &[Family] = &[
+    family(
+        "scheduler_qsize",
+        "gauge",
+        "scheduler_id",
+        "Tasks queued in the scheduler's in-memory heap.",
+    ),
+    family(
+        "scheduler_pending",
+        "gauge",
+        "scheduler_id",
+        "Tasks waiting in the database outside the full heap.",
+    ),
+    family(
+        "scheduler_maxsize",
+        "gauge",
+        "scheduler_id",
+        "The bound of the scheduler's heap.",
+    ),
+    family(
+        "scheduler_oldest_queued_age_seconds",
+        "gauge",
+        "scheduler_id",
+        "Age of the oldest task in the heap (0 when it is empty).",
+    ),
+    family(
+        "scheduler_requests_total",
+        "counter",
+        "scheduler_id,op,outcome",
+        "Pushes, pops and patches answered, by outcome (ok or error).",
+    ),
+    family(
+        "scheduler_request_duration_seconds",
+        "histogram",
+        "scheduler_id,op",
+        "Time from a push, pop or patch reaching the queue to its answer (committed).",
+    ),
+    family(
+        "scheduler_task_transitions_total",
+        "counter",
+        "scheduler_id,status",
+        "Task rows committed, by the status they were written in.",
+    ),
+    family(
+        "scheduler_lease_expiries_total",
+        "counter",
+        "scheduler_id,outcome",
+        "Leases that ended before the worker reported: the task re-queued or failed.",
+    ),
+    family(
+        "scheduler_batch_commands",
+        "histogram",
+        "scheduler_id",
+        "Commands per committed transaction (group commit).",
+    ),
+    family(
+        "scheduler_engine_batches_total",
+        "counter",
+        "",
+        "Transactions the queue engines committed.",
+    ),
+    family(
+        "scheduler_engine_commands_total",
+        "counter",
+        "",
+        "Pushes, pops and patches answered from committed transactions (÷ batches: the batch size).",
+    ),
+    family(
+        "scheduler_engine_statements_total",
+        "counter",
+        "",
+        "Statements written by committed transactions.",
+    ),
+    family(
+        "scheduler_engine_apply_microseconds_total",
+        "counter",
+        "",
+        "Time spent reading and deciding batches, before their writes.",
+    ),
+    family(
+        "scheduler_engine_batch_microseconds_total",
+        "counter",
+        "",
+        "Time from a batch's first read to the end of its commit.",
+    ),
+    family(
+        "scheduler_engine_failed_batches_total",
+        "counter",
+        "",
+        "Transactions the queue engines rolled back.",
+    ),
+    family(
+        "scheduler_engine_shed_total",
+        "counter",
+        "",
+        "Commands answered without being applied: pops whose caller had gone, commands that waited too long.",
+    ),
+    family(
+        "scheduler_listener_messages_total",
+        "counter",
+        "queue,outcome",
+        "AMQP messages by outcome: received, acked, dead_lettered, retried.",
+    ),
+    family(
+        "scheduler_listener_lag_messages",
+        "gauge",
+        "queue",
+        "Messages ready in the queue, not yet delivered to the listener (read at most once a second).",
+    ),
+    family(
+        "scheduler_listener_up",
+        "gauge",
+        "",
+        "1 while the listener consumes, else 0.",
+    ),
+    family(
+        "scheduler_coldstart_objects",
+        "gauge",
+        "kind",
+        "ColdStart's current (or last) round: objects loaded, objects known from the first pages, tasks planned, objects found gone.",
+    ),
+    family(
+        "scheduler_coldstart_organisations",
+        "gauge",
+        "state",
+        "ColdStart's current (or last) round: organisations in it, done, failed.",
+    ),
+    family(
+        "scheduler_coldstart_rounds_total",
+        "counter",
+        "",
+        "ColdStart rounds completed since start.",
+    ),
+    family(
+        "scheduler_cron_duration_seconds",
+        "histogram",
+        "component,entry",
+        "How long each cron entry's action took.",
+    ),
+    family(
+        "scheduler_cron_failures_total",
+        "counter",
+        "component,entry",
+        "Cron entry runs whose action failed.",
+    ),
+    family(
+        "scheduler_cron_lag_seconds",
+        "gauge",
+        "component,entry",
+        "How late the entry's last run started after its tick's time.",
+    ),
+    family(
+        "scheduler_db_pool_connections",
+        "gauge",
+        "state",
+        "Database connections of the pool: idle or in use.",
+    ),
+    family("scheduler_db_pool_max", "gauge", "", "The pool's bound."),
+    family(
+        "app_settings_info",
+        "gauge",
+        "version,schedulers",
+        "Build information (always 1).",
+    ),
+];
+
+/// A page of Prometheus' text format (version 0.0.4) being written.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    /// Starts a family: its `# HELP` and `# TYPE` lines, from [`CATALOGUE`].
+    pub fn family(&mut self, name: &str) {
+        if let Some(f) = CATALOGUE.iter().find(|f| f.name == name) {
+            let _ = writeln!(self.out, "# HELP {} {}", f.name, f.help);
+            let _ = writeln!(self.out, "# TYPE {} {}", f.name, f.kind);
+        }
+    }
+
+    /// One sample.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.out.push_str(name);
+        write_labels(&mut self.out, labels, None);
+        let _ = writeln!(self.out, " {}", number(value));
+    }
+
+    /// A histogram's `_bucket` (cumulative), `_sum` and `_count` samples.
+    pub fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &Histogram) {
+        let mut cumulative = 0;
+        for (i, n) in h.buckets.iter().enumerate() {
+            cumulative += n.load(Ordering::Relaxed);
+            let le = h.bounds.get(i).map_or("+Inf".to_owned(), |b| number(*b));
+            let _ = write!(self.out, "{name}_bucket");
+            write_labels(&mut self.out, labels, Some(&le));
+            let _ = writeln!(self.out, " {cumulative}");
+        }
+        let sum = h.sum_micro.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = write!(self.out, "{name}_sum");
+        write_labels(&mut self.out, labels, None);
+        let _ = writeln!(self.out, " {}", number(sum));
+        let _ = write!(self.out, "{name}_count");
+        write_labels(&mut self.out, labels, None);
+        let _ = writeln!(self.out, " {}", h.count());
+    }
+
+    /// The page.
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
+fn write_labels(out: &mut String, labels: &[(&str, &str)], le: Option<&str>) {
+    if labels.is_empty() && le.is_none() {
+        return;
+    }
+    out.push('{');
+    let mut first = true;
+    for (k, v) in labels.iter().copied().chain(le.map(|le| ("le", le))) {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        let _ = write!(out, "{k}=\"");
+        // The format's three escapes: backslash, quote, newline.
+        for c in v.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push('}');
+}
+
+/// A sample value as Prometheus reads it: integers without a fraction.
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::SchedulerId;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_with_sum_and_count() {
+        let h = Histogram::new(&[0.1, 1.0]);
+        for v in [0.05, 0.5, 0.7, 3.0] {
+            h.observe(v);
+        }
+        let mut out = Exposition::default();
+        out.histogram("x", &[("a", "b")], &h);
+        let page = out.finish();
+        assert!(page.contains("x_bucket{a=\"b\",le=\"0.1\"} 1\n"), "{page}");
+        assert!(page.contains("x_bucket{a=\"b\",le=\"1\"} 3\n"), "{page}");
+        assert!(page.contains("x_bucket{a=\"b\",le=\"+Inf\"} 4\n"), "{page}");
+        assert!(page.contains("x_sum{a=\"b\"} 4.25\n"), "{page}");
+        assert!(page.contains("x_count{a=\"b\"} 4\n"), "{page}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut out = Exposition::default();
+        out.sample("y", &[("q", "a\"b\\c\nd")], 2.0);
+        assert_eq!(out.finish(), "y{q=\"a\\\"b\\\\c\\nd\"} 2\n");
+    }
+
+    #[test]
+    fn operations_and_transitions_are_counted_per_scheduler() {
+        let m = Metrics::default();
+        m.op(SchedulerId::Boefje, Op::Pop, true, Duration::from_millis(3));
+        m.op(
+            SchedulerId::Boefje,
+            Op::Pop,
+            false,
+            Duration::from_millis(30),
+        );
+        m.transitions(SchedulerId::Boefje, TaskStatus::Dispatched, 5);
+        let f = m.op_figures(SchedulerId::Boefje, Op::Pop);
+        assert_eq!(f.ok.load(Ordering::Relaxed), 1);
+        assert_eq!(f.errors.load(Ordering::Relaxed), 1);
+        assert_eq!(f.latency.count(), 2);
+        assert_eq!(
+            m.op_figures(SchedulerId::Normalizer, Op::Pop)
+                .latency
+                .count(),
+            0
+        );
+        assert_eq!(
+            m.transitions_to(SchedulerId::Boefje, TaskStatus::Dispatched),
+            5
+        );
+        assert_eq!(
+            m.transitions_to(SchedulerId::Report, TaskStatus::Dispatched),
+            0
+        );
+        let mut out = Exposition::default();
+        m.write(&mut out);
+        let page = out.finish();
+        assert!(page.contains(
+            "scheduler_requests_total{scheduler_id=\"boefje\",op=\"pop\",outcome=\"error\"} 1\n"
+        ));
+        assert!(page.contains(
+            "scheduler_task_transitions_total{scheduler_id=\"boefje\",status=\"dispatched\"} 5\n"
+        ));
+    }
+
+    #[test]
+    fn the_operations_guide_lists_every_family_with_its_type() {
+        let guide =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/OPERATIONS.md"))
+                .unwrap();
+        for f in CATALOGUE {
+            let row = format!("| `{}` | {} |", f.name, f.kind);
+            assert!(guide.contains(&row), "docs/OPERATIONS.md has no row {row}");
+        }
+    }
+
+    #[test]
+    fn every_family_has_a_help_text_and_a_known_type() {
+        for f in CATALOGUE {
+            assert!(!f.help.is_empty(), "{}", f.name);
+            assert!(
+                ["counter", "gauge", "histogram"].contains(&f.kind),
+                "{}",
+                f.name
+            );
+        }
+    }
+}
