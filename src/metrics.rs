@@ -24,6 +24,17 @@ pub const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0,
 /// Cron entry durations, in seconds: a watchdog sweep to a re-score of a deep backlog.
 pub const CRON_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0];
 
+/// A count per task status, in [`TaskStatus::ALL`] order.
+pub type ByStatus = [u64; TaskStatus::ALL.len()];
+
+/// Where `status` counts in a [`ByStatus`].
+pub fn status_slot(status: TaskStatus) -> usize {
+    TaskStatus::ALL
+        .iter()
+        .position(|x| *x == status)
+        .unwrap_or_default()
+}
+
 /// A Prometheus histogram: a count per bucket (not cumulative; the writer sums them), the sum
 /// of the observations and their count.
 #[derive(Debug)]
@@ -168,19 +179,18 @@ impl Metrics {
         &self.ops[s][op as usize]
     }
 
-    /// Records task rows committed in `status`.
-    pub fn transitions(&self, s: crate::domain::SchedulerId, status: TaskStatus, n: u64) {
-        if let Some(i) = TaskStatus::ALL.iter().position(|x| *x == status) {
-            self.transitions[s][i].fetch_add(n, Ordering::Relaxed);
+    /// Records task rows committed, counted by the status they were written in.
+    pub fn transitions(&self, s: crate::domain::SchedulerId, written: &ByStatus) {
+        for (counter, n) in self.transitions[s].iter().zip(written) {
+            if *n > 0 {
+                counter.fetch_add(*n, Ordering::Relaxed);
+            }
         }
     }
 
     /// Task rows committed in `status` so far.
     pub fn transitions_to(&self, s: crate::domain::SchedulerId, status: TaskStatus) -> u64 {
-        TaskStatus::ALL
-            .iter()
-            .position(|x| *x == status)
-            .map_or(0, |i| self.transitions[s][i].load(Ordering::Relaxed))
+        self.transitions[s][status_slot(status)].load(Ordering::Relaxed)
     }
 
     /// Records leases that ended: tasks re-queued and tasks failed for it.
@@ -364,7 +374,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_requests_total",
         "counter",
         "scheduler_id,op,outcome",
-        "Pushes, pops and patches answered, by outcome (ok or error).",
+        "Pushes, pops and patches the queue answered, by outcome (ok or error); a request refused before it reaches the queue (a malformed body) is not counted.",
     ),
     family(
         "scheduler_request_duration_seconds",
@@ -621,7 +631,9 @@ mod tests {
             false,
             Duration::from_millis(30),
         );
-        m.transitions(SchedulerId::Boefje, TaskStatus::Dispatched, 5);
+        let mut written = ByStatus::default();
+        written[status_slot(TaskStatus::Dispatched)] = 5;
+        m.transitions(SchedulerId::Boefje, &written);
         let f = m.op_figures(SchedulerId::Boefje, Op::Pop);
         assert_eq!(f.ok.load(Ordering::Relaxed), 1);
         assert_eq!(f.errors.load(Ordering::Relaxed), 1);

@@ -34,41 +34,31 @@ pub fn page(broker: &Broker, observed: &Observed) -> String {
 }
 
 fn heaps(out: &mut Exposition, broker: &Broker) {
-    let snapshots = broker.schedulers();
-    out.family("scheduler_qsize");
-    for s in &snapshots {
-        out.sample(
-            "scheduler_qsize",
-            &[("scheduler_id", s.id.as_str())],
-            s.qsize as f64,
-        );
-    }
-    out.family("scheduler_pending");
-    for s in &snapshots {
-        out.sample(
-            "scheduler_pending",
-            &[("scheduler_id", s.id.as_str())],
-            s.pending as f64,
-        );
-    }
-    out.family("scheduler_maxsize");
-    for s in &snapshots {
-        out.sample(
-            "scheduler_maxsize",
-            &[("scheduler_id", s.id.as_str())],
-            s.maxsize as f64,
-        );
-    }
-    out.family("scheduler_oldest_queued_age_seconds");
-    for s in &snapshots {
-        let age = broker
-            .oldest_queued_age(s.id)
-            .map_or(0.0, |d| d.as_secs_f64());
-        out.sample(
-            "scheduler_oldest_queued_age_seconds",
-            &[("scheduler_id", s.id.as_str())],
-            age,
-        );
+    const NAMES: [&str; 4] = [
+        "scheduler_qsize",
+        "scheduler_pending",
+        "scheduler_maxsize",
+        "scheduler_oldest_queued_age_seconds",
+    ];
+    let rows: Vec<(SchedulerId, [f64; 4])> = broker
+        .schedulers()
+        .into_iter()
+        .map(|s| {
+            let age = broker.oldest_queued_age(s.id).unwrap_or_default();
+            let values = [
+                s.qsize as f64,
+                s.pending as f64,
+                s.maxsize as f64,
+                age.as_secs_f64(),
+            ];
+            (s.id, values)
+        })
+        .collect();
+    for (i, name) in NAMES.into_iter().enumerate() {
+        out.family(name);
+        for (id, values) in &rows {
+            out.sample(name, &[("scheduler_id", id.as_str())], values[i]);
+        }
     }
 }
 

@@ -383,18 +383,17 @@ impl Broker {
         scheduler: SchedulerId,
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
+        // Counted from here, as in `push_many`: a request refused before it reaches the queue
+        // is the API's 4xx, not the queue's answer.
+        let task = push::prepare(scheduler, request, &self.inner.config.input)?;
         let started = Instant::now();
-        let answer = match push::prepare(scheduler, request, &self.inner.config.input) {
-            Ok(task) => self
-                .call(scheduler, vec![task], Command::Push)
-                .await
-                .and_then(|mut a| {
-                    a.pop().unwrap_or_else(|| {
-                        Err(QueueError::Internal("a push went unanswered".into()))
-                    })
-                }),
-            Err(e) => Err(e),
-        };
+        let answer = self
+            .call(scheduler, vec![task], Command::Push)
+            .await
+            .and_then(|mut a| {
+                a.pop()
+                    .unwrap_or_else(|| Err(QueueError::Internal("a push went unanswered".into())))
+            });
         self.record(scheduler, Op::Push, answer.is_ok(), started);
         answer
     }

@@ -198,31 +198,6 @@ async fn the_page_serves_exactly_the_documented_families(backend: Backend) {
 /// The metric names a PromQL expression reads: identifiers that are not functions (followed by
 /// `(`), keywords, or inside label matchers, ranges, strings or a `by (...)`-style label list.
 fn names_in(expr: &str) -> Vec<String> {
-    // Aggregations may put their `by (...)` before the parenthesis: `sum by (le) (...)`.
-    const KEYWORDS: [&str; 22] = [
-        "by",
-        "without",
-        "on",
-        "ignoring",
-        "group_left",
-        "group_right",
-        "bool",
-        "offset",
-        "and",
-        "or",
-        "unless",
-        "sum",
-        "min",
-        "max",
-        "avg",
-        "count",
-        "stddev",
-        "stdvar",
-        "topk",
-        "bottomk",
-        "quantile",
-        "group",
-    ];
     const LABEL_LISTS: [&str; 6] = [
         "by",
         "without",
@@ -230,6 +205,11 @@ fn names_in(expr: &str) -> Vec<String> {
         "ignoring",
         "group_left",
         "group_right",
+    ];
+    // Aggregations may put their `by (...)` before the parenthesis: `sum by (le) (...)`.
+    const OTHER_KEYWORDS: [&str; 16] = [
+        "bool", "offset", "and", "or", "unless", "sum", "min", "max", "avg", "count", "stddev",
+        "stdvar", "topk", "bottomk", "quantile", "group",
     ];
     let chars: Vec<char> = expr.chars().collect();
     let skip_to = |from: usize, close: char| {
@@ -260,7 +240,10 @@ fn names_in(expr: &str) -> Vec<String> {
                 let call = chars.get(next) == Some(&'(');
                 if LABEL_LISTS.contains(&word.as_str()) && call {
                     i = skip_to(next, ')');
-                } else if !call && !KEYWORDS.contains(&word.as_str()) {
+                } else if !call
+                    && !LABEL_LISTS.contains(&word.as_str())
+                    && !OTHER_KEYWORDS.contains(&word.as_str())
+                {
                     out.push(word);
                 }
             }

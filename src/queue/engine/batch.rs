@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 
 use crate::domain::TaskStatus;
+use crate::metrics::{ByStatus, status_slot};
 use crate::storage::rows::TaskRow;
 
 /// Rows read or created in this batch, by task id.
@@ -60,16 +61,14 @@ impl Writes {
     }
 
     /// Task rows these writes put in each status (a refill's are counted once it ran).
-    pub fn transitions(&self) -> Vec<(TaskStatus, u64)> {
-        let mut out: Vec<(TaskStatus, u64)> = self
-            .inserts
-            .iter()
-            .chain(&self.updates)
-            .map(|r| (r.status, 1))
-            .collect();
-        out.push((TaskStatus::Pending, self.evicted.len() as u64));
-        out.push((TaskStatus::Cancelled, self.cancelled.len() as u64));
-        out.push((TaskStatus::Dispatched, self.dispatched.len() as u64));
+    pub fn transitions(&self) -> ByStatus {
+        let mut out = ByStatus::default();
+        for r in self.inserts.iter().chain(&self.updates) {
+            out[status_slot(r.status)] += 1;
+        }
+        out[status_slot(TaskStatus::Pending)] += self.evicted.len() as u64;
+        out[status_slot(TaskStatus::Cancelled)] += self.cancelled.len() as u64;
+        out[status_slot(TaskStatus::Dispatched)] += self.dispatched.len() as u64;
         out
     }
 }

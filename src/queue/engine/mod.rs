@@ -63,6 +63,7 @@ use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::keys::KeyField;
 use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
+use crate::metrics::{ByStatus, status_slot};
 use crate::storage::rows::TaskRow;
 use crate::storage::{self, AnyConnection, Backend, DbConn, DbPool, StorageError, tasks};
 
@@ -268,7 +269,7 @@ struct Applied {
     /// Statements written.
     statements: usize,
     /// Task rows written, by the status they were written in.
-    moved: Vec<(TaskStatus, u64)>,
+    moved: ByStatus,
 }
 
 /// What a batch decided, per command, before it is written.
@@ -487,9 +488,7 @@ impl Engine {
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 let metrics = &self.gauges.metrics;
                 metrics.batch(self.scheduler(), batch.len());
-                for (status, n) in moved {
-                    metrics.transitions(self.scheduler(), status, n);
-                }
+                metrics.transitions(self.scheduler(), &moved);
                 counters
                     .statements
                     .fetch_add(statements as u64, Ordering::Relaxed);
@@ -615,7 +614,7 @@ impl Engine {
             conn.transaction::<_, StorageError, _>(|c| write(c, state, &writes, now, lease))?
         };
         let mut moved = writes.transitions();
-        moved.push((TaskStatus::Queued, refilled as u64));
+        moved[status_slot(TaskStatus::Queued)] += refilled as u64;
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
         }
