@@ -61,6 +61,8 @@ pub const DEFAULT_WATCHDOG_INTERVAL_SECS: u64 = 30;
 /// `limits.max_string_chars` at most: PostgreSQL refuses an index entry over 2,704 bytes, a
 /// character takes up to four, and key fields are indexed with a few more columns.
 pub const MAX_STRING_CHARS_CEILING: usize = 600;
+/// `cluster.lease_ms` at least.
+pub const MIN_LEASE_MS: u64 = 300;
 /// `limits.max_filter_depth` at most.
 pub const MAX_FILTER_DEPTH_CEILING: usize = 64;
 /// `limits.max_in_values` at most: a list is bound value by value, and PostgreSQL takes at most
@@ -100,6 +102,38 @@ pub struct Settings {
     /// Per-scheduler overrides of `queue`.
     #[serde(default)]
     pub schedulers: SchedulerOverrides,
+    /// Several instances on one PostgreSQL database.
+    #[serde(default)]
+    pub cluster: ClusterSettings,
+}
+
+/// Several instances on one PostgreSQL database (see [`crate::ownership`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
+pub struct ClusterSettings {
+    /// This instance's name in the lease rows; empty: host name, process id and a random part.
+    pub instance_id: String,
+    /// Where the other instances reach this one, `http://HOST:PORT`; empty: this host's name
+    /// (or `api.host` when it names one) and the bound port.
+    pub advertise_url: String,
+    /// Milliseconds a scheduler's lease runs without renewal; the owner renews every third of
+    /// it, and a killed owner's schedulers are taken over within about 4/3 of it.
+    pub lease_ms: u64,
+    /// Bearer token sent with forwarded requests when the instances require tokens; it must
+    /// allow push, pop and patch on every scheduler.
+    pub peer_token: String,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            instance_id: String::new(),
+            advertise_url: String::new(),
+            lease_ms: crate::ownership::DEFAULT_LEASE_MS,
+            peer_token: String::new(),
+        }
+    }
 }
 
 /// The HTTP server.
@@ -529,6 +563,7 @@ impl Default for Settings {
             cron: CronSettings::default(),
             clients: ClientSettings::default(),
             schedulers: SchedulerOverrides::default(),
+            cluster: ClusterSettings::default(),
         }
     }
 }
@@ -594,6 +629,26 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_QUEUE_RAW_FILES",
         "listener.raw_files_queue",
         "Bytes' raw file events (default raw_file_received)",
+    ),
+    (
+        "SCHEDULER_INSTANCE_ID",
+        "cluster.instance_id",
+        "this instance's name in the ownership rows (default: host, pid and a random part)",
+    ),
+    (
+        "SCHEDULER_ADVERTISE_URL",
+        "cluster.advertise_url",
+        "http://HOST:PORT where other instances forward to this one (default: host name and bound port)",
+    ),
+    (
+        "SCHEDULER_LEASE_MS",
+        "cluster.lease_ms",
+        "milliseconds a scheduler's ownership lease runs without renewal (default 3000)",
+    ),
+    (
+        "SCHEDULER_PEER_TOKEN",
+        "cluster.peer_token",
+        "bearer token instances forward each other's requests with, when tokens are required",
     ),
     (
         "SCHEDULER_CRON_TICK",
@@ -905,6 +960,20 @@ impl Settings {
         }
         if self.queue.channel_capacity == 0 {
             return bad("queue.channel_capacity", "must be at least 1".into());
+        }
+        if self.cluster.lease_ms < MIN_LEASE_MS {
+            return bad(
+                "cluster.lease_ms",
+                format!(
+                    "must be at least {MIN_LEASE_MS} (renewals every third of it must outpace network hiccups), got {}",
+                    self.cluster.lease_ms
+                ),
+            );
+        }
+        if !self.cluster.advertise_url.is_empty()
+            && let Err(e) = crate::clients::http::parse_base(&self.cluster.advertise_url)
+        {
+            return bad("cluster.advertise_url", e);
         }
         if self.queue.shed_after_secs == 0 {
             return bad("queue.shed_after_secs", "must be at least 1".into());

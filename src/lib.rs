@@ -3,8 +3,8 @@
 //!
 //! # Layout
 //!
-//! Dependencies point one way: `domain` ← {`storage`, `clients`, `scoring`} ← {`queue`,
-//! `frontier`, `schedules`} ← `planner` ← {`api`, `listener`, `coldstart`, `cron`} ←
+//! Dependencies point one way: `domain` ← {`storage`, `clients`, `scoring`} ← {`queue` (with
+//! `ownership`), `frontier`, `schedules`} ← `planner` ← {`api`, `listener`, `coldstart`, `cron`} ←
 //! `startup`, which registers the background processes with [`processes`].
 //!
 //! | module | owns |
@@ -26,6 +26,7 @@
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start |
 //! | [`telemetry`] | the tracing subscriber |
 //! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the catalogue of every metric, the text format |
+//! | [`ownership`] | which instance owns each scheduler's heap on a shared PostgreSQL: lease rows with a fencing epoch, renewed and taken over by a thread of their own; the SQLite lock file |
 //! | [`startup`] | builds the service and owns the shutdown order |
 //!
 //! The binary (`src/main.rs`) only parses the command line and calls into [`startup`].
@@ -40,6 +41,7 @@ pub mod domain;
 pub mod frontier;
 pub mod listener;
 pub mod metrics;
+pub mod ownership;
 pub mod planner;
 pub mod processes;
 pub mod queue;

@@ -504,6 +504,30 @@ pub const CATALOGUE: &[Family] = &[
     ),
     family("scheduler_db_pool_max", "gauge", "", "The pool's bound."),
     family(
+        "scheduler_ownership_owned",
+        "gauge",
+        "scheduler_id",
+        "1 when this instance owns the scheduler's heap (always 1 on SQLite, which runs one instance).",
+    ),
+    family(
+        "scheduler_ownership_owner_info",
+        "gauge",
+        "scheduler_id,instance,address",
+        "The scheduler's owner as this instance last read it (always 1; PostgreSQL only).",
+    ),
+    family(
+        "scheduler_ownership_epoch",
+        "gauge",
+        "scheduler_id",
+        "The scheduler's ownership epoch (fencing token) as last read; raised by every takeover.",
+    ),
+    family(
+        "scheduler_ownership_takeovers_total",
+        "counter",
+        "scheduler_id",
+        "Leases of the scheduler this instance took (its first included).",
+    ),
+    family(
         "app_settings_info",
         "gauge",
         "version,schedulers",

@@ -29,10 +29,12 @@ use crate::domain::schedule::Cadence;
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::frontier::Frontier;
 use crate::listener::{Listener, ListenerConfig, ListenerStatus};
+use crate::ownership::{Ownership, OwnershipConfig, OwnershipHandle, SqliteLock};
 use crate::planner::Planner;
 use crate::planner::PushLinker;
 use crate::processes::Processes;
-use crate::queue::{Broker, EngineHandle};
+use crate::queue::forward::Peers;
+use crate::queue::{Broker, Cluster, EngineHandle};
 use crate::schedules::Schedules;
 use crate::scoring::Scorer;
 use crate::storage::{self, DbPool, DbTarget};
@@ -62,6 +64,10 @@ pub struct Application {
     coldstart: Option<ColdStart>,
     /// Its state (shown on `/health` also when it is off).
     coldstart_status: Arc<ColdStartStatus>,
+    /// Scheduler ownership and its thread (PostgreSQL).
+    ownership: Option<(Arc<Ownership>, OwnershipHandle)>,
+    /// The lock that keeps a second instance off the SQLite file, held until the end.
+    sqlite_lock: Option<SqliteLock>,
 }
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
@@ -183,6 +189,35 @@ fn build_cron(
     Cron::new(tables, broker.metrics().clone(), clock)
 }
 
+/// Seconds a forwarded command may take beyond the owner's own shedding deadline.
+const FORWARD_MARGIN_SECS: u64 = 5;
+
+/// Who this instance is to the others: its configured name and address, or defaults from the
+/// host name and the bound port.
+fn ownership_config(settings: &Settings, port: u16) -> OwnershipConfig {
+    let c = &settings.cluster;
+    let instance = if c.instance_id.is_empty() {
+        crate::ownership::default_instance_name()
+    } else {
+        c.instance_id.clone()
+    };
+    let address = if c.advertise_url.is_empty() {
+        let host = match settings.api.host.as_str() {
+            // Listening on every interface says nothing of where others reach us.
+            "0.0.0.0" | "::" | "[::]" => crate::ownership::host_name(),
+            h => h.to_owned(),
+        };
+        format!("http://{host}:{port}")
+    } else {
+        c.advertise_url.trim_end_matches('/').to_owned()
+    };
+    OwnershipConfig {
+        instance,
+        address,
+        lease: Duration::from_millis(c.lease_ms),
+    }
+}
+
 /// How often finished tasks past their retention are looked for.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -193,9 +228,54 @@ impl Application {
         let clock_for_schedules = clock.clone();
         let clock_for_cron = clock.clone();
         let clock_for_listener = clock;
+        // SQLite serves one instance: a second one on the same file stops here, before it
+        // migrates or reads anything.
+        let sqlite_lock = match DbTarget::parse(&settings.database.uri) {
+            Ok(DbTarget::Sqlite(path)) => Some(SqliteLock::acquire(&path).map_err(|e| anyhow!(e))?),
+            _ => None,
+        };
         let (pool, target) = open_database(&settings).await?;
         let backend = target.backend();
         info!(database = %target.display(), "database ready");
+
+        let address = format!("{}:{}", settings.api.host, settings.api.port);
+        let socket =
+            TcpListener::bind(&address).with_context(|| format!("cannot listen on {address}"))?;
+        let port = socket.local_addr()?.port();
+
+        let (cluster, ownership) = match &target {
+            DbTarget::Postgres(_) => {
+                let own = Arc::new(Ownership::new(ownership_config(&settings, port)));
+                // One round before the engines start, so each builds the heap it owns at once.
+                let (o, t) = (own.clone(), target.clone());
+                tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+                    let mut conn = storage::open(&t).map_err(|e| anyhow!(e))?;
+                    o.round(&mut conn, &|_| {})
+                        .context("cannot read the scheduler ownership rows")
+                })
+                .await??;
+                info!(
+                    instance = own.instance(),
+                    address = own.address(),
+                    owned = ?SchedulerId::ALL.into_iter().filter(|s| own.epoch(*s) > 0).collect::<Vec<_>>(),
+                    "ownership: several instances may share this database"
+                );
+                let token = Some(settings.cluster.peer_token.clone()).filter(|t| !t.is_empty());
+                let peers = Peers::new(
+                    Duration::from_secs(settings.queue.shed_after_secs + FORWARD_MARGIN_SECS),
+                    token,
+                )
+                .map_err(|e| anyhow!(e))?;
+                (
+                    Cluster {
+                        ownership: Some(own.clone()),
+                        peers: Some(peers),
+                    },
+                    Some(own),
+                )
+            }
+            DbTarget::Sqlite(_) => (Cluster::default(), None),
+        };
         let queue_config = settings.queue_config();
         let p = pool.clone();
         let (broker, engine) = tokio::task::spawn_blocking(move || {
@@ -205,15 +285,21 @@ impl Application {
                 broker_clock,
                 queue_config,
                 Arc::new(Metrics::default()),
+                cluster,
             )
         })
         .await?
         .context("cannot load the queue from the database")?;
-
-        let address = format!("{}:{}", settings.api.host, settings.api.port);
-        let socket =
-            TcpListener::bind(&address).with_context(|| format!("cannot listen on {address}"))?;
-        let port = socket.local_addr()?.port();
+        let ownership = match ownership {
+            Some(own) => {
+                let b = broker.clone();
+                let handle = own
+                    .spawn(target.clone(), Box::new(move |s| b.wake(s)))
+                    .map_err(|e| anyhow!(e))?;
+                Some((own, handle))
+            }
+            None => None,
+        };
         let body = crate::api::extract::BodyConfig {
             max_bytes: settings.api.max_body_bytes,
             timeout: Duration::from_secs(settings.api.body_timeout_secs),
@@ -343,6 +429,8 @@ impl Application {
             catalogue,
             coldstart,
             coldstart_status,
+            ownership,
+            sqlite_lock,
         })
     }
 
@@ -385,8 +473,11 @@ impl Application {
             listener,
             catalogue,
             coldstart,
+            ownership,
+            sqlite_lock,
             ..
         } = self;
+        let owned = ownership.as_ref().map(|(o, _)| o.clone());
         let handle = server.handle();
         let serving = tokio::spawn(server);
         // Background processes, registered in their stop order.
@@ -406,7 +497,7 @@ impl Application {
         }
         if !tick.is_zero() {
             processes.spawn("cron ticks", move |token| {
-                crate::cron::ticks::run(cron, clock, tick, token)
+                crate::cron::ticks::run(cron, clock, tick, owned, token)
             });
         }
         shutdown.cancelled().await;
@@ -417,7 +508,22 @@ impl Application {
         info!("stopping the queue engines");
         drop(broker);
         tokio::task::spawn_blocking(move || engine.shutdown()).await?;
+        if let Some((own, handle)) = ownership {
+            // The engines have committed all they held: hand the schedulers over at once.
+            let p = pool.clone();
+            tokio::task::spawn_blocking(move || {
+                handle.stop();
+                match storage::checkout(&p) {
+                    Ok(mut conn) => own.release_all(&mut conn),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "leases not released; they lapse on their own")
+                    }
+                }
+            })
+            .await?;
+        }
         drop(pool);
+        drop(sqlite_lock);
         info!("stopped");
         served?.context("HTTP server failed")
     }

@@ -99,7 +99,7 @@ impl ApiError {
             Self::Queue(QueueError::QueueFull(_) | QueueError::Unavailable(_)) => {
                 Some(crate::queue::DEFAULT_RETRY_AFTER_SECS)
             }
-            Self::Queue(QueueError::Busy) => Some(1),
+            Self::Queue(QueueError::Busy | QueueError::Moving(_)) => Some(1),
             Self::Schedule(ScheduleError::Duplicate(_)) => Some(CONFLICT_RETRY_AFTER_SECS),
             Self::Schedule(ScheduleError::Unavailable(_)) => {
                 Some(crate::queue::DEFAULT_RETRY_AFTER_SECS)
@@ -122,7 +122,7 @@ impl ApiError {
                 | QueueError::IllegalTransition(_)
                 | QueueError::Conflict(_) => format!("Conflict error occurred: {e}"),
                 QueueError::QueueFull(_) => format!("Too many requests: {e}"),
-                QueueError::Busy | QueueError::Unavailable(_) => {
+                QueueError::Busy | QueueError::Unavailable(_) | QueueError::Moving(_) => {
                     format!("Service unavailable: {e}")
                 }
                 // The cause is logged; the client gets no internals.
@@ -162,7 +162,9 @@ impl ResponseError for ApiError {
                 | QueueError::IllegalTransition(_)
                 | QueueError::Conflict(_) => StatusCode::CONFLICT,
                 QueueError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
-                QueueError::Busy | QueueError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                QueueError::Busy | QueueError::Unavailable(_) | QueueError::Moving(_) => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 QueueError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             Self::Schedule(e) => match e {

@@ -18,6 +18,7 @@ pub fn page(broker: &Broker, observed: &Observed) -> String {
     listener(&mut out, observed);
     coldstart(&mut out, observed);
     pool(&mut out, broker);
+    ownership(&mut out, broker);
     out.family("app_settings_info");
     out.sample(
         "app_settings_info",
@@ -133,6 +134,56 @@ fn coldstart(out: &mut Exposition, observed: &Observed) {
     }
     out.family("scheduler_coldstart_rounds_total");
     out.sample("scheduler_coldstart_rounds_total", &[], f.rounds as f64);
+}
+
+fn ownership(out: &mut Exposition, broker: &Broker) {
+    let own = broker.ownership();
+    let owners: Vec<_> = SchedulerId::ALL
+        .into_iter()
+        .map(|s| (s, own.and_then(|o| o.owner(s))))
+        .collect();
+    out.family("scheduler_ownership_owned");
+    for s in SchedulerId::ALL {
+        let owned = own.is_none_or(|o| o.epoch(s) > 0);
+        let v = if owned { 1.0 } else { 0.0 };
+        out.sample(
+            "scheduler_ownership_owned",
+            &[("scheduler_id", s.as_str())],
+            v,
+        );
+    }
+    out.family("scheduler_ownership_owner_info");
+    for (s, owner) in &owners {
+        if let Some(o) = owner.as_ref().filter(|o| o.live) {
+            out.sample(
+                "scheduler_ownership_owner_info",
+                &[
+                    ("scheduler_id", s.as_str()),
+                    ("instance", &o.instance),
+                    ("address", &o.address),
+                ],
+                1.0,
+            );
+        }
+    }
+    out.family("scheduler_ownership_epoch");
+    for (s, owner) in &owners {
+        let epoch = owner.as_ref().map_or(0, |o| o.epoch);
+        out.sample(
+            "scheduler_ownership_epoch",
+            &[("scheduler_id", s.as_str())],
+            epoch as f64,
+        );
+    }
+    out.family("scheduler_ownership_takeovers_total");
+    for s in SchedulerId::ALL {
+        let n = own.map_or(0, |o| o.takeovers(s));
+        out.sample(
+            "scheduler_ownership_takeovers_total",
+            &[("scheduler_id", s.as_str())],
+            n as f64,
+        );
+    }
 }
 
 fn pool(out: &mut Exposition, broker: &Broker) {

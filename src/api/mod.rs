@@ -7,6 +7,7 @@ pub mod dto;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod internal;
 pub mod metrics;
 pub mod schedulers;
 pub mod schedules;
@@ -183,6 +184,10 @@ pub fn app(
     app.service(web::redirect("/docs", "/docs/"))
         .app_data(web::Data::new(document))
         .route(OPENAPI_PATH, web::get().to(openapi_document))
+        .route(
+            &format!("{}/{{scheduler_id}}", crate::queue::forward::FORWARD_PATH),
+            web::post().to(internal::forward),
+        )
         .service(
             SwaggerUi::new("/docs/{_:.*}").config(utoipa_swagger_ui::Config::from(OPENAPI_PATH)),
         )

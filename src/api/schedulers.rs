@@ -9,7 +9,7 @@ use super::extract::{Body, json_body, optional_json_body, parse_filters};
 use crate::domain::Task;
 use crate::domain::auth::Action;
 use crate::planner::PushLinker;
-use crate::queue::Broker;
+use crate::queue::{Broker, PopFilter};
 
 /// Most tasks one pop returns.
 pub const MAX_POP_LIMIT: i64 = 1000;
@@ -121,7 +121,9 @@ pub async fn pop(
         )));
     }
     let filter = optional_json_body(&body.0)?
-        .map(|v| parse_filters(&v, broker.limits()))
+        .map(|source| {
+            parse_filters(&source, broker.limits()).map(|node| PopFilter { node, source })
+        })
         .transpose()?;
     let results = broker
         .pop(s, usize::try_from(limit).unwrap_or(1), filter)

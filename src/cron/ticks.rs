@@ -2,6 +2,9 @@
 //! component (ccron's throttling): while a component's table still runs the last tick, the next
 //! one waits, and any beyond it are not made. The period only sets the granularity of the
 //! tables' rules, not how often an entry's action runs.
+//!
+//! With several instances on one database, an instance ticks only the components (schedulers)
+//! it owns: each table runs on one instance at a time, the one whose engine its entries talk to.
 
 use std::time::Duration;
 
@@ -10,16 +13,25 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use std::sync::Arc;
+
 use super::{Cron, Tick};
 use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
+use crate::ownership::Ownership;
 
 /// Default time between ticks.
 pub const DEFAULT_TICK_SECS: u64 = 1;
 
 /// Emits ticks every `period` until `token` is cancelled; each component's table runs on its own
 /// task, one tick at a time. Returns once every table has finished the tick it was running.
-pub async fn run(cron: Cron, clock: SharedClock, period: Duration, token: CancellationToken) {
+pub async fn run(
+    cron: Cron,
+    clock: SharedClock,
+    period: Duration,
+    ownership: Option<Arc<Ownership>>,
+    token: CancellationToken,
+) {
     let mut runners = JoinSet::new();
     let mut senders = Vec::new();
     for component in SchedulerId::ALL {
@@ -44,6 +56,9 @@ pub async fn run(cron: Cron, clock: SharedClock, period: Duration, token: Cancel
         }
         let at = clock.now();
         for (component, tx) in &senders {
+            if ownership.as_ref().is_some_and(|o| o.epoch(*component) == 0) {
+                continue;
+            }
             // A full channel: the table is still behind; this tick is not made.
             let _ = tx.try_send(Tick {
                 component: *component,

@@ -148,7 +148,7 @@ pub enum TaskStatus {
 }
 
 /// A status change the state machine does not allow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IllegalTransition {
     /// The task's current status.
     pub from: TaskStatus,
@@ -319,7 +319,8 @@ impl FromStr for TaskStatus {
 ///
 /// It is also the wire format: serialising the domain type directly keeps the hot pop path free of
 /// a copy into a separate DTO; `data` stays the raw JSON text it was stored as.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+// Deserialize: an instance reads the owner's answer to a forwarded request back into a Task.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Task {
     /// The task id; equal to `data.id`.
     pub id: Uuid,

@@ -49,6 +49,7 @@ impl PlanError {
             QueueError::QueueFull(_)
             | QueueError::Busy
             | QueueError::Unavailable(_)
+            | QueueError::Moving(_)
             | QueueError::Internal(_) => Some(PlanError::Passing(e.to_string())),
             other => Some(PlanError::Refused(format!("refused: {other}"))),
         }

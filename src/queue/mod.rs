@@ -14,6 +14,7 @@
 //! Reads (`GET /tasks…`, [`reads`]) go straight to the pool and never wait for an engine.
 
 mod engine;
+pub mod forward;
 pub mod heap;
 pub mod push;
 mod reads;
@@ -34,9 +35,11 @@ use crate::domain::filter::FilterNode;
 use crate::domain::limits::Limits;
 use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{Metrics, Op};
+use crate::ownership::{Ownership, Route};
 use crate::storage::{self, Backend, DbPool, StorageError};
 pub use engine::EngineHandle;
 use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request};
+use forward::{Answer, Forward, Peers};
 pub use push::PushRequest;
 
 /// What to do with an automatic push when its scheduler's heap is full.
@@ -90,8 +93,10 @@ const EXPIRY_BATCH: usize = 1_000;
 /// (database unavailable).
 pub const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
 
-/// Errors of the queue layer; `api::error` maps each to one HTTP status.
-#[derive(Debug, thiserror::Error)]
+/// Errors of the queue layer; `api::error` maps each to one HTTP status. They cross between
+/// instances as they are (a forwarded request's answer), hence serde.
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum QueueError {
     /// No such scheduler (404).
     #[error("Scheduler {0} not found")]
@@ -135,6 +140,10 @@ pub enum QueueError {
     /// The database cannot be reached, or the service is stopping (503).
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// The scheduler's ownership is moving between instances, or its owner cannot be reached
+    /// (503 with a short `Retry-After`).
+    #[error("scheduler {0} is changing owner; retry shortly")]
+    Moving(SchedulerId),
     /// A fault of ours (500); logged with its cause.
     #[error("internal error: {0}")]
     Internal(String),
@@ -147,6 +156,7 @@ impl QueueError {
             QueueError::Unavailable(m) => QueueError::Unavailable(m.clone()),
             QueueError::BadRequest(m) => QueueError::BadRequest(m.clone()),
             QueueError::Busy => QueueError::Busy,
+            QueueError::Moving(s) => QueueError::Moving(*s),
             other => QueueError::Internal(other.to_string()),
         }
     }
@@ -154,7 +164,9 @@ impl QueueError {
 
 impl From<StorageError> for QueueError {
     fn from(e: StorageError) -> Self {
-        if e.is_unavailable() {
+        if let StorageError::Fenced(s) = e {
+            QueueError::Moving(s)
+        } else if e.is_unavailable() {
             QueueError::Unavailable(e.to_string())
         } else if e.is_request_fault() {
             QueueError::BadRequest(format!("the database refused this request: {e}"))
@@ -165,7 +177,7 @@ impl From<StorageError> for QueueError {
 }
 
 /// The result of a push.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PushOutcome {
     /// The task as stored (for a boost or re-queue: the existing task).
     pub task: Task,
@@ -183,7 +195,7 @@ pub struct ExpiryReport {
 }
 
 /// The fields a `PATCH /tasks/{id}` may change.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskPatch {
     /// A new status, checked against the state machine.
     pub status: Option<TaskStatus>,
@@ -299,6 +311,27 @@ impl Gauges {
 #[derive(Clone)]
 pub struct Broker {
     inner: Arc<Inner>,
+    /// Serving a command another instance forwarded: apply it here or answer 503, never
+    /// forward it again.
+    local_only: bool,
+}
+
+/// A pop's filter: parsed, and as the client sent it (to forward it to the owner).
+#[derive(Debug, Clone)]
+pub struct PopFilter {
+    /// The parsed filter.
+    pub node: FilterNode,
+    /// The client's filter JSON.
+    pub source: serde_json::Value,
+}
+
+/// How the queue works with other instances on the same database.
+#[derive(Clone, Default)]
+pub struct Cluster {
+    /// Who owns which scheduler; `None` when this instance runs alone (SQLite).
+    pub ownership: Option<Arc<Ownership>>,
+    /// The client that forwards to owners.
+    pub peers: Option<Peers>,
 }
 
 struct Inner {
@@ -311,6 +344,7 @@ struct Inner {
     backend: Backend,
     clock: SharedClock,
     config: QueueConfig,
+    cluster: Cluster,
 }
 
 impl Broker {
@@ -322,10 +356,19 @@ impl Broker {
         clock: SharedClock,
         config: QueueConfig,
         metrics: Arc<Metrics>,
+        cluster: Cluster,
     ) -> Result<(Broker, EngineHandle), StorageError> {
         let gauges = Arc::new(Gauges::new(metrics));
         let routes = Arc::new(engine::Routes::default());
-        let (txs, handle) = engine::start_all(&pool, backend, &clock, &config, &gauges, &routes)?;
+        let (txs, handle) = engine::start_all(
+            &pool,
+            backend,
+            &clock,
+            &config,
+            &gauges,
+            &routes,
+            cluster.ownership.as_ref(),
+        )?;
         let broker = Broker {
             inner: Arc::new(Inner {
                 txs,
@@ -335,9 +378,56 @@ impl Broker {
                 backend,
                 clock,
                 config,
+                cluster,
             }),
+            local_only: false,
         };
         Ok((broker, handle))
+    }
+
+    /// The same queue, for a command another instance forwarded: applied here if this instance
+    /// owns the scheduler, else answered 503; never forwarded again.
+    pub fn local_only(&self) -> Broker {
+        Broker {
+            inner: self.inner.clone(),
+            local_only: true,
+        }
+    }
+
+    /// Who owns which scheduler, when several instances share the database.
+    pub fn ownership(&self) -> Option<&Arc<Ownership>> {
+        self.inner.cluster.ownership.as_ref()
+    }
+
+    /// Where `s`'s writes go.
+    fn route(&self, s: SchedulerId) -> Route {
+        match &self.inner.cluster.ownership {
+            None => Route::Local(0),
+            Some(own) => match own.route(s) {
+                Route::Remote(_) if self.local_only => Route::Moving,
+                r => r,
+            },
+        }
+    }
+
+    /// Sends `command` for `s` to its owner at `address`.
+    async fn forward(
+        &self,
+        address: &str,
+        s: SchedulerId,
+        command: &Forward,
+    ) -> Result<Answer, QueueError> {
+        match &self.inner.cluster.peers {
+            Some(peers) => peers.forward(address, s, command).await,
+            None => Err(QueueError::Moving(s)),
+        }
+    }
+
+    /// Wakes `s`'s engine after its ownership changed, so it rebuilds or drops its heap now.
+    pub fn wake(&self, s: SchedulerId) {
+        // A full channel means the engine is busy and checks its ownership before the next
+        // batch anyway.
+        let _ = self.inner.txs[s].try_send(Command::Wake);
     }
 
     /// The input limits in force.
@@ -383,6 +473,13 @@ impl Broker {
         scheduler: SchedulerId,
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
+        if !matches!(self.route(scheduler), Route::Local(_)) {
+            return self
+                .push_many(scheduler, vec![request])
+                .await?
+                .pop()
+                .unwrap_or_else(|| Err(QueueError::Internal("a push went unanswered".into())));
+        }
         // Counted from here, as in `push_many`: a request refused before it reaches the queue
         // is the API's 4xx, not the queue's answer.
         let task = push::prepare(scheduler, request, &self.inner.config.input)?;
@@ -416,6 +513,25 @@ impl Broker {
         scheduler: SchedulerId,
         requests: Vec<PushRequest>,
     ) -> Result<Vec<Result<PushOutcome, QueueError>>, QueueError> {
+        match self.route(scheduler) {
+            Route::Local(_) => {}
+            Route::Moving => return Err(QueueError::Moving(scheduler)),
+            Route::Remote(address) => {
+                let started = Instant::now();
+                let command = Forward::Push { requests };
+                let answer = self
+                    .forward(&address, scheduler, &command)
+                    .await
+                    .and_then(|a| {
+                        forward::expect(a, |a| match a {
+                            Answer::Pushed(v) => Some(v),
+                            _ => None,
+                        })
+                    });
+                self.record(scheduler, Op::Push, answer.is_ok(), started);
+                return answer;
+            }
+        }
         let mut out: Vec<Option<Result<PushOutcome, QueueError>>> = Vec::new();
         let mut tasks = Vec::with_capacity(requests.len());
         for r in requests {
@@ -454,16 +570,34 @@ impl Broker {
         &self,
         scheduler: SchedulerId,
         limit: usize,
-        filter: Option<FilterNode>,
+        filter: Option<PopFilter>,
     ) -> Result<Vec<Task>, QueueError> {
         let started = Instant::now();
-        let answer = self
-            .call(
-                scheduler,
-                PopRequest::new(scheduler, limit, filter),
-                Command::Pop,
-            )
-            .await;
+        let answer = match self.route(scheduler) {
+            Route::Local(_) => {
+                self.call(
+                    scheduler,
+                    PopRequest::new(scheduler, limit, filter.map(|f| f.node)),
+                    Command::Pop,
+                )
+                .await
+            }
+            Route::Moving => Err(QueueError::Moving(scheduler)),
+            Route::Remote(address) => {
+                let command = Forward::Pop {
+                    limit,
+                    filter: filter.map(|f| f.source),
+                };
+                self.forward(&address, scheduler, &command)
+                    .await
+                    .and_then(|a| {
+                        forward::expect(a, |a| match a {
+                            Answer::Popped(v) => Some(v),
+                            _ => None,
+                        })
+                    })
+            }
+        };
         self.record(scheduler, Op::Pop, answer.is_ok(), started);
         answer
     }
@@ -473,9 +607,22 @@ impl Broker {
     pub async fn patch(&self, id: Uuid, patch: TaskPatch) -> Result<Task, QueueError> {
         let started = Instant::now();
         let scheduler = self.task_scheduler(id).await?;
-        let answer = self
-            .call(scheduler, PatchRequest { id, patch }, Command::Patch)
-            .await;
+        let answer = match self.route(scheduler) {
+            Route::Local(_) => {
+                self.call(scheduler, PatchRequest { id, patch }, Command::Patch)
+                    .await
+            }
+            Route::Moving => Err(QueueError::Moving(scheduler)),
+            Route::Remote(address) => self
+                .forward(&address, scheduler, &Forward::Patch { id, patch })
+                .await
+                .and_then(|a| {
+                    forward::expect(a, |a| match a {
+                        Answer::Patched(t) => Some(t),
+                        _ => None,
+                    })
+                }),
+        };
         self.record(scheduler, Op::Patch, answer.is_ok(), started);
         answer
     }
@@ -506,6 +653,10 @@ impl Broker {
         if priorities.is_empty() {
             return Ok(0);
         }
+        // Only the owner's cron re-scores; elsewhere the owner's own tick does it.
+        if !matches!(self.route(scheduler), Route::Local(_)) {
+            return Err(QueueError::Moving(scheduler));
+        }
         self.call(scheduler, priorities, Command::Rescore).await
     }
 
@@ -518,13 +669,40 @@ impl Broker {
     ) -> Result<Vec<Uuid>, QueueError> {
         let mut out = Vec::new();
         for s in SchedulerId::ALL {
-            let target = CancelObject {
-                organisation: organisation.to_owned(),
-                reference: reference.to_owned(),
-            };
-            out.extend(self.call(s, target, Command::Cancel).await?);
+            out.extend(self.cancel_object_on(s, organisation, reference).await?);
         }
         Ok(out)
+    }
+
+    /// [`Broker::cancel_object`] on one scheduler.
+    pub async fn cancel_object_on(
+        &self,
+        s: SchedulerId,
+        organisation: &str,
+        reference: &str,
+    ) -> Result<Vec<Uuid>, QueueError> {
+        match self.route(s) {
+            Route::Local(_) => {
+                let target = CancelObject {
+                    organisation: organisation.to_owned(),
+                    reference: reference.to_owned(),
+                };
+                self.call(s, target, Command::Cancel).await
+            }
+            Route::Moving => Err(QueueError::Moving(s)),
+            Route::Remote(address) => {
+                let command = Forward::Cancel {
+                    organisation: organisation.to_owned(),
+                    reference: reference.to_owned(),
+                };
+                self.forward(&address, s, &command).await.and_then(|a| {
+                    forward::expect(a, |a| match a {
+                        Answer::Cancelled(v) => Some(v),
+                        _ => None,
+                    })
+                })
+            }
+        }
     }
 
     /// Sweeps every scheduler for expired leases: each such task is queued again with its
@@ -543,6 +721,10 @@ impl Broker {
     /// The lease sweep of one scheduler (see [`Broker::expire_leases`]).
     pub async fn expire_leases_of(&self, s: SchedulerId) -> Result<ExpiryReport, QueueError> {
         let mut report = ExpiryReport::default();
+        // The owner sweeps its own schedulers; the others are its business.
+        if !matches!(self.route(s), Route::Local(_)) {
+            return Ok(report);
+        }
         let now = self.inner.clock.now().naive_utc();
         {
             let ids = self

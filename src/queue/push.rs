@@ -11,7 +11,8 @@ use crate::domain::limits::Limits;
 use crate::domain::payload::{data_id, hash_for};
 
 /// What a client pushes (mula's `TaskPush`, plus the keys of a full task a worker re-pushes).
-#[derive(Debug, Clone, Default)]
+/// Serde only for forwarding to the owning instance, which takes every field as it is.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PushRequest {
     /// The task id; with a known id the push re-queues that task.
     pub id: Option<Uuid>,

@@ -7,6 +7,7 @@
 
 pub mod filter_sql;
 pub mod frontier;
+pub mod owners;
 pub mod rows;
 pub mod schedules;
 pub mod sql;
@@ -77,6 +78,10 @@ pub enum StorageError {
     /// A stored row does not decode (a bug or a hand-edited database).
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// The batch's scheduler is owned by another instance now (its epoch moved on); nothing was
+    /// committed.
+    #[error("scheduler {0} is owned by another instance now")]
+    Fenced(crate::domain::SchedulerId),
 }
 
 impl StorageError {
@@ -275,6 +280,15 @@ fn create_parent_dir(path: &Path) -> Result<(), String> {
             .map_err(|e| format!("cannot create directory {}: {e}", dir.display())),
         _ => Ok(()),
     }
+}
+
+/// Opens one connection outside any pool (for a thread that must never wait for the pool).
+pub fn open(target: &DbTarget) -> Result<AnyConnection, String> {
+    Manager {
+        target: target.clone(),
+    }
+    .connect()
+    .map_err(|e| format!("cannot open database {}: {e}", target.display()))
 }
 
 /// Checks a connection out of the pool, mapping a timeout to [`StorageError::Unavailable`].

@@ -60,6 +60,36 @@ impl ChildApp {
         }
     }
 
+    /// Waits until this instance owns all three schedulers (on PostgreSQL, a restart after a
+    /// SIGKILL waits for the dead process's leases to lapse; on SQLite it owns them at once).
+    pub async fn wait_owning_all(&self) {
+        let client = reqwest::Client::new();
+        let started = std::time::Instant::now();
+        loop {
+            let page = client
+                .get(format!("{}/metrics", self.address))
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("metrics text");
+            let owned = page
+                .lines()
+                .filter(|l| l.starts_with("scheduler_ownership_owned{") && l.ends_with(" 1"))
+                .count();
+            if owned == 3 {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the instance did not take its schedulers over: {owned} of 3"
+            );
+            // Polling interval while the old leases lapse, not a wait for a state.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGKILL: no chance to flush or clean up.
     pub fn kill_9(mut self) {
         self.process.kill().expect("kill");

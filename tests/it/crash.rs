@@ -16,6 +16,10 @@ const KILLS: usize = 5;
 const PUSHERS: usize = 12;
 const POPPERS: usize = 6;
 
+/// Short ownership leases (PostgreSQL): a restart after SIGKILL takes the dead process's
+/// schedulers over within about a second.
+const LEASE: &[(&str, &str)] = &[("SCHEDULER_LEASE_MS", "1000")];
+
 #[derive(Default)]
 pub(crate) struct Acknowledged {
     pub pushes: Vec<String>,
@@ -117,9 +121,10 @@ async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
 
     for cycle in 0..KILLS {
         let uri = db.uri.clone();
-        let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, &[]))
+        let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, LEASE))
             .await
             .unwrap();
+        child.wait_owning_all().await;
         let address = child.address.clone();
 
         // What the previous kill left: every acknowledged push stored, every pop still dispatched.
@@ -169,9 +174,10 @@ async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
     // Last restart: check, then drain. Nothing popped before comes out again, and every
     // acknowledged push was either popped before or is still waiting.
     let uri = db.uri.clone();
-    let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, &[]))
+    let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, LEASE))
         .await
         .unwrap();
+    child.wait_owning_all().await;
     let mut drained = HashSet::new();
     loop {
         let body: Value = client

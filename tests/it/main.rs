@@ -13,6 +13,7 @@ mod api_contract;
 mod auth;
 mod child;
 mod clients;
+mod cluster;
 mod coldstart;
 mod concurrency;
 mod crash;

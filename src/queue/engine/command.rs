@@ -35,6 +35,9 @@ pub(crate) enum Command {
     /// Give waiting tasks new priorities (a time-dependent strategy's re-score); answers how
     /// many were still waiting.
     Rescore(Request<Vec<(Uuid, i64)>, usize>),
+    /// Ownership changed: take the scheduler over (rebuild) or drop it, now rather than at the
+    /// next request.
+    Wake,
     /// Stop after the commands already queued.
     Shutdown,
 }
@@ -117,7 +120,7 @@ impl Batch {
             Command::Expire(r) => self.expiries.push(r),
             Command::Cancel(r) => self.cancels.push(r),
             Command::Rescore(r) => self.rescores.push(r),
-            Command::Shutdown => {}
+            Command::Wake | Command::Shutdown => {}
         }
     }
 

@@ -64,8 +64,9 @@ use crate::domain::filter::FilterNode;
 use crate::domain::keys::KeyField;
 use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{ByStatus, status_slot};
+use crate::ownership::Ownership;
 use crate::storage::rows::TaskRow;
-use crate::storage::{self, AnyConnection, Backend, DbConn, DbPool, StorageError, tasks};
+use crate::storage::{self, AnyConnection, Backend, DbConn, DbPool, StorageError, owners, tasks};
 
 /// After the database was found unreachable, commands are answered 503 at once for this long
 /// before the next connection attempt, so an outage costs callers no wait beyond one connect
@@ -112,6 +113,7 @@ pub(crate) fn start_all(
     config: &QueueConfig,
     gauges: &Arc<Gauges>,
     routes: &Arc<Routes>,
+    ownership: Option<&Arc<Ownership>>,
 ) -> Result<(PerScheduler<SyncSender<Command>>, EngineHandle), StorageError> {
     let mut engines = Vec::new();
     let mut ready = Vec::new();
@@ -145,11 +147,18 @@ pub(crate) fn start_all(
             undelivered: Vec::new(),
             flush: flush.clone(),
             given_back: Arc::default(),
+            ownership: ownership.cloned(),
+            epoch: 0,
         };
         let join = std::thread::Builder::new()
             .name(format!("engine-{s}"))
             .spawn(move || {
-                let result = engine.rebuild();
+                // A scheduler another instance owns is built when this one takes it over.
+                let result = if engine.owned() {
+                    engine.rebuild()
+                } else {
+                    Ok(())
+                };
                 let ok = result.is_ok();
                 let _ = ready_tx.send(result);
                 if ok {
@@ -221,6 +230,10 @@ struct Engine {
     flush: Option<flush::Flush>,
     /// Undelivered pops found after a flush barrier, by the flush thread.
     given_back: Arc<Mutex<Vec<Uuid>>>,
+    /// Who owns which scheduler, when several instances share the database (PostgreSQL).
+    ownership: Option<Arc<Ownership>>,
+    /// The epoch the state was built under; 0 while another instance owns the scheduler.
+    epoch: i64,
 }
 
 /// An engine's connection. With a flush barrier it commits without waiting for the disk
@@ -372,6 +385,35 @@ impl Engine {
         debug!(scheduler.id = %self.scheduler(), "queue engine stopped");
     }
 
+    /// Whether this instance owns the scheduler now. On a change of epoch the state is dropped
+    /// (lost: another instance serves it) or marked for a rebuild from the table (taken over:
+    /// the former owner's last commits are in the table, its heap is not).
+    fn owned(&mut self) -> bool {
+        let Some(own) = &self.ownership else {
+            return true;
+        };
+        let now = own.epoch(self.scheduler());
+        if now != self.epoch {
+            self.epoch = now;
+            self.dirty = true;
+            if now == 0 {
+                let s = self.scheduler();
+                self.state = QueueState::new(s, self.state.limits);
+                self.in_flight.clear();
+                self.undelivered.clear();
+                self.publish();
+                info!(scheduler.id = %s, "heap dropped: another instance owns this scheduler");
+            }
+        }
+        now != 0
+    }
+
+    /// The fence a batch checks in its transaction: (instance, epoch), or none when this
+    /// instance runs alone.
+    fn fence(&self) -> Option<(Arc<Ownership>, i64)> {
+        self.ownership.as_ref().map(|o| (o.clone(), self.epoch))
+    }
+
     fn connection(&mut self) -> Result<EngineConn, StorageError> {
         if let Some(c) = self.conn.take() {
             return Ok(c);
@@ -439,7 +481,18 @@ impl Engine {
                 .shed
                 .fetch_add((abandoned + shed) as u64, Ordering::Relaxed);
         }
+        if !self.owned() {
+            batch.fail(&QueueError::Moving(self.scheduler()));
+            return;
+        }
         if batch.is_empty() && self.undelivered.is_empty() {
+            // Woken to take over: build the heap now rather than at the first request.
+            if self.dirty
+                && self.down_since.is_none()
+                && let Err(e) = self.rebuild()
+            {
+                warn!(scheduler.id = %self.scheduler(), error = %e, "heap not rebuilt after a takeover; retried with the next request");
+            }
             return;
         }
         if let Some(since) = self.down_since
@@ -504,6 +557,20 @@ impl Engine {
                         .record(*id, row.hash.as_deref(), row.status);
                 }
                 self.answer(batch, decisions, rows);
+            }
+            Err(StorageError::Fenced(s)) => {
+                // Another instance took the scheduler: nothing was written; its owner serves
+                // these commands once they are retried.
+                self.conn = Some(conn);
+                if let Some(own) = &self.ownership {
+                    own.lost(s, self.epoch);
+                }
+                self.gauges
+                    .engine
+                    .failed_batches
+                    .fetch_add(1, Ordering::Relaxed);
+                self.owned();
+                batch.fail(&QueueError::Moving(s));
             }
             Err(e) => {
                 // The connection may be the cause (a dropped server); start over on a fresh one.
@@ -606,12 +673,24 @@ impl Engine {
         let lock = self.write_lock.clone();
         let _turn = write_turn(&lock);
         let lease = self.state.lease(now, TaskStatus::Dispatched);
+        let fence = self.fence();
         let state = &mut self.state;
-        // On SQLite a write to `tasks` and its queue rows are separate statements.
-        let (returned, refilled) = if statements <= 1 && Backend::of(conn) == Backend::Postgres {
+        // On SQLite a write to `tasks` and its queue rows are separate statements; with several
+        // instances the fence is one more.
+        // A batch that writes nothing (a pop that found nothing) needs no fence either.
+        let (returned, refilled) = if statements == 0
+            || (statements <= 1 && fence.is_none() && Backend::of(conn) == Backend::Postgres)
+        {
             write(conn, state, &writes, now, lease)?
         } else {
-            conn.transaction::<_, StorageError, _>(|c| write(c, state, &writes, now, lease))?
+            conn.transaction::<_, StorageError, _>(|c| {
+                if let Some((own, epoch)) = &fence
+                    && !owners::holds(c, s, own.instance(), *epoch)?
+                {
+                    return Err(StorageError::Fenced(s));
+                }
+                write(c, state, &writes, now, lease)
+            })?
         };
         let mut moved = writes.transitions();
         moved[status_slot(TaskStatus::Queued)] += refilled as u64;

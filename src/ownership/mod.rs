@@ -1,0 +1,377 @@
+//! Ownership: which instance owns each scheduler's heap when several instances share one
+//! PostgreSQL database (DESIGN.md §8).
+//!
+//! Each scheduler has one lease row (`scheduler_owners`, [`crate::storage::owners`]). A thread of
+//! its own, on a connection of its own (a busy pool must never delay a renewal), runs a round
+//! every third of the lease: it renews the leases this instance holds, takes over any that
+//! lapsed or were released (raising the epoch, the fencing token), and reads who owns the rest,
+//! with the address to forward their requests to. The engines read their scheduler's epoch from
+//! here before each batch and check it in the batch's own transaction, so an instance that lost
+//! a lease, however late it notices, cannot commit under it.
+//!
+//! A clean shutdown releases the leases after the engines have finished, so another instance
+//! takes them on its next round. SQLite runs one instance: there is no `Ownership` at all, and a
+//! lock file keeps a second instance off the same database file ([`SqliteLock`]).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+
+use crate::domain::{PerScheduler, SchedulerId};
+use crate::storage::{self, AnyConnection, DbTarget, StorageError, owners};
+
+/// Default lease: a killed owner's schedulers are taken over within about this long plus a
+/// third of it (the other instances' round).
+pub const DEFAULT_LEASE_MS: u64 = 3_000;
+
+/// Who this instance is and how long its leases run.
+#[derive(Debug, Clone)]
+pub struct OwnershipConfig {
+    /// This instance's name in the lease rows (unique per process).
+    pub instance: String,
+    /// Where other instances reach this one (`http://host:port`).
+    pub address: String,
+    /// How long a lease runs without renewal.
+    pub lease: Duration,
+}
+
+/// Where a scheduler's pushes, pops and patches go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// This instance owns the scheduler, under this epoch.
+    Local(i64),
+    /// Another live instance owns it; forward to this address.
+    Remote(String),
+    /// Nobody holds it right now (an owner died and its lease has not lapsed, or one is taking
+    /// over): answer 503 with a short `Retry-After`.
+    Moving,
+}
+
+/// The owner of a scheduler as last read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The owning instance.
+    pub instance: String,
+    /// Its address.
+    pub address: String,
+    /// Its epoch.
+    pub epoch: i64,
+    /// Whether its lease ran when read.
+    pub live: bool,
+}
+
+/// Ownership of the schedulers, shared by the engines, the broker and the ownership thread.
+#[derive(Debug)]
+pub struct Ownership {
+    config: OwnershipConfig,
+    /// The epoch under which this instance holds each scheduler; 0 when it does not.
+    ours: PerScheduler<AtomicI64>,
+    /// Each scheduler's owner at the last round.
+    owners: RwLock<PerScheduler<Option<Owner>>>,
+    /// Leases this instance took, per scheduler (its first and every later takeover).
+    takeovers: PerScheduler<AtomicU64>,
+}
+
+impl Ownership {
+    /// Ownership for this instance; it holds nothing until its first round.
+    pub fn new(config: OwnershipConfig) -> Self {
+        Self {
+            config,
+            ours: PerScheduler::from_fn(|_| AtomicI64::new(0)),
+            owners: RwLock::new(PerScheduler::from_fn(|_| None)),
+            takeovers: PerScheduler::default(),
+        }
+    }
+
+    /// This instance's name.
+    pub fn instance(&self) -> &str {
+        &self.config.instance
+    }
+
+    /// This instance's address.
+    pub fn address(&self) -> &str {
+        &self.config.address
+    }
+
+    /// The epoch under which this instance holds `s`; 0 when it does not.
+    pub fn epoch(&self, s: SchedulerId) -> i64 {
+        self.ours[s].load(Ordering::Acquire)
+    }
+
+    /// Leases of `s` this instance took so far.
+    pub fn takeovers(&self, s: SchedulerId) -> u64 {
+        self.takeovers[s].load(Ordering::Relaxed)
+    }
+
+    /// `s`'s owner as last read (this instance included).
+    pub fn owner(&self, s: SchedulerId) -> Option<Owner> {
+        self.owners
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[s]
+            .clone()
+    }
+
+    /// Where `s`'s writes go now.
+    pub fn route(&self, s: SchedulerId) -> Route {
+        let epoch = self.epoch(s);
+        if epoch > 0 {
+            return Route::Local(epoch);
+        }
+        match self.owner(s) {
+            Some(o) if o.live && o.instance != self.config.instance => Route::Remote(o.address),
+            _ => Route::Moving,
+        }
+    }
+
+    /// An engine found its epoch fenced off in the database: `s` is no longer ours under
+    /// `epoch`. The next round reads the new owner.
+    pub fn lost(&self, s: SchedulerId, epoch: i64) {
+        if self.ours[s]
+            .compare_exchange(epoch, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            warn!(scheduler.id = %s, epoch, "lease lost: another instance holds this scheduler now");
+        }
+    }
+
+    /// One round: renew what is ours, take what is free, read the rest. Calls `changed` for
+    /// each scheduler whose epoch here changed (taken or lost), so its engine acts at once.
+    pub fn round(
+        &self,
+        conn: &mut AnyConnection,
+        changed: &dyn Fn(SchedulerId),
+    ) -> Result<(), StorageError> {
+        let (me, address, lease) = (
+            self.config.instance.as_str(),
+            self.config.address.as_str(),
+            self.config.lease,
+        );
+        for s in SchedulerId::ALL {
+            let epoch = self.epoch(s);
+            if epoch > 0 {
+                if !owners::renew(conn, s, me, epoch, lease)? {
+                    self.lost(s, epoch);
+                    changed(s);
+                }
+                continue;
+            }
+            if let Some(epoch) = owners::claim(conn, s, me, address, lease)? {
+                self.ours[s].store(epoch, Ordering::Release);
+                self.takeovers[s].fetch_add(1, Ordering::Relaxed);
+                info!(scheduler.id = %s, epoch, instance = me, "lease taken: this instance owns the scheduler");
+                changed(s);
+            }
+        }
+        let rows = owners::all(conn)?;
+        let mut seen = PerScheduler::from_fn(|_| None);
+        for r in rows {
+            if let Ok(s) = r.scheduler_id.parse::<SchedulerId>() {
+                seen[s] = Some(Owner {
+                    instance: r.owner.unwrap_or_default(),
+                    address: r.address.unwrap_or_default(),
+                    epoch: r.epoch,
+                    live: r.live,
+                });
+            }
+        }
+        *self
+            .owners
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = seen;
+        Ok(())
+    }
+
+    /// Releases every lease this instance holds (a clean shutdown, after the engines stopped).
+    pub fn release_all(&self, conn: &mut AnyConnection) {
+        for s in SchedulerId::ALL {
+            let epoch = self.ours[s].swap(0, Ordering::AcqRel);
+            if epoch == 0 {
+                continue;
+            }
+            match owners::release(conn, s, &self.config.instance, epoch) {
+                Ok(true) => info!(scheduler.id = %s, epoch, "lease released"),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(scheduler.id = %s, error = %e, "lease not released; it lapses on its own")
+                }
+            }
+        }
+    }
+
+    /// Starts the ownership thread on a connection of its own to `target`: a round every third of
+    /// the lease until the handle is stopped.
+    pub fn spawn(
+        self: &Arc<Self>,
+        target: DbTarget,
+        changed: Box<dyn Fn(SchedulerId) + Send>,
+    ) -> Result<OwnershipHandle, String> {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let me = self.clone();
+        let every = self.config.lease / 3;
+        let join = std::thread::Builder::new()
+            .name("ownership".into())
+            .spawn(move || {
+                let mut conn: Option<AnyConnection> = None;
+                let mut failing_since: Option<Instant> = None;
+                loop {
+                    let result = match conn.as_mut() {
+                        Some(c) => me.round(c, &*changed),
+                        None => storage::open(&target)
+                            .map_err(StorageError::Unavailable)
+                            .and_then(|c| me.round(conn.insert(c), &*changed)),
+                    };
+                    match result {
+                        Ok(()) => {
+                            if failing_since.take().is_some() {
+                                info!("ownership rounds work again");
+                            }
+                        }
+                        Err(e) => {
+                            conn = None;
+                            if failing_since.is_none() {
+                                failing_since = Some(Instant::now());
+                                error!(error = %e, "ownership round failed; leases are not renewed until the database answers");
+                            }
+                        }
+                    }
+                    match stopped.recv_timeout(every) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the ownership thread: {e}"))?;
+        Ok(OwnershipHandle { stop, join })
+    }
+}
+
+/// The running ownership thread.
+pub struct OwnershipHandle {
+    stop: Sender<()>,
+    join: JoinHandle<()>,
+}
+
+impl OwnershipHandle {
+    /// Stops the rounds (the leases stay held until released or lapsed).
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        if self.join.join().is_err() {
+            error!("the ownership thread panicked");
+        }
+    }
+}
+
+/// A name for this process in the lease rows: host, process id and a random part, so a
+/// restarted process never passes for its predecessor.
+pub fn default_instance_name() -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}-{}-{}", host_name(), std::process::id(), &random[..8])
+}
+
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`, else `localhost`).
+pub fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// An exclusive lock on a SQLite database file, held for the life of the process: a second
+/// instance on the same file refuses to start instead of splitting the heaps between two
+/// processes that cannot fence each other.
+#[derive(Debug)]
+pub struct SqliteLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl SqliteLock {
+    /// Takes the lock beside `database` (`<database>.lock`), or says who holds it.
+    pub fn acquire(database: &Path) -> Result<SqliteLock, String> {
+        let mut name = database.as_os_str().to_owned();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(SqliteLock { _file: file, path }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+                "another kat-scheduler instance is using the SQLite database {} (its lock file {} is held); \
+                 SQLite serves one instance: stop the other one, or run several instances on PostgreSQL",
+                database.display(),
+                path.display()
+            )),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(format!("cannot lock {}: {e}", path.display()))
+            }
+        }
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_one_sqlite_file_is_refused_with_a_message_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("scheduler.db");
+        let first = SqliteLock::acquire(&db).unwrap();
+        let err = SqliteLock::acquire(&db).unwrap_err();
+        assert!(err.contains("another kat-scheduler instance"), "{err}");
+        assert!(err.contains("scheduler.db"), "{err}");
+        drop(first);
+        SqliteLock::acquire(&db).expect("free again once the first is gone");
+    }
+
+    #[test]
+    fn routes_follow_the_epoch_and_the_last_read_owner() {
+        let own = Ownership::new(OwnershipConfig {
+            instance: "a".into(),
+            address: "http://a".into(),
+            lease: Duration::from_secs(3),
+        });
+        let s = SchedulerId::Boefje;
+        assert_eq!(own.route(s), Route::Moving, "nobody known yet");
+        own.owners.write().unwrap()[s] = Some(Owner {
+            instance: "b".into(),
+            address: "http://b".into(),
+            epoch: 4,
+            live: true,
+        });
+        assert_eq!(own.route(s), Route::Remote("http://b".into()));
+        own.owners.write().unwrap()[s].as_mut().unwrap().live = false;
+        assert_eq!(
+            own.route(s),
+            Route::Moving,
+            "a lapsed owner is not forwarded to"
+        );
+        own.ours[s].store(5, Ordering::Release);
+        assert_eq!(own.route(s), Route::Local(5));
+        own.lost(s, 4);
+        assert_eq!(own.epoch(s), 5, "losing an older epoch changes nothing");
+        own.lost(s, 5);
+        assert_eq!(own.route(s), Route::Moving);
+    }
+}

@@ -1,0 +1,162 @@
+//! Forwarding: a scheduler's pushes, pops, patches and cancellations go to the instance that owns
+//! it, so any instance serves any request and clients need no change.
+//!
+//! One internal route takes them all (`POST /internal/forward/{scheduler_id}`, not in the public
+//! API document); the body names the command with the broker's own arguments, and the answer is
+//! the owner's `Result` as it is, errors included, so a 409 or a 429 reaches the client as the
+//! owner gave it. The owner applies a forwarded command only if it still owns the scheduler
+//! (never forwarding it again); an owner that cannot be reached is answered 503 with a short
+//! `Retry-After`, since its lease lapses within seconds and another instance takes over.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tracing::debug;
+use uuid::Uuid;
+
+use super::push::PushRequest;
+use super::{PushOutcome, QueueError, TaskPatch};
+use crate::domain::{SchedulerId, Task};
+
+/// The internal route a forwarded command goes to.
+pub const FORWARD_PATH: &str = "/internal/forward";
+
+/// A command for the owning instance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Forward {
+    /// [`super::Broker::push_many`]
+    Push {
+        /// The pushes, in order.
+        requests: Vec<PushRequest>,
+    },
+    /// [`super::Broker::pop`]
+    Pop {
+        /// Tasks at most.
+        limit: usize,
+        /// The filter as the client sent it (mula's filter JSON).
+        filter: Option<serde_json::Value>,
+    },
+    /// [`super::Broker::patch`]
+    Patch {
+        /// The task.
+        id: Uuid,
+        /// The change.
+        patch: TaskPatch,
+    },
+    /// [`super::Broker::cancel_object`] on one scheduler
+    Cancel {
+        /// The organisation.
+        organisation: String,
+        /// The deleted object.
+        reference: String,
+    },
+}
+
+/// The owner's answer to a [`Forward`].
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "answer", content = "value", rename_all = "snake_case")]
+pub enum Answer {
+    /// To `Push`: one result per request.
+    Pushed(Vec<Result<PushOutcome, QueueError>>),
+    /// To `Pop`.
+    Popped(Vec<Task>),
+    /// To `Patch`.
+    Patched(Task),
+    /// To `Cancel`.
+    Cancelled(Vec<Uuid>),
+}
+
+/// The client instances forward with.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    client: reqwest::Client,
+    /// Sent as a bearer token when the instances require one.
+    token: Option<String>,
+}
+
+impl Peers {
+    /// A client whose calls give up after `timeout`.
+    pub fn new(timeout: Duration, token: Option<String>) -> Result<Peers, String> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .user_agent(crate::clients::http::USER_AGENT)
+            .build()
+            .map_err(|e| format!("cannot build the forwarding client: {e}"))?;
+        Ok(Peers { client, token })
+    }
+
+    /// Sends `command` for `s` to the owner at `address`.
+    pub async fn forward(
+        &self,
+        address: &str,
+        s: SchedulerId,
+        command: &Forward,
+    ) -> Result<Answer, QueueError> {
+        let url = format!("{}{FORWARD_PATH}/{s}", address.trim_end_matches('/'));
+        let mut request = self.client.post(&url).json(command);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.map_err(|e| {
+            debug!(scheduler.id = %s, %url, error = %e, "owner unreachable");
+            QueueError::Moving(s)
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let hint = if status == reqwest::StatusCode::UNAUTHORIZED
+                || status == reqwest::StatusCode::FORBIDDEN
+            {
+                " (set cluster.peer_token to a token every instance accepts for all schedulers)"
+            } else {
+                ""
+            };
+            return Err(QueueError::Unavailable(format!(
+                "the instance owning scheduler {s} refused a forwarded request with {status}{hint}"
+            )));
+        }
+        let answer: Result<Answer, QueueError> = response.json().await.map_err(|e| {
+            QueueError::Unavailable(format!(
+                "the instance owning scheduler {s} answered a forwarded request unreadably: {e}"
+            ))
+        })?;
+        answer
+    }
+}
+
+/// The answer expected, or an internal error naming what came instead.
+pub(crate) fn expect<T>(
+    answer: Answer,
+    pick: impl FnOnce(Answer) -> Option<T>,
+) -> Result<T, QueueError> {
+    pick(answer).ok_or_else(|| {
+        QueueError::Internal("a forwarded command got an answer of another kind".into())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_cross_instances_as_they_are() {
+        let sent: Result<Answer, QueueError> = Err(QueueError::Duplicate {
+            existing: Uuid::nil(),
+        });
+        let text = serde_json::to_string(&sent).unwrap();
+        let back: Result<Answer, QueueError> = serde_json::from_str(&text).unwrap();
+        match back {
+            Err(QueueError::Duplicate { existing }) => assert_eq!(existing, Uuid::nil()),
+            other => panic!("{other:?} from {text}"),
+        }
+        let moving: Result<Answer, QueueError> = serde_json::from_str(
+            &serde_json::to_string(&Err::<Answer, _>(QueueError::Moving(SchedulerId::Report)))
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(matches!(
+            moving,
+            Err(QueueError::Moving(SchedulerId::Report))
+        ));
+    }
+}

@@ -1,0 +1,150 @@
+//! The `scheduler_owners` rows: which instance owns each scheduler's heap, under which epoch,
+//! until when. PostgreSQL only (SQLite runs one instance). Every expiry is computed on the
+//! database's clock, so the instances' own clocks may disagree without harm.
+//!
+//! Fencing rests on row locks: a batch takes the row `FOR SHARE` and checks its epoch in its
+//! own transaction, and a takeover's `INSERT … ON CONFLICT DO UPDATE` must wait for that lock, so
+//! a batch either commits before the takeover (and the new owner's rebuild sees it) or finds
+//! the new epoch and rolls back.
+
+use diesel::QueryResult;
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
+
+use super::sql::{Bind, Sql};
+use super::{AnyConnection, Backend};
+use crate::domain::SchedulerId;
+
+/// One scheduler's owner as stored.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct OwnerRow {
+    /// The scheduler.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// The owning instance; `None` after a clean release.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub owner: Option<String>,
+    /// Where the owner takes forwarded requests.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub address: Option<String>,
+    /// The fencing token: raised by every takeover.
+    #[diesel(sql_type = BigInt)]
+    pub epoch: i64,
+    /// Whether the lease still runs (an owner, not yet expired).
+    #[diesel(sql_type = Bool)]
+    pub live: bool,
+}
+
+#[derive(QueryableByName)]
+struct Epoch {
+    #[diesel(sql_type = BigInt)]
+    epoch: i64,
+}
+
+fn millis(lease: std::time::Duration) -> Bind {
+    Bind::Double(lease.as_secs_f64() * 1_000.0)
+}
+
+/// Takes `scheduler`'s lease for `instance` if nobody holds it (never held, released, or
+/// expired); answers the new epoch, or `None` while another instance holds it.
+pub fn claim(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    instance: &str,
+    address: &str,
+    lease: std::time::Duration,
+) -> QueryResult<Option<i64>> {
+    let mut q = Sql::new(
+        Backend::Postgres,
+        "INSERT INTO scheduler_owners (scheduler_id, owner, address, epoch, expires_at, acquired_at) VALUES (",
+    );
+    q.bind(scheduler.as_str())
+        .push(", ")
+        .bind(instance)
+        .push(", ")
+        .bind(address)
+        .push(", 1, now() + ")
+        .bind(millis(lease))
+        .push(
+            " * interval '1 millisecond', now()) ON CONFLICT (scheduler_id) DO UPDATE SET \
+             owner = excluded.owner, address = excluded.address, \
+             epoch = scheduler_owners.epoch + 1, expires_at = excluded.expires_at, \
+             acquired_at = excluded.acquired_at \
+             WHERE scheduler_owners.owner IS NULL OR scheduler_owners.expires_at < now() \
+             RETURNING epoch",
+        );
+    Ok(q.load::<Epoch>(conn)?.into_iter().next().map(|e| e.epoch))
+}
+
+/// Extends `instance`'s lease on `scheduler` under `epoch`; false if it no longer holds it.
+pub fn renew(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    instance: &str,
+    epoch: i64,
+    lease: std::time::Duration,
+) -> QueryResult<bool> {
+    let mut q = Sql::new(
+        Backend::Postgres,
+        "UPDATE scheduler_owners SET expires_at = now() + ",
+    );
+    q.bind(millis(lease))
+        .push(" * interval '1 millisecond' WHERE scheduler_id = ")
+        .bind(scheduler.as_str())
+        .push(" AND owner = ")
+        .bind(instance)
+        .push(" AND epoch = ")
+        .bind(epoch);
+    Ok(q.execute(conn)? == 1)
+}
+
+/// Gives up `instance`'s lease on `scheduler` at once, so another instance takes it on its next
+/// round instead of waiting for it to expire.
+pub fn release(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    instance: &str,
+    epoch: i64,
+) -> QueryResult<bool> {
+    let mut q = Sql::new(
+        Backend::Postgres,
+        "UPDATE scheduler_owners SET owner = NULL, expires_at = now() WHERE scheduler_id = ",
+    );
+    q.bind(scheduler.as_str())
+        .push(" AND owner = ")
+        .bind(instance)
+        .push(" AND epoch = ")
+        .bind(epoch);
+    Ok(q.execute(conn)? == 1)
+}
+
+/// Every scheduler's owner row.
+pub fn all(conn: &mut AnyConnection) -> QueryResult<Vec<OwnerRow>> {
+    Sql::new(
+        Backend::Postgres,
+        "SELECT scheduler_id, owner, address, epoch, \
+         (owner IS NOT NULL AND expires_at > now()) AS live FROM scheduler_owners",
+    )
+    .load(conn)
+}
+
+/// The fence of a batch: locks `scheduler`'s row until the transaction ends and answers whether
+/// `instance` still holds it under `epoch`. Must run inside the batch's transaction.
+pub fn holds(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    instance: &str,
+    epoch: i64,
+) -> QueryResult<bool> {
+    let mut q = Sql::new(
+        Backend::Postgres,
+        "SELECT epoch FROM scheduler_owners WHERE scheduler_id = ",
+    );
+    q.bind(scheduler.as_str())
+        .push(" AND owner = ")
+        .bind(instance)
+        .push(" FOR SHARE");
+    Ok(q.load_prepared::<Epoch>(conn)?
+        .first()
+        .is_some_and(|e| e.epoch == epoch))
+}

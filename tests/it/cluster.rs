@@ -1,0 +1,515 @@
+//! Several instances on one PostgreSQL database: each scheduler owned by one instance, the
+//! others forwarding to it; fencing of a former owner; failover after SIGKILL with nothing lost
+//! or popped twice; SQLite refusing a second instance.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::child::ChildApp;
+use crate::helpers::*;
+
+/// Short leases, so takeovers in these tests take about a second.
+const LEASE_MS: &str = "1000";
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// The `/metrics` samples of `family` on `address`, as (labels, value).
+async fn samples(client: &reqwest::Client, address: &str, family: &str) -> Vec<(String, f64)> {
+    let page = client
+        .get(format!("{address}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    page.lines()
+        .filter(|l| l.starts_with(family) && !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name_labels, value) = l.rsplit_once(' ')?;
+            let labels = name_labels.strip_prefix(family)?;
+            (labels.is_empty() || labels.starts_with('{'))
+                .then(|| (labels.to_owned(), value.parse().unwrap_or(f64::NAN)))
+        })
+        .collect()
+}
+
+/// How many schedulers the instance at `address` owns.
+async fn owned(client: &reqwest::Client, address: &str) -> usize {
+    samples(client, address, "scheduler_ownership_owned")
+        .await
+        .iter()
+        .filter(|(_, v)| *v == 1.0)
+        .count()
+}
+
+/// Polls until `check` holds, up to `within`; answers how long it took.
+async fn until<F, Fut>(within: Duration, what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    loop {
+        if check().await {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling interval, not a wait for a state
+    }
+}
+
+fn start(uri: &str) -> ChildApp {
+    ChildApp::start(uri, &[("SCHEDULER_LEASE_MS", LEASE_MS)])
+}
+
+async fn start_async(uri: &str) -> ChildApp {
+    let uri = uri.to_owned();
+    tokio::task::spawn_blocking(move || start(&uri))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patches() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let c = client();
+    let a = start_async(&db.uri).await;
+    until(
+        Duration::from_secs(10),
+        "the first instance owns all",
+        || {
+            let (c, addr) = (c.clone(), a.address.clone());
+            async move { owned(&c, &addr).await == 3 }
+        },
+    )
+    .await;
+    let b = start_async(&db.uri).await;
+    assert_eq!(owned(&c, &b.address).await, 0, "the schedulers stay with a");
+    let owners = samples(&c, &b.address, "scheduler_ownership_owner_info").await;
+    assert_eq!(owners.len(), 3, "{owners:?}");
+    assert!(
+        owners.iter().all(|(l, _)| l.contains(&a.address)),
+        "b knows a as the owner of each: {owners:?}"
+    );
+
+    // A push to b is stored by a (201, the task as a answered it).
+    let resp = c
+        .post(format!("{}/schedulers/boefje/push", b.address))
+        .json(&boefje_push(
+            "org",
+            "nmap",
+            Some("Hostname|internet|a.example"),
+            3,
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let task: Value = resp.json().await.unwrap();
+    assert_eq!(task["status"], "queued");
+    // The same work again, through b and straight to a: the same 409, header and detail.
+    let mut answers = Vec::new();
+    for at in [&b.address, &a.address] {
+        let resp = c
+            .post(format!("{at}/schedulers/boefje/push"))
+            .json(&boefje_push(
+                "org",
+                "nmap",
+                Some("Hostname|internet|a.example"),
+                3,
+            ))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let retry = resp.headers().get("retry-after").cloned();
+        answers.push((status, retry, detail(resp).await));
+    }
+    assert_eq!(answers[0].0, 409);
+    assert!(answers[0].2.contains("already queued"), "{answers:?}");
+    assert_eq!(
+        answers[0], answers[1],
+        "forwarded and direct answers differ"
+    );
+    // A filtered pop through b gets it from a's heap, dispatched.
+    let popped: Value = c
+        .post(format!("{}/schedulers/boefje/pop?limit=5", b.address))
+        .json(&json!({"filters": [{"column": "organisation", "operator": "eq", "value": "org"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let results = popped["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{popped}");
+    assert_eq!(results[0]["id"], task["id"]);
+    assert_eq!(results[0]["status"], "dispatched");
+    // Patches through b; a forbidden transition keeps its 409.
+    let id = id_of(&task);
+    for (status, code) in [("running", 200), ("completed", 200), ("running", 409)] {
+        let resp = c
+            .patch(format!("{}/tasks/{id}", b.address))
+            .json(&json!({"status": status}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), code, "PATCH {status}");
+    }
+    // Reads are served by b from the database.
+    let got: Value = c
+        .get(format!("{}/tasks/{id}", b.address))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["status"], "completed");
+    // a counted the requests it served; b's forwarded ones count on b too.
+    let pops_on_a = samples(&c, &a.address, "scheduler_requests_total").await;
+    assert!(
+        pops_on_a
+            .iter()
+            .any(|(l, v)| l.contains("boefje") && l.contains("pop") && *v >= 1.0),
+        "{pops_on_a:?}"
+    );
+
+    // A clean stop of a hands everything to b at once (well within a lease).
+    let handover = Instant::now();
+    assert!(
+        tokio::task::spawn_blocking(move || a.terminate())
+            .await
+            .unwrap()
+    );
+    until(
+        Duration::from_secs(5),
+        "b owns all after a's clean stop",
+        || {
+            let (c, addr) = (c.clone(), b.address.clone());
+            async move { owned(&c, &addr).await == 3 }
+        },
+    )
+    .await;
+    let took = handover.elapsed();
+    eprintln!("clean handover: {took:?} from SIGTERM to b owning all three");
+    let takeovers = samples(&c, &b.address, "scheduler_ownership_takeovers_total").await;
+    assert!(takeovers.iter().all(|(_, v)| *v == 1.0), "{takeovers:?}");
+    let epochs = samples(&c, &b.address, "scheduler_ownership_epoch").await;
+    assert!(epochs.iter().all(|(_, v)| *v == 2.0), "{epochs:?}");
+    assert!(
+        tokio::task::spawn_blocking(move || b.terminate())
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_former_owner_cannot_commit_after_its_lease_was_taken() {
+    // The owner is "paused" (its renewals stopped mattering): another instance took the lease
+    // in the database. Its next batch must find the new epoch and write nothing.
+    let Some(app) = spawn_app_with(Backend::Postgres, |s| s.cluster.lease_ms = 60_000).await else {
+        return;
+    };
+    let first = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org", "nmap", Some("Hostname|internet|x"), 3),
+        )
+        .await;
+    let db = app.db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        use diesel::{Connection, connection::SimpleConnection};
+        let mut conn = diesel::PgConnection::establish(&db).unwrap();
+        conn.batch_execute(
+            "UPDATE scheduler_owners SET owner = 'elsewhere', address = 'http://127.0.0.1:9', \
+             epoch = epoch + 1, expires_at = now() + interval '1 hour'",
+        )
+        .unwrap();
+    })
+    .await
+    .unwrap();
+    let resp = app
+        .push(
+            "boefje",
+            &boefje_push("org", "nmap", Some("Hostname|internet|y"), 3),
+        )
+        .await;
+    assert_eq!(resp.status(), 503, "{}", detail(resp).await);
+    let resp = app.pop("boefje", Some(1), None).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers().get("retry-after").unwrap(), "1");
+    // Nothing of the refused push was written, and the first task is still queued.
+    let listed: Value = app
+        .get("/tasks?scheduler_id=boefje")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["count"], 1, "{listed}");
+    assert_eq!(app.task(&id_of(&first)).await["status"], "queued");
+    let boefje = samples(&app.client, &app.address, "scheduler_ownership_owned").await;
+    assert!(
+        boefje
+            .iter()
+            .any(|(l, v)| l.contains("boefje") && *v == 0.0),
+        "the fenced instance no longer counts boefje as its own: {boefje:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_on_one_sqlite_file_refuses_to_start() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    let settings = test_settings(&app.db.uri);
+    let clock = Arc::new(kat_scheduler::clock::ManualClock::new(start_time()));
+    let err = match kat_scheduler::startup::Application::build(settings, clock).await {
+        Ok(_) => panic!("a second instance started on the same SQLite file"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("another kat-scheduler instance"), "{err}");
+    assert!(
+        err.contains("PostgreSQL"),
+        "the message says what to do: {err}"
+    );
+    // The first one serves on.
+    app.push_ok("boefje", &boefje_push("org", "nmap", None, 3))
+        .await;
+}
+
+/// What the clients were answered 2xx.
+#[derive(Default)]
+struct Seen {
+    pushes: Vec<String>,
+    pops: Vec<String>,
+    refused: usize,
+}
+
+/// Pushes and pops spread over `addresses` until `stop`; a 503 (ownership moving, instance
+/// gone) is retried on the next instance, as a client behind a load balancer would.
+async fn load(
+    addresses: Arc<Mutex<Vec<String>>>,
+    seen: Arc<Mutex<Seen>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let c = client();
+    let mut workers = Vec::new();
+    for w in 0..4usize {
+        let (c, addresses, seen, stop) = (c.clone(), addresses.clone(), seen.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut n = 0usize;
+            while !stop.is_cancelled() {
+                n += 1;
+                let address = {
+                    let a = addresses.lock().unwrap();
+                    a[(w + n) % a.len()].clone()
+                };
+                let resp = if w % 2 == 0 {
+                    let body =
+                        boefje_push("cluster", &format!("w{w}-n{n}"), None, 2 + (n % 40) as i64);
+                    c.post(format!("{address}/schedulers/boefje/push"))
+                        .json(&body)
+                        .send()
+                        .await
+                } else {
+                    c.post(format!(
+                        "{address}/schedulers/boefje/pop?limit={}",
+                        1 + n % 3
+                    ))
+                    .send()
+                    .await
+                };
+                let Ok(resp) = resp else {
+                    seen.lock().unwrap().refused += 1;
+                    continue;
+                };
+                if !resp.status().is_success() {
+                    seen.lock().unwrap().refused += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await; // a client's backoff
+                    continue;
+                }
+                let Ok(body) = resp.json::<Value>().await else {
+                    continue;
+                };
+                let mut s = seen.lock().unwrap();
+                if w % 2 == 0 {
+                    s.pushes.push(id_of(&body));
+                } else {
+                    s.pops
+                        .extend(body["results"].as_array().unwrap().iter().map(id_of));
+                }
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_killed_mid_load_is_replaced_and_nothing_is_lost_or_popped_twice() {
+    const KILLS: usize = 3;
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let c = client();
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        apps.push(start_async(&db.uri).await);
+    }
+    let addresses = Arc::new(Mutex::new(
+        apps.iter().map(|a| a.address.clone()).collect::<Vec<_>>(),
+    ));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let driver = tokio::spawn(load(addresses.clone(), seen.clone(), stop.clone()));
+
+    let mut takeovers = Vec::new();
+    for kill in 0..KILLS {
+        // Let the load run on the current owner for a moment.
+        let before = seen.lock().unwrap().pops.len();
+        until(Duration::from_secs(20), "pops flow", || {
+            let seen = seen.clone();
+            async move { seen.lock().unwrap().pops.len() > before + 20 }
+        })
+        .await;
+        let mut owner = None;
+        for (i, app) in apps.iter().enumerate() {
+            let o = samples(&c, &app.address, "scheduler_ownership_owned").await;
+            if o.iter().any(|(l, v)| l.contains("boefje") && *v == 1.0) {
+                owner = Some(i);
+            }
+        }
+        let owner = owner.expect("some instance owns boefje");
+        let victim = apps.remove(owner);
+        let killed_at = Instant::now();
+        tokio::task::spawn_blocking(move || victim.kill_9())
+            .await
+            .unwrap();
+        // Takeover: a survivor owns boefje and serves a pop.
+        let survivors: Vec<String> = apps.iter().map(|a| a.address.clone()).collect();
+        until(
+            Duration::from_secs(10),
+            "a survivor takes boefje over",
+            || {
+                let (c, survivors) = (c.clone(), survivors.clone());
+                async move {
+                    for s in &survivors {
+                        if let Ok(r) = c
+                            .post(format!("{s}/schedulers/boefje/pop?limit=1"))
+                            .send()
+                            .await
+                            && r.status() == 200
+                        {
+                            // This pop's tasks count as acknowledged too.
+                            return true;
+                        }
+                    }
+                    false
+                }
+            },
+        )
+        .await;
+        let took = killed_at.elapsed();
+        eprintln!("kill {kill}: boefje served again {took:?} after SIGKILL of its owner");
+        takeovers.push(took);
+        // Restart the killed one; it joins as a non-owner.
+        let fresh = start_async(&db.uri).await;
+        let mut a = addresses.lock().unwrap();
+        *a = apps.iter().map(|x| x.address.clone()).collect();
+        a.push(fresh.address.clone());
+        drop(a);
+        apps.push(fresh);
+    }
+    stop.cancel();
+    driver.await.unwrap();
+
+    // Drain through one instance; then check what the clients were answered.
+    let (pushed, popped, refused) = {
+        let s = seen.lock().unwrap();
+        (s.pushes.clone(), s.pops.clone(), s.refused)
+    };
+    let unique: HashSet<&String> = popped.iter().collect();
+    assert_eq!(unique.len(), popped.len(), "a task was popped twice");
+    let drain_at = apps[0].address.clone();
+    let mut drained = HashSet::new();
+    loop {
+        let resp = c
+            .post(format!("{drain_at}/schedulers/boefje/pop?limit=1000"))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 503 {
+            tokio::time::sleep(Duration::from_millis(50)).await; // ownership settling
+            continue;
+        }
+        let body: Value = resp.json().await.unwrap();
+        let ids: Vec<String> = body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(id_of)
+            .collect();
+        if ids.is_empty() {
+            break;
+        }
+        for id in ids {
+            assert!(
+                !unique.contains(&id),
+                "acknowledged pop {id} was queued again"
+            );
+            drained.insert(id);
+        }
+    }
+    let mut unanswered = 0;
+    for id in &pushed {
+        if unique.contains(id) || drained.contains(id) {
+            continue;
+        }
+        // Popped by a pop whose answer was lost with its instance, or by the takeover probes:
+        // dispatched, and its lease brings it back.
+        let task: Value = c
+            .get(format!("{drain_at}/tasks/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            task["status"], "dispatched",
+            "acknowledged push {id} was lost: {task}"
+        );
+        unanswered += 1;
+    }
+    eprintln!(
+        "{} pushes and {} pops acknowledged, {refused} answered non-2xx or unreachable, {} drained, {unanswered} dispatched without an answer; takeovers {takeovers:?}",
+        pushed.len(),
+        popped.len(),
+        drained.len()
+    );
+    assert!(!pushed.is_empty() && !popped.is_empty());
+    assert!(
+        takeovers.iter().all(|t| *t < Duration::from_secs(5)),
+        "failover within 5 s: {takeovers:?}"
+    );
+    for app in apps {
+        assert!(
+            tokio::task::spawn_blocking(move || app.terminate())
+                .await
+                .unwrap()
+        );
+    }
+}
