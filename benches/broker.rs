@@ -10,6 +10,7 @@
 //! cargo bench --bench broker -- --ingest        # the listener and ColdStart (broker/ingest.rs)
 //! cargo bench --bench broker -- --ingest --messages 5000 --objects 20000   # a quick look
 //! cargo bench --bench broker -- --cron          # one tick over 1e5 due schedules; re-score of 1e6 (broker/cron.rs)
+//! cargo bench --bench broker -- --cluster --tasks 100000 --seconds 2   # one instance vs three; 10 takeovers (broker/cluster.rs)
 //! cargo bench --bench broker -- --cron --due 10000 --rescore-tasks 100000   # a quick look
 //! cargo bench --bench broker -- --sqlite        # the embedded default: pops and pushes (broker/sqlite.rs)
 //! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
@@ -108,6 +109,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+#[path = "broker/cluster.rs"]
+mod cluster;
 #[path = "broker/cron.rs"]
 mod cron;
 #[path = "broker/ingest.rs"]
@@ -148,6 +151,10 @@ struct Options {
     ingest: bool,
     /// Run the cron scenario: one tick over `due` schedules, one re-score (`broker/cron.rs`).
     cron: bool,
+    /// Run the cluster scenario: one instance against three, takeovers (`broker/cluster.rs`).
+    cluster: bool,
+    /// SIGKILLs of the owner in the cluster scenario.
+    kills: usize,
     /// Due boefje schedules for the tick.
     due: usize,
     /// Waiting tasks for the re-score.
@@ -198,6 +205,8 @@ fn options() -> Result<Options> {
         rare: 500,
         ingest: false,
         cron: false,
+        cluster: false,
+        kills: 10,
         due: 100_000,
         rescore_tasks: 1_000_000,
         messages: 20_000,
@@ -232,6 +241,8 @@ fn options() -> Result<Options> {
             "--rare" => o.rare = count(&value()?)?,
             "--ingest" => o.ingest = true,
             "--cron" => o.cron = true,
+            "--cluster" => o.cluster = true,
+            "--kills" => o.kills = count(&value()?)?,
             "--due" => o.due = count(&value()?)?,
             "--rescore-tasks" => o.rescore_tasks = count(&value()?)?,
             "--messages" => o.messages = count(&value()?)?,
@@ -255,7 +266,7 @@ fn options() -> Result<Options> {
     if o.vs.is_some() && !o.sqlite {
         return Err("--vs is for the SQLite scenario (--sqlite)".into());
     }
-    if !o.workers && !o.pending && !o.ingest && !o.cron && !o.sqlite {
+    if !o.workers && !o.pending && !o.ingest && !o.cron && !o.sqlite && !o.cluster {
         o.default_run = true;
     }
     o.depths.sort_unstable();
@@ -1847,6 +1858,9 @@ fn main() -> Result<()> {
     }
     if o.sqlite {
         line.push(sqlite::run_sqlite(&o)?);
+    }
+    if o.cluster {
+        line.push(cluster::run_cluster(&o, &base)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {

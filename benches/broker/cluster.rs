@@ -1,0 +1,218 @@
+//! `--cluster`: several instances of the service on one PostgreSQL database.
+//!
+//! - Pops/s and p99 with one instance against three: the same closed-loop clients (limit=1,
+//!   one scheduler each) on one instance, then spread over three. The first instance started
+//!   owns all three schedulers, so two requests in three reach a non-owner and are forwarded:
+//!   the figure is the cost of forwarding.
+//! - Takeover: the owner of `boefje` is killed with SIGKILL `--kills` times (default 10) under
+//!   the default lease (`cluster.lease_ms`, 3 s); the time from the kill to the first pop a
+//!   survivor answers 200 (served by the new owner's engine), and a fresh instance joins after
+//!   each kill. Median and max.
+//!
+//! `cargo bench --bench broker -- --cluster --tasks 100000 --seconds 2`
+
+use std::io::{BufRead, BufReader as StdBufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::{
+    Figure, Http, Options, Result, SCHEDULERS, current_thread, extra_columns, figure, machine,
+    median, median_figure, micros_since, pg_number, pop_request, popped_id, seed_tasks,
+    start_broker, stop_broker, with_db,
+};
+
+/// One instance of the service.
+struct Instance {
+    child: Child,
+    port: u16,
+}
+
+fn spawn(db: &str) -> Result<Instance> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kat-scheduler"))
+        .env("SCHEDULER_DB_URI", db)
+        .env("SCHEDULER_API_HOST", "127.0.0.1")
+        .env("SCHEDULER_API_PORT", "0")
+        .env("SCHEDULER_LOGGING_FORMAT", "json")
+        .env("SCHEDULER_LOG_LEVEL", "info")
+        .env("SCHEDULER_PQ_MAXSIZE", "1000000")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in StdBufReader::new(stderr)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if v["message"] == "listening" {
+                let _ = tx.send(v["address"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    });
+    let address = rx
+        .recv_timeout(Duration::from_secs(600))
+        .map_err(|_| "an instance did not start")?;
+    let port = address.rsplit(':').next().ok_or("no port")?.parse()?;
+    Ok(Instance { child, port })
+}
+
+/// The port of `boefje`'s live owner, from its lease row.
+fn boefje_owner(db: &str) -> Result<u16> {
+    let port = pg_number(
+        db,
+        "SELECT split_part(address, ':', 3)::bigint AS n FROM scheduler_owners \
+         WHERE scheduler_id = 'boefje' AND owner IS NOT NULL AND expires_at > now()",
+    )?;
+    Ok(u16::try_from(port)?)
+}
+
+/// Closed-loop pops (limit=1) by `clients` connections spread over `ports`, for `seconds`.
+async fn spread(ports: &[u16], clients: usize, seconds: f64) -> Result<Figure> {
+    let start = Instant::now();
+    let deadline = Duration::from_secs_f64(seconds);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mut http = Http::connect(ports[c % ports.len()]).await?;
+        // Clients of one scheduler spread over every instance, not one per instance.
+        let pop = pop_request(SCHEDULERS[(c / ports.len()) % 3]);
+        tasks.push(tokio::spawn(async move {
+            let mut body = Vec::with_capacity(1024);
+            let mut latencies = Vec::new();
+            while start.elapsed() < deadline {
+                let t = Instant::now();
+                let status = http.call(&pop, &mut body).await?;
+                if status != 200 {
+                    return Err::<Vec<u32>, super::Error>(
+                        format!("pop answered {status}: {}", String::from_utf8_lossy(&body)).into(),
+                    );
+                }
+                if popped_id(&body).is_some() {
+                    latencies.push(micros_since(t));
+                }
+            }
+            Ok(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(figure(all.len(), start.elapsed(), all))
+}
+
+/// Waits until a pop on one of `survivors` is answered 200.
+async fn until_served(survivors: &[u16]) -> Result<()> {
+    let start = Instant::now();
+    let pop = pop_request("boefje");
+    let mut body = Vec::new();
+    loop {
+        for port in survivors {
+            // A fresh connection per probe: an instance's answer, not a kept socket's.
+            if let Ok(mut http) = Http::connect(*port).await
+                && let Ok(200) = http.call(&pop, &mut body).await
+            {
+                return Ok(());
+            }
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err("no survivor served boefje within a minute".into());
+        }
+        // Probing interval: the resolution of the figure.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn kill_9(mut i: Instance) -> Result<()> {
+    i.child.kill()?;
+    i.child.wait()?;
+    Ok(())
+}
+
+fn terminate(i: Instance) -> Result<()> {
+    stop_broker(super::Broker {
+        child: i.child,
+        port: i.port,
+        rebuild_ms: f64::NAN,
+        ready_after: Duration::ZERO,
+    })
+}
+
+/// Runs the scenario; answers its summary for the last line.
+pub(super) fn run_cluster(o: &Options, base: &str) -> Result<String> {
+    with_db(o, base, "_cluster", |db| {
+        println!("{}", machine(db)?);
+        stop_broker(start_broker(db, 1_000_000)?)?;
+        let cols = extra_columns(db)?;
+        eprintln!("cluster: seeding {} tasks…", o.tasks);
+        seed_tasks(db, o.tasks, &SCHEDULERS, &cols)?;
+        let rt = current_thread()?;
+        let first = spawn(db)?;
+        let mut instances = vec![first, spawn(db)?, spawn(db)?];
+        let ports: Vec<u16> = instances.iter().map(|i| i.port).collect();
+        let (mut one, mut three) = (Vec::new(), Vec::new());
+        for round in 0..o.rounds {
+            let a = rt.block_on(spread(&ports[..1], o.clients, o.seconds))?;
+            let b = rt.block_on(spread(&ports, o.clients, o.seconds))?;
+            println!(
+                "cluster round {round}: one instance {:.0} pops/s p99 {:.1} ms; three instances {:.0} pops/s p99 {:.1} ms",
+                a.ops_per_sec,
+                a.p99_us / 1e3,
+                b.ops_per_sec,
+                b.p99_us / 1e3
+            );
+            one.push(a);
+            three.push(b);
+        }
+        let (one, three) = (median_figure(&one), median_figure(&three));
+        println!(
+            "cluster pops, median of {} rounds, {} clients: one instance {:.0}/s (p99 {:.1} ms), three instances {:.0}/s (p99 {:.1} ms): {:.2}× the throughput, p99 {:.2}×",
+            o.rounds,
+            o.clients,
+            one.ops_per_sec,
+            one.p99_us / 1e3,
+            three.ops_per_sec,
+            three.p99_us / 1e3,
+            three.ops_per_sec / one.ops_per_sec,
+            three.p99_us / one.p99_us
+        );
+
+        let mut takeovers = Vec::new();
+        for kill in 0..o.kills {
+            let owner = boefje_owner(db)?;
+            let at = instances
+                .iter()
+                .position(|i| i.port == owner)
+                .ok_or("the owner is none of the instances")?;
+            let victim = instances.remove(at);
+            let survivors: Vec<u16> = instances.iter().map(|i| i.port).collect();
+            let killed = Instant::now();
+            kill_9(victim)?;
+            rt.block_on(until_served(&survivors))?;
+            let took = killed.elapsed();
+            println!("cluster kill {kill}: boefje served again after {took:.2?}");
+            takeovers.push(took.as_secs_f64());
+            instances.push(spawn(db)?);
+        }
+        let max = takeovers.iter().copied().fold(0.0, f64::max);
+        let med = median(takeovers.clone());
+        println!(
+            "cluster takeover after SIGKILL of the owner, {} kills, lease 3 s: median {med:.2} s, max {max:.2} s",
+            o.kills
+        );
+        for i in instances {
+            terminate(i)?;
+        }
+        Ok(format!(
+            "cluster_one_pops={:.0} cluster_three_pops={:.0} cluster_p99_ratio={:.2} takeover_median_s={med:.2} takeover_max_s={max:.2}",
+            one.ops_per_sec,
+            three.ops_per_sec,
+            three.p99_us / one.p99_us
+        ))
+    })
+}
