@@ -643,7 +643,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_LEASE_MS",
         "cluster.lease_ms",
-        "milliseconds a scheduler's ownership lease runs without renewal (default 3000)",
+        "milliseconds a scheduler's ownership lease runs without renewal (default 2000)",
     ),
     (
         "SCHEDULER_PEER_TOKEN",

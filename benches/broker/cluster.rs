@@ -5,7 +5,7 @@
 //!   owns all three schedulers, so two requests in three reach a non-owner and are forwarded:
 //!   the figure is the cost of forwarding.
 //! - Takeover: the owner of `boefje` is killed with SIGKILL `--kills` times (default 10) under
-//!   the default lease (`cluster.lease_ms`, 3 s); the time from the kill to the first pop a
+//!   the default lease (`cluster.lease_ms`, 2 s); the time from the kill to the first pop a
 //!   survivor answers 200 (served by the new owner's engine), and a fresh instance joins after
 //!   each kill. Median and max.
 //!
@@ -202,7 +202,7 @@ pub(super) fn run_cluster(o: &Options, base: &str) -> Result<String> {
         let max = takeovers.iter().copied().fold(0.0, f64::max);
         let med = median(takeovers.clone());
         println!(
-            "cluster takeover after SIGKILL of the owner, {} kills, lease 3 s: median {med:.2} s, max {max:.2} s",
+            "cluster takeover after SIGKILL of the owner, {} kills, default lease: median {med:.2} s, max {max:.2} s",
             o.kills
         );
         for i in instances {
