@@ -11,55 +11,17 @@
 //!
 //! `cargo bench --bench broker -- --cluster --tasks 100000 --seconds 2`
 
-use std::io::{BufRead, BufReader as StdBufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Figure, Http, Options, Result, SCHEDULERS, current_thread, extra_columns, figure, machine,
-    median, median_figure, micros_since, pg_number, pop_request, popped_id, seed_tasks,
+    Broker, Figure, Http, Options, Result, SCHEDULERS, current_thread, extra_columns, figure,
+    machine, median, median_figure, micros_since, pg_number, pop_request, popped_id, seed_tasks,
     start_broker, stop_broker, with_db,
 };
 
-/// One instance of the service.
-struct Instance {
-    child: Child,
-    port: u16,
-}
-
-fn spawn(db: &str) -> Result<Instance> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kat-scheduler"))
-        .env("SCHEDULER_DB_URI", db)
-        .env("SCHEDULER_API_HOST", "127.0.0.1")
-        .env("SCHEDULER_API_PORT", "0")
-        .env("SCHEDULER_LOGGING_FORMAT", "json")
-        .env("SCHEDULER_LOG_LEVEL", "info")
-        .env("SCHEDULER_PQ_MAXSIZE", "1000000")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in StdBufReader::new(stderr)
-            .lines()
-            .map_while(std::result::Result::ok)
-        {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if v["message"] == "listening" {
-                let _ = tx.send(v["address"].as_str().unwrap_or_default().to_owned());
-            }
-        }
-    });
-    let address = rx
-        .recv_timeout(Duration::from_secs(600))
-        .map_err(|_| "an instance did not start")?;
-    let port = address.rsplit(':').next().ok_or("no port")?.parse()?;
-    Ok(Instance { child, port })
+/// One instance of the service, as the other scenarios start it (its heap bound above T).
+fn spawn(db: &str) -> Result<Broker> {
+    start_broker(db, 1_000_000)
 }
 
 /// The port of `boefje`'s live owner, from its lease row.
@@ -128,26 +90,17 @@ async fn until_served(survivors: &[u16]) -> Result<()> {
     }
 }
 
-fn kill_9(mut i: Instance) -> Result<()> {
+fn kill_9(mut i: Broker) -> Result<()> {
     i.child.kill()?;
     i.child.wait()?;
     Ok(())
-}
-
-fn terminate(i: Instance) -> Result<()> {
-    stop_broker(super::Broker {
-        child: i.child,
-        port: i.port,
-        rebuild_ms: f64::NAN,
-        ready_after: Duration::ZERO,
-    })
 }
 
 /// Runs the scenario; answers its summary for the last line.
 pub(super) fn run_cluster(o: &Options, base: &str) -> Result<String> {
     with_db(o, base, "_cluster", |db| {
         println!("{}", machine(db)?);
-        stop_broker(start_broker(db, 1_000_000)?)?;
+        stop_broker(spawn(db)?)?;
         let cols = extra_columns(db)?;
         eprintln!("cluster: seeding {} tasks…", o.tasks);
         seed_tasks(db, o.tasks, &SCHEDULERS, &cols)?;
@@ -206,7 +159,7 @@ pub(super) fn run_cluster(o: &Options, base: &str) -> Result<String> {
             o.kills
         );
         for i in instances {
-            terminate(i)?;
+            stop_broker(i)?;
         }
         Ok(format!(
             "cluster_one_pops={:.0} cluster_three_pops={:.0} cluster_p99_ratio={:.2} takeover_median_s={med:.2} takeover_max_s={max:.2}",

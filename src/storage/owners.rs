@@ -88,13 +88,8 @@ pub fn renew(
         Backend::Postgres,
         "UPDATE scheduler_owners SET expires_at = now() + ",
     );
-    q.bind(millis(lease))
-        .push(" * interval '1 millisecond' WHERE scheduler_id = ")
-        .bind(scheduler.as_str())
-        .push(" AND owner = ")
-        .bind(instance)
-        .push(" AND epoch = ")
-        .bind(epoch);
+    q.bind(millis(lease)).push(" * interval '1 millisecond'");
+    held_by(&mut q, scheduler, instance, epoch);
     Ok(q.execute(conn)? == 1)
 }
 
@@ -108,14 +103,20 @@ pub fn release(
 ) -> QueryResult<bool> {
     let mut q = Sql::new(
         Backend::Postgres,
-        "UPDATE scheduler_owners SET owner = NULL, expires_at = now() WHERE scheduler_id = ",
+        "UPDATE scheduler_owners SET owner = NULL, expires_at = now()",
     );
-    q.bind(scheduler.as_str())
+    held_by(&mut q, scheduler, instance, epoch);
+    Ok(q.execute(conn)? == 1)
+}
+
+/// The condition of a row `instance` holds under `epoch`.
+fn held_by(q: &mut Sql, scheduler: SchedulerId, instance: &str, epoch: i64) {
+    q.push(" WHERE scheduler_id = ")
+        .bind(scheduler.as_str())
         .push(" AND owner = ")
         .bind(instance)
         .push(" AND epoch = ")
         .bind(epoch);
-    Ok(q.execute(conn)? == 1)
 }
 
 /// Every scheduler's owner row.
