@@ -6,8 +6,8 @@ use super::auth::authorize;
 use super::dto::{FilterRequest, PopQuery, PopResponse, SchedulerOut, TaskPush};
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, optional_json_body, parse_filters};
-use crate::domain::Task;
 use crate::domain::auth::Action;
+use crate::domain::{SchedulerId, Task};
 use crate::planner::PushLinker;
 use crate::queue::{Broker, PopFilter};
 
@@ -20,13 +20,12 @@ pub const MAX_POP_LIMIT: i64 = 1000;
     responses((status = 200, description = "All schedulers", body = [SchedulerOut]))
 )]
 #[get("/schedulers")]
-pub async fn list_schedulers(broker: web::Data<Broker>) -> HttpResponse {
-    let out: Vec<SchedulerOut> = broker
-        .schedulers()
-        .into_iter()
-        .map(SchedulerOut::from)
-        .collect();
-    HttpResponse::Ok().json(out)
+pub async fn list_schedulers(broker: web::Data<Broker>) -> Result<HttpResponse, ApiError> {
+    let mut out = Vec::new();
+    for s in SchedulerId::ALL {
+        out.push(SchedulerOut::from(broker.scheduler_view(s).await?));
+    }
+    Ok(HttpResponse::Ok().json(out))
 }
 
 /// One scheduler.
@@ -46,7 +45,7 @@ pub async fn get_scheduler(
 ) -> Result<HttpResponse, ApiError> {
     let s = broker.scheduler_id(&path)?;
     authorize(&req, Action::Read, Some(s))?;
-    Ok(HttpResponse::Ok().json(SchedulerOut::from(broker.snapshot(s))))
+    Ok(HttpResponse::Ok().json(SchedulerOut::from(broker.scheduler_view(s).await?)))
 }
 
 /// Pushes a task. A duplicate (same hash, still waiting) with a strictly lower priority number

@@ -775,6 +775,31 @@ impl Broker {
         }
     }
 
+    /// `s`'s figures wherever its heap is: this instance's own when it owns `s`, else counted
+    /// from the table (the owner's heap is the table's queued rows), so `/schedulers` answers
+    /// the same on every instance. `last_activity` is known to the owner only.
+    pub async fn scheduler_view(&self, s: SchedulerId) -> Result<SchedulerSnapshot, QueueError> {
+        let mut view = self.snapshot(s);
+        if matches!(self.route(s), Route::Local(_)) {
+            return Ok(view);
+        }
+        let (queued, pending) = self
+            .read(move |c| {
+                let count = |c: &mut storage::AnyConnection, status| {
+                    storage::tasks::count_waiting(c, s, status)
+                        .map_err(|e| QueueError::from(StorageError::from(e)))
+                };
+                Ok((
+                    count(c, TaskStatus::Queued)?,
+                    count(c, TaskStatus::Pending)?,
+                ))
+            })
+            .await?;
+        view.qsize = queued;
+        view.pending = pending;
+        Ok(view)
+    }
+
     /// When the oldest task in `s`'s heap was created; `None` for an empty heap.
     pub fn oldest_queued(&self, s: SchedulerId) -> Option<DateTime<Utc>> {
         let m = self.inner.gauges.oldest[s].load(Ordering::Relaxed);

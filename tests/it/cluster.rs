@@ -118,6 +118,18 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
     assert_eq!(resp.status(), 201);
     let task: Value = resp.json().await.unwrap();
     assert_eq!(task["status"], "queued");
+    // Both instances show the owner's heap on /schedulers.
+    for at in [&a.address, &b.address] {
+        let view: Value = c
+            .get(format!("{at}/schedulers/boefje"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(view["qsize"], 1, "{at}: {view}");
+    }
     // The same work again, through b and straight to a: the same 409, header and detail.
     let mut answers = Vec::new();
     for at in [&b.address, &a.address] {
