@@ -374,7 +374,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_requests_total",
         "counter",
         "scheduler_id,op,outcome",
-        "Pushes, pops and patches the queue answered, by outcome (ok or error); a request refused before it reaches the queue (a malformed body) is not counted.",
+        "Pushes, pops and patches the queue answered, by outcome (ok or error); a request refused before it reaches the queue (a malformed body) is not counted, and a forwarded one is counted by the owner that applied it.",
     ),
     family(
         "scheduler_request_duration_seconds",

@@ -86,13 +86,13 @@ impl Peers {
         Ok(Peers { client, token })
     }
 
-    /// Sends `command` for `s` to the owner at `address`.
-    pub async fn forward(
+    /// Sends `command` for `s` to the owner at `address`; answers what the owner answered.
+    pub async fn forward<T: Answered>(
         &self,
         address: &str,
         s: SchedulerId,
         command: &Forward,
-    ) -> Result<Answer, QueueError> {
+    ) -> Result<T, QueueError> {
         let url = format!("{}{FORWARD_PATH}/{s}", address.trim_end_matches('/'));
         let mut request = self.client.post(&url).json(command);
         if let Some(token) = &self.token {
@@ -120,19 +120,35 @@ impl Peers {
                 "the instance owning scheduler {s} answered a forwarded request unreadably: {e}"
             ))
         })?;
-        answer
+        T::from_answer(answer?).ok_or_else(|| {
+            QueueError::Internal("a forwarded command got an answer of another kind".into())
+        })
     }
 }
 
-/// The answer expected, or an internal error naming what came instead.
-pub(crate) fn expect<T>(
-    answer: Answer,
-    pick: impl FnOnce(Answer) -> Option<T>,
-) -> Result<T, QueueError> {
-    pick(answer).ok_or_else(|| {
-        QueueError::Internal("a forwarded command got an answer of another kind".into())
-    })
+/// What a command's caller expects back: its kind of [`Answer`].
+pub trait Answered: Sized {
+    /// The value, if `answer` is of this kind.
+    fn from_answer(answer: Answer) -> Option<Self>;
 }
+
+macro_rules! answered {
+    ($type:ty, $variant:ident) => {
+        impl Answered for $type {
+            fn from_answer(answer: Answer) -> Option<Self> {
+                match answer {
+                    Answer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+answered!(Vec<Result<PushOutcome, QueueError>>, Pushed);
+answered!(Vec<Task>, Popped);
+answered!(Task, Patched);
+answered!(Vec<Uuid>, Cancelled);
 
 #[cfg(test)]
 mod tests {

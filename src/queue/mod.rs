@@ -39,7 +39,7 @@ use crate::ownership::{Ownership, Route};
 use crate::storage::{self, Backend, DbPool, StorageError};
 pub use engine::EngineHandle;
 use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request};
-use forward::{Answer, Forward, Peers};
+use forward::{Answered, Forward, Peers};
 pub use push::PushRequest;
 
 /// What to do with an automatic push when its scheduler's heap is full.
@@ -410,16 +410,27 @@ impl Broker {
         }
     }
 
-    /// Sends `command` for `s` to its owner at `address`.
-    async fn forward(
+    /// Runs a command where `s`'s heap is: `here` on this instance's engine, or the command
+    /// `there` makes from the same payload, forwarded to the owner. Requests are counted in the
+    /// metrics by the instance that applies them (`here`), so sums over instances count each once.
+    async fn routed<P, T, F>(
         &self,
-        address: &str,
         s: SchedulerId,
-        command: &Forward,
-    ) -> Result<Answer, QueueError> {
-        match &self.inner.cluster.peers {
-            Some(peers) => peers.forward(address, s, command).await,
-            None => Err(QueueError::Moving(s)),
+        payload: P,
+        here: impl FnOnce(P) -> F,
+        there: impl FnOnce(P) -> Forward,
+    ) -> Result<T, QueueError>
+    where
+        F: std::future::Future<Output = Result<T, QueueError>>,
+        T: Answered,
+    {
+        match self.route(s) {
+            Route::Local(_) => here(payload).await,
+            Route::Moving => Err(QueueError::Moving(s)),
+            Route::Remote(address) => match &self.inner.cluster.peers {
+                Some(peers) => peers.forward(&address, s, &there(payload)).await,
+                None => Err(QueueError::Moving(s)),
+            },
         }
     }
 
@@ -499,6 +510,20 @@ impl Broker {
         self.inner.gauges.metrics.op(s, op, ok, started.elapsed());
     }
 
+    /// [`Broker::call`], its answer counted in the request metrics from `started`.
+    async fn call_counted<R, T>(
+        &self,
+        s: SchedulerId,
+        op: Op,
+        started: Instant,
+        body: R,
+        make: impl FnOnce(Request<R, T>) -> Command,
+    ) -> Result<T, QueueError> {
+        let answer = self.call(s, body, make).await;
+        self.record(s, op, answer.is_ok(), started);
+        answer
+    }
+
     /// Whether `request` is a push `scheduler` takes as it is (the checks of a push that need no
     /// state: scheduler, priority, payload, limits); writes nothing.
     pub fn check(&self, scheduler: SchedulerId, request: &PushRequest) -> Result<(), QueueError> {
@@ -513,25 +538,21 @@ impl Broker {
         scheduler: SchedulerId,
         requests: Vec<PushRequest>,
     ) -> Result<Vec<Result<PushOutcome, QueueError>>, QueueError> {
-        match self.route(scheduler) {
-            Route::Local(_) => {}
-            Route::Moving => return Err(QueueError::Moving(scheduler)),
-            Route::Remote(address) => {
-                let started = Instant::now();
-                let command = Forward::Push { requests };
-                let answer = self
-                    .forward(&address, scheduler, &command)
-                    .await
-                    .and_then(|a| {
-                        forward::expect(a, |a| match a {
-                            Answer::Pushed(v) => Some(v),
-                            _ => None,
-                        })
-                    });
-                self.record(scheduler, Op::Push, answer.is_ok(), started);
-                return answer;
-            }
-        }
+        self.routed(
+            scheduler,
+            requests,
+            |r| self.push_many_here(scheduler, r),
+            |requests| Forward::Push { requests },
+        )
+        .await
+    }
+
+    /// [`Broker::push_many`] on this instance's engine.
+    async fn push_many_here(
+        &self,
+        scheduler: SchedulerId,
+        requests: Vec<PushRequest>,
+    ) -> Result<Vec<Result<PushOutcome, QueueError>>, QueueError> {
         let mut out: Vec<Option<Result<PushOutcome, QueueError>>> = Vec::new();
         let mut tasks = Vec::with_capacity(requests.len());
         for r in requests {
@@ -547,9 +568,8 @@ impl Broker {
         let mut answers = if tasks.is_empty() {
             Vec::new()
         } else {
-            let answer = self.call(scheduler, tasks, Command::Push).await;
-            self.record(scheduler, Op::Push, answer.is_ok(), started);
-            answer?
+            self.call_counted(scheduler, Op::Push, started, tasks, Command::Push)
+                .await?
         }
         .into_iter();
         Ok(out
@@ -573,33 +593,19 @@ impl Broker {
         filter: Option<PopFilter>,
     ) -> Result<Vec<Task>, QueueError> {
         let started = Instant::now();
-        let answer = match self.route(scheduler) {
-            Route::Local(_) => {
-                self.call(
-                    scheduler,
-                    PopRequest::new(scheduler, limit, filter.map(|f| f.node)),
-                    Command::Pop,
-                )
-                .await
-            }
-            Route::Moving => Err(QueueError::Moving(scheduler)),
-            Route::Remote(address) => {
-                let command = Forward::Pop {
-                    limit,
-                    filter: filter.map(|f| f.source),
-                };
-                self.forward(&address, scheduler, &command)
-                    .await
-                    .and_then(|a| {
-                        forward::expect(a, |a| match a {
-                            Answer::Popped(v) => Some(v),
-                            _ => None,
-                        })
-                    })
-            }
-        };
-        self.record(scheduler, Op::Pop, answer.is_ok(), started);
-        answer
+        self.routed(
+            scheduler,
+            filter,
+            |f| {
+                let request = PopRequest::new(scheduler, limit, f.map(|f| f.node));
+                self.call_counted(scheduler, Op::Pop, started, request, Command::Pop)
+            },
+            |f| Forward::Pop {
+                limit,
+                filter: f.map(|f| f.source),
+            },
+        )
+        .await
     }
 
     /// Changes a task's status and/or priority; answered once committed. The change goes to the
@@ -607,24 +613,16 @@ impl Broker {
     pub async fn patch(&self, id: Uuid, patch: TaskPatch) -> Result<Task, QueueError> {
         let started = Instant::now();
         let scheduler = self.task_scheduler(id).await?;
-        let answer = match self.route(scheduler) {
-            Route::Local(_) => {
-                self.call(scheduler, PatchRequest { id, patch }, Command::Patch)
-                    .await
-            }
-            Route::Moving => Err(QueueError::Moving(scheduler)),
-            Route::Remote(address) => self
-                .forward(&address, scheduler, &Forward::Patch { id, patch })
-                .await
-                .and_then(|a| {
-                    forward::expect(a, |a| match a {
-                        Answer::Patched(t) => Some(t),
-                        _ => None,
-                    })
-                }),
-        };
-        self.record(scheduler, Op::Patch, answer.is_ok(), started);
-        answer
+        self.routed(
+            scheduler,
+            patch,
+            |patch| {
+                let request = PatchRequest { id, patch };
+                self.call_counted(scheduler, Op::Patch, started, request, Command::Patch)
+            },
+            |patch| Forward::Patch { id, patch },
+        )
+        .await
     }
 
     /// The scheduler a task belongs to: from memory for a task in flight, else read.
@@ -681,28 +679,23 @@ impl Broker {
         organisation: &str,
         reference: &str,
     ) -> Result<Vec<Uuid>, QueueError> {
-        match self.route(s) {
-            Route::Local(_) => {
+        let (organisation, reference) = (organisation.to_owned(), reference.to_owned());
+        self.routed(
+            s,
+            (organisation, reference),
+            |(organisation, reference)| {
                 let target = CancelObject {
-                    organisation: organisation.to_owned(),
-                    reference: reference.to_owned(),
+                    organisation,
+                    reference,
                 };
-                self.call(s, target, Command::Cancel).await
-            }
-            Route::Moving => Err(QueueError::Moving(s)),
-            Route::Remote(address) => {
-                let command = Forward::Cancel {
-                    organisation: organisation.to_owned(),
-                    reference: reference.to_owned(),
-                };
-                self.forward(&address, s, &command).await.and_then(|a| {
-                    forward::expect(a, |a| match a {
-                        Answer::Cancelled(v) => Some(v),
-                        _ => None,
-                    })
-                })
-            }
-        }
+                self.call(s, target, Command::Cancel)
+            },
+            |(organisation, reference)| Forward::Cancel {
+                organisation,
+                reference,
+            },
+        )
+        .await
     }
 
     /// Sweeps every scheduler for expired leases: each such task is queued again with its

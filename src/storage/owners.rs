@@ -130,22 +130,17 @@ pub fn all(conn: &mut AnyConnection) -> QueryResult<Vec<OwnerRow>> {
 }
 
 /// The fence of a batch: locks `scheduler`'s row until the transaction ends and answers whether
-/// `instance` still holds it under `epoch`. Must run inside the batch's transaction.
+/// `instance` still holds it under `epoch`. Must run inside the batch's transaction. Had a
+/// takeover changed the row while this waited for the lock, the condition is checked again on the
+/// row as it is now (PostgreSQL's re-check of a locking read), so a new epoch is never missed.
 pub fn holds(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     instance: &str,
     epoch: i64,
 ) -> QueryResult<bool> {
-    let mut q = Sql::new(
-        Backend::Postgres,
-        "SELECT epoch FROM scheduler_owners WHERE scheduler_id = ",
-    );
-    q.bind(scheduler.as_str())
-        .push(" AND owner = ")
-        .bind(instance)
-        .push(" FOR SHARE");
-    Ok(q.load_prepared::<Epoch>(conn)?
-        .first()
-        .is_some_and(|e| e.epoch == epoch))
+    let mut q = Sql::new(Backend::Postgres, "SELECT epoch FROM scheduler_owners");
+    held_by(&mut q, scheduler, instance, epoch);
+    q.push(" FOR SHARE");
+    Ok(!q.load_prepared::<Epoch>(conn)?.is_empty())
 }
