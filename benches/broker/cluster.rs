@@ -1,27 +1,42 @@
 //! `--cluster`: several instances of the service on one PostgreSQL database.
 //!
-//! - Pops/s and p99 with one instance against three: the same closed-loop clients (limit=1,
-//!   one scheduler each) on one instance, then spread over three. The first instance started
-//!   owns all three schedulers, so two requests in three reach a non-owner and are forwarded:
-//!   the figure is the cost of forwarding.
+//! - Pops/s and p99 with one instance against three, on the path runners take: T tasks seeded
+//!   mostly boefje (the `--pending` mix), heaps at the service's default bound (100,000) with the
+//!   rest of the backlog pending, and closed-loop clients popping as the runners do (`limit=1`):
+//!   seven in eight are boefje runners with their image filter (one image of ten each), one in
+//!   eight a normalizer runner (no filter). First all on one instance, then spread over three.
+//!   The first instance started owns all three schedulers, so two requests in three reach a
+//!   non-owner and are forwarded: the figure is the cost of forwarding.
 //! - Takeover: the owner of `boefje` is killed with SIGKILL `--kills` times (default 10) under
 //!   the default lease (`cluster.lease_ms`, 2 s); the time from the kill to the first pop a
 //!   survivor answers 200 (served by the new owner's engine), and a fresh instance joins after
 //!   each kill. Median and max.
 //!
-//! `cargo bench --bench broker -- --cluster --tasks 100000 --seconds 2`
+//! `cargo bench --bench broker -- --cluster --tasks 400000 --seconds 2`
 
 use std::time::{Duration, Instant};
 
+use kat_scheduler::config::DEFAULT_MAXSIZE;
+
 use super::{
-    Broker, Figure, Http, Options, Result, SCHEDULERS, current_thread, extra_columns, figure,
-    machine, median, median_figure, micros_since, pg_number, pop_request, popped_id, seed_tasks,
-    start_broker, stop_broker, with_db,
+    BOEFJE_HEAVY, Broker, Figure, Http, IMAGES, Options, Result, current_thread, extra_columns,
+    figure, image_filter, image_name, machine, median, median_figure, micros_since, pg_number,
+    pop_request, pop_request_with, popped_id, seed_tasks, start_broker, stop_broker, with_db,
 };
 
-/// One instance of the service, as the other scenarios start it (its heap bound above T).
+/// One instance of the service, as the other scenarios start it, at the default heap bound.
 fn spawn(db: &str) -> Result<Broker> {
-    start_broker(db, 1_000_000)
+    start_broker(db, DEFAULT_MAXSIZE)
+}
+
+/// Client `c`'s pop: a normalizer runner's for one client in eight, else a boefje runner's
+/// with its image filter.
+fn runner_pop(c: usize) -> Vec<u8> {
+    if c % 8 == 7 {
+        pop_request("normalizer")
+    } else {
+        pop_request_with("boefje", Some(&image_filter(&image_name(c % IMAGES))))
+    }
 }
 
 /// The port of `boefje`'s live owner, from its lease row.
@@ -41,8 +56,8 @@ async fn spread(ports: &[u16], clients: usize, seconds: f64) -> Result<Figure> {
     let mut tasks = Vec::new();
     for c in 0..clients {
         let mut http = Http::connect(ports[c % ports.len()]).await?;
-        // Clients of one scheduler spread over every instance, not one per instance.
-        let pop = pop_request(SCHEDULERS[(c / ports.len()) % 3]);
+        // Clients of one kind spread over every instance, not one kind per instance.
+        let pop = runner_pop(c / ports.len());
         tasks.push(tokio::spawn(async move {
             let mut body = Vec::with_capacity(1024);
             let mut latencies = Vec::new();
@@ -103,7 +118,16 @@ pub(super) fn run_cluster(o: &Options, base: &str) -> Result<String> {
         stop_broker(spawn(db)?)?;
         let cols = extra_columns(db)?;
         eprintln!("cluster: seeding {} tasks…", o.tasks);
-        seed_tasks(db, o.tasks, &SCHEDULERS, &cols)?;
+        let boefje =
+            o.tasks / BOEFJE_HEAVY.len() * BOEFJE_HEAVY.iter().filter(|s| **s == "boefje").count();
+        if boefje <= DEFAULT_MAXSIZE {
+            return Err(format!(
+                "--tasks {} seeds {boefje} boefje tasks: more than the heap bound ({DEFAULT_MAXSIZE}) are needed, so that the backlog is pending as in production",
+                o.tasks
+            )
+            .into());
+        }
+        seed_tasks(db, o.tasks, &BOEFJE_HEAVY, &cols)?;
         let rt = current_thread()?;
         let first = spawn(db)?;
         let mut instances = vec![first, spawn(db)?, spawn(db)?];
