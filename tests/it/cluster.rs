@@ -460,59 +460,13 @@ async fn the_owner_killed_mid_load_is_replaced_and_nothing_is_lost_or_popped_twi
         let s = seen.lock().unwrap();
         (s.pushes.clone(), s.pops.clone(), s.refused)
     };
-    let unique: HashSet<&String> = popped.iter().collect();
+    let unique: HashSet<String> = popped.iter().cloned().collect();
     assert_eq!(unique.len(), popped.len(), "a task was popped twice");
     let drain_at = apps[0].address.clone();
-    let mut drained = HashSet::new();
-    loop {
-        let resp = c
-            .post(format!("{drain_at}/schedulers/boefje/pop?limit=1000"))
-            .send()
-            .await
-            .unwrap();
-        if resp.status() == 503 {
-            tokio::time::sleep(Duration::from_millis(50)).await; // ownership settling
-            continue;
-        }
-        let body: Value = resp.json().await.unwrap();
-        let ids: Vec<String> = body["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(id_of)
-            .collect();
-        if ids.is_empty() {
-            break;
-        }
-        for id in ids {
-            assert!(
-                !unique.contains(&id),
-                "acknowledged pop {id} was queued again"
-            );
-            drained.insert(id);
-        }
-    }
-    let mut unanswered = 0;
-    for id in &pushed {
-        if unique.contains(id) || drained.contains(id) {
-            continue;
-        }
-        // Popped by a pop whose answer was lost with its instance, or by the takeover probes:
-        // dispatched, and its lease brings it back.
-        let task: Value = c
-            .get(format!("{drain_at}/tasks/{id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(
-            task["status"], "dispatched",
-            "acknowledged push {id} was lost: {task}"
-        );
-        unanswered += 1;
-    }
+    let drained = crate::crash::drain(&c, &drain_at, &unique, "cluster").await;
+    let unanswered =
+        crate::crash::dispatched_unanswered(&c, &drain_at, &pushed, (&unique, &drained), "cluster")
+            .await;
     eprintln!(
         "{} pushes and {} pops acknowledged, {refused} answered non-2xx or unreachable, {} drained, {unanswered} dispatched without an answer; takeovers {takeovers:?}",
         pushed.len(),

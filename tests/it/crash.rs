@@ -109,6 +109,73 @@ async fn status_of(client: &reqwest::Client, address: &str, id: &str) -> Option<
         .map(str::to_owned)
 }
 
+/// Pops `boefje` at `address` until nothing is left (a 503 while ownership settles is tried
+/// again, for up to 30 s); fails if a task acknowledged as popped comes out again. Answers the
+/// ids drained.
+pub(crate) async fn drain(
+    client: &reqwest::Client,
+    address: &str,
+    popped: &HashSet<String>,
+    context: &str,
+) -> HashSet<String> {
+    let started = std::time::Instant::now();
+    let mut drained = HashSet::new();
+    loop {
+        let resp = client
+            .post(format!("{address}/schedulers/boefje/pop?limit=1000"))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 503 && started.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(50)).await; // ownership settling
+            continue;
+        }
+        assert_eq!(resp.status(), 200, "drain ({context})");
+        let body: Value = resp.json().await.unwrap();
+        let ids: Vec<String> = body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(id_of)
+            .collect();
+        if ids.is_empty() {
+            return drained;
+        }
+        for id in ids {
+            assert!(
+                !popped.contains(&id),
+                "task {id} was handed out again after a kill ({context})"
+            );
+            drained.insert(id);
+        }
+    }
+}
+
+/// The acknowledged pushes neither popped nor drained: each must be `dispatched` (popped by a
+/// pop whose answer was lost with its instance; its lease brings it back). Answers how many.
+pub(crate) async fn dispatched_unanswered(
+    client: &reqwest::Client,
+    address: &str,
+    pushed: &[String],
+    seen: (&HashSet<String>, &HashSet<String>),
+    context: &str,
+) -> usize {
+    let (popped, drained) = seen;
+    let mut n = 0;
+    for id in pushed {
+        if !popped.contains(id) && !drained.contains(id) {
+            let status = status_of(client, address, id).await;
+            assert_eq!(
+                status.as_deref(),
+                Some("dispatched"),
+                "acknowledged push {id} is neither popped nor waiting ({context})"
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
 async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
     let Some(db) = TestDb::create(backend).await else {
         return;
@@ -178,51 +245,19 @@ async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
         .await
         .unwrap();
     child.wait_owning_all().await;
-    let mut drained = HashSet::new();
-    loop {
-        let body: Value = client
-            .post(format!(
-                "{}/schedulers/boefje/pop?limit=1000",
-                child.address
-            ))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let ids: Vec<String> = body["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(id_of)
-            .collect();
-        if ids.is_empty() {
-            break;
-        }
-        for id in ids {
-            assert!(
-                !popped.contains(&id),
-                "task {id} was handed out again after a kill (seed {seed})"
-            );
-            drained.insert(id);
-        }
-    }
+    let context = format!("seed {seed}");
+    let drained = drain(&client, &child.address, &popped, &context).await;
     // A pop committed just before a kill whose answer never arrived leaves its tasks
     // `dispatched` but unacknowledged: their lease brings them back. At most one in-flight pop
     // (limit ≤ 3) per popper per kill can be in that state.
-    let mut in_flight = 0;
-    for id in &pushed {
-        if !popped.contains(id) && !drained.contains(id) {
-            let status = status_of(&client, &child.address, id).await;
-            assert_eq!(
-                status.as_deref(),
-                Some("dispatched"),
-                "acknowledged push {id} is neither popped nor waiting (seed {seed})"
-            );
-            in_flight += 1;
-        }
-    }
+    let in_flight = dispatched_unanswered(
+        &client,
+        &child.address,
+        &pushed,
+        (&popped, &drained),
+        &context,
+    )
+    .await;
     assert!(
         in_flight <= KILLS * POPPERS * 3,
         "{in_flight} tasks dispatched without an answer (seed {seed})"
