@@ -294,8 +294,8 @@ impl ClientSettings {
 #[serde(deny_unknown_fields)]
 #[serde(default)]
 pub struct CronSettings {
-    /// Seconds between ticks; 0 turns the ticks (and so rescheduling, the lease watchdog and
-    /// pruning) off.
+    /// Seconds between ticks; 0 turns the ticks (and so rescheduling, the lease watchdog,
+    /// re-scores, refills, ColdStart's rounds and pruning) off.
     pub tick_secs: u64,
     /// Seconds before a boefje schedule without cron runs again when its plugin names no
     /// interval (mula's grace period).

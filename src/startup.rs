@@ -9,7 +9,7 @@ use actix_web::HttpServer;
 use actix_web::dev::Server;
 use anyhow::{Context, anyhow};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::clock::SharedClock;
 use crate::config::Settings;
@@ -20,7 +20,9 @@ use crate::api::health::Observed;
 use crate::clients::catalogue::{Catalogue, StaticCatalogue};
 use crate::coldstart::{ColdStart, ColdStartConfig, ColdStartStatus};
 use crate::cron::Cron;
+use crate::cron::coldstart::ColdStartResync;
 use crate::cron::prune::Prune;
+use crate::cron::refill::Refill;
 use crate::cron::reschedule::Reschedule;
 use crate::cron::rescore::Rescore;
 use crate::cron::table::{CronTable, Periodic};
@@ -132,13 +134,16 @@ fn build_catalogue(settings: &Settings, clock: SharedClock) -> anyhow::Result<Ca
     Ok(Catalogue::from_file(file, clock))
 }
 
-/// Each component's cron table: rescheduling (boefje, report), the lease watchdog, pruning.
+/// Each component's cron table, in the order its entries run: rescheduling (boefje, report),
+/// the lease watchdog, the re-score, refill, the ColdStart resync (boefje, when ColdStart is on),
+/// pruning.
 fn build_cron(
     settings: &Settings,
     pool: &DbPool,
     broker: &Broker,
     catalogue: &Catalogue,
     scorer: &Arc<Scorer>,
+    coldstart: Option<&Arc<ColdStartStatus>>,
     clock: SharedClock,
 ) -> Cron {
     let c = &settings.cron;
@@ -173,6 +178,14 @@ fn build_cron(
                 Duration::from_secs(c.rescore_secs),
                 pool.clone(),
             ));
+        }
+        table.push(Refill {
+            broker: broker.clone(),
+        });
+        if let Some(status) = coldstart
+            && s == SchedulerId::Boefje
+        {
+            table.push(ColdStartResync::new(status.clone()));
         }
         if c.task_retention_days > 0 {
             table.push(Periodic::new(
@@ -351,6 +364,11 @@ impl Application {
         let clients = &settings.clients;
         let octopoes = clients.octopoes().map_err(|e| anyhow!(e))?;
         let coldstart_status = Arc::new(ColdStartStatus::default());
+        if octopoes.is_some() && settings.cron.tick_secs == 0 {
+            warn!(
+                "ColdStart is configured but the cron ticks are off (SCHEDULER_CRON_TICK=0): its rounds are asked for by the boefje cron table, so none runs"
+            );
+        }
         let coldstart = match &octopoes {
             Some(client) => Some(ColdStart {
                 octopoes: client.clone(),
@@ -366,6 +384,7 @@ impl Application {
                     ..ColdStartConfig::default()
                 },
                 status: coldstart_status.clone(),
+                ownership: broker.ownership().cloned(),
             }),
             None => {
                 info!("ColdStart off: OCTOPOES_API is not set");
@@ -386,6 +405,7 @@ impl Application {
             &broker,
             &catalogue,
             &scorer,
+            coldstart.as_ref().map(|_| &coldstart_status),
             clock_for_cron.clone(),
         );
         let app_broker = broker.clone();

@@ -2,6 +2,12 @@
 //! and then periodically as a sanity check, and plans work for the objects that are new (or
 //! changed) to the frontier.
 //!
+//! - **Started by cron.** The process runs a round when the boefje cron table's `coldstart`
+//!   entry ([`crate::cron::coldstart`]) asks for one: at the first tick, then every minute
+//!   while it is idle. A round runs here, off the table, so a long round does not hold up
+//!   the table's other entries. With several instances on one database only the owner of the
+//!   boefje scheduler ticks that table, so one instance pages Octopoes; should it lose the
+//!   scheduler mid-round, its passes stop at the next page and the new owner resumes them.
 //! - **Passes per organisation.** An organisation is due when it never had a complete pass, when
 //!   its pass was interrupted (it resumes), or when its last pass completed `interval` ago. A
 //!   round runs every due organisation, [`ColdStartConfig::concurrency`] at a time.
@@ -33,8 +39,10 @@ use tracing::{info, warn};
 
 use crate::clients::octopoes::{ObjectPage, Octopoes};
 use crate::clock::SharedClock;
+use crate::domain::SchedulerId;
 use crate::domain::event::{ObjectEvent, ObjectState};
 use crate::frontier::Frontier;
+use crate::ownership::Ownership;
 use crate::planner::{PlanError, Planner};
 use crate::storage::frontier::Progress;
 
@@ -50,8 +58,6 @@ pub const DEFAULT_ATTEMPTS: u32 = 5;
 pub const DEFAULT_BACKOFF_MS: u64 = 1000;
 /// How often a running round logs its progress.
 const LOG_EVERY: Duration = Duration::from_secs(5);
-/// How often the process looks for due organisations when nothing wakes it.
-const CHECK_EVERY: Duration = Duration::from_secs(60);
 
 /// How ColdStart runs.
 #[derive(Debug, Clone)]
@@ -125,7 +131,7 @@ pub struct ColdStartStatus {
     round_began: Mutex<Option<Instant>>,
     /// Rounds completed; tests wait on it.
     rounds: watch::Sender<u64>,
-    /// Starts a round now (tests; the process also checks every minute).
+    /// Starts a round (the cron entry).
     wake: Notify,
 }
 
@@ -172,9 +178,14 @@ impl ColdStartStatus {
         f
     }
 
-    /// Starts a round now rather than at the next check.
+    /// Asks the process for a round; it starts at once unless one is running, then after it.
     pub fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// Whether a round is running.
+    pub fn running(&self) -> bool {
+        lock(&self.figures).state == "running"
     }
 
     /// Waits until `n` rounds have completed since start (a test signal).
@@ -222,6 +233,8 @@ pub struct ColdStart {
     pub config: ColdStartConfig,
     /// Its state, shared with the API.
     pub status: Arc<ColdStartStatus>,
+    /// With several instances: pages only while this instance owns the boefje scheduler.
+    pub ownership: Option<Arc<Ownership>>,
 }
 
 /// How one organisation's pass ended.
@@ -232,8 +245,7 @@ enum PassEnd {
 }
 
 impl ColdStart {
-    /// Runs rounds until `token` is cancelled: one at start, then whenever an organisation is
-    /// due (checked every minute, or at once when woken).
+    /// Runs a round whenever woken (by the cron entry), until `token` is cancelled.
     pub async fn run(self, token: CancellationToken) {
         lock(&self.status.figures).state = "idle".into();
         info!(
@@ -241,13 +253,12 @@ impl ColdStart {
             concurrency = self.config.concurrency,
             "ColdStart started"
         );
-        while !token.is_cancelled() {
-            self.round(&token).await;
+        loop {
             tokio::select! {
                 () = token.cancelled() => break,
                 () = self.status.wake.notified() => {}
-                () = tokio::time::sleep(CHECK_EVERY) => {}
             }
+            self.round(&token).await;
         }
         lock(&self.status.figures).state = "off".into();
         info!("ColdStart stopped");
@@ -332,6 +343,13 @@ impl ColdStart {
         self.status.end_round();
     }
 
+    /// Whether this instance may page: always when it runs alone.
+    fn owns_boefje(&self) -> bool {
+        self.ownership
+            .as_ref()
+            .is_none_or(|o| o.epoch(SchedulerId::Boefje) != 0)
+    }
+
     fn log_progress(&self) {
         let f = self.status.figures();
         info!(
@@ -372,6 +390,10 @@ impl ColdStart {
         let mut counted_total = false;
         loop {
             if token.is_cancelled() {
+                return PassEnd::Stopped;
+            }
+            if !self.owns_boefje() {
+                info!(organisation = %org, offset = progress.next_offset, "ColdStart: another instance took the boefje scheduler; it resumes this pass");
                 return PassEnd::Stopped;
             }
             let offset = u64::try_from(progress.next_offset).unwrap_or(0);

@@ -37,8 +37,8 @@ use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStat
 use crate::metrics::{Metrics, Op};
 use crate::ownership::{Ownership, Route};
 use crate::storage::{self, Backend, DbPool, StorageError};
-pub use engine::EngineHandle;
 use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request};
+pub use engine::{EngineHandle, REFILL_BATCH};
 use forward::{Answered, Forward, Peers};
 pub use push::PushRequest;
 
@@ -656,6 +656,17 @@ impl Broker {
             return Err(QueueError::Moving(scheduler));
         }
         self.call(scheduler, priorities, Command::Rescore).await
+    }
+
+    /// Moves `scheduler`'s best pending tasks into its heap as far as it has room, at most
+    /// [`REFILL_BATCH`] in one transaction; answers how many moved. Every
+    /// batch of requests refills the heap as it drains; this is for when no requests come.
+    pub async fn refill(&self, scheduler: SchedulerId) -> Result<usize, QueueError> {
+        // Only the owner's cron refills; elsewhere the owner's own tick does it.
+        if !matches!(self.route(scheduler), Route::Local(_)) {
+            return Err(QueueError::Moving(scheduler));
+        }
+        self.call(scheduler, (), Command::Refill).await
     }
 
     /// An object was deleted: cancels `organisation`'s waiting (queued or pending) tasks whose

@@ -1,6 +1,7 @@
 //! Several instances on one PostgreSQL database: each scheduler owned by one instance, the
 //! others forwarding to it; fencing of a former owner; failover after SIGKILL with nothing lost
-//! or popped twice; SQLite refusing a second instance.
+//! or popped twice; ColdStart paging on the boefje scheduler's owner only; SQLite refusing a
+//! second instance.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -227,6 +228,121 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
     assert!(takeovers.iter().all(|(_, v)| *v == 1.0), "{takeovers:?}");
     let epochs = samples(&c, &b.address, "scheduler_ownership_epoch").await;
     assert!(epochs.iter().all(|(_, v)| *v == 2.0), "{epochs:?}");
+    assert!(
+        tokio::task::spawn_blocking(move || b.terminate())
+            .await
+            .unwrap()
+    );
+}
+
+/// ColdStart's round count on `address`, from `/health`.
+async fn coldstart_rounds(client: &reqwest::Client, address: &str) -> u64 {
+    let health: Value = client
+        .get(format!("{address}/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    health["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["service"] == "coldstart")
+        .and_then(|r| r["additional"]["rounds"].as_u64())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owner_of_the_boefje_scheduler_pages_octopoes() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(
+        &catalogue,
+        r#"
+organisations = ["org1", "org2"]
+
+[[plugins]]
+id = "dns-records"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+"#,
+    )
+    .unwrap();
+    let octopoes = crate::stubs::OctopoesState::default();
+    for (org, n) in [("org1", 5), ("org2", 7)] {
+        let objects = (0..n)
+            .map(|i| {
+                crate::stubs::octopoes_object(
+                    &format!("Hostname|internet|{org}-h{i}.nl"),
+                    "Hostname",
+                    1,
+                )
+            })
+            .collect();
+        octopoes.set(org, objects);
+    }
+    let stub = octopoes.serve();
+    let env = [
+        ("SCHEDULER_LEASE_MS", LEASE_MS),
+        ("OCTOPOES_API", stub.url.as_str()),
+        ("SCHEDULER_CATALOGUE_FILE", catalogue.to_str().unwrap()),
+        ("SCHEDULER_COLDSTART_PAGE_SIZE", "2"),
+        // Due again a second after a complete pass; the owner looks once a minute.
+        ("SCHEDULER_COLDSTART_INTERVAL", "1"),
+    ];
+    let start_with = |env: Vec<(&'static str, String)>| {
+        let uri = db.uri.clone();
+        tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            ChildApp::start(&uri, &env)
+        })
+    };
+    let env: Vec<(&'static str, String)> = env.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let c = client();
+    let a = start_with(env.clone()).await.unwrap();
+    a.wait_owning_all().await;
+    let b = start_with(env).await.unwrap();
+    until(Duration::from_secs(20), "a's first round", || {
+        let (c, addr) = (c.clone(), a.address.clone());
+        async move { coldstart_rounds(&c, &addr).await >= 1 }
+    })
+    .await;
+    let pages = |stub: &crate::stubs::Stub| {
+        stub.seen()
+            .iter()
+            .filter(|r| r.path.ends_with("/objects"))
+            .count()
+    };
+    // Pages of 2: 3 for org1's 5 objects, 4 for org2's 7.
+    assert_eq!(pages(&stub), 7, "one pass per organisation, by a alone");
+    assert_eq!(coldstart_rounds(&c, &b.address).await, 0);
+
+    // The passes fall due a second after they completed, on the children's own clocks (which
+    // a test cannot move); a's entry would look again only a minute after its first round.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // a stops; b takes the boefje scheduler, and with it the table whose entry starts rounds.
+    assert!(
+        tokio::task::spawn_blocking(move || a.terminate())
+            .await
+            .unwrap()
+    );
+    until(Duration::from_secs(20), "b's first round", || {
+        let (c, addr) = (c.clone(), b.address.clone());
+        async move { coldstart_rounds(&c, &addr).await >= 1 }
+    })
+    .await;
+    assert_eq!(
+        pages(&stub),
+        14,
+        "b paged each organisation once more, as due"
+    );
     assert!(
         tokio::task::spawn_blocking(move || b.terminate())
             .await

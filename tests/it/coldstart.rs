@@ -1,9 +1,11 @@
-//! ColdStart against a stub Octopoes that speaks its real object listing: several pages and
-//! organisations into the frontier and their work planned, an interrupted pass resumed after a
-//! restart, objects gone from a later pass marked gone and their tasks cancelled.
+//! ColdStart against a stub Octopoes that speaks its real object listing, its rounds asked for
+//! by the boefje cron table's `coldstart` entry: several pages and organisations into the
+//! frontier and their work planned, an interrupted pass resumed after a restart, objects gone
+//! from a later pass marked gone and their tasks cancelled.
 
 use std::time::Duration;
 
+use kat_scheduler::domain::SchedulerId;
 use serde_json::Value;
 
 use crate::helpers::*;
@@ -61,7 +63,11 @@ impl Setup {
         })
     }
 
+    /// Ticks the boefje table, whose `coldstart` entry asks for a round, and waits until `n`
+    /// rounds have ended since start.
     async fn rounds(&self, n: u64) {
+        let report = self.app.tick(SchedulerId::Boefje).await;
+        assert!(report.entries["coldstart"].ran, "{report:?}");
         tokio::time::timeout(Duration::from_secs(30), self.app.coldstart.wait_rounds(n))
             .await
             .expect("the ColdStart round ends");
@@ -108,6 +114,17 @@ async fn coldstart_pages_every_organisation_into_the_frontier_and_plans_their_wo
     s.rounds(1).await;
     assert_eq!(s.references("org1", "queued").await.len(), 5);
     assert_eq!(s.references("org2", "queued").await.len(), 7);
+    // The entry looks again a minute later, not at every tick.
+    let asks = |r: kat_scheduler::cron::TickReport| r.entries["coldstart"].ran;
+    assert!(!asks(s.app.tick(SchedulerId::Boefje).await));
+    s.app.advance(chrono::Duration::seconds(59));
+    assert!(!asks(s.app.tick(SchedulerId::Boefje).await));
+    s.app.advance(chrono::Duration::seconds(1));
+    assert!(asks(s.app.tick(SchedulerId::Boefje).await));
+    for other in [SchedulerId::Normalizer, SchedulerId::Report] {
+        let report = s.app.tick(other).await;
+        assert!(!report.entries.contains_key("coldstart"), "{report:?}");
+    }
     let figures = s.coldstart_health().await;
     assert_eq!(figures["organisations_done"], 2);
     assert_eq!(figures["objects_loaded"], 12);
@@ -191,7 +208,6 @@ async fn objects_missing_from_a_later_pass_are_gone_and_their_waiting_tasks_canc
     objects.remove(0);
     s.octopoes.set("org1", objects);
     s.app.advance(chrono::Duration::hours(2));
-    s.app.coldstart.wake();
     s.rounds(2).await;
     assert_eq!(
         s.references("org1", "cancelled").await,

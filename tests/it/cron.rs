@@ -473,6 +473,67 @@ async fn waiting_work_is_rescored_as_it_grows_overdue(backend: Backend) {
     assert_eq!(app.pop_ids("boefje", 1).await, vec![id_of(&a)]);
 }
 
+/// Pushes `n` boefje tasks of `org1` straight to the broker, 500 per transaction.
+async fn push_boefjes(app: &TestApp, n: usize, ooi: impl Fn(usize) -> String, priority: i64) {
+    let requests: Vec<_> = (0..n)
+        .map(|i| kat_scheduler::queue::PushRequest {
+            organisation: "org1".into(),
+            priority: Some(priority),
+            data: boefje_data("org1", &format!("b{i}"), Some(&ooi(i)))
+                .as_object()
+                .unwrap()
+                .clone(),
+            ..Default::default()
+        })
+        .collect();
+    for chunk in requests.chunks(500) {
+        for r in app
+            .broker
+            .push_many(SchedulerId::Boefje, chunk.to_vec())
+            .await
+            .unwrap()
+        {
+            r.unwrap();
+        }
+    }
+}
+
+async fn the_refill_entry_tops_up_room_no_request_filled(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 1500).await else {
+        return;
+    };
+    let figures = |app: &TestApp| {
+        let s = app.broker.snapshot(SchedulerId::Boefje);
+        (s.qsize, s.pending)
+    };
+    // The heap holds 1,500 urgent tasks on one object; 2,500 others wait pending.
+    push_boefjes(&app, 1500, |_| "Hostname|internet|gone.nl".into(), 2).await;
+    push_boefjes(&app, 2500, |i| format!("Hostname|internet|h{i}.nl"), 50).await;
+    assert_eq!(figures(&app), (1500, 2500));
+    let quiet = app.tick(SchedulerId::Boefje).await;
+    assert!(!quiet.entries["refill"].ran, "a full heap needs nothing");
+    // The object is deleted: its 1,500 tasks are cancelled in one batch, whose refill moves
+    // at most 1,000; nothing else comes.
+    let cancelled = app
+        .broker
+        .cancel_object("org1", "Hostname|internet|gone.nl")
+        .await
+        .unwrap();
+    assert_eq!(cancelled.len(), 1500);
+    assert_eq!(figures(&app), (1000, 1500));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(report.entries["refill"].summary, "moved 500");
+    assert_eq!(figures(&app), (1500, 1000));
+    let page: Value = app
+        .get("/tasks?scheduler_id=boefje&status=queued&limit=1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["count"], 1500, "the table agrees with the heap");
+    assert!(!app.tick(SchedulerId::Boefje).await.entries["refill"].ran);
+}
+
 crate::backend_tests!(
     waiting_work_is_rescored_as_it_grows_overdue,
     each_task_explains_its_priority,
@@ -481,4 +542,5 @@ crate::backend_tests!(
     due_schedules_are_handled_oldest_first_and_all_in_one_tick,
     boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason,
     periodic_entries_keep_their_next_run_across_restarts,
+    the_refill_entry_tops_up_room_no_request_filled,
 );

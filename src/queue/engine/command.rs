@@ -35,6 +35,9 @@ pub(crate) enum Command {
     /// Give waiting tasks new priorities (a time-dependent strategy's re-score); answers how
     /// many were still waiting.
     Rescore(Request<Vec<(Uuid, i64)>, usize>),
+    /// Move the best pending tasks into the heap, as far as it has room (a refill runs with
+    /// every batch; this one runs when nothing else comes); answers how many moved.
+    Refill(Request<(), usize>),
     /// Ownership changed: take the scheduler over (rebuild) or drop it, now rather than at the
     /// next request.
     Wake,
@@ -108,6 +111,7 @@ pub(crate) struct Batch {
     pub expiries: Vec<Request<Vec<Uuid>, ExpiryReport>>,
     pub cancels: Vec<Request<CancelObject, Vec<Uuid>>>,
     pub rescores: Vec<Request<Vec<(Uuid, i64)>, usize>>,
+    pub refills: Vec<Request<(), usize>>,
 }
 
 impl Batch {
@@ -120,6 +124,7 @@ impl Batch {
             Command::Expire(r) => self.expiries.push(r),
             Command::Cancel(r) => self.cancels.push(r),
             Command::Rescore(r) => self.rescores.push(r),
+            Command::Refill(r) => self.refills.push(r),
             Command::Wake | Command::Shutdown => {}
         }
     }
@@ -135,6 +140,7 @@ impl Batch {
             + self.expiries.len()
             + self.cancels.len()
             + self.rescores.len()
+            + self.refills.len()
     }
 
     /// Whether it holds none.
@@ -169,6 +175,10 @@ impl Batch {
             rescores: vec![r],
             ..Default::default()
         }));
+        out.extend(self.refills.into_iter().map(|r| Batch {
+            refills: vec![r],
+            ..Default::default()
+        }));
         out
     }
 
@@ -190,6 +200,9 @@ impl Batch {
             r.answer(Err(err.duplicate()));
         }
         for r in self.rescores {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.refills {
             r.answer(Err(err.duplicate()));
         }
     }

@@ -57,6 +57,7 @@ use self::command::{Batch, Command};
 use self::in_flight::InFlight;
 pub(crate) use self::in_flight::Routes;
 use self::pop::Reads;
+pub use self::refill::REFILL_BATCH;
 use self::state::QueueState;
 use super::{ExpiryReport, Gauges, PushOutcome, QueueConfig, QueueError};
 use crate::clock::SharedClock;
@@ -294,6 +295,8 @@ struct Decisions {
     cancels: Vec<Vec<Uuid>>,
     pops: Vec<Vec<Uuid>>,
     rescores: Vec<usize>,
+    /// Pending tasks the batch's refill moved into the heap.
+    refilled: usize,
 }
 
 /// The pop rule's view of the table, on the engine's connection.
@@ -694,6 +697,7 @@ impl Engine {
         };
         let mut moved = writes.transitions();
         moved[status_slot(TaskStatus::Queued)] += refilled as u64;
+        d.refilled = refilled;
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
         }
@@ -777,6 +781,10 @@ fn deliver(
     }
     for (r, n) in batch.rescores.into_iter().zip(d.rescores) {
         r.answer(Ok(n));
+    }
+    // One batch's refill answers every refill request in it.
+    for r in batch.refills {
+        r.answer(Ok(d.refilled));
     }
     for (r, ids) in batch.pops.into_iter().zip(d.pops) {
         let found: Vec<Task> = ids.iter().filter_map(|id| task(id).ok()).collect();
