@@ -1,7 +1,7 @@
 //! Several instances on one PostgreSQL database: each scheduler owned by one instance, the
 //! others forwarding to it; fencing of a former owner; failover after SIGKILL with nothing lost
-//! or popped twice; ColdStart paging on the boefje scheduler's owner only; SQLite refusing a
-//! second instance.
+//! or popped twice; listeners competing on the shared queues, one effect per message; ColdStart
+//! paging on the boefje scheduler's owner only; SQLite refusing a second instance.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -348,6 +348,174 @@ enabled = true
             .await
             .unwrap()
     );
+}
+
+/// The listener's message counts on `address` for `queue`, by outcome.
+async fn listener_counts(client: &reqwest::Client, address: &str, queue: &str) -> (f64, f64) {
+    let all = samples(client, address, "scheduler_listener_messages_total").await;
+    let count = |outcome: &str| {
+        all.iter()
+            .filter(|(l, _)| {
+                l.contains(&format!("queue=\"{queue}\""))
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .map(|(_, v)| *v)
+            .sum::<f64>()
+    };
+    (count("received"), count("acked"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_on_several_instances_compete_and_each_message_has_one_effect() {
+    use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
+    use lapin::types::FieldTable;
+    use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let Some(url) = rabbitmq().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(
+        &catalogue,
+        "[[plugins]]\nid = \"kat_dns_normalize\"\ntype = \"normalizer\"\nconsumes = [\"boefje/dns-records\"]\nenabled = true\n",
+    )
+    .unwrap();
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let (mutations, raw_files) = (format!("muts-{suffix}"), format!("raws-{suffix}"));
+    let conn = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    let queues: Vec<String> = [&mutations, &raw_files]
+        .iter()
+        .flat_map(|q| [q.to_string(), format!("{q}.dead")])
+        .collect();
+    for name in &queues {
+        channel
+            .queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let env: Vec<(&'static str, String)> = vec![
+        ("SCHEDULER_LEASE_MS", LEASE_MS.into()),
+        ("QUEUE_URI", url.clone()),
+        ("SCHEDULER_QUEUE_MUTATIONS", mutations.clone()),
+        ("SCHEDULER_QUEUE_RAW_FILES", raw_files.clone()),
+        // A small window, so the messages spread over both consumers.
+        ("SCHEDULER_RABBITMQ_PREFETCH_COUNT", "5".into()),
+        (
+            "SCHEDULER_CATALOGUE_FILE",
+            catalogue.to_string_lossy().into_owned(),
+        ),
+    ];
+    let start_with = |env: Vec<(&'static str, String)>| {
+        let uri = db.uri.clone();
+        tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            ChildApp::start(&uri, &env)
+        })
+    };
+    let c = client();
+    let a = start_with(env.clone()).await.unwrap();
+    a.wait_owning_all().await;
+    let b = start_with(env).await.unwrap();
+    for app in [&a, &b] {
+        until(Duration::from_secs(20), "the listener consumes", || {
+            let (c, addr) = (c.clone(), app.address.clone());
+            async move {
+                samples(&c, &addr, "scheduler_listener_up")
+                    .await
+                    .iter()
+                    .any(|(_, v)| *v == 1.0)
+            }
+        })
+        .await;
+    }
+
+    // Raw files, each its own: one normalizer task each, pushed on a directly (it owns the
+    // normalizer scheduler) or forwarded to it by b.
+    const N: usize = 300;
+    for i in 0..N {
+        let body = json!({"event_id": "raw_file_received", "organization": "org1", "raw_data": {
+            "id": uuid::Uuid::new_v4().to_string(),
+            "boefje_meta": {"id": uuid::Uuid::new_v4().to_string(), "organization": "org1",
+                            "boefje": {"id": "dns-records"}, "input_ooi": format!("Hostname|internet|h{i}.nl")},
+            "mime_types": [{"value": "boefje/dns-records"}]}});
+        channel
+            .basic_publish(
+                "".into(),
+                raw_files.as_str().into(),
+                BasicPublishOptions::default(),
+                body.to_string().as_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    until(Duration::from_secs(60), "every message acked", || {
+        let (c, a, b, q) = (
+            c.clone(),
+            a.address.clone(),
+            b.address.clone(),
+            raw_files.clone(),
+        );
+        async move {
+            listener_counts(&c, &a, &q).await.1 + listener_counts(&c, &b, &q).await.1 >= N as f64
+        }
+    })
+    .await;
+    let (on_a, on_b) = (
+        listener_counts(&c, &a.address, &raw_files).await,
+        listener_counts(&c, &b.address, &raw_files).await,
+    );
+    eprintln!("raw files received/acked: a {on_a:?}, b {on_b:?}");
+    assert!(
+        on_a.1 > 0.0 && on_b.1 > 0.0,
+        "both consumed: a {on_a:?}, b {on_b:?}"
+    );
+    assert_eq!(
+        on_a.0 + on_b.0,
+        N as f64,
+        "each message delivered once, to one instance"
+    );
+    let page: Value = c
+        .get(format!(
+            "{}/tasks?scheduler_id=normalizer&limit=1",
+            b.address
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["count"], N, "one task per message");
+
+    for app in [a, b] {
+        assert!(
+            tokio::task::spawn_blocking(move || app.terminate())
+                .await
+                .unwrap()
+        );
+    }
+    for name in &queues {
+        let _ = channel
+            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
