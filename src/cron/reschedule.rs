@@ -86,6 +86,15 @@ struct Counts {
     waiting: usize,
 }
 
+impl Counts {
+    fn add(&mut self, o: Counts) {
+        self.fired += o.fired;
+        self.skipped += o.skipped;
+        self.disabled += o.disabled;
+        self.waiting += o.waiting;
+    }
+}
+
 /// The task id of a schedule's fire for `deadline`: the same fire, the same id.
 pub fn fire_id(schedule: &str, deadline: Option<NaiveDateTime>) -> Uuid {
     let name = format!(
@@ -300,8 +309,8 @@ impl Reschedule {
         }
     }
 
-    /// One page: decide, push the fires at once, then write deadlines and disables at once.
-    async fn page(&self, rows: &[ScheduleRow], tick: &Tick, n: &mut Counts) -> Result<(), String> {
+    /// One page's decisions, sorted by what the write stage does with them.
+    async fn prepare(&self, rows: &[ScheduleRow], tick: &Tick) -> Prepared {
         let decisions = match tick.component {
             SchedulerId::Boefje => self.decide_boefjes(rows, tick).await,
             _ => rows
@@ -313,10 +322,7 @@ impl Reschedule {
                 })
                 .collect(),
         };
-        let mut requests = Vec::new();
-        let mut fired = Vec::new();
-        let mut later = Vec::new();
-        let mut disable: Vec<(String, String)> = Vec::new();
+        let mut p = Prepared::default();
         for d in decisions {
             match d {
                 Decision::Fire {
@@ -325,61 +331,90 @@ impl Reschedule {
                     next,
                     why,
                 } => {
-                    requests.push(*request);
-                    fired.push((id, next, *why));
+                    p.requests.push(*request);
+                    p.fired.push((id, next, *why));
                 }
-                Decision::Disable { id, reason } => disable.push((id, reason)),
-                Decision::Wait => n.waiting += 1,
+                Decision::Disable { id, reason } => p.disable.push((id, reason)),
+                Decision::Wait => p.counts.waiting += 1,
                 Decision::Later { id, next } => {
-                    n.skipped += 1;
-                    later.push((id, next));
+                    p.counts.skipped += 1;
+                    p.advance.push((id, next));
                 }
             }
         }
-        let mut advance = later;
-        if !requests.is_empty() {
-            let results = self
-                .broker
-                .push_many(tick.component, requests)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut scores = Vec::new();
-            for ((id, next, why), r) in fired.into_iter().zip(results) {
-                match r {
-                    Ok(o) if o.created => {
-                        n.fired += 1;
-                        scores.push((o.task.id, why));
-                        advance.push((id, next));
-                    }
-                    // This fire was pushed before a restart, or the work waits or runs still:
-                    // either way the schedule moves on.
-                    Ok(_) | Err(QueueError::Duplicate { .. } | QueueError::InFlight { .. }) => {
-                        n.skipped += 1;
-                        advance.push((id, next));
-                    }
-                    Err(
-                        QueueError::QueueFull(_)
-                        | QueueError::Busy
-                        | QueueError::Unavailable(_)
-                        | QueueError::Internal(_),
-                    ) => n.waiting += 1,
-                    Err(e) => disable.push((id, format!("its task is refused: {e}"))),
+        p
+    }
+
+    /// Pushes one prepared page's fires at once; answers what the schedules' rows need then.
+    async fn push(&self, p: Prepared, tick: &Tick) -> Result<Pushed, String> {
+        let Prepared {
+            requests,
+            fired,
+            advance,
+            disable,
+            counts,
+        } = p;
+        let mut out = Pushed {
+            scores: Vec::new(),
+            advance,
+            disable,
+            counts,
+        };
+        if requests.is_empty() {
+            return Ok(out);
+        }
+        let results = self
+            .broker
+            .push_many(tick.component, requests)
+            .await
+            .map_err(|e| e.to_string())?;
+        for ((id, next, why), r) in fired.into_iter().zip(results) {
+            match r {
+                Ok(o) if o.created => {
+                    out.counts.fired += 1;
+                    out.scores.push((o.task.id, why));
+                    out.advance.push((id, next));
                 }
+                // This fire was pushed before a restart, or the work waits or runs still:
+                // either way the schedule moves on.
+                Ok(_) | Err(QueueError::Duplicate { .. } | QueueError::InFlight { .. }) => {
+                    out.counts.skipped += 1;
+                    out.advance.push((id, next));
+                }
+                Err(
+                    QueueError::QueueFull(_)
+                    | QueueError::Busy
+                    | QueueError::Unavailable(_)
+                    | QueueError::Internal(_),
+                ) => out.counts.waiting += 1,
+                Err(e) => out.disable.push((id, format!("its task is refused: {e}"))),
             }
+        }
+        Ok(out)
+    }
+
+    /// After a page's push committed: its tasks' explanations, and its schedules' new deadlines
+    /// and disables, side by side.
+    async fn settle(&self, p: Pushed, tick: &Tick) -> Result<Counts, String> {
+        let Pushed {
+            scores,
+            advance,
+            disable,
+            mut counts,
+        } = p;
+        counts.disabled += disable.len();
+        for (id, reason) in &disable {
+            tracing::info!(schedule.id = %id, reason = %reason, "schedule disabled");
+        }
+        let explained = async {
             if !scores.is_empty()
                 && let Err(e) = self.broker.record_scores(scores).await
             {
                 tracing::warn!(error = %e, "task explanations not recorded");
             }
-        }
-        n.disabled += disable.len();
-        if !disable.is_empty() {
-            for (id, reason) in &disable {
-                tracing::info!(schedule.id = %id, reason = %reason, "schedule disabled");
-            }
-        }
+        };
         let now = tick.at.naive_utc();
-        self.db(move |c| {
+        let moved = self.db(move |c| {
             use diesel::Connection;
             c.transaction::<_, StorageError, _>(|c| {
                 storage::schedules::advance(c, &advance, now)?;
@@ -388,9 +423,66 @@ impl Reschedule {
                 }
                 Ok(())
             })
-        })
-        .await
+        });
+        let ((), moved) = tokio::join!(explained, moved);
+        moved.map(|()| counts)
     }
+
+    /// The next page of due schedules after `after`, prepared; `None` when there is none.
+    async fn next_page(
+        &self,
+        tick: &Tick,
+        after: Option<(NaiveDateTime, String)>,
+    ) -> Result<Option<Page>, String> {
+        let (s, now) = (tick.component, tick.at.naive_utc());
+        let rows = self
+            .db(move |c| Ok(storage::schedules::due(c, s, now, after, PAGE)?))
+            .await?;
+        let Some(last) = rows.last() else {
+            return Ok(None);
+        };
+        let last = (last.deadline_at.unwrap_or(now), last.id.clone());
+        Ok(Some(Page {
+            full: rows.len() == PAGE,
+            last,
+            prepared: self.prepare(&rows, tick).await,
+        }))
+    }
+}
+
+/// A page's writes, decided.
+#[derive(Default)]
+struct Prepared {
+    /// The fires' tasks, in order.
+    requests: Vec<PushRequest>,
+    /// Per fire: its schedule, next deadline and explanation.
+    fired: Vec<(String, Option<NaiveDateTime>, Explanation)>,
+    /// Schedules whose deadline moves without a task.
+    advance: Vec<(String, Option<NaiveDateTime>)>,
+    /// Schedules to disable, with the reason.
+    disable: Vec<(String, String)>,
+    /// What was decided without a write (waiting, later).
+    counts: Counts,
+}
+
+/// A page pushed: what its schedules' rows need.
+struct Pushed {
+    /// The new tasks' explanations.
+    scores: Vec<(Uuid, Explanation)>,
+    /// Schedules whose deadline moves.
+    advance: Vec<(String, Option<NaiveDateTime>)>,
+    /// Schedules to disable, with the reason.
+    disable: Vec<(String, String)>,
+    counts: Counts,
+}
+
+/// A page read and prepared.
+struct Page {
+    /// Whether it was a full page (more may follow).
+    full: bool,
+    /// Its last schedule's (deadline, id): where the next page starts.
+    last: (NaiveDateTime, String),
+    prepared: Prepared,
 }
 
 impl Entry for Reschedule {
@@ -398,22 +490,38 @@ impl Entry for Reschedule {
         "reschedule"
     }
 
+    /// Pages through the due schedules in a pipeline of three stages, each on connections of
+    /// its own: page k's schedules settled (explanations, deadlines) while page k+1 is pushed
+    /// (the engine's connection) and page k+2 read and decided (the frontier, the catalogue,
+    /// scoring). A page's deadlines still move only after its push committed.
     fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome> {
         Box::pin(async move {
+            let s = tick.component;
             let mut n = Counts::default();
-            let mut after: Option<(NaiveDateTime, String)> = None;
-            let (s, now) = (tick.component, tick.at.naive_utc());
-            loop {
-                let from = after.clone();
-                let rows = self
-                    .db(move |c| Ok(storage::schedules::due(c, s, now, from, PAGE)?))
-                    .await?;
-                let Some(last) = rows.last() else { break };
-                after = Some((last.deadline_at.unwrap_or(now), last.id.clone()));
-                self.page(&rows, tick, &mut n).await?;
-                if rows.len() < PAGE {
-                    break;
-                }
+            let mut settling: Option<Fut<'a, Result<Counts, String>>> = None;
+            let mut next = self.next_page(tick, None).await?;
+            while let Some(page) = next {
+                let reading = async {
+                    match page.full {
+                        true => self.next_page(tick, Some(page.last)).await,
+                        false => Ok(None),
+                    }
+                };
+                let previous = async {
+                    match settling.take() {
+                        Some(f) => f.await,
+                        None => Ok(Counts::default()),
+                    }
+                };
+                let (pushed, settled, following) =
+                    tokio::join!(self.push(page.prepared, tick), previous, reading);
+                n.add(settled?);
+                let pushed = pushed?;
+                settling = Some(Box::pin(self.settle(pushed, tick)));
+                next = following?;
+            }
+            if let Some(f) = settling {
+                n.add(f.await?);
             }
             if n.fired + n.skipped + n.disabled > 0 {
                 tracing::info!(scheduler.id = %s, fired = n.fired, skipped = n.skipped, disabled = n.disabled, waiting = n.waiting, "due schedules handled");

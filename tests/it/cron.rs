@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
+use futures_util::StreamExt;
 use kat_scheduler::domain::SchedulerId;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -125,6 +126,67 @@ async fn due_schedules_are_handled_oldest_first_and_all_in_one_tick(backend: Bac
     assert_eq!(
         again.entries["reschedule"].summary,
         "fired 0, skipped 0, disabled 0, waiting 0"
+    );
+}
+
+async fn a_tick_over_several_pages_fires_each_due_schedule_once(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    // Over two pages of due schedules (the pages run as a pipeline): 2,100 one-off reports.
+    const N: usize = 2 * kat_scheduler::cron::reschedule::PAGE + 100;
+    let bodies: Vec<Value> = (0..N)
+        .map(|i| {
+            let mut body = report(&format!("org{i}"), "r");
+            body["deadline_at"] =
+                json!((midnight() - Duration::seconds(i as i64 + 1)).to_rfc3339());
+            body
+        })
+        .collect();
+    let created: Vec<Value> = futures_util::stream::iter(bodies)
+        .map(|b| {
+            let app = &app;
+            async move { create_schedule(app, b).await }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert_eq!(created.len(), N);
+    let report = app.tick(SchedulerId::Report).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        format!("fired {N}, skipped 0, disabled 0, waiting 0")
+    );
+    let mut schedules: Vec<String> = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page: Value = app
+            .get(&format!(
+                "/tasks?scheduler_id=report&limit=1000&offset={offset}"
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let results = page["results"].as_array().unwrap();
+        if results.is_empty() {
+            break;
+        }
+        offset += results.len();
+        schedules.extend(
+            results
+                .iter()
+                .map(|t| t["schedule_id"].as_str().unwrap().to_owned()),
+        );
+    }
+    schedules.sort();
+    schedules.dedup();
+    assert_eq!((offset, schedules.len()), (N, N), "one task per schedule");
+    let again = app.tick(SchedulerId::Report).await;
+    assert_eq!(
+        again.entries["reschedule"].summary, "fired 0, skipped 0, disabled 0, waiting 0",
+        "every deadline moved"
     );
 }
 
@@ -540,6 +602,7 @@ crate::backend_tests!(
     a_fire_pushed_just_before_a_crash_is_not_run_again,
     a_day_of_schedules_fires_each_once_per_cron_fire_across_restarts,
     due_schedules_are_handled_oldest_first_and_all_in_one_tick,
+    a_tick_over_several_pages_fires_each_due_schedule_once,
     boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason,
     periodic_entries_keep_their_next_run_across_restarts,
     the_refill_entry_tops_up_room_no_request_filled,
