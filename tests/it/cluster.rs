@@ -72,6 +72,23 @@ fn start(uri: &str) -> ChildApp {
     ChildApp::start(uri, &[("SCHEDULER_LEASE_MS", LEASE_MS)])
 }
 
+/// Starts an instance on `uri` with `env` (and this module's short lease), off the runtime.
+async fn start_with(uri: &str, env: &[(&'static str, String)]) -> ChildApp {
+    let (uri, mut env) = (uri.to_owned(), env.to_vec());
+    env.push(("SCHEDULER_LEASE_MS", LEASE_MS.into()));
+    tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        ChildApp::start(&uri, &env)
+    })
+    .await
+    .unwrap()
+}
+
+/// GETs `url` as JSON.
+async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 async fn start_async(uri: &str) -> ChildApp {
     let uri = uri.to_owned();
     tokio::task::spawn_blocking(move || start(&uri))
@@ -121,14 +138,7 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
     assert_eq!(task["status"], "queued");
     // Both instances show the owner's heap on /schedulers.
     for at in [&a.address, &b.address] {
-        let view: Value = c
-            .get(format!("{at}/schedulers/boefje"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let view = get_json(&c, &format!("{at}/schedulers/boefje")).await;
         assert_eq!(view["qsize"], 1, "{at}: {view}");
     }
     // The same work again, through b and straight to a: the same 409, header and detail.
@@ -237,15 +247,7 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
 
 /// ColdStart's round count on `address`, from `/health`.
 async fn coldstart_rounds(client: &reqwest::Client, address: &str) -> u64 {
-    let health: Value = client
-        .get(format!("{address}/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    health["results"]
+    get_json(client, &format!("{address}/health")).await["results"]
         .as_array()
         .unwrap()
         .iter()
@@ -261,54 +263,25 @@ async fn only_the_owner_of_the_boefje_scheduler_pages_octopoes() {
     };
     let dir = tempfile::tempdir().unwrap();
     let catalogue = dir.path().join("catalogue.toml");
-    std::fs::write(
-        &catalogue,
-        r#"
-organisations = ["org1", "org2"]
-
-[[plugins]]
-id = "dns-records"
-type = "boefje"
-consumes = ["Hostname"]
-scan_level = 1
-enabled = true
-"#,
-    )
-    .unwrap();
+    std::fs::write(&catalogue, crate::coldstart::CATALOGUE).unwrap();
     let octopoes = crate::stubs::OctopoesState::default();
-    for (org, n) in [("org1", 5), ("org2", 7)] {
-        let objects = (0..n)
-            .map(|i| {
-                crate::stubs::octopoes_object(
-                    &format!("Hostname|internet|{org}-h{i}.nl"),
-                    "Hostname",
-                    1,
-                )
-            })
-            .collect();
-        octopoes.set(org, objects);
-    }
+    octopoes.set("org1", crate::coldstart::hostnames("org1", 5));
+    octopoes.set("org2", crate::coldstart::hostnames("org2", 7));
     let stub = octopoes.serve();
-    let env = [
-        ("SCHEDULER_LEASE_MS", LEASE_MS),
-        ("OCTOPOES_API", stub.url.as_str()),
-        ("SCHEDULER_CATALOGUE_FILE", catalogue.to_str().unwrap()),
-        ("SCHEDULER_COLDSTART_PAGE_SIZE", "2"),
+    let env: Vec<(&'static str, String)> = vec![
+        ("OCTOPOES_API", stub.url.clone()),
+        (
+            "SCHEDULER_CATALOGUE_FILE",
+            catalogue.to_string_lossy().into_owned(),
+        ),
+        ("SCHEDULER_COLDSTART_PAGE_SIZE", "2".into()),
         // Due again a second after a complete pass; the owner looks once a minute.
-        ("SCHEDULER_COLDSTART_INTERVAL", "1"),
+        ("SCHEDULER_COLDSTART_INTERVAL", "1".into()),
     ];
-    let start_with = |env: Vec<(&'static str, String)>| {
-        let uri = db.uri.clone();
-        tokio::task::spawn_blocking(move || {
-            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            ChildApp::start(&uri, &env)
-        })
-    };
-    let env: Vec<(&'static str, String)> = env.iter().map(|(k, v)| (*k, v.to_string())).collect();
     let c = client();
-    let a = start_with(env.clone()).await.unwrap();
+    let a = start_with(&db.uri, &env).await;
     a.wait_owning_all().await;
-    let b = start_with(env).await.unwrap();
+    let b = start_with(&db.uri, &env).await;
     until(Duration::from_secs(20), "a's first round", || {
         let (c, addr) = (c.clone(), a.address.clone());
         async move { coldstart_rounds(&c, &addr).await >= 1 }
@@ -367,8 +340,7 @@ async fn listener_counts(client: &reqwest::Client, address: &str, queue: &str) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listeners_on_several_instances_compete_and_each_message_has_one_effect() {
-    use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
-    use lapin::types::FieldTable;
+    use lapin::options::{BasicPublishOptions, QueueDeleteOptions};
     use lapin::{BasicProperties, Connection, ConnectionProperties};
 
     let Some(db) = TestDb::create(Backend::Postgres).await else {
@@ -390,25 +362,8 @@ async fn listeners_on_several_instances_compete_and_each_message_has_one_effect(
         .await
         .unwrap();
     let channel = conn.create_channel().await.unwrap();
-    let queues: Vec<String> = [&mutations, &raw_files]
-        .iter()
-        .flat_map(|q| [q.to_string(), format!("{q}.dead")])
-        .collect();
-    for name in &queues {
-        channel
-            .queue_declare(
-                name.as_str().into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-    }
+    declare_with_dead(&channel, &[&mutations, &raw_files]).await;
     let env: Vec<(&'static str, String)> = vec![
-        ("SCHEDULER_LEASE_MS", LEASE_MS.into()),
         ("QUEUE_URI", url.clone()),
         ("SCHEDULER_QUEUE_MUTATIONS", mutations.clone()),
         ("SCHEDULER_QUEUE_RAW_FILES", raw_files.clone()),
@@ -419,17 +374,10 @@ async fn listeners_on_several_instances_compete_and_each_message_has_one_effect(
             catalogue.to_string_lossy().into_owned(),
         ),
     ];
-    let start_with = |env: Vec<(&'static str, String)>| {
-        let uri = db.uri.clone();
-        tokio::task::spawn_blocking(move || {
-            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            ChildApp::start(&uri, &env)
-        })
-    };
     let c = client();
-    let a = start_with(env.clone()).await.unwrap();
+    let a = start_with(&db.uri, &env).await;
     a.wait_owning_all().await;
-    let b = start_with(env).await.unwrap();
+    let b = start_with(&db.uri, &env).await;
     for app in [&a, &b] {
         until(Duration::from_secs(20), "the listener consumes", || {
             let (c, addr) = (c.clone(), app.address.clone());
@@ -491,18 +439,12 @@ async fn listeners_on_several_instances_compete_and_each_message_has_one_effect(
         N as f64,
         "each message delivered once, to one instance"
     );
-    let page: Value = c
-        .get(format!(
-            "{}/tasks?scheduler_id=normalizer&limit=1",
-            b.address
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(page["count"], N, "one task per message");
+    let tasks = format!("{}/tasks?scheduler_id=normalizer&limit=1", b.address);
+    assert_eq!(
+        get_json(&c, &tasks).await["count"],
+        N,
+        "one task per message"
+    );
 
     for app in [a, b] {
         assert!(
@@ -511,10 +453,12 @@ async fn listeners_on_several_instances_compete_and_each_message_has_one_effect(
                 .unwrap()
         );
     }
-    for name in &queues {
-        let _ = channel
-            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-            .await;
+    for q in [&mutations, &raw_files] {
+        for name in [q.clone(), format!("{q}.dead")] {
+            let _ = channel
+                .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
     }
 }
 

@@ -11,7 +11,8 @@ use serde_json::Value;
 use crate::helpers::*;
 use crate::stubs::*;
 
-const CATALOGUE: &str = r#"
+/// Two organisations and a boefje for their hostnames (also the cluster tests').
+pub const CATALOGUE: &str = r#"
 organisations = ["org1", "org2"]
 
 [[plugins]]
@@ -23,7 +24,8 @@ enabled = true
 oci_image = "ghcr.io/minvws/openkat/dns-records:latest"
 "#;
 
-fn hostnames(org: &str, n: usize) -> Vec<Value> {
+/// `n` hostnames of `org`, as Octopoes lists them.
+pub fn hostnames(org: &str, n: usize) -> Vec<Value> {
     (0..n)
         .map(|i| octopoes_object(&format!("Hostname|internet|{org}-h{i}.nl"), "Hostname", 1))
         .collect()

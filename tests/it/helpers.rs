@@ -80,6 +80,26 @@ pub async fn rabbitmq() -> Option<String> {
     }
 }
 
+/// Declares each queue and its `.dead` queue, durable, on `channel`: done before anything is
+/// published, so nothing is dropped on the floor.
+pub async fn declare_with_dead(channel: &lapin::Channel, queues: &[&str]) {
+    for q in queues {
+        for name in [q.to_string(), format!("{q}.dead")] {
+            channel
+                .queue_declare(
+                    name.as_str().into(),
+                    lapin::options::QueueDeclareOptions {
+                        durable: true,
+                        ..Default::default()
+                    },
+                    lapin::types::FieldTable::default(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }

@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
+use lapin::options::{BasicConsumeOptions, BasicPublishOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use serde_json::{Value, json};
@@ -90,22 +88,7 @@ impl Setup {
             .await
             .unwrap();
         let channel = conn.create_channel().await.unwrap();
-        // Declared before anything is published, so nothing is dropped on the floor.
-        for q in [&mutations, &raw_files] {
-            for name in [q.clone(), format!("{q}.dead")] {
-                channel
-                    .queue_declare(
-                        name.as_str().into(),
-                        QueueDeclareOptions {
-                            durable: true,
-                            ..Default::default()
-                        },
-                        FieldTable::default(),
-                    )
-                    .await
-                    .unwrap();
-            }
-        }
+        declare_with_dead(&channel, &[&mutations, &raw_files]).await;
         let (m, r, c) = (mutations.clone(), raw_files.clone(), catalogue.clone());
         let app = spawn_app_with(backend, move |s| {
             s.listener.uri = url;
