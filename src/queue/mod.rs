@@ -37,7 +37,7 @@ use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStat
 use crate::metrics::{Metrics, Op};
 use crate::ownership::{Ownership, Route};
 use crate::storage::{self, Backend, DbPool, StorageError};
-use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request};
+use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request, Rescored};
 pub use engine::{EngineHandle, REFILL_BATCH};
 use forward::{Answered, Forward, Peers};
 pub use push::PushRequest;
@@ -640,17 +640,26 @@ impl Broker {
         .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))
     }
 
-    /// Gives `scheduler`'s waiting tasks new priorities (a time-dependent strategy's re-score),
-    /// in one transaction; tasks no longer waiting are left alone. Answers how many were
-    /// waiting.
+    /// Gives `scheduler`'s waiting tasks new priorities and their explanations (a
+    /// time-dependent strategy's re-score), in one transaction; tasks no longer waiting are left
+    /// alone. Answers how many were waiting.
     pub async fn rescore(
         &self,
         scheduler: SchedulerId,
-        priorities: Vec<(Uuid, i64)>,
+        scores: Vec<(Uuid, i64, crate::scoring::Explanation)>,
     ) -> Result<usize, QueueError> {
-        if priorities.is_empty() {
+        if scores.is_empty() {
             return Ok(0);
         }
+        // Serialised here, off the engine's thread.
+        let priorities: Vec<Rescored> = scores
+            .into_iter()
+            .map(|(id, priority, e)| Rescored {
+                id,
+                priority,
+                explanation: serde_json::to_string(&e).unwrap_or_default(),
+            })
+            .collect();
         // Only the owner's cron re-scores; elsewhere the owner's own tick does it.
         if !matches!(self.route(scheduler), Route::Local(_)) {
             return Err(QueueError::Moving(scheduler));

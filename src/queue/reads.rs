@@ -81,16 +81,6 @@ impl Broker {
         Ok((page, last))
     }
 
-    /// Replaces the recorded explanations of re-scored tasks.
-    pub async fn update_scores(
-        &self,
-        scores: Vec<(Uuid, crate::scoring::Explanation)>,
-    ) -> Result<(), QueueError> {
-        let rows = score_rows(scores);
-        self.read(move |c| Ok(storage::tasks::update_scores(c, &rows).map_err(StorageError::from)?))
-            .await
-    }
-
     /// Why a task has its priority: the strategy's explanation the planner recorded, or the
     /// client that set it.
     pub async fn explain(&self, id: Uuid) -> Result<crate::scoring::Explanation, QueueError> {

@@ -32,6 +32,8 @@ pub(crate) struct BatchRows {
     /// Waiting tasks whose rows were not read given a new priority: `(id, status it must still
     /// have, priority)`.
     pub reprioritised: Vec<(Uuid, TaskStatus, i64)>,
+    /// Re-scored tasks' new explanations (JSON), written with their priorities.
+    pub explained: Vec<(Uuid, String)>,
 }
 
 /// The statements a batch makes, in order.
@@ -44,6 +46,8 @@ pub(crate) struct Writes {
     pub dispatched: Vec<String>,
     /// `(id, expected status, priority)`.
     pub reprioritised: Vec<(String, TaskStatus, i64)>,
+    /// `(id, explanation)` for `task_scores`.
+    pub explained: Vec<(String, String)>,
     /// Pending tasks to move into the heap after the rest.
     pub refill: usize,
 }
@@ -57,6 +61,7 @@ impl Writes {
             + usize::from(!self.cancelled.is_empty())
             + usize::from(!self.dispatched.is_empty())
             + self.reprioritised.len().div_ceil(update_chunk.max(1))
+            + self.explained.len().div_ceil(update_chunk.max(1))
             + usize::from(self.refill > 0)
     }
 
@@ -173,6 +178,11 @@ impl BatchRows {
                 .reprioritised
                 .iter()
                 .map(|(id, status, p)| (id.to_string(), *status, *p))
+                .collect(),
+            explained: self
+                .explained
+                .iter()
+                .map(|(id, e)| (id.to_string(), e.clone()))
                 .collect(),
             refill,
         }

@@ -32,9 +32,9 @@ pub(crate) enum Command {
     Expire(Request<Vec<Uuid>, ExpiryReport>),
     /// An object was deleted: cancel its organisation's waiting tasks for it.
     Cancel(Request<CancelObject, Vec<Uuid>>),
-    /// Give waiting tasks new priorities (a time-dependent strategy's re-score); answers how
-    /// many were still waiting.
-    Rescore(Request<Vec<(Uuid, i64)>, usize>),
+    /// Give waiting tasks new priorities and explanations (a time-dependent strategy's
+    /// re-score), in one transaction; answers how many were still waiting.
+    Rescore(Request<Vec<Rescored>, usize>),
     /// Move the best pending tasks into the heap, as far as it has room (a refill runs with
     /// every batch; this one runs when nothing else comes); answers how many moved.
     Refill(Request<(), usize>),
@@ -96,6 +96,13 @@ pub(crate) struct CancelObject {
     pub reference: String,
 }
 
+/// A task's new priority and the explanation (JSON) that goes with it.
+pub(crate) struct Rescored {
+    pub id: Uuid,
+    pub priority: i64,
+    pub explanation: String,
+}
+
 /// A patch's parameters.
 pub(crate) struct PatchRequest {
     pub id: Uuid,
@@ -110,7 +117,7 @@ pub(crate) struct Batch {
     pub patches: Vec<Request<PatchRequest, Task>>,
     pub expiries: Vec<Request<Vec<Uuid>, ExpiryReport>>,
     pub cancels: Vec<Request<CancelObject, Vec<Uuid>>>,
-    pub rescores: Vec<Request<Vec<(Uuid, i64)>, usize>>,
+    pub rescores: Vec<Request<Vec<Rescored>, usize>>,
     pub refills: Vec<Request<(), usize>>,
 }
 

@@ -832,6 +832,9 @@ fn write(
     if !w.reprioritised.is_empty() {
         tasks::reprioritise(c, &w.reprioritised, at)?;
     }
+    if !w.explained.is_empty() {
+        tasks::update_scores(c, &w.explained)?;
+    }
     if !w.cancelled.is_empty() {
         tasks::transition(
             c,

@@ -1,12 +1,15 @@
 //! A time-dependent strategy's re-score: waiting tasks get new priorities. A queued task is
 //! re-ranked in the heap and its row updated only while it is still queued; a pending one has
 //! its row updated only while it is still pending (it enters the heap by priority as the heap
-//! drains). A task handed out since the scores were computed is left alone.
+//! drains). A task handed out since the scores were computed is left alone. Each new priority's
+//! explanation is written in the same transaction: an explanation that disagreed with its task's
+//! priority (after a crash between two commits) would read as a client's choice and end the
+//! task's re-scores.
 
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use super::batch::BatchRows;
+use super::command::Rescored;
 use super::state::QueueState;
 use crate::domain::TaskStatus;
 
@@ -15,12 +18,13 @@ use crate::domain::TaskStatus;
 pub(crate) fn rescore(
     st: &mut QueueState,
     rows: &mut BatchRows,
-    priorities: &[(Uuid, i64)],
+    rescored: &[Rescored],
     now: DateTime<Utc>,
 ) -> usize {
     let at = now.naive_utc();
     let mut waiting = 0;
-    for &(id, priority) in priorities {
+    for r in rescored {
+        let (id, priority) = (r.id, r.priority);
         if let Some(row) = rows.get(&id).cloned() {
             // Read by another command of this batch: change it where it is.
             if matches!(row.status, TaskStatus::Queued | TaskStatus::Pending) {
@@ -31,19 +35,21 @@ pub(crate) fn rescore(
                 row.priority = priority;
                 row.modified_at = at;
                 rows.update(id, row);
+                rows.explained.push((id, r.explanation.clone()));
                 waiting += 1;
             }
             continue;
         }
         if st.heap.rerank(&id, priority, at) {
             rows.reprioritised.push((id, TaskStatus::Queued, priority));
-            waiting += 1;
         } else {
             // Not in the heap: pending, or no longer waiting, which the update's condition
-            // tells apart without a read.
+            // tells apart without a read (an explanation of a task no longer waiting is not
+            // read: `explain` shows one only while it matches the task's priority).
             rows.reprioritised.push((id, TaskStatus::Pending, priority));
-            waiting += 1;
         }
+        rows.explained.push((id, r.explanation.clone()));
+        waiting += 1;
     }
     waiting
 }
@@ -54,6 +60,7 @@ mod tests {
     use crate::queue::WhenFull;
     use crate::queue::engine::place::{Admission, place};
     use crate::queue::engine::testing::{now, row, state};
+    use uuid::Uuid;
 
     #[test]
     fn a_queued_task_is_reranked_and_its_row_updated_only_while_queued() {
@@ -66,7 +73,17 @@ mod tests {
         assert_eq!(st.heap.best().map(|r| r.id), Some(b));
         let mut rows = BatchRows::default();
         let other = Uuid::new_v4();
-        let n = rescore(&mut st, &mut rows, &[(a, 3), (other, 7)], now());
+        let rescored = |id, priority| Rescored {
+            id,
+            priority,
+            explanation: format!("{{\"priority\": {priority}}}"),
+        };
+        let n = rescore(
+            &mut st,
+            &mut rows,
+            &[rescored(a, 3), rescored(other, 7)],
+            now(),
+        );
         assert_eq!(
             st.heap.best().map(|r| r.id),
             Some(a),
@@ -77,6 +94,14 @@ mod tests {
         assert_eq!(
             rows.reprioritised,
             vec![(a, TaskStatus::Queued, 3), (other, TaskStatus::Pending, 7)]
+        );
+        assert_eq!(
+            rows.explained,
+            vec![
+                (a, "{\"priority\": 3}".to_owned()),
+                (other, "{\"priority\": 7}".to_owned())
+            ],
+            "each new priority with its explanation"
         );
     }
 }
