@@ -822,6 +822,26 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "seconds a command may wait for its engine before 503 (default 20)",
     ),
     (
+        "SCHEDULER_DISPATCH_TIMEOUT",
+        "queue.dispatch_timeout_secs",
+        "seconds a popped task may stay dispatched (default 1800)",
+    ),
+    (
+        "SCHEDULER_RUN_TIMEOUT",
+        "queue.run_timeout_secs",
+        "seconds a running task may go without finishing or a heartbeat (default 14400)",
+    ),
+    (
+        "SCHEDULER_MAX_ATTEMPTS",
+        "queue.max_attempts",
+        "expired leases before a task is failed (default 3)",
+    ),
+    (
+        "SCHEDULER_WATCHDOG_INTERVAL",
+        "queue.watchdog_interval_secs",
+        "seconds between lease sweeps, 0 = off (default 30)",
+    ),
+    (
         "SCHEDULER_BOEFJE_PQ_MAXSIZE",
         "schedulers.boefje.maxsize",
         "boefje heap bound",
@@ -850,6 +870,51 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_REPORT_PQ_WHEN_FULL",
         "schedulers.report.when_full",
         "report full-heap policy",
+    ),
+    (
+        "SCHEDULER_BOEFJE_DISPATCH_TIMEOUT",
+        "schedulers.boefje.dispatch_timeout_secs",
+        "boefje dispatch lease",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_DISPATCH_TIMEOUT",
+        "schedulers.normalizer.dispatch_timeout_secs",
+        "normalizer dispatch lease",
+    ),
+    (
+        "SCHEDULER_REPORT_DISPATCH_TIMEOUT",
+        "schedulers.report.dispatch_timeout_secs",
+        "report dispatch lease",
+    ),
+    (
+        "SCHEDULER_BOEFJE_RUN_TIMEOUT",
+        "schedulers.boefje.run_timeout_secs",
+        "boefje run lease",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_RUN_TIMEOUT",
+        "schedulers.normalizer.run_timeout_secs",
+        "normalizer run lease",
+    ),
+    (
+        "SCHEDULER_REPORT_RUN_TIMEOUT",
+        "schedulers.report.run_timeout_secs",
+        "report run lease",
+    ),
+    (
+        "SCHEDULER_BOEFJE_MAX_ATTEMPTS",
+        "schedulers.boefje.max_attempts",
+        "boefje attempts",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_MAX_ATTEMPTS",
+        "schedulers.normalizer.max_attempts",
+        "normalizer attempts",
+    ),
+    (
+        "SCHEDULER_REPORT_MAX_ATTEMPTS",
+        "schedulers.report.max_attempts",
+        "report attempts",
     ),
     (
         "SCHEDULER_BOEFJE_SCORING",
@@ -1288,6 +1353,54 @@ mod tests {
         std::fs::write(&path, "[api]\nprot = 1\n").unwrap();
         let err = Settings::load_with(Some(&path), &|_| None).unwrap_err().0;
         assert!(err.contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn every_variable_the_readme_documents_is_read() {
+        let readme = include_str!("../README.md");
+        let table = readme
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .take_while(|l| !l.starts_with("| `GET") && !l.starts_with("| `POST"));
+        let mut named = 0;
+        for line in table {
+            let first = line.split(" | ").next().unwrap_or_default();
+            for var in first.split('`').skip(1).step_by(2) {
+                named += 1;
+                assert!(
+                    ENV_VARS.iter().any(|(v, _, _)| *v == var),
+                    "the README documents {var}, which the configuration does not read"
+                );
+            }
+        }
+        assert!(
+            named >= ENV_VARS.len(),
+            "{named} variables found in the README's table"
+        );
+    }
+
+    #[test]
+    fn lease_variables_set_the_leases_and_per_scheduler_ones_override_them() {
+        let s = load(&[
+            ("SCHEDULER_DISPATCH_TIMEOUT", "20"),
+            ("SCHEDULER_RUN_TIMEOUT", "60"),
+            ("SCHEDULER_MAX_ATTEMPTS", "5"),
+            ("SCHEDULER_WATCHDOG_INTERVAL", "0"),
+            ("SCHEDULER_REPORT_DISPATCH_TIMEOUT", "90"),
+            ("SCHEDULER_NORMALIZER_MAX_ATTEMPTS", "1"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (
+                s.queue.dispatch_timeout_secs,
+                s.queue.run_timeout_secs,
+                s.queue.max_attempts,
+                s.queue.watchdog_interval_secs
+            ),
+            (20, 60, 5, 0)
+        );
+        assert_eq!(s.schedulers.report.dispatch_timeout_secs, Some(90));
+        assert_eq!(s.schedulers.normalizer.max_attempts, Some(1));
     }
 
     #[test]
