@@ -340,8 +340,8 @@ async fn listener_counts(client: &reqwest::Client, address: &str, queue: &str) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listeners_on_several_instances_compete_and_each_message_has_one_effect() {
+    use lapin::BasicProperties;
     use lapin::options::{BasicPublishOptions, QueueDeleteOptions};
-    use lapin::{BasicProperties, Connection, ConnectionProperties};
 
     let Some(db) = TestDb::create(Backend::Postgres).await else {
         return;
@@ -356,13 +356,12 @@ async fn listeners_on_several_instances_compete_and_each_message_has_one_effect(
         "[[plugins]]\nid = \"kat_dns_normalize\"\ntype = \"normalizer\"\nconsumes = [\"boefje/dns-records\"]\nenabled = true\n",
     )
     .unwrap();
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let (mutations, raw_files) = (format!("muts-{suffix}"), format!("raws-{suffix}"));
-    let conn = Connection::connect(&url, ConnectionProperties::default())
-        .await
-        .unwrap();
-    let channel = conn.create_channel().await.unwrap();
-    declare_with_dead(&channel, &[&mutations, &raw_files]).await;
+    let TestQueues {
+        conn: _conn,
+        channel,
+        mutations,
+        raw_files,
+    } = TestQueues::declare(&url).await;
     let env: Vec<(&'static str, String)> = vec![
         ("QUEUE_URI", url.clone()),
         ("SCHEDULER_QUEUE_MUTATIONS", mutations.clone()),

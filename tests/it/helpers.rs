@@ -80,6 +80,33 @@ pub async fn rabbitmq() -> Option<String> {
     }
 }
 
+/// Listener queues of a test's own (object events and raw files, each with its `.dead` queue),
+/// declared on a connection of the test's, with the channel to publish on.
+pub struct TestQueues {
+    pub conn: lapin::Connection,
+    pub channel: lapin::Channel,
+    pub mutations: String,
+    pub raw_files: String,
+}
+
+impl TestQueues {
+    pub async fn declare(url: &str) -> TestQueues {
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let (mutations, raw_files) = (format!("muts-{suffix}"), format!("raws-{suffix}"));
+        let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        declare_with_dead(&channel, &[&mutations, &raw_files]).await;
+        TestQueues {
+            conn,
+            channel,
+            mutations,
+            raw_files,
+        }
+    }
+}
+
 /// Declares each queue and its `.dead` queue, durable, on `channel`: done before anything is
 /// published, so nothing is dropped on the floor.
 pub async fn declare_with_dead(channel: &lapin::Channel, queues: &[&str]) {

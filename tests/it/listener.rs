@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -82,13 +82,12 @@ impl Setup {
         let dir = tempfile::tempdir().unwrap();
         let catalogue = dir.path().join("catalogue.toml");
         std::fs::write(&catalogue, CATALOGUE).unwrap();
-        let suffix = Uuid::new_v4().simple().to_string();
-        let (mutations, raw_files) = (format!("muts-{suffix}"), format!("raws-{suffix}"));
-        let conn = Connection::connect(&url, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        declare_with_dead(&channel, &[&mutations, &raw_files]).await;
+        let TestQueues {
+            conn,
+            channel,
+            mutations,
+            raw_files,
+        } = TestQueues::declare(&url).await;
         let (m, r, c) = (mutations.clone(), raw_files.clone(), catalogue.clone());
         let app = spawn_app_with(backend, move |s| {
             s.listener.uri = url;
