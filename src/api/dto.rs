@@ -90,6 +90,7 @@ impl From<TaskPush> for PushRequest {
             planned: false,
             once: false,
             schedule_id: None,
+            explanation: None,
         }
     }
 }

@@ -29,7 +29,7 @@ use crate::domain::plugin::{Plugin, PluginType};
 use crate::domain::schedule::Cadence;
 use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushRequest, QueueError};
-use crate::scoring::{Explanation, ScoreInput, Scorer};
+use crate::scoring::{ScoreInput, Scorer};
 use crate::storage::frontier::FrontierRow;
 use crate::storage::schedules::ScheduleRow;
 use crate::storage::{self, DbPool, StorageError};
@@ -64,7 +64,6 @@ enum Decision {
         id: String,
         request: Box<PushRequest>,
         next: Option<NaiveDateTime>,
-        why: Box<Explanation>,
     },
     /// Disable it, saying why.
     Disable { id: String, reason: String },
@@ -302,10 +301,10 @@ impl Reschedule {
                 planned: true,
                 once: true,
                 schedule_id: Uuid::parse_str(&row.id).ok(),
+                explanation: serde_json::to_string(&why).ok(),
                 ..PushRequest::default()
             }),
             next: self.next(row, plugin, tick.at),
-            why: Box::new(why),
         }
     }
 
@@ -325,14 +324,9 @@ impl Reschedule {
         let mut p = Prepared::default();
         for d in decisions {
             match d {
-                Decision::Fire {
-                    id,
-                    request,
-                    next,
-                    why,
-                } => {
+                Decision::Fire { id, request, next } => {
                     p.requests.push(*request);
-                    p.fired.push((id, next, *why));
+                    p.fired.push((id, next));
                 }
                 Decision::Disable { id, reason } => p.disable.push((id, reason)),
                 Decision::Wait => p.counts.waiting += 1,
@@ -355,7 +349,6 @@ impl Reschedule {
             counts,
         } = p;
         let mut out = Pushed {
-            scores: Vec::new(),
             advance,
             disable,
             counts,
@@ -368,11 +361,10 @@ impl Reschedule {
             .push_many(tick.component, requests)
             .await
             .map_err(|e| e.to_string())?;
-        for ((id, next, why), r) in fired.into_iter().zip(results) {
+        for ((id, next), r) in fired.into_iter().zip(results) {
             match r {
                 Ok(o) if o.created => {
                     out.counts.fired += 1;
-                    out.scores.push((o.task.id, why));
                     out.advance.push((id, next));
                 }
                 // This fire was pushed before a restart, or the work waits or runs still:
@@ -393,11 +385,10 @@ impl Reschedule {
         Ok(out)
     }
 
-    /// After a page's push committed: its tasks' explanations, and its schedules' new deadlines
-    /// and disables, side by side.
+    /// After a page's push committed (its tasks with their explanations): its schedules' new
+    /// deadlines and disables.
     async fn settle(&self, p: Pushed, tick: &Tick) -> Result<Counts, String> {
         let Pushed {
-            scores,
             advance,
             disable,
             mut counts,
@@ -406,15 +397,8 @@ impl Reschedule {
         for (id, reason) in &disable {
             tracing::info!(schedule.id = %id, reason = %reason, "schedule disabled");
         }
-        let explained = async {
-            if !scores.is_empty()
-                && let Err(e) = self.broker.record_scores(scores).await
-            {
-                tracing::warn!(error = %e, "task explanations not recorded");
-            }
-        };
         let now = tick.at.naive_utc();
-        let moved = self.db(move |c| {
+        self.db(move |c| {
             use diesel::Connection;
             c.transaction::<_, StorageError, _>(|c| {
                 storage::schedules::advance(c, &advance, now)?;
@@ -423,9 +407,9 @@ impl Reschedule {
                 }
                 Ok(())
             })
-        });
-        let ((), moved) = tokio::join!(explained, moved);
-        moved.map(|()| counts)
+        })
+        .await
+        .map(|()| counts)
     }
 
     /// The next page of due schedules after `after`, prepared; `None` when there is none.
@@ -455,8 +439,8 @@ impl Reschedule {
 struct Prepared {
     /// The fires' tasks, in order.
     requests: Vec<PushRequest>,
-    /// Per fire: its schedule, next deadline and explanation.
-    fired: Vec<(String, Option<NaiveDateTime>, Explanation)>,
+    /// Per fire: its schedule and next deadline.
+    fired: Vec<(String, Option<NaiveDateTime>)>,
     /// Schedules whose deadline moves without a task.
     advance: Vec<(String, Option<NaiveDateTime>)>,
     /// Schedules to disable, with the reason.
@@ -467,8 +451,6 @@ struct Prepared {
 
 /// A page pushed: what its schedules' rows need.
 struct Pushed {
-    /// The new tasks' explanations.
-    scores: Vec<(Uuid, Explanation)>,
     /// Schedules whose deadline moves.
     advance: Vec<(String, Option<NaiveDateTime>)>,
     /// Schedules to disable, with the reason.
@@ -491,7 +473,7 @@ impl Entry for Reschedule {
     }
 
     /// Pages through the due schedules in a pipeline of three stages, each on connections of
-    /// its own: page k's schedules settled (explanations, deadlines) while page k+1 is pushed
+    /// its own: page k's schedules settled (new deadlines, disables) while page k+1 is pushed
     /// (the engine's connection) and page k+2 read and decided (the frontier, the catalogue,
     /// scoring). A page's deadlines still move only after its push committed.
     fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome> {

@@ -26,7 +26,7 @@ use crate::domain::schedule::Cadence;
 use crate::frontier::Frontier;
 use crate::queue::{Broker, PushRequest, QueueError};
 use crate::schedules::{Schedules, Seed};
-use crate::scoring::{Explanation, ScoreInput, Scorer};
+use crate::scoring::{ScoreInput, Scorer};
 
 /// Why an event's work was not (all) planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,41 +151,36 @@ impl Planner {
             levels.extend(std::iter::repeat_n(level, planned.len()));
             requests.extend(planned);
         }
-        let explanations = match self
+        if let Err(e) = self
             .score(&mut requests, &mut owners, &mut cadences, &levels)
             .await
         {
-            Ok(e) => e,
-            Err(e) => {
-                for &i in &owners {
-                    merge(&mut results[i], e.clone());
-                }
-                return results;
+            for &i in &owners {
+                merge(&mut results[i], e.clone());
             }
-        };
+            return results;
+        }
         if let Err(e) = self.link(&mut requests, cadences).await {
             for &i in &owners {
                 merge(&mut results[i], e.clone());
             }
             return results;
         }
-        let created = self
-            .push(SchedulerId::Boefje, requests, &owners, &mut results)
+        self.push(SchedulerId::Boefje, requests, &owners, &mut results)
             .await;
-        self.explain(created, explanations).await;
         results
     }
 
-    /// Ranks planned boefje work by the boefje scheduler's strategy: sets each task's priority,
-    /// and drops the work the strategy does not schedule now (inside its grace period). Answers
-    /// each kept task's explanation.
+    /// Ranks planned boefje work by the boefje scheduler's strategy: sets each task's priority
+    /// and the explanation stored with it, and drops the work the strategy does not schedule now
+    /// (inside its grace period).
     async fn score(
         &self,
         requests: &mut Vec<PushRequest>,
         owners: &mut Vec<usize>,
         plans: &mut Vec<Option<(Option<String>, Option<chrono::Duration>)>>,
         levels: &[Option<i64>],
-    ) -> Result<Vec<Explanation>, PlanError> {
+    ) -> Result<(), PlanError> {
         let now = self.clock.now();
         let grace = self
             .schedules
@@ -205,7 +200,6 @@ impl Planner {
             HashMap::new()
         };
         let mut keep = Vec::with_capacity(requests.len());
-        let mut explanations = Vec::with_capacity(requests.len());
         for (i, r) in requests.iter_mut().enumerate() {
             let wait = plans[i]
                 .as_ref()
@@ -227,7 +221,7 @@ impl Planner {
             match self.scorer.score(SchedulerId::Boefje, &input) {
                 Some((priority, e)) => {
                     r.priority = Some(priority);
-                    explanations.push(e);
+                    r.explanation = serde_json::to_string(&e).ok();
                     keep.push(true);
                 }
                 None => keep.push(false),
@@ -239,23 +233,7 @@ impl Planner {
         owners.retain(|_| *k.next().unwrap_or(&true));
         let mut k = keep.iter();
         plans.retain(|_| *k.next().unwrap_or(&true));
-        Ok(explanations)
-    }
-
-    /// Records why each created task has its priority (best effort: a lost explanation costs
-    /// nothing but the explanation).
-    async fn explain(&self, created: Vec<Option<uuid::Uuid>>, explanations: Vec<Explanation>) {
-        let scores: Vec<(uuid::Uuid, Explanation)> = created
-            .into_iter()
-            .zip(explanations)
-            .filter_map(|(id, e)| id.map(|id| (id, e)))
-            .collect();
-        if scores.is_empty() {
-            return;
-        }
-        if let Err(e) = self.broker.record_scores(scores).await {
-            tracing::warn!(error = %e, "task explanations not recorded");
-        }
+        Ok(())
     }
 
     /// Links each task to the schedule of its hash, making one that is due next (`None` in
@@ -411,21 +389,19 @@ impl Planner {
         requests: Vec<PushRequest>,
         owners: &[usize],
         results: &mut [Planned],
-    ) -> Vec<Option<uuid::Uuid>> {
-        let mut created = vec![None; requests.len()];
+    ) {
         if requests.is_empty() {
-            return created;
+            return;
         }
         match self.broker.push_many(scheduler, requests).await {
             Ok(outcomes) => {
-                for (k, (outcome, &i)) in outcomes.into_iter().zip(owners).enumerate() {
+                for (outcome, &i) in outcomes.into_iter().zip(owners) {
                     match outcome {
                         Ok(o) => {
-                            if o.created {
-                                created[k] = Some(o.task.id);
-                                if let Ok(n) = &mut results[i] {
-                                    *n += 1;
-                                }
+                            if o.created
+                                && let Ok(n) = &mut results[i]
+                            {
+                                *n += 1;
                             }
                         }
                         Err(e) => {
@@ -444,6 +420,5 @@ impl Planner {
                 }
             }
         }
-        created
     }
 }

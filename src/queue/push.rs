@@ -36,6 +36,11 @@ pub struct PushRequest {
     pub once: bool,
     /// The schedule the task comes from.
     pub schedule_id: Option<Uuid>,
+    /// Why the planner's strategy gave this priority (its explanation as JSON): stored with the
+    /// task when the push creates it, in the same transaction, so every planned task that waits
+    /// has the explanation its re-scores start from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
 }
 
 /// A validated task, not yet placed.
@@ -57,6 +62,8 @@ pub(crate) struct NewTask {
     pub data: String,
     /// The payload's key fields.
     pub keys: DataKeys,
+    /// See [`PushRequest::explanation`].
+    pub explanation: Option<String>,
 }
 
 /// Validates `req` for `scheduler`, within `limits`.
@@ -130,6 +137,7 @@ pub(crate) fn prepare(
         hash,
         data,
         keys,
+        explanation: req.explanation,
     })
 }
 

@@ -37,16 +37,6 @@ impl Broker {
             .await
     }
 
-    /// Records why created tasks have their priority.
-    pub async fn record_scores(
-        &self,
-        scores: Vec<(Uuid, crate::scoring::Explanation)>,
-    ) -> Result<(), QueueError> {
-        let rows = score_rows(scores);
-        self.read(move |c| Ok(storage::tasks::insert_scores(c, &rows).map_err(StorageError::from)?))
-            .await
-    }
-
     /// A page of `scheduler`'s waiting tasks with a recorded explanation, after task id `after`:
     /// `(id, explanation, priority)`, and the page's last id (`None`: no more).
     pub async fn waiting_scores(
@@ -171,17 +161,4 @@ fn bucket_stats(rows: Vec<storage::rows::StatsRow>) -> Vec<(String, StatusCounts
         counts.total += row.count;
     }
     hours.into_iter().rev().collect()
-}
-
-/// Explanations as the `task_scores` table stores them: `(task id, JSON)`.
-fn score_rows(scores: Vec<(Uuid, crate::scoring::Explanation)>) -> Vec<(String, String)> {
-    scores
-        .into_iter()
-        .map(|(id, e)| {
-            (
-                id.hyphenated().to_string(),
-                serde_json::to_string(&e).unwrap_or_default(),
-            )
-        })
-        .collect()
 }

@@ -34,6 +34,8 @@ pub(crate) struct BatchRows {
     pub reprioritised: Vec<(Uuid, TaskStatus, i64)>,
     /// Re-scored tasks' new explanations (JSON), written with their priorities.
     pub explained: Vec<(Uuid, String)>,
+    /// Created tasks' explanations (JSON), inserted with them.
+    pub scores: Vec<(Uuid, String)>,
 }
 
 /// The statements a batch makes, in order.
@@ -48,6 +50,8 @@ pub(crate) struct Writes {
     pub reprioritised: Vec<(String, TaskStatus, i64)>,
     /// `(id, explanation)` for `task_scores`.
     pub explained: Vec<(String, String)>,
+    /// `(id, explanation)` of created tasks, inserted into `task_scores`.
+    pub scores: Vec<(String, String)>,
     /// Pending tasks to move into the heap after the rest.
     pub refill: usize,
 }
@@ -62,6 +66,7 @@ impl Writes {
             + usize::from(!self.dispatched.is_empty())
             + self.reprioritised.len().div_ceil(update_chunk.max(1))
             + self.explained.len().div_ceil(update_chunk.max(1))
+            + self.scores.len().div_ceil(insert_chunk.max(1))
             + usize::from(self.refill > 0)
     }
 
@@ -181,6 +186,11 @@ impl BatchRows {
                 .collect(),
             explained: self
                 .explained
+                .iter()
+                .map(|(id, e)| (id.to_string(), e.clone()))
+                .collect(),
+            scores: self
+                .scores
                 .iter()
                 .map(|(id, e)| (id.to_string(), e.clone()))
                 .collect(),

@@ -816,6 +816,9 @@ fn write(
     if !w.inserts.is_empty() {
         tasks::insert(c, &w.inserts)?;
     }
+    if !w.scores.is_empty() {
+        tasks::insert_scores(c, &w.scores)?;
+    }
     if !w.updates.is_empty() {
         tasks::update(c, &w.updates)?;
     }

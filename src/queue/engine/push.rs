@@ -132,6 +132,9 @@ pub(crate) fn push(
     let placement = place(st, rows, task.id, &row, Admission::New)?;
     row.status = TaskStatus::new_task(placement);
     rows.create(task.id, row);
+    if let Some(e) = &task.explanation {
+        rows.scores.push((task.id, e.clone()));
+    }
     Ok((task.id, true))
 }
 
@@ -211,6 +214,26 @@ mod tests {
     use super::*;
     use crate::queue::WhenFull;
     use crate::queue::engine::testing::{new_task, now, state};
+
+    #[test]
+    fn a_created_task_is_written_with_its_explanation_and_a_refused_one_writes_none() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let mut first = new_task("a", 5);
+        first.planned = true;
+        first.explanation = Some(r#"{"priority": 5}"#.into());
+        push(&mut st, &mut rows, &first, now()).unwrap();
+        let mut again = new_task("a", 4);
+        again.planned = true;
+        again.hash = first.hash.clone();
+        again.explanation = Some(r#"{"priority": 4}"#.into());
+        assert!(push(&mut st, &mut rows, &again, now()).is_err());
+        assert_eq!(
+            rows.scores,
+            vec![(first.id, r#"{"priority": 5}"#.to_owned())],
+            "in the batch that inserts the task, not after it"
+        );
+    }
 
     #[test]
     fn a_duplicate_that_would_not_run_sooner_is_refused_without_a_read() {

@@ -104,6 +104,7 @@ pub fn new_task(plugin: &str, priority: i64) -> NewTask {
             plugin_id: Some(plugin.into()),
             ..DataKeys::default()
         },
+        explanation: None,
     }
 }
 
