@@ -410,6 +410,20 @@ impl Broker {
         }
     }
 
+    /// Whether `s`'s heap is on this instance.
+    fn is_local(&self, s: SchedulerId) -> bool {
+        matches!(self.route(s), Route::Local(_))
+    }
+
+    /// For the owner's own background work (the cron entries): 503 `Moving` elsewhere, where
+    /// the owner's own tick does it.
+    fn owner_only(&self, s: SchedulerId) -> Result<(), QueueError> {
+        match self.is_local(s) {
+            true => Ok(()),
+            false => Err(QueueError::Moving(s)),
+        }
+    }
+
     /// Runs a command where `s`'s heap is: `here` on this instance's engine, or the command
     /// `there` makes from the same payload, forwarded to the owner. Requests are counted in the
     /// metrics by the instance that applies them (`here`), so sums over instances count each once.
@@ -484,7 +498,7 @@ impl Broker {
         scheduler: SchedulerId,
         request: PushRequest,
     ) -> Result<PushOutcome, QueueError> {
-        if !matches!(self.route(scheduler), Route::Local(_)) {
+        if !self.is_local(scheduler) {
             return self
                 .push_many(scheduler, vec![request])
                 .await?
@@ -651,6 +665,7 @@ impl Broker {
         if scores.is_empty() {
             return Ok(0);
         }
+        self.owner_only(scheduler)?;
         // Serialised here, off the engine's thread.
         let priorities: Vec<Rescored> = scores
             .into_iter()
@@ -660,10 +675,6 @@ impl Broker {
                 explanation: serde_json::to_string(&e).unwrap_or_default(),
             })
             .collect();
-        // Only the owner's cron re-scores; elsewhere the owner's own tick does it.
-        if !matches!(self.route(scheduler), Route::Local(_)) {
-            return Err(QueueError::Moving(scheduler));
-        }
         self.call(scheduler, priorities, Command::Rescore).await
     }
 
@@ -671,10 +682,7 @@ impl Broker {
     /// [`REFILL_BATCH`] in one transaction; answers how many moved. Every
     /// batch of requests refills the heap as it drains; this is for when no requests come.
     pub async fn refill(&self, scheduler: SchedulerId) -> Result<usize, QueueError> {
-        // Only the owner's cron refills; elsewhere the owner's own tick does it.
-        if !matches!(self.route(scheduler), Route::Local(_)) {
-            return Err(QueueError::Moving(scheduler));
-        }
+        self.owner_only(scheduler)?;
         self.call(scheduler, (), Command::Refill).await
     }
 
@@ -735,7 +743,7 @@ impl Broker {
     pub async fn expire_leases_of(&self, s: SchedulerId) -> Result<ExpiryReport, QueueError> {
         let mut report = ExpiryReport::default();
         // The owner sweeps its own schedulers; the others are its business.
-        if !matches!(self.route(s), Route::Local(_)) {
+        if !self.is_local(s) {
             return Ok(report);
         }
         let now = self.inner.clock.now().naive_utc();
@@ -793,7 +801,7 @@ impl Broker {
     /// the same on every instance. `last_activity` is known to the owner only.
     pub async fn scheduler_view(&self, s: SchedulerId) -> Result<SchedulerSnapshot, QueueError> {
         let mut view = self.snapshot(s);
-        if matches!(self.route(s), Route::Local(_)) {
+        if self.is_local(s) {
             return Ok(view);
         }
         let (queued, pending) = self

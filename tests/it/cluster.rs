@@ -103,15 +103,7 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
     };
     let c = client();
     let a = start_async(&db.uri).await;
-    until(
-        Duration::from_secs(10),
-        "the first instance owns all",
-        || {
-            let (c, addr) = (c.clone(), a.address.clone());
-            async move { owned(&c, &addr).await == 3 }
-        },
-    )
-    .await;
+    a.wait_owning_all().await;
     let b = start_async(&db.uri).await;
     assert_eq!(owned(&c, &b.address).await, 0, "the schedulers stay with a");
     let owners = samples(&c, &b.address, "scheduler_ownership_owner_info").await;
@@ -121,18 +113,14 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
         "b knows a as the owner of each: {owners:?}"
     );
 
+    let work = boefje_push("org", "nmap", Some("Hostname|internet|a.example"), 3);
+    let push_to = |at: &str| {
+        c.post(format!("{at}/schedulers/boefje/push"))
+            .json(&work)
+            .send()
+    };
     // A push to b is stored by a (201, the task as a answered it).
-    let resp = c
-        .post(format!("{}/schedulers/boefje/push", b.address))
-        .json(&boefje_push(
-            "org",
-            "nmap",
-            Some("Hostname|internet|a.example"),
-            3,
-        ))
-        .send()
-        .await
-        .unwrap();
+    let resp = push_to(&b.address).await.unwrap();
     assert_eq!(resp.status(), 201);
     let task: Value = resp.json().await.unwrap();
     assert_eq!(task["status"], "queued");
@@ -144,17 +132,7 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
     // The same work again, through b and straight to a: the same 409, header and detail.
     let mut answers = Vec::new();
     for at in [&b.address, &a.address] {
-        let resp = c
-            .post(format!("{at}/schedulers/boefje/push"))
-            .json(&boefje_push(
-                "org",
-                "nmap",
-                Some("Hostname|internet|a.example"),
-                3,
-            ))
-            .send()
-            .await
-            .unwrap();
+        let resp = push_to(at).await.unwrap();
         let status = resp.status().as_u16();
         let retry = resp.headers().get("retry-after").cloned();
         answers.push((status, retry, detail(resp).await));
@@ -223,17 +201,13 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
             .await
             .unwrap()
     );
-    until(
-        Duration::from_secs(5),
-        "b owns all after a's clean stop",
-        || {
-            let (c, addr) = (c.clone(), b.address.clone());
-            async move { owned(&c, &addr).await == 3 }
-        },
-    )
-    .await;
+    b.wait_owning_all().await;
     let took = handover.elapsed();
     eprintln!("clean handover: {took:?} from SIGTERM to b owning all three");
+    assert!(
+        took < Duration::from_secs(5),
+        "b owns all after a's clean stop: {took:?}"
+    );
     let takeovers = samples(&c, &b.address, "scheduler_ownership_takeovers_total").await;
     assert!(takeovers.iter().all(|(_, v)| *v == 1.0), "{takeovers:?}");
     let epochs = samples(&c, &b.address, "scheduler_ownership_epoch").await;
@@ -593,8 +567,7 @@ async fn load(
                 if w % 2 == 0 {
                     s.pushes.push(id_of(&body));
                 } else {
-                    s.pops
-                        .extend(body["results"].as_array().unwrap().iter().map(id_of));
+                    s.pops.extend(result_ids(&body));
                 }
             }
         }));

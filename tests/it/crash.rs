@@ -79,12 +79,7 @@ pub(crate) async fn drive(address: String, cycle: usize, seen: Arc<Mutex<Acknowl
                 let Ok(body) = resp.json::<Value>().await else {
                     return;
                 };
-                let ids: Vec<String> = body["results"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(id_of)
-                    .collect();
+                let ids = result_ids(&body);
                 seen.lock().unwrap().pops.extend(ids);
             }
         }));
@@ -132,12 +127,7 @@ pub(crate) async fn drain(
         }
         assert_eq!(resp.status(), 200, "drain ({context})");
         let body: Value = resp.json().await.unwrap();
-        let ids: Vec<String> = body["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(id_of)
-            .collect();
+        let ids = result_ids(&body);
         if ids.is_empty() {
             return drained;
         }

@@ -585,6 +585,16 @@ pub fn report_push(org: &str, recipe: &str, priority: i64) -> Value {
     })
 }
 
+/// The ids of a page's `results` (a pop's answer, a listing), in order.
+pub fn result_ids(page: &Value) -> Vec<String> {
+    page["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(id_of)
+        .collect()
+}
+
 /// The `id` of a task JSON.
 pub fn id_of(task: &Value) -> String {
     task["id"].as_str().expect("task id").to_owned()
