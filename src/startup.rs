@@ -323,7 +323,7 @@ impl Application {
         }
         let catalogue = build_catalogue(&settings, clock_for_listener.clone())?;
         let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits)
-            .with_asynchronous_links(backend == crate::storage::Backend::Postgres);
+            .with_asynchronous_links(true);
         let scorer = Arc::new(Scorer::new(settings.scoring()));
         let cadence = Cadence {
             grace: Duration::from_secs(settings.cron.grace_period_secs),

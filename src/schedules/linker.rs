@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::ScheduleError;
 use crate::storage::schedules::{self, ScheduleRow};
-use crate::storage::{self, DbPool, StorageError};
+use crate::storage::{self, Backend, DbPool, StorageError};
 
 /// Links waiting for the linker at most; further callers wait for room.
 const WAITING_MAX: usize = 1024;
@@ -82,13 +82,27 @@ fn write(pool: &DbPool, asynchronous: bool, rows: &[ScheduleRow]) -> Result<Ids,
     use diesel::Connection;
     use diesel::connection::SimpleConnection;
     let mut conn = storage::checkout(pool)?;
+    let sqlite = Backend::of(&conn) == Backend::Sqlite;
+    if asynchronous && sqlite {
+        // SQLite takes this outside a transaction, per connection: the connection goes back to
+        // the pool with FULL again below.
+        conn.batch_execute("PRAGMA synchronous = NORMAL")
+            .map_err(StorageError::from)?;
+    }
     let result = conn.transaction::<_, ScheduleError, _>(|c| {
-        if asynchronous {
+        if asynchronous && !sqlite {
             c.batch_execute("SET LOCAL synchronous_commit = off")
                 .map_err(StorageError::from)?;
         }
         Ok(schedules::ensure(c, rows).map_err(StorageError::from)?)
     });
+    if asynchronous
+        && sqlite
+        && let Err(e) = conn.batch_execute("PRAGMA synchronous = FULL")
+    {
+        // A connection that cannot take a pragma is broken; the pool's check-out test drops it.
+        tracing::debug!(error = %e, "could not make a returned connection wait for the disk again");
+    }
     result.map_err(|e| match e {
         ScheduleError::Internal(m) if !storage::reachable(pool) => ScheduleError::Unavailable(m),
         other => other,

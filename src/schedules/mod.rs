@@ -125,13 +125,16 @@ pub struct Schedules {
     pool: DbPool,
     clock: SharedClock,
     limits: Limits,
-    /// Links commit without waiting for the disk (PostgreSQL). Every caller of
-    /// [`Schedules::link`] pushes the linked work next and answers after that push is durable;
-    /// the push commits after the link, and PostgreSQL's WAL is one sequence, so the flush that
-    /// makes the push durable (its own, or the flush barrier's) makes the link durable too. The
-    /// one exception is a push that writes nothing (the same work already waits): a schedule
-    /// created for it is flushed by PostgreSQL's WAL writer within `wal_writer_delay`, and if a
-    /// crash loses it first, the next push of that work creates it again.
+    /// Links commit without waiting for the disk (PostgreSQL's `synchronous_commit = off`,
+    /// SQLite's `synchronous = NORMAL`). Every caller of [`Schedules::link`] pushes the linked
+    /// work next and answers after that push is durable; the push commits after the link, and
+    /// the write-ahead log is one sequence (PostgreSQL's WAL, SQLite's `-wal` file, whose sync
+    /// covers every frame before it), so the flush that makes the push durable (its own, or the
+    /// flush barrier's) makes the link durable too. The one exception is a push that writes
+    /// nothing (the same work already waits): a schedule created for it reaches the disk with
+    /// the next flush (PostgreSQL's WAL writer within `wal_writer_delay`, SQLite's next synced
+    /// commit or checkpoint), and if a crash loses it first, the next push of that work creates
+    /// it again.
     asynchronous_links: bool,
     /// The task that writes links in batches, started with the first link, shared by clones.
     linker: std::sync::Arc<std::sync::OnceLock<linker::Linker>>,
@@ -156,7 +159,7 @@ impl Schedules {
         }
     }
 
-    /// Lets links commit without waiting for the disk (on PostgreSQL; see the field).
+    /// Lets links commit without waiting for the disk (see the field).
     #[must_use]
     pub fn with_asynchronous_links(mut self, on: bool) -> Self {
         self.asynchronous_links = on;

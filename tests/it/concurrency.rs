@@ -46,8 +46,23 @@ async fn pop_until_empty(
     got
 }
 
-async fn eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once(backend: Backend) {
-    let Some(app) = spawn_app(backend).await else {
+/// Each engine's commit waits for its own flush (PostgreSQL's default).
+async fn eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once_with_a_flush_per_commit(
+    backend: Backend,
+) {
+    poppers_get_each_task_exactly_once(backend, false).await;
+}
+
+/// Answers wait for a flush barrier shared by the three engines (SQLite's default).
+async fn eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once_with_the_flush_barrier(
+    backend: Backend,
+) {
+    poppers_get_each_task_exactly_once(backend, true).await;
+}
+
+async fn poppers_get_each_task_exactly_once(backend: Backend, barrier: bool) {
+    let Some(app) = spawn_app_with(backend, |s| s.database.flush_barrier = Some(barrier)).await
+    else {
         return;
     };
     // Half the tasks are queued up front, half arrive while the poppers run.
@@ -138,6 +153,7 @@ async fn concurrent_pushes_and_pops_on_all_three_schedulers_all_succeed(backend:
 }
 
 crate::backend_tests!(
-    eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once,
+    eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once_with_a_flush_per_commit,
+    eight_concurrent_poppers_get_each_of_2000_tasks_exactly_once_with_the_flush_barrier,
     concurrent_pushes_and_pops_on_all_three_schedulers_all_succeed,
 );

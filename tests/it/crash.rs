@@ -166,21 +166,55 @@ pub(crate) async fn dispatched_unanswered(
     n
 }
 
-async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
+/// Each engine's commit waits for its own flush (PostgreSQL's default).
+async fn acknowledged_work_survives_kill_9_at_random_moments_with_a_flush_per_commit(
+    backend: Backend,
+) {
+    let mut env = LEASE.to_vec();
+    env.push(("SCHEDULER_DB_FLUSH_BARRIER", "false"));
+    kill_9_at_random_moments(backend, &env).await;
+}
+
+/// The engines commit without waiting for the disk (`synchronous = NORMAL` on SQLite,
+/// `synchronous_commit = off` on PostgreSQL) and answer after the shared barrier (SQLite's
+/// default); pops whose answers the kill cut off after their commit go back.
+async fn acknowledged_work_survives_kill_9_at_random_moments_with_the_flush_barrier(
+    backend: Backend,
+) {
+    let mut env = LEASE.to_vec();
+    env.push(("SCHEDULER_DB_FLUSH_BARRIER", "true"));
+    kill_9_at_random_moments(backend, &env).await;
+}
+
+/// Starts the binary on `uri` with `env`, off the test's runtime (it waits for the child).
+async fn start(uri: String, env: &[(&str, &str)]) -> ChildApp {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        ChildApp::start(&uri, &env)
+    })
+    .await
+    .unwrap()
+}
+
+async fn kill_9_at_random_moments(backend: Backend, env: &[(&str, &str)]) {
     let Some(db) = TestDb::create(backend).await else {
         return;
     };
-    let seed = seed_from_env("KAT_CRASH_SEED", &format!("crash test on {backend:?}"));
+    let seed = seed_from_env(
+        "KAT_CRASH_SEED",
+        &format!("crash test on {backend:?} with {env:?}"),
+    );
     let mut rng = Rng(seed);
     let client = reqwest::Client::new();
     let mut pushed: Vec<String> = Vec::new();
     let mut popped: HashSet<String> = HashSet::new();
 
     for cycle in 0..KILLS {
-        let uri = db.uri.clone();
-        let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, LEASE))
-            .await
-            .unwrap();
+        let child = start(db.uri.clone(), env).await;
         child.wait_owning_all().await;
         let address = child.address.clone();
 
@@ -230,10 +264,7 @@ async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
 
     // Last restart: check, then drain. Nothing popped before comes out again, and every
     // acknowledged push was either popped before or is still waiting.
-    let uri = db.uri.clone();
-    let child = tokio::task::spawn_blocking(move || ChildApp::start(&uri, LEASE))
-        .await
-        .unwrap();
+    let child = start(db.uri.clone(), env).await;
     child.wait_owning_all().await;
     let context = format!("seed {seed}");
     let drained = drain(&client, &child.address, &popped, &context).await;
@@ -259,4 +290,7 @@ async fn acknowledged_work_survives_kill_9_at_random_moments(backend: Backend) {
     assert!(clean, "SIGTERM exits 0");
 }
 
-crate::backend_tests!(acknowledged_work_survives_kill_9_at_random_moments);
+crate::backend_tests!(
+    acknowledged_work_survives_kill_9_at_random_moments_with_a_flush_per_commit,
+    acknowledged_work_survives_kill_9_at_random_moments_with_the_flush_barrier
+);

@@ -279,7 +279,7 @@ async fn database_crashes_under_load(barrier: bool, crashes: usize) {
     let uri = format!("postgresql://postgres@127.0.0.1:{}/postgres", pg.port);
     let app = spawn_app_on(TestDb::external(&uri), Backend::Postgres, |s| {
         s.database.connect_timeout_secs = 2;
-        s.database.flush_barrier = barrier;
+        s.database.flush_barrier = Some(barrier);
     })
     .await;
     let mut pushed: Vec<String> = Vec::new();

@@ -9,17 +9,27 @@
 //! flush serves every batch of every engine committed meanwhile, and no answer is sent before
 //! what it reports is durable.
 //!
+//! On SQLite (WAL journal) an engine's connection commits with `synchronous = NORMAL`: its
+//! frames are appended to the `-wal` file without an `fsync`. The barrier is the same one-row
+//! update on a pooled connection, which keeps `synchronous = FULL`, so its commit syncs the
+//! `-wal` file: every frame appended before it, by any connection, reaches the disk with it (a
+//! sync is of the file, not of the descriptor). The barrier takes the engines' write lock like
+//! any writer (SQLite has one writer at a time), so the three schedulers' commits share one sync
+//! where each paid its own.
+//!
 //! If the barrier fails (the server is gone), the waiting answers are 503: what they report may
 //! be lost with the server's buffers. Their tasks popped go back to the queue when the engine
 //! can (a task whose pop was lost is still queued; one whose pop survived is given back).
 
 use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use diesel::connection::SimpleConnection;
 use tracing::{debug, warn};
 
 use super::super::QueueError;
+use super::write_turn;
 use crate::storage::{self, DbConn, DbPool};
 
 /// What to do once the barrier has passed (`Ok`) or failed.
@@ -42,12 +52,16 @@ pub(crate) struct Flush {
 }
 
 impl Flush {
-    /// Starts the flush thread on a connection of `pool`.
-    pub fn start(pool: DbPool) -> Result<(Flush, JoinHandle<()>), std::io::Error> {
+    /// Starts the flush thread on a connection of `pool`; its barrier takes `write_lock`, the
+    /// engines' turn to write, where the database has one writer at a time.
+    pub fn start(
+        pool: DbPool,
+        write_lock: Option<Arc<Mutex<()>>>,
+    ) -> Result<(Flush, JoinHandle<()>), std::io::Error> {
         let (tx, rx) = std::sync::mpsc::sync_channel(WAITING_MAX);
         let join = std::thread::Builder::new()
             .name("wal-flush".into())
-            .spawn(move || run(&pool, &rx))?;
+            .spawn(move || run(&pool, write_lock.as_ref(), &rx))?;
         Ok((Flush { tx }, join))
     }
 
@@ -62,12 +76,12 @@ impl Flush {
     }
 }
 
-fn run(pool: &DbPool, rx: &Receiver<Delivery>) {
+fn run(pool: &DbPool, write_lock: Option<&Arc<Mutex<()>>>, rx: &Receiver<Delivery>) {
     let mut conn: Option<DbConn> = None;
     while let Ok(first) = rx.recv() {
         let mut due = vec![first];
         due.extend(rx.try_iter());
-        let result = barrier(pool, &mut conn);
+        let result = barrier(pool, write_lock, &mut conn);
         for delivery in due {
             delivery(match &result {
                 Ok(()) => Ok(()),
@@ -79,7 +93,11 @@ fn run(pool: &DbPool, rx: &Receiver<Delivery>) {
 }
 
 /// Runs the barrier, on a fresh connection for a second try.
-fn barrier(pool: &DbPool, conn: &mut Option<DbConn>) -> Result<(), QueueError> {
+fn barrier(
+    pool: &DbPool,
+    write_lock: Option<&Arc<Mutex<()>>>,
+    conn: &mut Option<DbConn>,
+) -> Result<(), QueueError> {
     let mut last = String::new();
     for _ in 0..2 {
         let mut c = match conn.take() {
@@ -92,7 +110,10 @@ fn barrier(pool: &DbPool, conn: &mut Option<DbConn>) -> Result<(), QueueError> {
                 }
             },
         };
-        match c.batch_execute(BARRIER) {
+        let turn = write_turn(write_lock);
+        let done = c.batch_execute(BARRIER);
+        drop(turn);
+        match done {
             Ok(()) => {
                 *conn = Some(c);
                 return Ok(());

@@ -12,7 +12,7 @@
 //! 3. **write** what the batch decided (one statement per kind of write: inserts, updates, the
 //!    heap tasks dispatched), plus a [`refill`] from pending, in one transaction (or one
 //!    autocommitted statement when that is all it takes);
-//! 4. **answer** each caller, only after the commit is durable: on PostgreSQL with
+//! 4. **answer** each caller, only after the commit is durable: with
 //!    `database.flush_barrier`, the commit does not wait for the disk and the answers wait for
 //!    a flush barrier shared by all engines ([`flush`]) while the engine goes on.
 //!
@@ -122,8 +122,8 @@ pub(crate) fn start_all(
     // once (not after busy_timeout) if another connection wrote in between. So on SQLite the
     // engines take turns writing; PostgreSQL lets them write side by side.
     let write_lock = (backend == Backend::Sqlite).then(|| Arc::new(Mutex::new(())));
-    let (flush, flush_join) = if backend == Backend::Postgres && config.flush_barrier {
-        let (f, join) = flush::Flush::start(pool.clone())
+    let (flush, flush_join) = if config.flush_barrier {
+        let (f, join) = flush::Flush::start(pool.clone(), write_lock.clone())
             .map_err(|e| StorageError::Unavailable(format!("cannot start a thread: {e}")))?;
         (Some(f), Some(join))
     } else {
@@ -227,7 +227,7 @@ struct Engine {
     /// Tasks popped and committed whose caller had gone when the answer was ready: they go back
     /// to the queue in the next batch instead of waiting out their lease.
     undelivered: Vec<Uuid>,
-    /// The flush barrier the answers wait for (PostgreSQL with `database.flush_barrier`).
+    /// The flush barrier the answers wait for (with `database.flush_barrier`).
     flush: Option<flush::Flush>,
     /// Undelivered pops found after a flush barrier, by the flush thread.
     given_back: Arc<Mutex<Vec<Uuid>>>,
@@ -238,11 +238,21 @@ struct Engine {
 }
 
 /// An engine's connection. With a flush barrier it commits without waiting for the disk
-/// (`synchronous_commit = off`), a setting it takes back before the connection returns to the
-/// pool, where others answer after their own commit.
+/// (PostgreSQL's `synchronous_commit = off`, SQLite's `synchronous = NORMAL`), a setting it
+/// takes back before the connection returns to the pool, where others answer after their own
+/// commit.
 struct EngineConn {
     conn: DbConn,
     asynchronous: bool,
+}
+
+/// The statements that make a connection commit without waiting for the disk, and back.
+fn commit_mode(backend: Backend) -> (&'static str, &'static str) {
+    match backend {
+        Backend::Postgres => ("SET synchronous_commit = off", "RESET synchronous_commit"),
+        // FULL is what every pooled connection starts with (`storage::SQLITE_PRAGMAS`).
+        Backend::Sqlite => ("PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"),
+    }
 }
 
 impl std::ops::Deref for EngineConn {
@@ -260,19 +270,20 @@ impl std::ops::DerefMut for EngineConn {
 
 impl Drop for EngineConn {
     fn drop(&mut self) {
-        if self.asynchronous
-            && let Err(e) = self.conn.batch_execute("RESET synchronous_commit")
-        {
-            // A connection that cannot take this is broken; the pool's check-out test drops it.
-            debug!(error = %e, "could not reset synchronous_commit on a returned connection");
+        if self.asynchronous {
+            let (_, back) = commit_mode(Backend::of(&self.conn));
+            if let Err(e) = self.conn.batch_execute(back) {
+                // A connection that cannot take this is broken; the pool's check-out test drops
+                // it.
+                debug!(error = %e, "could not make a returned connection wait for the disk again");
+            }
         }
     }
 }
 
 /// Takes the shared write lock, if any; a panic in another engine does not make it unusable.
-fn write_turn(lock: &Option<Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
-    lock.as_ref()
-        .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+fn write_turn(lock: Option<&Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
+    lock.map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 /// What a committed batch came to.
@@ -424,7 +435,7 @@ impl Engine {
         let mut conn = storage::checkout(&self.pool)?;
         let asynchronous = self.flush.is_some();
         if asynchronous {
-            conn.batch_execute("SET synchronous_commit = off")?;
+            conn.batch_execute(commit_mode(Backend::of(&conn)).0)?;
         }
         Ok(EngineConn { conn, asynchronous })
     }
@@ -432,7 +443,7 @@ impl Engine {
     /// Rebuilds the state from the table.
     fn rebuild(&mut self) -> Result<(), StorageError> {
         let lock = self.write_lock.clone();
-        let _turn = write_turn(&lock);
+        let _turn = write_turn(lock.as_ref());
         let started = Instant::now();
         let now = self.clock.now().naive_utc();
         let mut conn = self.connection()?;
@@ -674,7 +685,7 @@ impl Engine {
         // 3. Write, in one transaction unless one statement does it.
         let statements = writes.statements(tasks::INSERT_CHUNK, tasks::UPDATE_CHUNK);
         let lock = self.write_lock.clone();
-        let _turn = write_turn(&lock);
+        let _turn = write_turn(lock.as_ref());
         let lease = self.state.lease(now, TaskStatus::Dispatched);
         let fence = self.fence();
         let state = &mut self.state;
