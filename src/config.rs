@@ -428,7 +428,7 @@ pub struct DatabaseSettings {
     /// shared flush barrier, so one flush serves every batch committed meanwhile (on SQLite,
     /// the three schedulers' commits share one sync); every answer stays durable. When false,
     /// each commit waits for its own flush. Unset: on for SQLite, where it gave 1.2× the pops
-    /// with a slow flush and the same figures with a fast one, and off for PostgreSQL, where it
+    /// with a slow flush and 0.95–1.0× with a fast one, and off for PostgreSQL, where it
     /// cost 7–20 % of the pops on the project's 2-core machine (docs/BENCHMARKS.md); there it is
     /// for servers whose flush is slow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
