@@ -300,6 +300,9 @@ pub struct SqliteLock {
 impl SqliteLock {
     /// Takes the lock beside `database` (`<database>.lock`), or says who holds it.
     pub fn acquire(database: &Path) -> Result<SqliteLock, String> {
+        // The lock is taken before the database is opened, so it is the first thing to need the
+        // database's directory.
+        crate::storage::create_parent_dir(database)?;
         let mut name = database.as_os_str().to_owned();
         name.push(".lock");
         let path = PathBuf::from(name);
@@ -343,6 +346,15 @@ mod tests {
         assert!(err.contains("scheduler.db"), "{err}");
         drop(first);
         SqliteLock::acquire(&db).expect("free again once the first is gone");
+    }
+
+    #[test]
+    fn the_lock_creates_the_directory_of_a_database_that_does_not_exist_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("data/nested/scheduler.db");
+        let lock = SqliteLock::acquire(&db).unwrap();
+        assert!(lock.path().is_file(), "{}", lock.path().display());
+        assert!(lock.path().ends_with("data/nested/scheduler.db.lock"));
     }
 
     #[test]

@@ -274,7 +274,9 @@ pub fn connect(target: &DbTarget, pool_size: u32, timeout: Duration) -> Result<D
         .map_err(|e| format!("cannot open database {}: {e}", target.display()))
 }
 
-fn create_parent_dir(path: &Path) -> Result<(), String> {
+/// Creates the directory an SQLite file goes in (`./data/` by default), so a first start on a
+/// fresh machine needs no set-up.
+pub fn create_parent_dir(path: &Path) -> Result<(), String> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create directory {}: {e}", dir.display())),

@@ -23,8 +23,20 @@ impl ChildApp {
     /// Starts the binary on `db_uri` (port 0) and waits until it listens.
     pub fn start(db_uri: &str, env: &[(&str, &str)]) -> ChildApp {
         let mut cmd = Command::new(binary());
-        cmd.env("SCHEDULER_DB_URI", db_uri)
-            .env("SCHEDULER_API_HOST", "127.0.0.1")
+        cmd.env("SCHEDULER_DB_URI", db_uri);
+        Self::launch(cmd, env)
+    }
+
+    /// Starts the binary in `dir` on its default database (no URI given), as a user's first
+    /// `cargo run` does, and waits until it listens.
+    pub fn start_in(dir: &std::path::Path, env: &[(&str, &str)]) -> ChildApp {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir).env_remove("SCHEDULER_DB_URI");
+        Self::launch(cmd, env)
+    }
+
+    fn launch(mut cmd: Command, env: &[(&str, &str)]) -> ChildApp {
+        cmd.env("SCHEDULER_API_HOST", "127.0.0.1")
             .env("SCHEDULER_API_PORT", "0")
             .env("SCHEDULER_API_WORKERS", "2")
             .env("SCHEDULER_LOGGING_FORMAT", "json")

@@ -20,6 +20,7 @@ mod crash;
 mod cron;
 mod filtered_pops;
 mod filters;
+mod first_run;
 mod hostile_inputs;
 mod isolation;
 mod leases;
