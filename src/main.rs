@@ -41,10 +41,15 @@ fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Serve);
     if let Command::Openapi = command {
         return match api::openapi_json() {
-            Ok(json) => {
-                print!("{json}");
-                ExitCode::SUCCESS
-            }
+            Ok(json) => match std::io::Write::write_all(&mut std::io::stdout(), json.as_bytes()) {
+                // A reader that stops early (`… openapi | head`) is not an error.
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cannot write the OpenAPI document: {e}");
+                    ExitCode::FAILURE
+                }
+            },
             Err(e) => {
                 eprintln!("cannot render the OpenAPI document: {e}");
                 ExitCode::FAILURE

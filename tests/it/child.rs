@@ -14,7 +14,7 @@ pub struct ChildApp {
     pub address: String,
 }
 
-fn binary() -> String {
+pub(crate) fn binary() -> String {
     std::env::var("KAT_SCHEDULER_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kat-scheduler").to_owned())
 }

@@ -84,3 +84,35 @@ fn each_scheduler_push_states_its_own_payload_and_the_filter_bounds() {
         assert!(pop["responses"].get(code).is_some(), "pop documents {code}");
     }
 }
+
+#[test]
+fn the_openapi_command_prints_the_document_and_a_reader_that_stops_early_is_no_error() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+
+    let whole = Command::new(crate::child::binary())
+        .arg("openapi")
+        .output()
+        .expect("the binary runs");
+    assert!(whole.status.success());
+    assert_eq!(
+        String::from_utf8(whole.stdout).unwrap(),
+        kat_scheduler::api::openapi_json().unwrap()
+    );
+
+    // As `kat-scheduler openapi | head`: the pipe closes after a few bytes. The document is
+    // larger than a pipe's buffer, so the binary is still writing when it closes.
+    assert!(kat_scheduler::api::openapi_json().unwrap().len() > 1 << 17);
+    let mut child = Command::new(crate::child::binary())
+        .arg("openapi")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
