@@ -12,7 +12,11 @@ pub fn init(logging: &LoggingSettings) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A line that cannot be written (the log pipe is gone: a collector restarted) is dropped.
+        // Reporting it would `eprintln!` to the same broken stderr, which panics in whichever
+        // thread logged, the signal handler's included, so SIGTERM no longer stopped the service.
+        .log_internal_errors(false);
     let _ = match logging.format {
         LogFormat::Text => builder.with_target(false).try_init(),
         LogFormat::Json => builder

@@ -24,7 +24,7 @@ impl ChildApp {
     pub fn start(db_uri: &str, env: &[(&str, &str)]) -> ChildApp {
         let mut cmd = Command::new(binary());
         cmd.env("SCHEDULER_DB_URI", db_uri);
-        Self::launch(cmd, env)
+        Self::launch(cmd, env, false)
     }
 
     /// Starts the binary in `dir` on its default database (no URI given), as a user's first
@@ -32,10 +32,18 @@ impl ChildApp {
     pub fn start_in(dir: &std::path::Path, env: &[(&str, &str)]) -> ChildApp {
         let mut cmd = Command::new(binary());
         cmd.current_dir(dir).env_remove("SCHEDULER_DB_URI");
-        Self::launch(cmd, env)
+        Self::launch(cmd, env, false)
     }
 
-    fn launch(mut cmd: Command, env: &[(&str, &str)]) -> ChildApp {
+    /// As [`ChildApp::start_in`], then closes the read end of the service's log pipe, as when a
+    /// log collector goes away: the service's later log lines meet a broken pipe.
+    pub fn start_in_then_close_log(dir: &std::path::Path) -> ChildApp {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir).env_remove("SCHEDULER_DB_URI");
+        Self::launch(cmd, &[], true)
+    }
+
+    fn launch(mut cmd: Command, env: &[(&str, &str)], close_log: bool) -> ChildApp {
         cmd.env("SCHEDULER_API_HOST", "127.0.0.1")
             .env("SCHEDULER_API_PORT", "0")
             .env("SCHEDULER_API_WORKERS", "2")
@@ -60,6 +68,9 @@ impl ChildApp {
                     && v["message"] == "listening"
                 {
                     let _ = tx.send(v["address"].as_str().unwrap_or_default().to_owned());
+                    if close_log {
+                        break;
+                    }
                 }
             }
         });
@@ -106,6 +117,30 @@ impl ChildApp {
     pub fn kill_9(mut self) {
         self.process.kill().expect("kill");
         self.process.wait().expect("reap");
+    }
+
+    /// SIGTERM, then waits up to `bound`; returns whether it exited cleanly in time (a process
+    /// still running then is killed).
+    pub fn terminate_within(mut self, bound: Duration) -> bool {
+        let pid = self.process.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        assert!(sent.success());
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.process.try_wait().expect("wait") {
+                return status.success();
+            }
+            if started.elapsed() > bound {
+                let _ = self.process.kill();
+                let _ = self.process.wait();
+                return false;
+            }
+            // Polling the child's exit, not a wait for a state of our own.
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGTERM, then waits; returns whether it exited cleanly.

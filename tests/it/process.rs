@@ -1,6 +1,9 @@
-//! The README's first command on a fresh machine: the binary with no configuration at all, in
-//! an empty directory, serves on its embedded default (an SQLite file under `./data/`, which it
-//! creates) and keeps what it acknowledged across a restart.
+//! The binary as users and supervisors run it: the README's first command on a fresh machine
+//! (no configuration at all, an empty directory: it serves on its embedded default, an SQLite
+//! file under `./data/` it creates, and keeps what it acknowledged across a restart), and a stop
+//! after its log pipe is gone.
+
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -64,5 +67,48 @@ async fn the_binary_with_no_configuration_serves_from_an_empty_directory_and_kee
         tokio::task::spawn_blocking(move || app.terminate())
             .await
             .unwrap()
+    );
+}
+
+/// A log collector that goes away must not take the service with it: log lines that meet the
+/// broken pipe are dropped, requests are served, and SIGTERM still stops it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_whose_log_pipe_is_gone_serves_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_owned();
+    let app = tokio::task::spawn_blocking(move || ChildApp::start_in_then_close_log(&path))
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    // An unknown scheduler is logged as a client error; the push and pop are served.
+    let resp = client
+        .post(format!("{}/schedulers/nope/pop", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let resp = client
+        .post(format!("{}/schedulers/boefje/push", app.address))
+        .json(&boefje_push(
+            "org",
+            "nmap",
+            Some("Hostname|internet|b.example"),
+            3,
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let resp = client
+        .post(format!("{}/schedulers/boefje/pop", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        tokio::task::spawn_blocking(move || app.terminate_within(Duration::from_secs(30)))
+            .await
+            .unwrap(),
+        "SIGTERM stops the service cleanly although its log pipe is closed"
     );
 }
