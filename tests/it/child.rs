@@ -143,14 +143,8 @@ impl ChildApp {
         }
     }
 
-    /// SIGTERM, then waits; returns whether it exited cleanly.
-    pub fn terminate(mut self) -> bool {
-        let pid = self.process.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill -TERM");
-        assert!(sent.success());
-        self.process.wait().expect("wait").success()
+    /// SIGTERM, then waits (a minute at most); returns whether it exited cleanly.
+    pub fn terminate(self) -> bool {
+        self.terminate_within(Duration::from_secs(60))
     }
 }

@@ -10,6 +10,16 @@ use serde_json::Value;
 use crate::child::ChildApp;
 use crate::helpers::*;
 
+/// POSTs `body` (or nothing) to `address` + `path`.
+async fn post(address: &str, path: &str, body: Option<&Value>) -> reqwest::Response {
+    let request = reqwest::Client::new().post(format!("{address}{path}"));
+    let request = match body {
+        Some(b) => request.json(b),
+        None => request,
+    };
+    request.send().await.unwrap()
+}
+
 /// Starts the binary in `dir` on its defaults, off the test's runtime (it waits for the child).
 async fn start_in(dir: std::path::PathBuf) -> ChildApp {
     tokio::task::spawn_blocking(move || ChildApp::start_in(&dir, &[]))
@@ -21,23 +31,12 @@ async fn start_in(dir: std::path::PathBuf) -> ChildApp {
 async fn the_binary_with_no_configuration_serves_from_an_empty_directory_and_keeps_its_work() {
     let dir = tempfile::tempdir().unwrap();
     assert!(!dir.path().join("data").exists());
-    let client = reqwest::Client::new();
 
     let app = start_in(dir.path().to_owned()).await;
-    let pushed: Value = client
-        .post(format!("{}/schedulers/boefje/push", app.address))
-        .json(&boefje_push(
-            "org",
-            "nmap",
-            Some("Hostname|internet|a.example"),
-            3,
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let push = boefje_push("org", "nmap", Some("Hostname|internet|a.example"), 3);
+    let resp = post(&app.address, "/schedulers/boefje/push", Some(&push)).await;
+    assert_eq!(resp.status(), 201);
+    let pushed: Value = resp.json().await.unwrap();
     let id = pushed["id"]
         .as_str()
         .expect("the push answered a task")
@@ -55,11 +54,7 @@ async fn the_binary_with_no_configuration_serves_from_an_empty_directory_and_kee
 
     // A second start on the same directory finds the task and pops it.
     let app = start_in(dir.path().to_owned()).await;
-    let resp = client
-        .post(format!("{}/schedulers/boefje/pop", app.address))
-        .send()
-        .await
-        .unwrap();
+    let resp = post(&app.address, "/schedulers/boefje/pop", None).await;
     assert_eq!(resp.status(), 200);
     let popped: Value = resp.json().await.unwrap();
     assert_eq!(popped["results"][0]["id"], id.as_str(), "{popped}");
@@ -79,31 +74,13 @@ async fn a_service_whose_log_pipe_is_gone_serves_and_stops_on_sigterm() {
     let app = tokio::task::spawn_blocking(move || ChildApp::start_in_then_close_log(&path))
         .await
         .unwrap();
-    let client = reqwest::Client::new();
-    // An unknown scheduler is logged as a client error; the push and pop are served.
-    let resp = client
-        .post(format!("{}/schedulers/nope/pop", app.address))
-        .send()
-        .await
-        .unwrap();
+    // A 404 (an unknown scheduler), a push and a pop are served.
+    let resp = post(&app.address, "/schedulers/nope/pop", None).await;
     assert_eq!(resp.status(), 404);
-    let resp = client
-        .post(format!("{}/schedulers/boefje/push", app.address))
-        .json(&boefje_push(
-            "org",
-            "nmap",
-            Some("Hostname|internet|b.example"),
-            3,
-        ))
-        .send()
-        .await
-        .unwrap();
+    let push = boefje_push("org", "nmap", Some("Hostname|internet|b.example"), 3);
+    let resp = post(&app.address, "/schedulers/boefje/push", Some(&push)).await;
     assert_eq!(resp.status(), 201);
-    let resp = client
-        .post(format!("{}/schedulers/boefje/pop", app.address))
-        .send()
-        .await
-        .unwrap();
+    let resp = post(&app.address, "/schedulers/boefje/pop", None).await;
     assert_eq!(resp.status(), 200);
     assert!(
         tokio::task::spawn_blocking(move || app.terminate_within(Duration::from_secs(30)))
