@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::ScheduleError;
 use crate::storage::schedules::{self, ScheduleRow};
-use crate::storage::{self, Backend, DbPool, StorageError};
+use crate::storage::{self, DbPool, StorageError, WriterConn};
 
 /// Links waiting for the linker at most; further callers wait for room.
 const WAITING_MAX: usize = 1024;
@@ -54,6 +54,9 @@ impl Linker {
 }
 
 async fn run(pool: DbPool, asynchronous: bool, mut rx: mpsc::Receiver<Job>) {
+    // The linker's own connection, kept between batches as an engine keeps its own (no check-out
+    // and no change of commit mode per batch); dropped after a failure.
+    let mut conn: Option<WriterConn> = None;
     while let Some(first) = rx.recv().await {
         let mut rows = first.rows.len();
         let mut jobs = vec![first];
@@ -63,10 +66,12 @@ async fn run(pool: DbPool, asynchronous: bool, mut rx: mpsc::Receiver<Job>) {
             jobs.push(job);
         }
         let all: Vec<ScheduleRow> = jobs.iter().flat_map(|j| j.rows.iter().cloned()).collect();
-        let p = pool.clone();
-        let result = tokio::task::spawn_blocking(move || write(&p, asynchronous, &all))
-            .await
-            .unwrap_or_else(|e| Err(ScheduleError::Internal(format!("linker: {e}"))));
+        let (p, held) = (pool.clone(), conn.take());
+        let (kept, result) =
+            tokio::task::spawn_blocking(move || write(&p, held, asynchronous, &all))
+                .await
+                .unwrap_or_else(|e| (None, Err(ScheduleError::Internal(format!("linker: {e}")))));
+        conn = kept;
         for job in jobs {
             let answer = match &result {
                 Ok(ids) => Ok(ids.clone()),
@@ -78,33 +83,41 @@ async fn run(pool: DbPool, asynchronous: bool, mut rx: mpsc::Receiver<Job>) {
     }
 }
 
-fn write(pool: &DbPool, asynchronous: bool, rows: &[ScheduleRow]) -> Result<Ids, ScheduleError> {
-    use diesel::Connection;
-    use diesel::connection::SimpleConnection;
-    let mut conn = storage::checkout(pool)?;
-    let sqlite = Backend::of(&conn) == Backend::Sqlite;
-    if asynchronous && sqlite {
-        // SQLite takes this outside a transaction, per connection: the connection goes back to
-        // the pool with FULL again below.
-        conn.batch_execute("PRAGMA synchronous = NORMAL")
-            .map_err(StorageError::from)?;
+/// Writes `rows` in one transaction on `held`, and once more on a fresh connection if that
+/// fails (the kept connection may have died with a database restart, and a push whose link
+/// fails goes ahead unlinked); gives the connection back unless the write failed.
+fn write(
+    pool: &DbPool,
+    held: Option<WriterConn>,
+    asynchronous: bool,
+    rows: &[ScheduleRow],
+) -> (Option<WriterConn>, Result<Ids, ScheduleError>) {
+    let again = held.is_some();
+    match write_on(pool, held, asynchronous, rows) {
+        (None, Err(_)) if again => write_on(pool, None, asynchronous, rows),
+        done => done,
     }
+}
+
+fn write_on(
+    pool: &DbPool,
+    held: Option<WriterConn>,
+    asynchronous: bool,
+    rows: &[ScheduleRow],
+) -> (Option<WriterConn>, Result<Ids, ScheduleError>) {
+    use diesel::Connection;
+    let mut conn = match held.map_or_else(|| WriterConn::checkout(pool, asynchronous), Ok) {
+        Ok(c) => c,
+        Err(e) => return (None, Err(e.into())),
+    };
     let result = conn.transaction::<_, ScheduleError, _>(|c| {
-        if asynchronous && !sqlite {
-            c.batch_execute("SET LOCAL synchronous_commit = off")
-                .map_err(StorageError::from)?;
-        }
         Ok(schedules::ensure(c, rows).map_err(StorageError::from)?)
     });
-    if asynchronous
-        && sqlite
-        && let Err(e) = conn.batch_execute("PRAGMA synchronous = FULL")
-    {
-        // A connection that cannot take a pragma is broken; the pool's check-out test drops it.
-        tracing::debug!(error = %e, "could not make a returned connection wait for the disk again");
+    match result {
+        Ok(ids) => (Some(conn), Ok(ids)),
+        Err(ScheduleError::Internal(m)) if !storage::reachable(pool) => {
+            (None, Err(ScheduleError::Unavailable(m)))
+        }
+        Err(e) => (None, Err(e)),
     }
-    result.map_err(|e| match e {
-        ScheduleError::Internal(m) if !storage::reachable(pool) => ScheduleError::Unavailable(m),
-        other => other,
-    })
 }

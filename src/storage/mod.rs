@@ -299,6 +299,62 @@ pub fn checkout(pool: &DbPool) -> Result<DbConn, StorageError> {
         .map_err(|e| StorageError::Unavailable(e.to_string()))
 }
 
+/// A pooled connection one writer keeps across its batches (a queue engine, the schedule
+/// linker). With `unsynced`, its commits do not wait for the disk (PostgreSQL's
+/// `synchronous_commit = off`, SQLite's `synchronous = NORMAL`): its writer answers only once a
+/// later synced commit in the same log covers them. The setting is taken back before the
+/// connection returns to the pool, where others answer after their own commit.
+pub struct WriterConn {
+    conn: DbConn,
+    unsynced: bool,
+}
+
+impl WriterConn {
+    /// Checks a connection out of `pool` for a writer.
+    pub fn checkout(pool: &DbPool, unsynced: bool) -> Result<WriterConn, StorageError> {
+        let mut conn = checkout(pool)?;
+        if unsynced {
+            conn.batch_execute(commit_mode(Backend::of(&conn)).0)?;
+        }
+        Ok(WriterConn { conn, unsynced })
+    }
+}
+
+/// The statements that make a connection commit without waiting for the disk, and back.
+fn commit_mode(backend: Backend) -> (&'static str, &'static str) {
+    match backend {
+        Backend::Postgres => ("SET synchronous_commit = off", "RESET synchronous_commit"),
+        // FULL is what every pooled connection starts with (`SQLITE_PRAGMAS`).
+        Backend::Sqlite => ("PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"),
+    }
+}
+
+impl std::ops::Deref for WriterConn {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for WriterConn {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.conn
+    }
+}
+
+impl Drop for WriterConn {
+    fn drop(&mut self) {
+        if self.unsynced {
+            let (_, back) = commit_mode(Backend::of(&self.conn));
+            if let Err(e) = self.conn.batch_execute(back) {
+                // A connection that cannot take this is broken; the pool's check-out test drops
+                // it.
+                tracing::debug!(error = %e, "could not make a returned connection wait for the disk again");
+            }
+        }
+    }
+}
+
 /// Whether the database answers: a connection can be checked out (and validated) and used.
 pub fn reachable(pool: &DbPool) -> bool {
     checkout(pool).is_ok_and(|mut c| c.batch_execute("SELECT 1").is_ok())

@@ -48,7 +48,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use diesel::Connection;
-use diesel::connection::SimpleConnection;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
@@ -67,7 +66,9 @@ use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{ByStatus, status_slot};
 use crate::ownership::Ownership;
 use crate::storage::rows::TaskRow;
-use crate::storage::{self, AnyConnection, Backend, DbConn, DbPool, StorageError, owners, tasks};
+use crate::storage::{
+    self, AnyConnection, Backend, DbPool, StorageError, WriterConn, owners, tasks,
+};
 
 /// After the database was found unreachable, commands are answered 503 at once for this long
 /// before the next connection attempt, so an outage costs callers no wait beyond one connect
@@ -210,7 +211,7 @@ struct Engine {
     write_lock: Option<Arc<Mutex<()>>>,
     /// The engine's own connection, kept between batches; dropped after a failure so the next
     /// batch starts on a fresh one.
-    conn: Option<EngineConn>,
+    conn: Option<WriterConn>,
     clock: SharedClock,
     max_batch: usize,
     /// Commands that waited longer than this are answered 503 without being applied.
@@ -235,50 +236,6 @@ struct Engine {
     ownership: Option<Arc<Ownership>>,
     /// The epoch the state was built under; 0 while another instance owns the scheduler.
     epoch: i64,
-}
-
-/// An engine's connection. With a flush barrier it commits without waiting for the disk
-/// (PostgreSQL's `synchronous_commit = off`, SQLite's `synchronous = NORMAL`), a setting it
-/// takes back before the connection returns to the pool, where others answer after their own
-/// commit.
-struct EngineConn {
-    conn: DbConn,
-    asynchronous: bool,
-}
-
-/// The statements that make a connection commit without waiting for the disk, and back.
-fn commit_mode(backend: Backend) -> (&'static str, &'static str) {
-    match backend {
-        Backend::Postgres => ("SET synchronous_commit = off", "RESET synchronous_commit"),
-        // FULL is what every pooled connection starts with (`storage::SQLITE_PRAGMAS`).
-        Backend::Sqlite => ("PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"),
-    }
-}
-
-impl std::ops::Deref for EngineConn {
-    type Target = AnyConnection;
-    fn deref(&self) -> &AnyConnection {
-        &self.conn
-    }
-}
-
-impl std::ops::DerefMut for EngineConn {
-    fn deref_mut(&mut self) -> &mut AnyConnection {
-        &mut self.conn
-    }
-}
-
-impl Drop for EngineConn {
-    fn drop(&mut self) {
-        if self.asynchronous {
-            let (_, back) = commit_mode(Backend::of(&self.conn));
-            if let Err(e) = self.conn.batch_execute(back) {
-                // A connection that cannot take this is broken; the pool's check-out test drops
-                // it.
-                debug!(error = %e, "could not make a returned connection wait for the disk again");
-            }
-        }
-    }
 }
 
 /// Takes the shared write lock, if any; a panic in another engine does not make it unusable.
@@ -428,16 +385,12 @@ impl Engine {
         self.ownership.as_ref().map(|o| (o.clone(), self.epoch))
     }
 
-    fn connection(&mut self) -> Result<EngineConn, StorageError> {
-        if let Some(c) = self.conn.take() {
-            return Ok(c);
+    /// The engine's connection; with a flush barrier its commits do not wait for the disk.
+    fn connection(&mut self) -> Result<WriterConn, StorageError> {
+        match self.conn.take() {
+            Some(c) => Ok(c),
+            None => WriterConn::checkout(&self.pool, self.flush.is_some()),
         }
-        let mut conn = storage::checkout(&self.pool)?;
-        let asynchronous = self.flush.is_some();
-        if asynchronous {
-            conn.batch_execute(commit_mode(Backend::of(&conn)).0)?;
-        }
-        Ok(EngineConn { conn, asynchronous })
     }
 
     /// Rebuilds the state from the table.
