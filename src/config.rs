@@ -53,6 +53,9 @@ pub const DEFAULT_DISPATCH_TIMEOUT_SECS: u64 = 30 * 60;
 /// Default seconds a `running` task may go without finishing (or a `PATCH running` heartbeat).
 /// Real runtimes do not heartbeat, so it must outlast the longest scan.
 pub const DEFAULT_RUN_TIMEOUT_SECS: u64 = 4 * 60 * 60;
+/// Default run lease of a task whose holder never renewed it (24 hours, mula's grace period):
+/// OpenKAT's runners send no heartbeat, and a boefje may run for hours.
+pub const DEFAULT_UNRENEWED_RUN_TIMEOUT_SECS: u64 = 24 * 60 * 60;
 /// Default leases a task may let expire before it is failed.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// Default seconds between lease-expiry sweeps.
@@ -469,8 +472,12 @@ pub struct QueueSettings {
     pub channel_capacity: usize,
     /// Seconds a popped task may stay `dispatched` (its lease) before it is re-queued.
     pub dispatch_timeout_secs: u64,
-    /// Seconds a `running` task may go without finishing or a renewing `PATCH running`.
+    /// Seconds a `running` task may go without finishing or a renewing `PATCH running`, once its
+    /// holder has renewed the lease at least once.
     pub run_timeout_secs: u64,
+    /// Seconds a `running` task whose holder never renewed its lease may go without finishing
+    /// (the longer of this and `run_timeout_secs` applies).
+    pub unrenewed_run_timeout_secs: u64,
     /// Leases a task may let expire; at that count it is failed instead of re-queued.
     pub max_attempts: u32,
     /// Seconds between lease-expiry sweeps (0 turns the watchdog off).
@@ -549,6 +556,7 @@ impl Default for Settings {
                 channel_capacity: DEFAULT_CHANNEL_CAPACITY,
                 dispatch_timeout_secs: DEFAULT_DISPATCH_TIMEOUT_SECS,
                 run_timeout_secs: DEFAULT_RUN_TIMEOUT_SECS,
+                unrenewed_run_timeout_secs: DEFAULT_UNRENEWED_RUN_TIMEOUT_SECS,
                 max_attempts: DEFAULT_MAX_ATTEMPTS,
                 watchdog_interval_secs: DEFAULT_WATCHDOG_INTERVAL_SECS,
                 shed_after_secs: DEFAULT_SHED_AFTER_SECS,
@@ -832,7 +840,12 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_RUN_TIMEOUT",
         "queue.run_timeout_secs",
-        "seconds a running task may go without finishing or a heartbeat (default 14400)",
+        "seconds a running task may go without finishing or a heartbeat, once it sent one (default 14400)",
+    ),
+    (
+        "SCHEDULER_UNRENEWED_RUN_TIMEOUT",
+        "queue.unrenewed_run_timeout_secs",
+        "seconds a running task that never sent a heartbeat may go without finishing (default 86400)",
     ),
     (
         "SCHEDULER_MAX_ATTEMPTS",
@@ -1247,6 +1260,7 @@ impl Settings {
             run_timeout: Duration::from_secs(
                 o.run_timeout_secs.unwrap_or(self.queue.run_timeout_secs),
             ),
+            unrenewed_run_timeout: Duration::from_secs(self.queue.unrenewed_run_timeout_secs),
             max_attempts: o.max_attempts.unwrap_or(self.queue.max_attempts),
         }
     }
@@ -1411,6 +1425,7 @@ mod tests {
         let s = load(&[
             ("SCHEDULER_DISPATCH_TIMEOUT", "20"),
             ("SCHEDULER_RUN_TIMEOUT", "60"),
+            ("SCHEDULER_UNRENEWED_RUN_TIMEOUT", "7200"),
             ("SCHEDULER_MAX_ATTEMPTS", "5"),
             ("SCHEDULER_WATCHDOG_INTERVAL", "0"),
             ("SCHEDULER_REPORT_DISPATCH_TIMEOUT", "90"),
@@ -1425,6 +1440,11 @@ mod tests {
                 s.queue.watchdog_interval_secs
             ),
             (20, 60, 5, 0)
+        );
+        assert_eq!(s.queue.unrenewed_run_timeout_secs, 7200);
+        assert_eq!(
+            s.limits(SchedulerId::Boefje).unrenewed_run_timeout,
+            Duration::from_secs(7200)
         );
         assert_eq!(s.schedulers.report.dispatch_timeout_secs, Some(90));
         assert_eq!(s.schedulers.normalizer.max_attempts, Some(1));

@@ -107,6 +107,39 @@ impl Op {
     }
 }
 
+/// How one object lookup in Octopoes ended (the frontier lacked the object).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupOutcome {
+    /// Octopoes holds it.
+    Found = 0,
+    /// Octopoes' own "not found".
+    NotFound = 1,
+    /// No answer that says anything: unreachable, an error status, a 404 of no object.
+    Failed = 2,
+    /// Not asked now: the organisation's backoff after failures, or the run's budget spent.
+    Deferred = 3,
+}
+
+impl LookupOutcome {
+    /// All of them, in label order.
+    pub const ALL: [LookupOutcome; 4] = [
+        LookupOutcome::Found,
+        LookupOutcome::NotFound,
+        LookupOutcome::Failed,
+        LookupOutcome::Deferred,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LookupOutcome::Found => "found",
+            LookupOutcome::NotFound => "not_found",
+            LookupOutcome::Failed => "failed",
+            LookupOutcome::Deferred => "deferred",
+        }
+    }
+}
+
 /// One operation's figures on one scheduler.
 #[derive(Debug)]
 pub struct OpFigures {
@@ -152,6 +185,8 @@ pub struct Metrics {
     batch_sizes: PerScheduler<Histogram>,
     /// (component, entry) → its figures; cron runs seldom, so a lock is fine here.
     cron: Mutex<BTreeMap<(&'static str, &'static str), CronFigures>>,
+    /// Objects asked of Octopoes because the frontier lacked them, by [`LookupOutcome`].
+    object_lookups: [AtomicU64; 4],
 }
 
 impl Default for Metrics {
@@ -162,6 +197,7 @@ impl Default for Metrics {
             lease_expiries: PerScheduler::from_fn(|_| Default::default()),
             batch_sizes: PerScheduler::from_fn(|_| Histogram::new(BATCH_BUCKETS)),
             cron: Mutex::default(),
+            object_lookups: Default::default(),
         }
     }
 }
@@ -197,6 +233,16 @@ impl Metrics {
     pub fn lease_expiries(&self, s: crate::domain::SchedulerId, requeued: u64, failed: u64) {
         self.lease_expiries[s][0].fetch_add(requeued, Ordering::Relaxed);
         self.lease_expiries[s][1].fetch_add(failed, Ordering::Relaxed);
+    }
+
+    /// Records `n` object lookups that ended as `outcome`.
+    pub fn object_lookups(&self, outcome: LookupOutcome, n: u64) {
+        self.object_lookups[outcome as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Object lookups that ended as `outcome` so far.
+    pub fn object_lookups_of(&self, outcome: LookupOutcome) -> u64 {
+        self.object_lookups[outcome as usize].load(Ordering::Relaxed)
     }
 
     /// Records one committed transaction of `commands` commands.
@@ -304,6 +350,14 @@ impl Metrics {
                 "scheduler_cron_failures_total",
                 &[("component", component), ("entry", entry)],
                 f.failures as f64,
+            );
+        }
+        out.family("scheduler_object_lookups_total");
+        for outcome in LookupOutcome::ALL {
+            out.sample(
+                "scheduler_object_lookups_total",
+                &[("outcome", outcome.as_str())],
+                self.object_lookups_of(outcome) as f64,
             );
         }
         out.family("scheduler_cron_lag_seconds");
@@ -495,6 +549,12 @@ pub const CATALOGUE: &[Family] = &[
         "gauge",
         "component,entry",
         "How late the entry's last run started after its tick's time.",
+    ),
+    family(
+        "scheduler_object_lookups_total",
+        "counter",
+        "outcome",
+        "Objects asked of Octopoes because the frontier lacked them: found, not_found, failed (no answer that says anything) or deferred (backing off, or the run's budget spent).",
     ),
     family(
         "scheduler_db_pool_connections",

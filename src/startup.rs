@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crate::api::health::Observed;
 use crate::clients::catalogue::{Catalogue, StaticCatalogue};
+use crate::clients::http::Backoff;
 use crate::coldstart::{ColdStart, ColdStartConfig, ColdStartStatus};
 use crate::cron::Cron;
 use crate::cron::coldstart::ColdStartResync;
@@ -30,6 +31,7 @@ use crate::cron::watchdog::LeaseWatchdog;
 use crate::domain::schedule::Cadence;
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::frontier::Frontier;
+use crate::frontier::lookup::ObjectLookup;
 use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::ownership::{Ownership, OwnershipConfig, OwnershipHandle, SqliteLock};
 use crate::planner::Planner;
@@ -134,24 +136,39 @@ fn build_catalogue(settings: &Settings, clock: SharedClock) -> anyhow::Result<Ca
     Ok(Catalogue::from_file(file, clock))
 }
 
+/// What the cron tables' entries work with.
+struct CronParts<'a> {
+    pool: &'a DbPool,
+    broker: &'a Broker,
+    catalogue: &'a Catalogue,
+    scorer: &'a Arc<Scorer>,
+    lookup: &'a ObjectLookup,
+}
+
 /// Each component's cron table, in the order its entries run: rescheduling (boefje, report),
 /// the lease watchdog, the re-score, refill, the ColdStart resync (boefje, when ColdStart is on),
 /// pruning.
 fn build_cron(
     settings: &Settings,
-    pool: &DbPool,
-    broker: &Broker,
-    catalogue: &Catalogue,
-    scorer: &Arc<Scorer>,
+    parts: CronParts<'_>,
     coldstart: Option<&Arc<ColdStartStatus>>,
     clock: SharedClock,
 ) -> Cron {
+    let CronParts {
+        pool,
+        broker,
+        catalogue,
+        scorer,
+        lookup,
+    } = parts;
     let c = &settings.cron;
     let tables = PerScheduler::from_fn(|s| {
         let mut table = CronTable::default();
         if s != SchedulerId::Normalizer {
             table.push(Reschedule {
                 pool: pool.clone(),
+                lookup: lookup.clone(),
+                lookup_budget: crate::frontier::lookup::DEFAULT_BUDGET,
                 broker: broker.clone(),
                 catalogue: catalogue.clone(),
                 grace: Duration::from_secs(c.grace_period_secs),
@@ -335,9 +352,23 @@ impl Application {
             catalogue: catalogue.clone(),
             clock: clock_for_listener.clone(),
         };
+        let clients = &settings.clients;
+        let octopoes = clients.octopoes().map_err(|e| anyhow!(e))?;
+        // Object lookups make one try each: a later tick, or the next event, is the retry.
+        let lookup = ObjectLookup::new(
+            Frontier::new(pool.clone()),
+            octopoes.clone().map(|o| {
+                o.with_backoff(Backoff {
+                    attempts: 1,
+                    ..Backoff::default()
+                })
+            }),
+            clock_for_cron.clone(),
+            broker.metrics().clone(),
+        );
         let planner = Planner {
             broker: broker.clone(),
-            frontier: Frontier::new(pool.clone()),
+            objects: lookup.clone(),
             catalogue: catalogue.clone(),
             clock: clock_for_listener,
             schedules: Some((schedules.clone(), cadence)),
@@ -361,8 +392,6 @@ impl Application {
                 status: listener_status.clone(),
             })
         };
-        let clients = &settings.clients;
-        let octopoes = clients.octopoes().map_err(|e| anyhow!(e))?;
         let coldstart_status = Arc::new(ColdStartStatus::default());
         if octopoes.is_some() && settings.cron.tick_secs == 0 {
             warn!(
@@ -401,10 +430,13 @@ impl Application {
         });
         let cron = build_cron(
             &settings,
-            &pool,
-            &broker,
-            &catalogue,
-            &scorer,
+            CronParts {
+                pool: &pool,
+                broker: &broker,
+                catalogue: &catalogue,
+                scorer: &scorer,
+                lookup: &lookup,
+            },
             coldstart.as_ref().map(|_| &coldstart_status),
             clock_for_cron.clone(),
         );

@@ -246,6 +246,15 @@ impl Catalogue {
         Self::with(Source::Katalogus(client), ttl, clock, "katalogus")
     }
 
+    /// Whether any source of plugins is configured: without one (no Katalogus, no file, or an
+    /// empty file) the catalogue knows nothing, and a plugin it lacks is unknown, not gone.
+    pub fn is_configured(&self) -> bool {
+        match &self.inner.source {
+            Source::Katalogus(_) => true,
+            Source::File(f) => !f.is_empty(),
+        }
+    }
+
     /// Whether answers come from Katalogus (and so need the background refresh).
     pub fn is_remote(&self) -> bool {
         matches!(self.inner.source, Source::Katalogus(_))

@@ -83,6 +83,9 @@ pub enum ClientError {
         service: &'static str,
         /// The URL path called.
         path: String,
+        /// The `detail` of a JSON body (`{"detail": "…"}`, as the platform's FastAPI services
+        /// answer), which tells the service's own 404 from a proxy's or a router's.
+        detail: Option<String>,
     },
     /// Any other status outside 2xx.
     #[error("{service} {path}: HTTP {status}: {excerpt}")]
@@ -378,9 +381,13 @@ impl ServiceClient {
         if status.is_success() {
             Ok(body)
         } else if status == StatusCode::NOT_FOUND {
+            let detail = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("detail")?.as_str().map(str::to_owned));
             Err(ClientError::NotFound {
                 service: self.name,
                 path,
+                detail,
             })
         } else {
             Err(ClientError::Status {
@@ -654,7 +661,8 @@ mod tests {
             err,
             ClientError::NotFound {
                 service: "katalogus",
-                path: "/missing".into()
+                path: "/missing".into(),
+                detail: Some("Unknown organisation".into()),
             }
         );
         assert_eq!(stub.seen().len(), 2, "one request each, no retries");

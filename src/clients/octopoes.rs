@@ -49,6 +49,21 @@ pub struct ObjectPage {
     pub rejected: Vec<String>,
 }
 
+/// Octopoes' `detail` of a 404 for an organisation it has no node for.
+const NODE_NOT_FOUND: &str = "Node not found";
+
+/// Octopoes' answer about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// It exists.
+    Found(OctopoesObject),
+    /// Octopoes' own "not found": it does not exist at that moment.
+    NotFound,
+    /// A 404 that says nothing of the object (no node for the organisation, not Octopoes'
+    /// JSON); why.
+    Unanswered(String),
+}
+
 /// The Octopoes client.
 #[derive(Debug, Clone)]
 pub struct Octopoes {
@@ -133,6 +148,75 @@ impl Octopoes {
             }
         }
         Ok(out)
+    }
+
+    /// One object of `organisation` as it is at `valid_time` (`GET /{org}/object?reference=&
+    /// valid_time=`, mula's call when it reschedules). Octopoes answers a missing object with a
+    /// 404 whose `detail` names it, and an organisation it has no node for with a 404 `Node not
+    /// found`; only the first is [`Lookup::NotFound`]. A 404 without Octopoes' JSON (a proxy's,
+    /// an older route) says nothing of the object either.
+    pub async fn object(
+        &self,
+        organisation: &str,
+        reference: &str,
+        valid_time: DateTime<Utc>,
+    ) -> Result<Lookup, ClientError> {
+        let valid_time = valid_time.to_rfc3339_opts(SecondsFormat::AutoSi, false);
+        let query = [
+            ("reference", reference),
+            ("valid_time", valid_time.as_str()),
+        ];
+        match self
+            .http
+            .get_json::<Value>(&[organisation, "object"], &query)
+            .await
+        {
+            Ok(item) => {
+                read_object(&item)
+                    .map(Lookup::Found)
+                    .map_err(|error| ClientError::Decode {
+                        service: SERVICE,
+                        path: format!("/{organisation}/object"),
+                        error,
+                    })
+            }
+            Err(ClientError::NotFound { detail, .. }) => Ok(match detail.as_deref() {
+                Some(NODE_NOT_FOUND) => Lookup::Unanswered(format!(
+                    "octopoes has no node for organisation {organisation}"
+                )),
+                Some(_) => Lookup::NotFound,
+                None => Lookup::Unanswered(format!(
+                    "octopoes /{organisation}/object answered 404 without its JSON detail"
+                )),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Which of `clients` (organisations) hold `reference` at `valid_time`, with the object as
+    /// each holds it (`GET /object-clients?reference=&clients=…&valid_time=`, mula's call for
+    /// de-duplication siblings). A 404 is none, as mula reads it; an object one organisation
+    /// returns that cannot be read is left out.
+    pub async fn object_clients(
+        &self,
+        reference: &str,
+        clients: &[String],
+        valid_time: DateTime<Utc>,
+    ) -> Result<Vec<(String, OctopoesObject)>, ClientError> {
+        let valid_time = valid_time.to_rfc3339_opts(SecondsFormat::AutoSi, false);
+        let mut query: Vec<(&str, &str)> = vec![("reference", reference)];
+        query.extend(clients.iter().map(|c| ("clients", c.as_str())));
+        query.push(("valid_time", valid_time.as_str()));
+        let held: serde_json::Map<String, Value> =
+            match self.http.get_json(&["object-clients"], &query).await {
+                Err(ClientError::NotFound { .. }) => return Ok(Vec::new()),
+                other => other?,
+            };
+        Ok(held
+            .into_iter()
+            .filter(|(org, _)| clients.contains(org))
+            .filter_map(|(org, item)| read_object(&item).ok().map(|o| (org, o)))
+            .collect())
     }
 
     /// Whether `GET /{org}/health` answers 2xx with `healthy: true` (when it says).
@@ -305,6 +389,98 @@ mod tests {
         );
         let err = o.objects("org2", 0, 10, Utc::now()).await.unwrap_err();
         assert_eq!(err.status(), Some(404));
+    }
+
+    #[tokio::test]
+    async fn one_object_is_found_or_octopoes_says_it_is_not_and_other_404s_say_nothing() {
+        let stub = Stub::start(|s| match (s.path.as_str(), s.query_pairs()[0].1.as_str()) {
+            ("/org1/object", "Hostname|internet|a.nl") => (
+                200,
+                r#"{"object_type": "Hostname", "primary_key": "Hostname|internet|a.nl",
+                    "scan_profile": {"scan_profile_type": "declared", "level": 2}}"#
+                    .into(),
+            ),
+            // Octopoes' ObjectNotFoundException handler: the detail names the object.
+            ("/org1/object", _) => (404, r#"{"detail": "Hostname|internet|b.nl"}"#.into()),
+            // No node for the organisation: says nothing of the object.
+            ("/nonode/object", _) => (404, r#"{"detail": "Node not found"}"#.into()),
+            _ => (404, "<html>Not Found</html>".into()),
+        });
+        let o = octopoes(&stub);
+        let t = Utc.with_ymd_and_hms(2025, 1, 2, 3, 4, 5).unwrap();
+        assert_eq!(
+            o.object("org1", "Hostname|internet|a.nl", t).await.unwrap(),
+            Lookup::Found(OctopoesObject {
+                reference: "Hostname|internet|a.nl".into(),
+                object_type: "Hostname".into(),
+                scan_level: Some(2),
+                scan_profile_type: Some("declared".into()),
+            })
+        );
+        assert_eq!(
+            o.object("org1", "Hostname|internet|b.nl", t).await.unwrap(),
+            Lookup::NotFound
+        );
+        assert!(matches!(
+            o.object("nonode", "Hostname|internet|a.nl", t).await.unwrap(),
+            Lookup::Unanswered(why) if why.contains("no node")
+        ));
+        assert!(matches!(
+            o.object("proxy", "Hostname|internet|a.nl", t)
+                .await
+                .unwrap(),
+            Lookup::Unanswered(_)
+        ));
+        let seen = &stub.seen()[0];
+        assert_eq!(
+            seen.query_pairs(),
+            [
+                ("reference", "Hostname|internet|a.nl"),
+                ("valid_time", "2025-01-02T03:04:05+00:00"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        let down = Octopoes::new(
+            &format!("http://127.0.0.1:{}", closed_port()),
+            Duration::from_secs(5),
+        )
+        .unwrap()
+        .with_backoff(Backoff {
+            attempts: 1,
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(1),
+        });
+        assert!(matches!(
+            down.object("org1", "x", t).await,
+            Err(ClientError::Unreachable { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_holders_of_an_object_are_asked_with_repeated_clients() {
+        let stub = Stub::start(|s| match s.path.as_str() {
+            "/object-clients" => (
+                200,
+                r#"{"org2": {"object_type": "Hostname", "primary_key": "Hostname|internet|a.nl",
+                             "scan_profile": {"scan_profile_type": "inherited", "level": 1}},
+                    "org9": {"object_type": "Hostname", "primary_key": "Hostname|internet|a.nl"}}"#
+                    .into(),
+            ),
+            _ => (404, r#"{"detail": "Not Found"}"#.into()),
+        });
+        let t = Utc.with_ymd_and_hms(2025, 1, 2, 3, 4, 5).unwrap();
+        let held = octopoes(&stub)
+            .object_clients("Hostname|internet|a.nl", &["org2".into(), "org3".into()], t)
+            .await
+            .unwrap();
+        assert_eq!(held.len(), 1, "org9 was not asked about");
+        assert_eq!(held[0].0, "org2");
+        assert_eq!(held[0].1.scan_level, Some(1));
+        assert_eq!(
+            stub.seen()[0].query,
+            "reference=Hostname%7Cinternet%7Ca.nl&clients=org2&clients=org3\
+             &valid_time=2025-01-02T03%3A04%3A05%2B00%3A00"
+        );
     }
 
     #[tokio::test]

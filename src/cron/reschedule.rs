@@ -2,10 +2,16 @@
 //! become tasks, oldest due first, a page at a time, with no cap (mula handles at most 100 a
 //! minute, newest first).
 //!
-//! Per boefje schedule, as mula: its plugin gone or disabled, its object gone from the frontier,
-//! or the object no longer permitted (type not consumed, scan level too low) → the schedule is
-//! disabled with the reason stored. Otherwise a task with the plugin's current data. A report
-//! schedule's task is its data.
+//! Per boefje schedule, as mula: its plugin gone or disabled, its object gone, or the object no
+//! longer permitted (type not consumed, scan level too low) → the schedule is disabled with the
+//! reason stored. Otherwise a task with the plugin's current data. A report schedule's task is
+//! its data.
+//!
+//! **Unknown is not gone.** The frontier is a mirror, never the verdict: an object it lacks is
+//! asked of Octopoes ([`ObjectLookup`]), and only Octopoes' own "not found" or a frontier row
+//! marked gone disables a schedule. While Octopoes cannot answer (down, erroring, backing off,
+//! this tick's budget of calls spent), or when none is configured to ask, the schedule waits:
+//! neither fired nor disabled, its deadline kept, so it fires once on a later tick that knows.
 //!
 //! **Each fire once.** A fire's task id is derived from the schedule and the deadline it fires
 //! for (UUID v5), and the schedule's next deadline is written only after the push committed: a
@@ -15,6 +21,7 @@
 //! skipped, and the deadline moves on: the schedule is not re-examined every tick until then.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -27,6 +34,7 @@ use crate::clients::catalogue::Catalogue;
 use crate::domain::SchedulerId;
 use crate::domain::plugin::{Plugin, PluginType};
 use crate::domain::schedule::Cadence;
+use crate::frontier::lookup::{Known, ObjectLookup};
 use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushRequest, QueueError};
 use crate::scoring::{ScoreInput, Scorer};
@@ -42,8 +50,12 @@ pub const DEFAULT_GRACE_SECS: u64 = 86_400;
 
 /// The rescheduling entry of a component.
 pub struct Reschedule {
-    /// Schedules and the frontier.
+    /// Schedules and task history.
     pub pool: DbPool,
+    /// What is known of schedules' objects: the frontier, and Octopoes for what it lacks.
+    pub lookup: ObjectLookup,
+    /// Octopoes calls one tick may make; the schedules beyond wait for the next tick.
+    pub lookup_budget: usize,
     /// Where tasks go.
     pub broker: Broker,
     /// Plugins, for boefje schedules.
@@ -105,6 +117,22 @@ pub fn fire_id(schedule: &str, deadline: Option<NaiveDateTime>) -> Uuid {
     Uuid::new_v5(&Uuid::NAMESPACE_OID, name.as_bytes())
 }
 
+/// The boefje a schedule's data names (`data.boefje.id`).
+fn boefje_id(data: &Map<String, Value>) -> &str {
+    data.get("boefje")
+        .and_then(|b| b.get("id"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The catalogue's boefje a schedule's data names.
+fn plugin_of<'a>(plugins: &'a [Plugin], data: &Map<String, Value>) -> Option<&'a Plugin> {
+    let boefje = boefje_id(data);
+    plugins
+        .iter()
+        .find(|p| p.id == boefje && p.plugin_type == PluginType::Boefje)
+}
+
 fn permitted(p: &Plugin, object: &FrontierRow) -> Result<(), String> {
     if !p.consumes.iter().any(|t| t == &object.object_type) {
         return Err(format!(
@@ -154,13 +182,22 @@ impl Reschedule {
             .map(|t| t.naive_utc())
     }
 
-    async fn decide_boefjes(&self, rows: &[ScheduleRow], tick: &Tick) -> Vec<Decision> {
+    async fn decide_boefjes(
+        &self,
+        rows: &[ScheduleRow],
+        tick: &Tick,
+        budget: &AtomicUsize,
+    ) -> Vec<Decision> {
         // The catalogue and the frontier per organisation, read once for the page.
         let mut by_org: HashMap<&str, Vec<usize>> = HashMap::new();
         for (i, r) in rows.iter().enumerate() {
             by_org.entry(r.organisation.as_str()).or_default().push(i);
         }
         let mut out: Vec<Option<Decision>> = rows.iter().map(|_| None).collect();
+        if !self.catalogue.is_configured() {
+            // No catalogue to ask: a plugin it lacks is unknown, not gone.
+            return rows.iter().map(|_| Decision::Wait).collect();
+        }
         for (org, idx) in by_org {
             let plugins = match self.catalogue.plugins(org).await {
                 Ok(p) => p,
@@ -175,8 +212,11 @@ impl Reschedule {
                 .iter()
                 .map(|&i| serde_json::from_str(&rows[i].data).unwrap_or_default())
                 .collect();
+            // Only the objects of schedules that may fire are looked up (Octopoes calls are
+            // bounded per tick; a schedule whose plugin is gone is disabled without one).
             let refs: Vec<String> = data
                 .iter()
+                .filter(|d| plugin_of(&plugins, d).is_some_and(|p| p.enabled))
                 .filter_map(|d| {
                     d.get("input_ooi")
                         .and_then(Value::as_str)
@@ -191,53 +231,49 @@ impl Reschedule {
             } else {
                 HashMap::new()
             };
-            let o = org.to_owned();
-            let objects: HashMap<String, FrontierRow> = match self
-                .db(move |c| Ok(storage::frontier::get_many(c, &o, &refs)?))
-                .await
-            {
-                Ok(rows) => rows.into_iter().map(|r| (r.reference.clone(), r)).collect(),
-                Err(_) => {
-                    for i in idx {
-                        out[i] = Some(Decision::Wait);
+            let objects: HashMap<String, Known> =
+                match self.lookup.objects(org, &refs, budget).await {
+                    Ok(known) => known,
+                    Err(_) => {
+                        for i in idx {
+                            out[i] = Some(Decision::Wait);
+                        }
+                        continue;
                     }
-                    continue;
-                }
-            };
+                };
             for (&i, d) in idx.iter().zip(data) {
                 let row = &rows[i];
                 let disable = |reason: String| Decision::Disable {
                     id: row.id.clone(),
                     reason,
                 };
-                let boefje = d
-                    .get("boefje")
-                    .and_then(|b| b.get("id"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let plugin = plugins
-                    .iter()
-                    .find(|p| p.id == boefje && p.plugin_type == PluginType::Boefje);
+                let boefje = boefje_id(&d);
+                let plugin = plugin_of(&plugins, &d);
                 let reference = d.get("input_ooi").and_then(Value::as_str);
                 out[i] = Some(match plugin {
                     None => disable(format!("plugin {boefje} is gone from the catalogue")),
                     Some(p) if !p.enabled => disable(format!("plugin {boefje} is disabled")),
                     Some(p) => {
-                        let object = reference.map(|r| objects.get(r));
+                        let object = match reference.map(|r| (r, objects.get(r))) {
+                            None => Ok(None),
+                            Some((r, Some(Known::Gone))) => {
+                                Err(Some(format!("object {r} is gone")))
+                            }
+                            Some((_, Some(Known::Present(o)))) => match permitted(p, o) {
+                                Ok(()) => Ok(Some(o)),
+                                Err(why) => Err(Some(why)),
+                            },
+                            // Nothing says whether it exists: neither fire nor disable.
+                            Some((_, Some(Known::Unavailable | Known::Unverifiable) | None)) => {
+                                Err(None)
+                            }
+                        };
                         match object {
-                            Some(None) => {
-                                disable(format!("object {} is gone", reference.unwrap_or_default()))
-                            }
-                            Some(Some(o)) if o.gone_at.is_some() => {
-                                disable(format!("object {} is gone", o.reference))
-                            }
-                            Some(Some(o)) if permitted(p, o).is_err() => {
-                                disable(permitted(p, o).err().unwrap_or_default())
-                            }
-                            object => {
+                            Err(Some(reason)) => disable(reason),
+                            Err(None) => Decision::Wait,
+                            Ok(object) => {
                                 let data = boefje_data(p, reference.unwrap_or_default(), org);
                                 let last = row.hash.as_ref().and_then(|h| history.get(h));
-                                let object = object.flatten();
                                 let input = ScoreInput {
                                     now: tick.at,
                                     last_run: last.map(|(t, _)| t.and_utc()),
@@ -309,9 +345,9 @@ impl Reschedule {
     }
 
     /// One page's decisions, sorted by what the write stage does with them.
-    async fn prepare(&self, rows: &[ScheduleRow], tick: &Tick) -> Prepared {
+    async fn prepare(&self, rows: &[ScheduleRow], tick: &Tick, budget: &AtomicUsize) -> Prepared {
         let decisions = match tick.component {
-            SchedulerId::Boefje => self.decide_boefjes(rows, tick).await,
+            SchedulerId::Boefje => self.decide_boefjes(rows, tick, budget).await,
             _ => rows
                 .iter()
                 .map(|r| {
@@ -417,6 +453,7 @@ impl Reschedule {
         &self,
         tick: &Tick,
         after: Option<(NaiveDateTime, String)>,
+        budget: &AtomicUsize,
     ) -> Result<Option<Page>, String> {
         let (s, now) = (tick.component, tick.at.naive_utc());
         let rows = self
@@ -429,7 +466,7 @@ impl Reschedule {
         Ok(Some(Page {
             full: rows.len() == PAGE,
             last,
-            prepared: self.prepare(&rows, tick).await,
+            prepared: self.prepare(&rows, tick, budget).await,
         }))
     }
 }
@@ -481,11 +518,12 @@ impl Entry for Reschedule {
             let s = tick.component;
             let mut n = Counts::default();
             let mut settling: Option<Fut<'a, Result<Counts, String>>> = None;
-            let mut next = self.next_page(tick, None).await?;
+            let budget = AtomicUsize::new(self.lookup_budget);
+            let mut next = self.next_page(tick, None, &budget).await?;
             while let Some(page) = next {
                 let reading = async {
                     match page.full {
-                        true => self.next_page(tick, Some(page.last)).await,
+                        true => self.next_page(tick, Some(page.last), &budget).await,
                         false => Ok(None),
                     }
                 };

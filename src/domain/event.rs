@@ -44,7 +44,7 @@ pub struct ObjectEvent {
     pub organisation: String,
     /// The object reference (`primary_key`), e.g. `Hostname|internet|example.com`.
     pub reference: String,
-    /// The object (absent on a delete).
+    /// The object; always `None` on a delete, whatever the message's `value` held.
     pub object: Option<ObjectState>,
 }
 
@@ -114,7 +114,13 @@ pub fn parse_object_event(body: &[u8]) -> Result<ObjectEvent, EventError> {
     };
     let organisation = text(&msg, "client_id", "message")?;
     let reference = text(&msg, "primary_key", "message")?;
-    let object = match msg.get("value") {
+    // The operation decides: a delete removes the object whatever `value` holds (Octopoes may
+    // send the deleted object along), so its value is not read at all.
+    let value = match operation {
+        Operation::Delete => None,
+        _ => msg.get("value"),
+    };
+    let object = match value {
         None | Some(Value::Null) => None,
         Some(value) => {
             let value = object_of(value, "message.value")?;
@@ -254,6 +260,24 @@ mod tests {
                 .0
                 .starts_with("not JSON")
         );
+    }
+
+    #[test]
+    fn a_delete_carrying_its_object_is_still_a_delete() {
+        // Octopoes may send the deleted object along; the operation decides, whatever `value`
+        // holds (even a value that would not parse as an object).
+        for value in [
+            json!({"primary_key": "Hostname|internet|a.nl", "object_type": "Hostname",
+                   "scan_profile": {"level": 2, "scan_profile_type": "declared"}}),
+            json!({"object_type": 7}),
+            json!("gone"),
+        ] {
+            let delete = json!({"operation": "DELETE", "primary_key": "Hostname|internet|a.nl",
+                "value": value, "client_id": "org1"});
+            let e = parse_object_event(delete.to_string().as_bytes()).unwrap();
+            assert_eq!(e.operation, Operation::Delete);
+            assert!(e.object.is_none(), "{value}");
+        }
     }
 
     #[test]

@@ -228,6 +228,20 @@ impl TaskStatus {
             Err(IllegalTransition { from: self, to })
         }
     }
+
+    /// [`Self::check_patch`] for a task the broker took back from a holder whose lease expired
+    /// (re-queued, or failed with its attempts used up). Its holder may still report: a late
+    /// `running` or a late result is accepted, since the work did start or finish, so a waiting
+    /// task may also move to `running` or `completed`, and a failed one to `running` or
+    /// `completed`. Running it again, or refusing the result it produced, helps nobody.
+    pub fn check_late_patch(self, to: TaskStatus) -> Result<(), IllegalTransition> {
+        use TaskStatus::*;
+        let late = matches!(
+            (self, to),
+            (Queued | Pending, Running | Completed) | (Failed, Running | Completed)
+        );
+        if late { Ok(()) } else { self.check_patch(to) }
+    }
 }
 
 /// Where the broker puts a waiting task: in its scheduler's heap (`queued`) or, when the heap is
@@ -373,6 +387,22 @@ mod tests {
         ] {
             assert!(from.check_patch(to).is_ok(), "{from} -> {to}");
         }
+    }
+
+    #[test]
+    fn a_task_taken_back_for_an_expired_lease_takes_its_holders_late_word() {
+        for from in [Queued, Pending, Failed] {
+            for to in [Running, Completed] {
+                assert_eq!(from.check_late_patch(to), Ok(()), "{from} -> {to}");
+                assert!(from.check_patch(to).is_err(), "{from} -> {to} only late");
+            }
+        }
+        assert_eq!(Queued.check_late_patch(Failed), Ok(()));
+        // Nothing else opens: a completed or cancelled task stays so, only the broker dispatches.
+        assert!(Completed.check_late_patch(Running).is_err());
+        assert!(Cancelled.check_late_patch(Completed).is_err());
+        assert!(Failed.check_late_patch(Queued).is_err());
+        assert!(Queued.check_late_patch(Dispatched).is_err());
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! normalizers for. This module is the only writer of the `frontier` and `raw_files` tables;
 //! each write is an upsert that changes nothing when the same event comes twice.
 
+pub mod lookup;
+
 use std::collections::HashMap;
 
 use chrono::NaiveDateTime;
@@ -265,6 +267,17 @@ impl Frontier {
     ) -> Result<Vec<FrontierRow>, StorageError> {
         let (reference, orgs) = (reference.to_owned(), organisations.to_vec());
         self.write(move |c| Ok(frontier::holders(c, &reference, &orgs)?))
+            .await
+    }
+
+    /// The rows of `references` of `organisation` the frontier holds (gone ones too).
+    pub async fn objects(
+        &self,
+        organisation: &str,
+        references: &[String],
+    ) -> Result<Vec<FrontierRow>, StorageError> {
+        let (org, references) = (organisation.to_owned(), references.to_vec());
+        self.write(move |c| Ok(frontier::get_many(c, &org, &references)?))
             .await
     }
 

@@ -23,7 +23,7 @@ use crate::domain::event::{ObjectEvent, RawFileEvent};
 use crate::domain::payload::hash_for;
 use crate::domain::plugin::Plugin;
 use crate::domain::schedule::Cadence;
-use crate::frontier::Frontier;
+use crate::frontier::lookup::ObjectLookup;
 use crate::queue::{Broker, PushRequest, QueueError};
 use crate::schedules::{Schedules, Seed};
 use crate::scoring::{ScoreInput, Scorer};
@@ -72,8 +72,9 @@ pub type Planned = Result<usize, PlanError>;
 pub struct Planner {
     /// Where tasks go.
     pub broker: Broker,
-    /// Who else holds an object (de-duplication siblings).
-    pub frontier: Frontier,
+    /// Who else holds an object (de-duplication siblings): the frontier, and Octopoes for the
+    /// organisations it has no row of.
+    pub objects: ObjectLookup,
     /// Which plugins run where.
     pub catalogue: Catalogue,
     /// Priorities are creation times.
@@ -356,7 +357,7 @@ impl Planner {
             return Ok(Vec::new());
         }
         let rows = self
-            .frontier
+            .objects
             .holders(&event.reference, &others)
             .await
             .map_err(|e| PlanError::Passing(e.to_string()))?;

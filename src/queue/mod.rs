@@ -61,8 +61,13 @@ pub struct SchedulerLimits {
     pub when_full: WhenFull,
     /// How long a popped task may stay `dispatched` before it must be `running`.
     pub dispatch_timeout: Duration,
-    /// How long a `running` task may go without finishing or a renewing `PATCH running`.
+    /// How long a `running` task may go without finishing or a renewing `PATCH running`, once
+    /// its holder has sent one such heartbeat.
     pub run_timeout: Duration,
+    /// How long a `running` task whose holder never renewed its lease may go without finishing
+    /// (the longer of this and `run_timeout` applies): OpenKAT's runners send no heartbeat, and a
+    /// boefje may run for hours.
+    pub unrenewed_run_timeout: Duration,
     /// How many leases a task may let expire; at that count it is failed instead of re-queued.
     pub max_attempts: u32,
 }

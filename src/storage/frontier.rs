@@ -335,19 +335,37 @@ pub fn progress_save(
 }
 
 /// Marks an object gone (once: a second delete changes nothing). Returns whether it changed.
+///
+/// An object the frontier never held gets a row marked gone too: the delete is Octopoes' word,
+/// and without the row the object would be unknown rather than gone. Its type is read from the
+/// reference (`Hostname|internet|example.com`), as the frontier has no other.
 pub fn mark_gone(
     conn: &mut AnyConnection,
     organisation: &str,
     reference: &str,
     now: NaiveDateTime,
 ) -> QueryResult<bool> {
-    let mut q = sql(conn, "UPDATE frontier SET gone_at = ");
-    q.bind(now)
-        .push(" WHERE organisation = ")
-        .bind(organisation)
-        .push(" AND reference = ")
+    let object_type = reference.split('|').next().unwrap_or_default();
+    let mut q = sql(
+        conn,
+        "INSERT INTO frontier (organisation, reference, object_type, scan_level, \
+         scan_profile_type, first_seen, last_seen, gone_at) VALUES (",
+    );
+    q.bind(organisation)
+        .push(", ")
         .bind(reference)
-        .push(" AND gone_at IS NULL");
+        .push(", ")
+        .bind(object_type)
+        .push(", NULL, NULL, ")
+        .bind(now)
+        .push(", ")
+        .bind(now)
+        .push(", ")
+        .bind(now)
+        .push(
+            ") ON CONFLICT (organisation, reference) DO UPDATE SET gone_at = excluded.gone_at \
+             WHERE frontier.gone_at IS NULL",
+        );
     Ok(q.execute(conn)? > 0)
 }
 

@@ -373,7 +373,7 @@ async fn a_priority_patch_reorders_the_queue(backend: Backend) {
         .patch_task(&id_of(&second), &json!({"priority": 2}))
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let popped = app.pop_ok("boefje", 2, None).await;
+    let popped = app.pop_many("boefje", 2, None).await;
     assert_eq!(popped[0]["id"], second["id"]);
     assert_eq!(popped[1]["id"], first["id"]);
 }

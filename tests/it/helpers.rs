@@ -428,9 +428,29 @@ impl TestApp {
         body["results"].as_array().expect("results").clone()
     }
 
-    /// Pops (asserting 200) and returns the popped tasks' ids, in pop order.
+    /// Pops (asserting 200) up to `limit` tasks, answer after answer until one is empty or
+    /// `limit` are in: a boefje answer is one unit (a task, or a de-duplication group),
+    /// whatever its `limit`. Answers the tasks in pop order.
+    pub async fn pop_many(
+        &self,
+        scheduler: &str,
+        limit: usize,
+        filter: Option<&Value>,
+    ) -> Vec<Value> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let got = self.pop_ok(scheduler, limit - out.len(), filter).await;
+            if got.is_empty() {
+                break;
+            }
+            out.extend(got);
+        }
+        out
+    }
+
+    /// [`Self::pop_many`] without a filter, as the popped tasks' ids.
     pub async fn pop_ids(&self, scheduler: &str, limit: usize) -> Vec<String> {
-        self.pop_ok(scheduler, limit, None)
+        self.pop_many(scheduler, limit, None)
             .await
             .iter()
             .map(id_of)

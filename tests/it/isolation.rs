@@ -73,7 +73,7 @@ async fn a_command_the_database_rejects_fails_alone(backend: Backend) {
     // The heap matches the table: exactly the good pushes are queued.
     let s: serde_json::Value = app.get("/schedulers/boefje").await.json().await.unwrap();
     assert_eq!(s["qsize"], 36);
-    assert_eq!(app.pop_ok("boefje", 100, None).await.len(), 36);
+    assert_eq!(app.pop_many("boefje", 100, None).await.len(), 36);
 }
 
 crate::backend_tests!(a_command_the_database_rejects_fails_alone);

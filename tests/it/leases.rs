@@ -1,6 +1,8 @@
 //! Leases and the watchdog: a popped task must become `running` within the dispatch timeout and
 //! finish within the run timeout (renewed by `PATCH running`); otherwise it is queued again with
-//! its attempt count raised, keeping its id, and failed once its attempts are used up.
+//! its attempt count raised, keeping its id, and failed once its attempts are used up. A holder
+//! that never renews (OpenKAT's runners) gets the longer unrenewed run lease, and a holder whose
+//! lease expired may still report: its late `running` or result is taken.
 
 use chrono::Duration;
 use reqwest::StatusCode;
@@ -11,6 +13,7 @@ use crate::helpers::*;
 fn leases(s: &mut kat_scheduler::config::Settings) {
     s.queue.dispatch_timeout_secs = 60;
     s.queue.run_timeout_secs = 100;
+    s.queue.unrenewed_run_timeout_secs = 100;
     s.queue.max_attempts = 3;
 }
 
@@ -120,9 +123,134 @@ async fn a_task_that_uses_up_its_attempts_is_failed_with_the_reason(backend: Bac
         "lease expired while dispatched, 2 of 2 attempts used"
     );
     assert!(app.pop_ok("report", 1, None).await.is_empty());
-    // Terminal: the late worker's completion is refused.
+    // The late worker did finish it after all: its result is taken.
     let resp = app.patch_task(&id, &json!({"status": "completed"})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let done = app.task(&id).await;
+    assert_eq!(
+        (done["status"].clone(), done["failure_reason"].clone()),
+        (json!("completed"), Value::Null)
+    );
+    // An operator's cancellation is final, whatever a late worker says.
+    let other = app.push_ok("report", &report_push("org1", "s", 3)).await;
+    app.patch_task(&id_of(&other), &json!({"status": "cancelled"}))
+        .await;
+    let resp = app
+        .patch_task(&id_of(&other), &json!({"status": "completed"}))
+        .await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
+}
+
+/// OpenKAT's runners: `PATCH running` once, no heartbeat, then the result hours later.
+fn runners_defaults(s: &mut kat_scheduler::config::Settings) {
+    s.queue.dispatch_timeout_secs = 60;
+    s.queue.run_timeout_secs = 100;
+    s.queue.unrenewed_run_timeout_secs = 1000;
+    s.queue.max_attempts = 3;
+}
+
+async fn a_runner_that_never_heartbeats_finishes_after_the_run_timeout_and_its_result_stands(
+    backend: Backend,
+) {
+    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+        return;
+    };
+    let task = app
+        .push_ok("boefje", &boefje_push("org1", "nmap", None, 3))
+        .await;
+    let id = id_of(&task);
+    app.pop_ok("boefje", 1, None).await;
+    let running: Value = app
+        .patch_task(&id, &json!({"status": "running"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        lease_of(&running),
+        app.now() + Duration::seconds(1000),
+        "no heartbeat yet: the unrenewed run lease"
+    );
+    app.advance(Duration::seconds(500));
+    assert_eq!(
+        app.sweep().await,
+        Default::default(),
+        "past the run timeout, within the unrenewed lease: not run again"
+    );
+    let resp = app.patch_task(&id, &json!({"status": "completed"})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let done = app.task(&id).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["attempts"], 0);
+    assert!(app.pop_ok("boefje", 1, None).await.is_empty());
+}
+
+async fn a_late_result_is_taken_and_the_copy_waiting_again_withdrawn(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+        return;
+    };
+    let slow = app
+        .push_ok("boefje", &boefje_push("org1", "slow", None, 3))
+        .await;
+    let late_start = app
+        .push_ok("boefje", &boefje_push("org1", "late-start", None, 4))
+        .await;
+    let (slow_id, late_id) = (id_of(&slow), id_of(&late_start));
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![slow_id.clone()]);
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![late_id.clone()]);
+    app.patch_task(&slow_id, &json!({"status": "running"}))
+        .await;
+    // The slow one outlives even the unrenewed lease; the other sat in its runner's local
+    // queue past the dispatch lease. Both are queued again.
+    app.advance(Duration::seconds(1001));
+    assert_eq!(app.sweep().await.requeued.len(), 2);
+    assert_eq!(app.task(&slow_id).await["status"], "queued");
+
+    let resp = app
+        .patch_task(&slow_id, &json!({"status": "completed"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK, "{}", detail(resp).await);
+    let done = app.task(&slow_id).await;
+    assert_eq!(
+        (done["status"].clone(), done["failure_reason"].clone()),
+        (json!("completed"), Value::Null)
+    );
+    let resp = app
+        .patch_task(&late_id, &json!({"status": "running"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK, "{}", detail(resp).await);
+    let running = app.task(&late_id).await;
+    assert_eq!(running["status"], "running");
+    assert_eq!(lease_of(&running), app.now() + Duration::seconds(1000));
+    assert!(
+        app.pop_ok("boefje", 10, None).await.is_empty(),
+        "the copies waiting again were withdrawn: nothing runs twice"
+    );
+    let resp = app
+        .patch_task(&late_id, &json!({"status": "completed"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+/// Handed out again before the first holder reports: its result completes the task, and the
+/// second holder's `PATCH running` is refused (409), so that runner does not run it again.
+async fn a_late_result_after_the_task_was_handed_out_again_completes_it(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+        return;
+    };
+    let task = app
+        .push_ok("boefje", &boefje_push("org1", "a", None, 3))
+        .await;
+    let id = id_of(&task);
+    app.pop_ok("boefje", 1, None).await;
+    app.advance(Duration::seconds(61));
+    assert_eq!(app.sweep().await.requeued.len(), 1);
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
+    let resp = app.patch_task(&id, &json!({"status": "completed"})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = app.patch_task(&id, &json!({"status": "running"})).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert_eq!(app.task(&id).await["status"], "completed");
 }
 
 async fn finished_and_waiting_tasks_hold_no_lease(backend: Backend) {
@@ -172,4 +300,7 @@ crate::backend_tests!(
     a_task_that_uses_up_its_attempts_is_failed_with_the_reason,
     finished_and_waiting_tasks_hold_no_lease,
     a_worker_giving_a_task_back_clears_its_lease,
+    a_runner_that_never_heartbeats_finishes_after_the_run_timeout_and_its_result_stands,
+    a_late_result_is_taken_and_the_copy_waiting_again_withdrawn,
+    a_late_result_after_the_task_was_handed_out_again_completes_it,
 );

@@ -317,6 +317,24 @@ async fn poison_is_dead_lettered_and_never_stalls_the_queue(backend: Backend) {
 }
 
 async fn a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only(backend: Backend) {
+    let delete = json!({"operation": "delete", "primary_key": "Hostname|internet|shared.nl",
+        "client_id": "org1"});
+    deleting_cancels_that_organisations_waiting_tasks(backend, delete).await;
+}
+
+/// Octopoes' delete may carry the deleted object as `value`: still a delete.
+async fn a_delete_carrying_its_object_cancels_as_one_without(backend: Backend) {
+    let delete = object(
+        "delete",
+        "org1",
+        "Hostname|internet|shared.nl",
+        "Hostname",
+        1,
+    );
+    deleting_cancels_that_organisations_waiting_tasks(backend, delete).await;
+}
+
+async fn deleting_cancels_that_organisations_waiting_tasks(backend: Backend, delete: Value) {
     let Some(s) = Setup::new(backend, 100).await else {
         return;
     };
@@ -334,8 +352,7 @@ async fn a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only(b
     ))
     .await;
     s.handled(3).await;
-    s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
-        .await;
+    s.mutation(delete).await;
     s.handled(4).await;
     let cancelled: Value = s
         .app
@@ -548,6 +565,66 @@ async fn katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_
     s.cleanup().await;
 }
 
+/// The frontier has not heard that `b` holds the object (no event of b's yet): Octopoes, asked
+/// as mula asks it (`/object-clients`), says so, and b's sibling joins a's task.
+async fn a_sibling_only_octopoes_knows_of_joins_the_group(backend: Backend) {
+    let katalogus = KatalogusState::default();
+    for (org, other) in [("a", "b"), ("b", "a")] {
+        katalogus.plugins.lock().unwrap().insert(
+            org.into(),
+            vec![katalogus_boefje("dns-records", &["Hostname"], 1, true)],
+        );
+        katalogus
+            .duplicates
+            .lock()
+            .unwrap()
+            .insert((org.into(), "dns-records".into()), vec![other.into()]);
+    }
+    let k = katalogus.serve();
+    let reference = "Hostname|internet|shared.nl";
+    let octopoes = OctopoesState::default();
+    for org in ["a", "b"] {
+        octopoes.set(org, vec![octopoes_object(reference, "Hostname", 1)]);
+    }
+    let o = octopoes.serve();
+    let (ku, ou) = (k.url.clone(), o.url.clone());
+    let Some(s) = Setup::with(backend, 100, move |s| {
+        s.clients.katalogus_api = ku;
+        s.clients.octopoes_api = ou;
+    })
+    .await
+    else {
+        return;
+    };
+    s.mutation(object("create", "a", reference, "Hostname", 1))
+        .await;
+    s.handled(1).await;
+    let group = s.app.pop_ok("boefje", 1, None).await;
+    let mut orgs: Vec<&str> = group
+        .iter()
+        .map(|t| t["organisation"].as_str().unwrap())
+        .collect();
+    orgs.sort();
+    assert_eq!(
+        orgs,
+        vec!["a", "b"],
+        "b's sibling, known from Octopoes alone"
+    );
+    assert!(
+        group
+            .iter()
+            .all(|t| t["data"]["deduplication_key"] == group[0]["id"])
+    );
+    assert!(
+        o.seen().iter().any(|r| r.path == "/object-clients"
+            && r.param("clients") == Some("b")
+            && r.param("reference") == Some(reference)),
+        "{:?}",
+        o.seen()
+    );
+    s.cleanup().await;
+}
+
 async fn organisations_sharing_a_boefje_get_one_group_popped_together(backend: Backend) {
     let katalogus = KatalogusState::default();
     for org in ["a", "b", "c"] {
@@ -577,7 +654,7 @@ async fn organisations_sharing_a_boefje_get_one_group_popped_together(backend: B
         s.mutation(object("create", org, reference, "Hostname", 1))
             .await;
         s.handled(n as u64 + 1).await;
-        for t in s.app.pop_ok("boefje", 10, None).await {
+        for t in s.app.pop_many("boefje", 10, None).await {
             let id = id_of(&t);
             s.app.patch_task(&id, &json!({"status": "running"})).await;
             s.app.patch_task(&id, &json!({"status": "completed"})).await;
@@ -608,9 +685,11 @@ crate::backend_tests!(
     the_planner_waits_for_the_previous_run_of_the_same_work_to_finish,
     katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_events,
     organisations_sharing_a_boefje_get_one_group_popped_together,
+    a_sibling_only_octopoes_knows_of_joins_the_group,
     a_lost_connection_loses_no_message,
     an_object_event_becomes_the_tasks_its_plugins_allow,
     poison_is_dead_lettered_and_never_stalls_the_queue,
     a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only,
+    a_delete_carrying_its_object_cancels_as_one_without,
     a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error,
 );

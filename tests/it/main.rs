@@ -32,3 +32,4 @@ mod process;
 mod queue_rules;
 mod recovery;
 mod schedules;
+mod unknown_objects;

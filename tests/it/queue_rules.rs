@@ -41,7 +41,7 @@ async fn pops_come_lowest_priority_first_then_oldest(backend: Backend) {
     let mut popped = Vec::new();
     // Mixed limits: the order holds across pops of one and of several.
     for limit in [1, 3, 1, 5] {
-        popped.extend(app.pop_ok("boefje", limit, None).await.iter().map(id_of));
+        popped.extend(app.pop_many("boefje", limit, None).await.iter().map(id_of));
     }
     assert_eq!(popped, expected);
 }
@@ -363,7 +363,84 @@ async fn a_boefje_pop_hands_out_a_de_duplication_group_together_and_each_task_on
     assert!(app.pop_ids("boefje", 5).await.is_empty());
 }
 
+/// The boefje runtime with `DEDUPLICATE=true` (`boefjes/worker/manager.py`): an answer's first
+/// task runs and every other task of the answer is patched to the first's outcome, its raw
+/// files copied. Answers, per answer, the task run and the tasks so marked.
+fn deduplicating_runner(answer: &[Value]) -> (String, Vec<String>) {
+    let (first, rest) = answer.split_first().expect("a non-empty answer");
+    (id_of(first), rest.iter().map(id_of).collect())
+}
+
+async fn a_boefje_answer_is_one_task_or_one_group_at_every_limit(backend: Backend) {
+    for limit in [1, 10] {
+        let Some(app) = spawn_app(backend).await else {
+            return;
+        };
+        let key = uuid::Uuid::new_v4().to_string();
+        let lone = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org0", "nmap", Some("IPAddressV4|internet|10.0.0.1"), 2),
+            )
+            .await;
+        let mut group = Vec::new();
+        for org in ["org1", "org2", "org3"] {
+            let t = app
+                .push_ok(
+                    "boefje",
+                    &sibling_push(org, &key, 3, "Hostname|internet|a.nl"),
+                )
+                .await;
+            group.push(id_of(&t));
+        }
+        let b = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org0", "dns", Some("Hostname|internet|b.nl"), 4),
+            )
+            .await;
+        let c = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org0", "dns", Some("Hostname|internet|c.nl"), 5),
+            )
+            .await;
+        let mut answers = Vec::new();
+        loop {
+            let got = app.pop_ok("boefje", limit, None).await;
+            if got.is_empty() {
+                break;
+            }
+            answers.push(got);
+        }
+        let ids: Vec<Vec<String>> = answers
+            .iter()
+            .map(|a| a.iter().map(id_of).collect())
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                vec![id_of(&lone)],
+                group.clone(),
+                vec![id_of(&b)],
+                vec![id_of(&c)]
+            ],
+            "limit {limit}: best first, the group whole, nothing mixed in"
+        );
+        for answer in &answers {
+            let (run, marked) = deduplicating_runner(answer);
+            for m in marked {
+                assert!(
+                    group.contains(&m) && group.contains(&run),
+                    "limit {limit}: {m} would be marked done by the run of {run}"
+                );
+            }
+        }
+    }
+}
+
 crate::backend_tests!(
+    a_boefje_answer_is_one_task_or_one_group_at_every_limit,
     pops_come_lowest_priority_first_then_oldest,
     equal_priorities_pop_in_push_order_even_within_a_microsecond,
     a_scheduler_only_pops_its_own_tasks,

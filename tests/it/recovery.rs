@@ -27,7 +27,7 @@ async fn tasks_queued_before_a_restart_pop_in_the_same_order_after_it(backend: B
         ));
     }
     // Some work is already out, cancelled or re-prioritised before the restart.
-    let first = app.pop_ok("boefje", 3, None).await;
+    let first = app.pop_many("boefje", 3, None).await;
     let out: Vec<String> = first.iter().map(id_of).collect();
     let cancelled = expected[10].2.clone();
     assert_eq!(

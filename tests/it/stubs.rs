@@ -139,15 +139,23 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
            "name": reference.rsplit('|').next().unwrap_or(reference)})
 }
 
-/// Octopoes: per organisation a list of objects, paged by `offset` and `limit`; an organisation
-/// can be made to fail (500) from an offset on.
+/// Octopoes: per organisation a list of objects, paged by `offset` and `limit`, and one object
+/// by its reference (`GET /{org}/object`: 404 naming the object when the organisation lacks it,
+/// 404 `Node not found` for an organisation it has no node for, as Octopoes answers); an
+/// organisation can be made to fail (500) from an offset on, and the whole service to answer
+/// 503 while it is down.
 #[derive(Clone, Default)]
 pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub fail_from: Arc<Mutex<HashMap<String, u64>>>,
+    pub down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl OctopoesState {
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub fn set(&self, org: &str, objects: Vec<Value>) {
         self.objects.lock().unwrap().insert(org.to_owned(), objects);
     }
@@ -163,8 +171,39 @@ impl OctopoesState {
     pub fn serve(&self) -> Stub {
         let state = self.clone();
         Stub::start(move |seen| {
+            if state.down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Reply::status(503, "<html>503 Service Unavailable</html>");
+            }
             let parts: Vec<&str> = seen.path.trim_start_matches('/').split('/').collect();
             match parts.as_slice() {
+                ["object-clients"] => {
+                    let reference = seen.param("reference").unwrap_or_default();
+                    let objects = state.objects.lock().unwrap();
+                    let held: serde_json::Map<String, Value> = seen
+                        .query
+                        .iter()
+                        .filter(|(k, _)| k == "clients")
+                        .filter_map(|(_, org)| {
+                            let o = objects
+                                .get(org)?
+                                .iter()
+                                .find(|o| o["primary_key"] == reference)?;
+                            Some((org.clone(), o.clone()))
+                        })
+                        .collect();
+                    Reply::json(Value::Object(held))
+                }
+                [org, "object"] => {
+                    let reference = seen.param("reference").unwrap_or_default();
+                    let objects = state.objects.lock().unwrap();
+                    let Some(all) = objects.get(*org) else {
+                        return Reply::status(404, r#"{"detail": "Node not found"}"#);
+                    };
+                    match all.iter().find(|o| o["primary_key"] == reference) {
+                        Some(o) => Reply::json(o.clone()),
+                        None => Reply::status(404, &json!({ "detail": reference }).to_string()),
+                    }
+                }
                 [org, "objects"] => {
                     let offset: u64 = seen.param("offset").unwrap_or("0").parse().unwrap();
                     let limit: u64 = seen.param("limit").unwrap_or("1000").parse().unwrap();

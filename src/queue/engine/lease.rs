@@ -12,6 +12,21 @@ use super::place::{Admission, internal, place};
 use super::state::QueueState;
 use crate::domain::{Placement, TaskStatus};
 use crate::queue::{ExpiryReport, QueueError};
+use crate::storage::rows::TaskRow;
+
+/// How the reason of a task whose lease expired begins; [`taken_back`] reads it.
+const EXPIRED: &str = "lease expired while";
+
+/// Whether the watchdog took `row` back from a holder whose lease expired (it waits again, or
+/// was failed with its attempts used up): a late `PATCH` from that holder is its result after
+/// all (see [`super::patch`]).
+pub(crate) fn taken_back(row: &TaskRow) -> bool {
+    row.attempts > 0
+        && row
+            .failure_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(EXPIRED))
+}
 
 /// Expires the leases of those of `ids` (their rows read) that have ended.
 pub(crate) fn expire(
@@ -42,7 +57,7 @@ pub(crate) fn expire(
         if exhausted {
             row.status = held.expire(true, Placement::Heap).map_err(internal)?;
             row.failure_reason = Some(format!(
-                "lease expired while {held}, {} of {max} attempts used",
+                "{EXPIRED} {held}, {} of {max} attempts used",
                 row.attempts
             ));
             report.failed.push(*id);
@@ -50,7 +65,7 @@ pub(crate) fn expire(
         } else {
             let p = place(st, rows, *id, &row, Admission::Accepted)?;
             row.status = held.expire(false, p).map_err(internal)?;
-            row.failure_reason = Some(format!("lease expired while {held}"));
+            row.failure_reason = Some(format!("{EXPIRED} {held}"));
             report.requeued.push(*id);
             info!(task.id = %id, scheduler.id = %st.scheduler, attempts = row.attempts, "lease expired; task queued again");
         }

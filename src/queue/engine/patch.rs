@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::batch::BatchRows;
+use super::lease::taken_back;
 use super::place::{Admission, place, placed_status};
 use super::state::QueueState;
 use crate::domain::TaskStatus;
@@ -47,8 +48,16 @@ pub(crate) fn patch(
         changed = true;
     }
     if let Some(to) = patch.status {
-        from.check_patch(to)
-            .map_err(QueueError::IllegalTransition)?;
+        // A holder whose lease expired may still start or finish the work: its word is taken,
+        // and the copy waiting again is withdrawn (see `TaskStatus::check_late_patch`). Once
+        // handed out again the task is simply dispatched or running, and any result moves it on.
+        let late = taken_back(&row);
+        if late {
+            from.check_late_patch(to)
+        } else {
+            from.check_patch(to)
+        }
+        .map_err(QueueError::IllegalTransition)?;
         if to != from {
             match row.status {
                 TaskStatus::Queued => {
@@ -64,10 +73,15 @@ pub(crate) fn patch(
                 to
             };
             row.lease_expires_at = st.lease(now, row.status);
+            if late && matches!(to, TaskStatus::Running | TaskStatus::Completed) {
+                // The expiry that took it back is history now: the holder did run it.
+                row.failure_reason = None;
+            }
             changed = true;
         } else if to == TaskStatus::Running {
-            // A repeated `running` is a heartbeat: it renews the lease.
-            row.lease_expires_at = st.lease(now, TaskStatus::Running);
+            // A repeated `running` is a heartbeat: it renews the lease, and from now on the
+            // holder is one that renews, so the run timeout applies.
+            row.lease_expires_at = st.renewed_lease(now);
             changed = true;
         }
     }

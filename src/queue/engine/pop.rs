@@ -54,11 +54,13 @@ pub(crate) trait Reads {
 
 /// Decides one pop; answers the ids handed out, best first.
 ///
-/// On the boefje scheduler a task handed out brings its de-duplication group along (mula's
-/// boefje pop, the runtime's `deduplicate` mode): every other waiting task with the same
-/// `data.deduplication_key` that matches the pop's filter, right after it, beyond `limit` if need
-/// be, so a runner that runs the first and copies its result to the siblings gets them all at
-/// once. Each is still handed out exactly once.
+/// On the boefje scheduler an answer is one unit of work, whatever `limit` asks (mula's boefje
+/// pop): the best task alone, or, when it has a de-duplication group, the group: it and every
+/// other waiting task with the same `data.deduplication_key` that matches the pop's filter,
+/// right after it, beyond `limit` if need be. A runner in the runtime's `deduplicate` mode reads
+/// every task after the first of an answer as a duplicate of the first: it runs the first and
+/// marks the others done with its result, so an answer that mixed unrelated tasks in would have
+/// work marked done that never ran. Each task is still handed out exactly once.
 pub(crate) fn pop(
     st: &mut QueueState,
     rows: &mut BatchRows,
@@ -71,10 +73,11 @@ pub(crate) fn pop(
         Some((f, p)) => (f, Some(p)),
         None => (&every, None),
     };
-    let chosen = pop_matching(st, rows, reads, filter, plan, req.limit, now)?;
     if st.scheduler != SchedulerId::Boefje {
+        let chosen = pop_matching(st, rows, reads, filter, plan, req.limit, now)?;
         return Ok(chosen.into_iter().map(|(id, _)| id).collect());
     }
+    let chosen = pop_matching(st, rows, reads, filter, plan, req.limit.min(1), now)?;
     let mut out = Vec::with_capacity(chosen.len());
     let mut groups_done: Vec<Arc<str>> = Vec::new();
     for (id, key) in chosen {
@@ -353,6 +356,65 @@ mod tests {
         assert!(!got.contains(&s3));
     }
 
+    /// The boefje runtime in `deduplicate` mode: the first task of an answer runs, every other
+    /// is marked done with its result. Answers each answer's (task run, tasks marked done).
+    fn runner_reading(answer: &[Uuid]) -> Option<(Uuid, Vec<Uuid>)> {
+        let (first, rest) = answer.split_first()?;
+        Some((*first, rest.to_vec()))
+    }
+
+    #[test]
+    fn a_boefje_answer_is_one_task_or_one_group_at_every_limit() {
+        for limit in [1, 10] {
+            let mut st = state(10, WhenFull::Pending);
+            let mut rows = BatchRows::default();
+            let key = Uuid::new_v4().to_string();
+            let (a, ra) = row_with(3, 1, "img");
+            let (leader, r_leader) = sibling(4, 2, "org1", &key);
+            let (s1, r_s1) = sibling(4, 3, "org2", &key);
+            let (b, rb) = row_with(5, 4, "img");
+            let (c, rc) = row_with(6, 5, "img");
+            for (id, r) in [
+                (a, &ra),
+                (leader, &r_leader),
+                (s1, &r_s1),
+                (b, &rb),
+                (c, &rc),
+            ] {
+                place(&mut st, &mut rows, id, r, Admission::New).unwrap();
+            }
+            let group_of = |id: &Uuid| -> Option<String> {
+                [(leader, &key), (s1, &key)]
+                    .iter()
+                    .find(|(i, _)| i == id)
+                    .map(|(_, k)| (*k).clone())
+            };
+            let req = PopRequest::new(SchedulerId::Boefje, limit, None);
+            let mut answers = Vec::new();
+            loop {
+                let got = pop(&mut st, &mut rows, &mut FakeTable::default(), &req, now()).unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                answers.push(got);
+            }
+            assert_eq!(
+                answers,
+                vec![vec![a], vec![leader, s1], vec![b], vec![c]],
+                "limit {limit}: best first, a group whole, nothing mixed in"
+            );
+            for answer in &answers {
+                let (run, marked_done) = runner_reading(answer).unwrap();
+                for done in marked_done {
+                    assert!(
+                        group_of(&done).is_some() && group_of(&done) == group_of(&run),
+                        "limit {limit}: {done} would be marked done by {run}'s run"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn other_schedulers_have_no_groups() {
         let mut st = QueueState::new(
@@ -425,9 +487,16 @@ mod tests {
             ids.push(id);
         }
         let f = parse_request(&json!({"filters": [{"column": "data", "field": "depth", "operator": ">", "value": 5}]})).unwrap();
+        // A boefje answer is one task: two pops take the two matches, best first.
         let req = PopRequest::new(SchedulerId::Boefje, 5, Some(f));
-        let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
+        let mut got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
+        got.extend(pop(&mut st, &mut rows, &mut table, &req, now()).unwrap());
         assert_eq!(got, vec![ids[1], ids[2]]);
+        assert!(
+            pop(&mut st, &mut rows, &mut table, &req, now())
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(st.heap.len(), 1);
     }
 }

@@ -56,13 +56,29 @@ impl QueueState {
             .naive_utc()
     }
 
-    /// When a lease taken now on a task in `status` ends (`None` for statuses without one).
+    /// When a lease taken now on a task moving into `status` ends (`None` for statuses without
+    /// one). A task that starts running gets the lease of a holder that may never renew it
+    /// (OpenKAT's runners send one `PATCH running` and no heartbeat), the longer of the two run
+    /// leases; [`Self::renewed_lease`] is the lease of a heartbeat.
     pub fn lease(&self, now: DateTime<Utc>, status: TaskStatus) -> Option<NaiveDateTime> {
         let ttl = match status {
             TaskStatus::Dispatched => self.limits.dispatch_timeout,
-            TaskStatus::Running => self.limits.run_timeout,
+            TaskStatus::Running => self
+                .limits
+                .unrenewed_run_timeout
+                .max(self.limits.run_timeout),
             _ => return None,
         };
+        Self::until(now, ttl)
+    }
+
+    /// When the lease of a running task renewed now (a repeated `PATCH running`) ends: once a
+    /// holder has shown that it sends heartbeats, the run timeout applies.
+    pub fn renewed_lease(&self, now: DateTime<Utc>) -> Option<NaiveDateTime> {
+        Self::until(now, self.limits.run_timeout)
+    }
+
+    fn until(now: DateTime<Utc>, ttl: std::time::Duration) -> Option<NaiveDateTime> {
         chrono::Duration::from_std(ttl)
             .ok()
             .and_then(|ttl| now.checked_add_signed(ttl))

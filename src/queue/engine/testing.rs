@@ -33,6 +33,7 @@ pub fn limits(maxsize: usize, when_full: WhenFull) -> SchedulerLimits {
         when_full,
         dispatch_timeout: Duration::from_secs(60),
         run_timeout: Duration::from_secs(600),
+        unrenewed_run_timeout: Duration::from_secs(3600),
         max_attempts: 3,
     }
 }

@@ -1,0 +1,355 @@
+//! What is known of objects the frontier is asked about: the frontier is a mirror of Octopoes
+//! fed by events and ColdStart, never the verdict. It lacks objects of organisations Katalogus
+//! does not list, objects created while the listener was down or before it started, everything
+//! while the first ColdStart runs and everything right after a switch from mula. So an object
+//! the frontier lacks is asked of Octopoes (mula's `GET /{org}/object`), the answer recorded in
+//! the frontier, and only Octopoes' own "not found" (or a frontier row marked gone) says gone.
+//!
+//! Octopoes unreachable, slow or erroring leaves the object [`Known::Unavailable`]: the caller
+//! waits rather than decides. Calls are bounded (a budget per caller's run, a few at a time) and
+//! an organisation whose calls fail is not asked again before its backoff has passed, so an
+//! outage costs neither the cron tables nor the API; it is logged once when it starts and once
+//! when it ends, and every lookup is counted (`scheduler_object_lookups_total`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use tracing::{info, warn};
+
+use super::Frontier;
+use crate::clients::ClientError;
+use crate::clients::octopoes::{Lookup, Octopoes, OctopoesObject};
+use crate::clock::SharedClock;
+use crate::domain::event::{ObjectEvent, ObjectState, Operation};
+use crate::metrics::{LookupOutcome, Metrics};
+use crate::storage::StorageError;
+use crate::storage::frontier::FrontierRow;
+
+/// Octopoes calls in flight at once per lookup.
+const CONCURRENCY: usize = 8;
+/// First wait before an organisation whose lookups failed is asked again; it doubles per failure.
+const BACKOFF_FIRST_SECS: i64 = 5;
+/// Longest wait between two tries of an organisation whose lookups keep failing.
+const BACKOFF_CAP_SECS: i64 = 300;
+/// Default Octopoes calls one cron run may make (the rest wait for the next tick).
+pub const DEFAULT_BUDGET: usize = 500;
+/// Longest one lookup waits for Octopoes' answers; the unanswered wait for a later try.
+const WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+/// The backoff key of failures of Octopoes itself (unreachable, an error status): they hold
+/// every organisation's lookups back. No organisation id is empty.
+const SERVICE_WIDE: &str = "";
+
+/// What is known of one object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Known {
+    /// It exists, as the frontier (or Octopoes just now) holds it.
+    Present(FrontierRow),
+    /// Deleted: a frontier row marked gone, or Octopoes' own "not found".
+    Gone,
+    /// The frontier lacks it and no Octopoes is configured to ask: nothing says it is gone.
+    Unverifiable,
+    /// The frontier lacks it and Octopoes could not answer now (down, erroring, backing off, or
+    /// this run's budget spent): ask again later.
+    Unavailable,
+}
+
+/// Per organisation: failures in a row and when to try again.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    failures: u32,
+    retry_at: DateTime<Utc>,
+}
+
+/// Looks objects up: the frontier first, Octopoes for what it lacks.
+#[derive(Clone)]
+pub struct ObjectLookup {
+    frontier: Frontier,
+    octopoes: Option<Octopoes>,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+    backoff: Arc<Mutex<HashMap<String, Backoff>>>,
+}
+
+impl ObjectLookup {
+    /// A lookup over `frontier`, asking `octopoes` (when configured) for what it lacks.
+    pub fn new(
+        frontier: Frontier,
+        octopoes: Option<Octopoes>,
+        clock: SharedClock,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            frontier,
+            octopoes,
+            clock,
+            metrics,
+            backoff: Arc::default(),
+        }
+    }
+
+    /// What is known of `references` of `organisation`. Objects the frontier lacks are asked of
+    /// Octopoes while `budget` lasts (each call takes one); Octopoes' answers are recorded in
+    /// the frontier before they are returned. A storage error is the caller's to handle (it
+    /// knows nothing then).
+    pub async fn objects(
+        &self,
+        organisation: &str,
+        references: &[String],
+        budget: &AtomicUsize,
+    ) -> Result<HashMap<String, Known>, StorageError> {
+        let rows = self.frontier.objects(organisation, references).await?;
+        let mut out: HashMap<String, Known> = rows
+            .into_iter()
+            .map(|r| {
+                let known = if r.gone_at.is_some() {
+                    Known::Gone
+                } else {
+                    Known::Present(r.clone())
+                };
+                (r.reference, known)
+            })
+            .collect();
+        let mut missing: Vec<String> = references
+            .iter()
+            .filter(|r| !out.contains_key(*r))
+            .cloned()
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let Some(octopoes) = &self.octopoes else {
+            out.extend(missing.into_iter().map(|r| (r, Known::Unverifiable)));
+            return Ok(out);
+        };
+        let now = self.clock.now();
+        if self.backing_off(organisation, now) {
+            self.metrics
+                .object_lookups(LookupOutcome::Deferred, missing.len() as u64);
+            out.extend(missing.into_iter().map(|r| (r, Known::Unavailable)));
+            return Ok(out);
+        }
+        let mut asked = Vec::new();
+        for r in missing {
+            let took = budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                .is_ok();
+            if took {
+                asked.push(r);
+            } else {
+                self.metrics.object_lookups(LookupOutcome::Deferred, 1);
+                out.insert(r, Known::Unavailable);
+            }
+        }
+        let mut unanswered: std::collections::HashSet<String> = asked.iter().cloned().collect();
+        let calls = futures_util::stream::iter(asked.into_iter().map(|r| async move {
+            let answer = octopoes.object(organisation, &r, now).await;
+            (r, answer)
+        }))
+        .buffer_unordered(CONCURRENCY);
+        futures_util::pin_mut!(calls);
+        // A hung Octopoes holds the caller (a cron table) no longer than this.
+        let deadline = tokio::time::Instant::now() + WINDOW;
+        let mut answers = Vec::new();
+        while let Ok(Some((reference, answer))) =
+            tokio::time::timeout_at(deadline, calls.next()).await
+        {
+            unanswered.remove(&reference);
+            answers.push((reference, answer));
+        }
+        let mut events = Vec::new();
+        // Octopoes itself failing (no answer, an error status) holds every organisation's
+        // lookups back; a 404 that says nothing of the object holds back only its organisation.
+        let mut service_failure: Option<String> = None;
+        let mut organisation_failure: Option<String> = None;
+        if !unanswered.is_empty() {
+            self.metrics
+                .object_lookups(LookupOutcome::Failed, unanswered.len() as u64);
+            service_failure = Some(format!("no answer within {} s", WINDOW.as_secs()));
+            out.extend(unanswered.into_iter().map(|r| (r, Known::Unavailable)));
+        }
+        for (reference, answer) in answers {
+            match answer {
+                Ok(Lookup::Found(o)) => {
+                    self.metrics.object_lookups(LookupOutcome::Found, 1);
+                    let row = row(organisation, &reference, &o, now);
+                    out.insert(reference.clone(), Known::Present(row));
+                    events.push(event(organisation, &reference, Some(&o)));
+                }
+                Ok(Lookup::NotFound) => {
+                    self.metrics.object_lookups(LookupOutcome::NotFound, 1);
+                    out.insert(reference.clone(), Known::Gone);
+                    events.push(event(organisation, &reference, None));
+                }
+                Ok(Lookup::Unanswered(why)) => {
+                    self.metrics.object_lookups(LookupOutcome::Failed, 1);
+                    out.insert(reference, Known::Unavailable);
+                    organisation_failure.get_or_insert(why);
+                }
+                Err(e) => {
+                    self.metrics.object_lookups(LookupOutcome::Failed, 1);
+                    out.insert(reference, Known::Unavailable);
+                    let scope = match e {
+                        ClientError::Decode { .. } => &mut organisation_failure,
+                        _ => &mut service_failure,
+                    };
+                    scope.get_or_insert(e.to_string());
+                }
+            }
+        }
+        match (service_failure, organisation_failure) {
+            (Some(why), _) => self.failed(SERVICE_WIDE, now, &why),
+            (None, Some(why)) => {
+                self.answered(SERVICE_WIDE);
+                self.failed(organisation, now, &why);
+            }
+            (None, None) => {
+                self.answered(SERVICE_WIDE);
+                self.answered(organisation);
+            }
+        }
+        if !events.is_empty() {
+            let refs: Vec<&ObjectEvent> = events.iter().collect();
+            self.frontier.apply_objects(&refs, now.naive_utc()).await?;
+        }
+        Ok(out)
+    }
+
+    /// Which of `organisations` hold `reference` (not gone): the frontier's rows, and for the
+    /// organisations it has no row of, Octopoes' answer (`/object-clients`), recorded in the
+    /// frontier. Best effort beyond the frontier: when Octopoes is not configured or cannot
+    /// answer, the frontier's rows alone (a holder left out only plans its own task later, from
+    /// its own event, instead of sharing this run).
+    pub async fn holders(
+        &self,
+        reference: &str,
+        organisations: &[String],
+    ) -> Result<Vec<FrontierRow>, StorageError> {
+        let mut rows = self.frontier.holders(reference, organisations).await?;
+        let missing: Vec<String> = organisations
+            .iter()
+            .filter(|o| !rows.iter().any(|r| &r.organisation == *o))
+            .cloned()
+            .collect();
+        let now = self.clock.now();
+        let Some(octopoes) = &self.octopoes else {
+            return Ok(rows);
+        };
+        if missing.is_empty() || self.backing_off(SERVICE_WIDE, now) {
+            return Ok(rows);
+        }
+        let asked =
+            tokio::time::timeout(WINDOW, octopoes.object_clients(reference, &missing, now)).await;
+        let held = match asked {
+            Ok(Ok(held)) => {
+                self.answered(SERVICE_WIDE);
+                held
+            }
+            Ok(Err(e)) => {
+                self.metrics.object_lookups(LookupOutcome::Failed, 1);
+                self.failed(SERVICE_WIDE, now, &e.to_string());
+                return Ok(rows);
+            }
+            Err(_) => {
+                self.metrics.object_lookups(LookupOutcome::Failed, 1);
+                let why = format!("no answer within {} s", WINDOW.as_secs());
+                self.failed(SERVICE_WIDE, now, &why);
+                return Ok(rows);
+            }
+        };
+        self.metrics
+            .object_lookups(LookupOutcome::Found, held.len() as u64);
+        let events: Vec<ObjectEvent> = held
+            .iter()
+            .map(|(org, o)| event(org, reference, Some(o)))
+            .collect();
+        if !events.is_empty() {
+            let refs: Vec<&ObjectEvent> = events.iter().collect();
+            self.frontier.apply_objects(&refs, now.naive_utc()).await?;
+        }
+        rows.extend(held.iter().map(|(org, o)| row(org, reference, o, now)));
+        Ok(rows)
+    }
+
+    fn backing_off(&self, organisation: &str, now: DateTime<Utc>) -> bool {
+        let backoff = self
+            .backoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        [SERVICE_WIDE, organisation]
+            .iter()
+            .any(|k| backoff.get(*k).is_some_and(|b| now < b.retry_at))
+    }
+
+    /// Records a failure of `scope` (an organisation, or [`SERVICE_WIDE`]): its next try waits.
+    fn failed(&self, scope: &str, now: DateTime<Utc>, why: &str) {
+        let mut backoff = self
+            .backoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let first_of_outage = backoff.is_empty();
+        let b = backoff.entry(scope.to_owned()).or_insert(Backoff {
+            failures: 0,
+            retry_at: now,
+        });
+        b.failures = b.failures.saturating_add(1);
+        let wait = BACKOFF_FIRST_SECS
+            .saturating_mul(1_i64 << b.failures.saturating_sub(1).min(16))
+            .min(BACKOFF_CAP_SECS);
+        b.retry_at = now + chrono::Duration::seconds(wait);
+        if first_of_outage {
+            let scope = if scope == SERVICE_WIDE {
+                "all organisations"
+            } else {
+                scope
+            };
+            warn!(scope = %scope, error = %why, retry_in_secs = wait, "Octopoes cannot say whether objects the frontier lacks exist; their due schedules wait until it answers");
+        }
+    }
+
+    fn answered(&self, scope: &str) {
+        let mut backoff = self
+            .backoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if backoff.remove(scope).is_some() && backoff.is_empty() {
+            info!("Octopoes answers object lookups again");
+        }
+    }
+}
+
+/// The frontier row of an object Octopoes just returned.
+fn row(organisation: &str, reference: &str, o: &OctopoesObject, now: DateTime<Utc>) -> FrontierRow {
+    FrontierRow {
+        organisation: organisation.to_owned(),
+        reference: reference.to_owned(),
+        object_type: o.object_type.clone(),
+        scan_level: o.scan_level,
+        scan_profile_type: o.scan_profile_type.clone(),
+        first_seen: now.naive_utc(),
+        last_seen: now.naive_utc(),
+        gone_at: None,
+    }
+}
+
+/// Octopoes' answer as the frontier records it: an upsert, or a delete.
+fn event(organisation: &str, reference: &str, o: Option<&OctopoesObject>) -> ObjectEvent {
+    ObjectEvent {
+        operation: if o.is_some() {
+            Operation::Update
+        } else {
+            Operation::Delete
+        },
+        organisation: organisation.to_owned(),
+        reference: reference.to_owned(),
+        object: o.map(|o| ObjectState {
+            object_type: o.object_type.clone(),
+            scan_level: o.scan_level,
+            scan_profile_type: o.scan_profile_type.clone(),
+        }),
+    }
+}

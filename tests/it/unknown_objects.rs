@@ -1,0 +1,251 @@
+//! Unknown is not gone: the frontier is a mirror of Octopoes, never the verdict. A due boefje
+//! schedule whose object the frontier lacks (an organisation Katalogus does not list, so
+//! ColdStart never paged it, and no event announced the object) is asked of Octopoes: fired when
+//! Octopoes holds the object, disabled only on Octopoes' own "not found", and left waiting (its
+//! deadline kept) while Octopoes cannot answer, to fire once when it can.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use kat_scheduler::domain::SchedulerId;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use crate::stubs::*;
+
+/// Plugins for every organisation; ColdStart pages only `listed`, which has no objects.
+const CATALOGUE: &str = r#"
+organisations = ["listed"]
+
+[[plugins]]
+id = "dns-records"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 2
+enabled = true
+interval = 60
+"#;
+
+/// The organisation Katalogus does not list.
+const ORG: &str = "unlisted";
+
+fn midnight() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2027, 3, 1, 0, 0, 0).unwrap()
+}
+
+fn host(i: usize) -> String {
+    format!("Hostname|internet|h{i}.example.nl")
+}
+
+struct Setup {
+    app: TestApp,
+    octopoes: OctopoesState,
+    stub: Stub,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// The app with the catalogue above and Octopoes holding `objects` of [`ORG`] (level 2).
+    async fn new(backend: Backend, objects: usize) -> Option<Setup> {
+        let dir = tempfile::tempdir().unwrap();
+        let catalogue = dir.path().join("catalogue.toml");
+        std::fs::write(&catalogue, CATALOGUE).unwrap();
+        let octopoes = OctopoesState::default();
+        octopoes.set(
+            ORG,
+            (0..objects)
+                .map(|i| octopoes_object(&host(i), "Hostname", 2))
+                .collect(),
+        );
+        octopoes.set("listed", Vec::new());
+        let stub = octopoes.serve();
+        let url = stub.url.clone();
+        let app = spawn_app_with(backend, move |s| {
+            s.catalogue.file = catalogue.to_string_lossy().into_owned();
+            s.clients.octopoes_api = url;
+        })
+        .await?;
+        app.clock.set(midnight());
+        Some(Setup {
+            app,
+            octopoes,
+            stub,
+            _dir: dir,
+        })
+    }
+
+    /// A boefje schedule of `org` on `ooi`, due a minute ago; answers its id.
+    async fn schedule(&self, org: &str, ooi: &str) -> String {
+        let body = json!({"scheduler_id": "boefje", "organisation": org,
+            "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+            "data": {"boefje": {"id": "dns-records"}, "input_ooi": ooi, "organization": org}});
+        let resp = self.app.post("/schedules", Some(&body)).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let s: Value = resp.json().await.unwrap();
+        s["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn get_schedule(&self, id: &str) -> Value {
+        self.app
+            .get(&format!("/schedules/{id}"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn reschedule(&self) -> String {
+        let report = self.app.tick(SchedulerId::Boefje).await;
+        report.entries["reschedule"].summary.clone()
+    }
+
+    /// How many times Octopoes was asked for one object.
+    fn object_calls(&self) -> usize {
+        self.stub
+            .seen()
+            .iter()
+            .filter(|s| s.path.ends_with("/object"))
+            .count()
+    }
+
+    /// The boefje tasks of the queue, popped (each schedule's task is its own unit).
+    async fn pop_all(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        loop {
+            let got = self.app.pop_ok("boefje", 1, None).await;
+            if got.is_empty() {
+                return out;
+            }
+            out.extend(got);
+        }
+    }
+}
+
+fn deadline(s: &Value) -> DateTime<Utc> {
+    s["deadline_at"].as_str().unwrap().parse().unwrap()
+}
+
+async fn a_due_schedule_whose_object_only_octopoes_holds_fires_and_only_octopoes_says_gone(
+    backend: Backend,
+) {
+    let Some(s) = Setup::new(backend, 300).await else {
+        return;
+    };
+    let mut present = Vec::new();
+    for i in 0..300 {
+        present.push(s.schedule(ORG, &host(i)).await);
+    }
+    let gone = s
+        .schedule(ORG, "Hostname|internet|deleted.example.nl")
+        .await;
+    // An organisation Octopoes has no node for: its 404 says nothing of the object.
+    let no_node = s.schedule("elsewhere", &host(0)).await;
+
+    assert_eq!(
+        s.reschedule().await,
+        "fired 300, skipped 0, disabled 1, waiting 1"
+    );
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 300, "every object Octopoes holds is scanned");
+    let fired: HashMap<String, usize> = tasks.iter().fold(HashMap::new(), |mut m, t| {
+        *m.entry(t["schedule_id"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+        m
+    });
+    assert!(present.iter().all(|id| fired.get(id) == Some(&1)));
+    for id in &present {
+        let sch = s.get_schedule(id).await;
+        assert_eq!(sch["enabled"], true);
+        assert_eq!(deadline(&sch), midnight() + Duration::minutes(60));
+    }
+    let g = s.get_schedule(&gone).await;
+    assert_eq!(g["enabled"], false);
+    assert!(
+        g["disabled_reason"].as_str().unwrap().contains("is gone"),
+        "{g}"
+    );
+    let n = s.get_schedule(&no_node).await;
+    assert_eq!(
+        (n["enabled"].clone(), n["disabled_reason"].clone()),
+        (json!(true), Value::Null),
+        "waits, neither fired nor disabled"
+    );
+    assert_eq!(deadline(&n), midnight() - Duration::minutes(1));
+
+    // The frontier learnt Octopoes' answers: the next fires ask Octopoes nothing for them.
+    let asked = s.object_calls();
+    assert_eq!(asked, 302);
+    s.app.clock.advance(Duration::minutes(61));
+    for t in &tasks {
+        let id = id_of(t);
+        s.app.patch_task(&id, &json!({"status": "completed"})).await;
+    }
+    let summary = s.reschedule().await;
+    assert!(summary.starts_with("fired 300,"), "{summary}");
+    assert_eq!(
+        s.object_calls(),
+        asked + 1,
+        "only the organisation Octopoes has no node for is asked again"
+    );
+    let metrics = s.app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("scheduler_object_lookups_total{outcome=\"found\"} 300"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("scheduler_object_lookups_total{outcome=\"not_found\"} 1"));
+}
+
+async fn octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back(
+    backend: Backend,
+) {
+    let Some(s) = Setup::new(backend, 1).await else {
+        return;
+    };
+    let id = s.schedule(ORG, &host(0)).await;
+    s.octopoes.set_down(true);
+    assert_eq!(
+        s.reschedule().await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+    let asked = s.object_calls();
+    assert_eq!(asked, 1);
+    // The next tick is within the backoff: Octopoes is not asked again.
+    s.app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+    assert_eq!(s.object_calls(), asked);
+    let sch = s.get_schedule(&id).await;
+    assert_eq!(sch["enabled"], true);
+    assert_eq!(deadline(&sch), midnight() - Duration::minutes(1));
+    assert!(s.pop_all().await.is_empty(), "nothing fired while unknown");
+
+    s.octopoes.set_down(false);
+    s.app.clock.advance(Duration::seconds(10));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    s.app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 0, skipped 0, disabled 0, waiting 0",
+        "once"
+    );
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["schedule_id"].as_str().unwrap(), id);
+    let metrics = s.app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("scheduler_object_lookups_total{outcome=\"failed\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("scheduler_object_lookups_total{outcome=\"deferred\"} 1"));
+}
+
+crate::backend_tests!(
+    a_due_schedule_whose_object_only_octopoes_holds_fires_and_only_octopoes_says_gone,
+    octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back,
+);
