@@ -52,8 +52,8 @@ pub fn run(settings: &Settings, opts: &Options) -> anyhow::Result<Summary> {
     match mula::revision(&mut source).context("cannot read mula's alembic revision")? {
         Some(r) if r == mula::HEAD_REVISION => {}
         Some(r) => bail!(
-            "mula's database is at alembic revision {r}; import-mula reads revision {} (mula's \
-             schema since OpenKAT 1.19): upgrade mula's database first",
+            "mula's database is at alembic revision {r}; import-mula reads revision {}: \
+             upgrade mula's database first",
             mula::HEAD_REVISION
         ),
         None => bail!(

@@ -471,6 +471,18 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
         app.get_task(UNKNOWN_SCHEDULER).await.status(),
         StatusCode::NOT_FOUND
     );
+
+    // A runner that never reports: its lease, taken at the import, ends, and the task goes back
+    // to the queue under its id.
+    app.advance(chrono::Duration::seconds(
+        i64::try_from(kat_scheduler::config::DEFAULT_RUN_TIMEOUT_SECS).unwrap() + 3600,
+    ));
+    app.sweep().await;
+    let requeued = app.task(RUNNING).await;
+    assert_eq!(requeued["status"], "queued", "{requeued}");
+    assert_eq!(requeued["attempts"], 1);
+    // (The normalizer task popped above, never reported on, went back too, and ranks first.)
+    assert_eq!(app.pop_ids("normalizer", 10).await, [Q_NORMALIZER, RUNNING]);
     drop(stop(app).await);
 }
 
