@@ -5,7 +5,8 @@
 //! rules are pure ([`rules`]); every statement is in `storage` (`storage::mula` reads mula).
 //!
 //! Safe to repeat and safe into a database that holds work: a row whose id is here already is
-//! left as it is, a schedule whose hash another schedule holds is skipped and reported, and a
+//! left as it is, a schedule whose hash another schedule holds is skipped and reported, waiting
+//! work whose hash already waits here is refused as a duplicate (as a push of it would be), and a
 //! row kat-scheduler would refuse is reported with its id and reason and never stops the rest.
 //!
 //! The service must be stopped while it runs: a running service keeps each scheduler's heap in
@@ -282,6 +283,7 @@ fn copy_tasks(
     links: &Links,
 ) -> anyhow::Result<()> {
     let mut after: Option<String> = None;
+    let mut waiting_this_run: HashMap<(String, String), String> = HashMap::new();
     loop {
         let page = mula::tasks_page(source, after.as_deref(), batch)
             .context("cannot read mula's tasks")?;
@@ -306,6 +308,40 @@ fn copy_tasks(
                 sum.present += 1;
             }
             !here
+        });
+        // One waiting task per piece of work (a push of the same work is refused as a
+        // duplicate): waiting work whose hash already waits here stays out.
+        let waiting_here = waiting_work(target.as_deref_mut(), &rows)?;
+        rows.retain(|c| {
+            if !c.row.status.is_waiting() {
+                return true;
+            }
+            let key = (
+                c.row.scheduler_id.clone(),
+                c.row.hash.clone().unwrap_or_default(),
+            );
+            let holder = waiting_here
+                .get(&key)
+                .or_else(|| waiting_this_run.get(&key))
+                .cloned();
+            match holder {
+                Some(holder) => {
+                    let r = Refusal {
+                        id: c.row.id.clone(),
+                        rule: "duplicate",
+                        detail: format!(
+                            "the same work (hash {}) waits as task {holder} already",
+                            key.1
+                        ),
+                    };
+                    refused(sum, "task", &r);
+                    false
+                }
+                None => {
+                    waiting_this_run.insert(key, c.row.id.clone());
+                    true
+                }
+            }
         });
         // Schedules neither this run's nor moved: are they here from before?
         let unknown: Vec<String> = rows
@@ -343,11 +379,40 @@ fn copy_tasks(
         if !dry_run && let Some(c) = target.as_deref_mut() {
             c.transaction(|c| storage::tasks::insert(c, &new))
                 .context("cannot write a batch of tasks")?;
+            // The table answers for this batch's work from now on; a dry run writes nothing,
+            // so it keeps remembering.
+            waiting_this_run.clear();
         }
         sum.imported += new.len() as u64;
         progress("tasks", sum, total);
     }
     Ok(())
+}
+
+/// The waiting tasks here with the work (scheduler, hash) of one of `rows`' waiting ones:
+/// (scheduler, hash) → task id.
+fn waiting_work(
+    target: Option<&mut AnyConnection>,
+    rows: &[rules::Converted<storage::rows::TaskRow>],
+) -> anyhow::Result<HashMap<(String, String), String>> {
+    let mut out = HashMap::new();
+    let Some(conn) = target else {
+        return Ok(out);
+    };
+    for s in crate::domain::SchedulerId::ALL {
+        let hashes: Vec<String> = rows
+            .iter()
+            .filter(|c| c.row.status.is_waiting() && c.row.scheduler_id == s.as_str())
+            .filter_map(|c| c.row.hash.clone())
+            .collect();
+        if hashes.is_empty() {
+            continue;
+        }
+        for t in storage::tasks::waiting_by_hash(conn, s, &hashes)? {
+            out.insert((t.scheduler_id, t.hash.unwrap_or_default()), t.id);
+        }
+    }
+    Ok(out)
 }
 
 fn refused(sum: &mut TableSummary, what: &str, r: &Refusal) {

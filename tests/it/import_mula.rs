@@ -501,6 +501,18 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
             &boefje_push("org2", "nmap", Some("IPAddressV4|internet|10.9.9.9"), 1),
         )
         .await;
+    // The same work as mula's queued Q_BOEFJE_3, waiting here already.
+    let same_work = app
+        .push_ok(
+            "boefje",
+            &boefje_push(
+                "org1",
+                "dns-records",
+                Some("Hostname|internet|a.example"),
+                5,
+            ),
+        )
+        .await;
     let mut clash = boefje_push("org2", "nmap", Some("IPAddressV4|internet|10.8.8.8"), 9);
     clash["id"] = json!(Q_BOEFJE_2);
     let clash = app.push_ok("boefje", &clash).await;
@@ -513,7 +525,11 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
         .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let holder: Value = resp.json().await.unwrap();
-    let before = [app.task(&id_of(&own)).await, app.task(Q_BOEFJE_2).await];
+    let before = [
+        app.task(&id_of(&own)).await,
+        app.task(Q_BOEFJE_2).await,
+        app.task(&id_of(&same_work)).await,
+    ];
     let holder_before = app
         .get(&format!("/schedules/{}", id_of(&holder)))
         .await
@@ -528,13 +544,23 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
     // Assert: mula's clashing rows are skipped and said to be.
     assert!(
         summary.contains(&format!(
-            "tasks: read {TASKS_READ}, imported {}, already present 1, refused 2",
-            TASKS_IMPORTED - 1
+            "tasks: read {TASKS_READ}, imported {}, already present 1, refused 3",
+            TASKS_IMPORTED - 2
         )),
         "{summary}"
     );
     assert!(
-        summary.contains("schedules: read 4, imported 2, already present 0, hash taken 1"),
+        summary.contains(&format!(
+            "{Q_BOEFJE_3}: the same work (hash {}) waits as task {} already",
+            same_work["hash"].as_str().unwrap(),
+            id_of(&same_work)
+        )),
+        "{summary}"
+    );
+    // The push of the same work as mula's daily schedule made its schedule here (as mula's
+    // push does), so that one's hash is taken too.
+    assert!(
+        summary.contains("schedules: read 4, imported 1, already present 0, hash taken 2"),
         "{summary}"
     );
     assert!(
@@ -547,6 +573,7 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
     let app = spawn_app_on(db, backend, |_| {}).await;
     assert_eq!(app.task(&id_of(&own)).await, before[0], "untouched");
     assert_eq!(app.task(Q_BOEFJE_2).await, before[1], "not overwritten");
+    assert_eq!(app.task(&id_of(&same_work)).await, before[2], "untouched");
     assert_eq!(
         app.get(&format!("/schedules/{}", id_of(&holder)))
             .await
@@ -555,13 +582,23 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
             .unwrap(),
         holder_before
     );
-    // mula's task of the skipped schedule's work is linked to the schedule holding it.
+    // mula's tasks of skipped schedules are linked to the schedules holding their work.
     assert_eq!(app.task(CANCELLED).await["schedule_id"], id_of(&holder));
-    // The service's own queued task still pops first (priority 1), then mula's by priority;
-    // the clashing id is the service's task (priority 9), popped last.
+    assert_eq!(
+        app.task(COMPLETED).await["schedule_id"],
+        app.task(&id_of(&same_work)).await["schedule_id"]
+    );
+    // The service's own queued tasks still pop, among mula's by priority: its own (1), mula's
+    // pending one (4), its own of the work mula also held (5), its own under the id mula also
+    // held (9).
     assert_eq!(
         app.pop_ids("boefje", 10).await,
-        [id_of(&own).as_str(), Q_BOEFJE_3, P_BOEFJE_4, &id_of(&clash)]
+        [
+            id_of(&own).as_str(),
+            P_BOEFJE_4,
+            &id_of(&same_work),
+            &id_of(&clash)
+        ]
     );
     drop(stop(app).await);
 }
