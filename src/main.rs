@@ -88,7 +88,7 @@ fn main() -> ExitCode {
             dry_run,
             batch: batch_size,
         };
-        return match import::run(&settings, &opts) {
+        return match import::run(&settings, &opts, &SystemClock) {
             Ok(summary) => {
                 print!("{summary}");
                 ExitCode::SUCCESS

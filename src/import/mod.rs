@@ -24,6 +24,7 @@ use anyhow::{Context as _, anyhow, bail};
 use diesel::Connection;
 use tracing::{info, warn};
 
+use crate::clock::Clock;
 use crate::config::Settings;
 use crate::domain::PerScheduler;
 use crate::ownership::SqliteLock;
@@ -46,8 +47,9 @@ pub struct Options {
     pub batch: usize,
 }
 
-/// Runs an import into the database `settings` name; answers what it did.
-pub fn run(settings: &Settings, opts: &Options) -> anyhow::Result<Summary> {
+/// Runs an import into the database `settings` name; answers what it did. `clock` gives the
+/// import's time, from which imported dispatched and running tasks' leases run.
+pub fn run(settings: &Settings, opts: &Options, clock: &dyn Clock) -> anyhow::Result<Summary> {
     let batch = opts.batch.max(1);
     let mut source = mula::open(&opts.from).map_err(|e| anyhow!(e))?;
     match mula::revision(&mut source).context("cannot read mula's alembic revision")? {
@@ -102,7 +104,7 @@ pub fn run(settings: &Settings, opts: &Options) -> anyhow::Result<Summary> {
             let l = settings.limits(s);
             (l.dispatch_timeout, l.run_timeout)
         }),
-        now: crate::clock::truncate_micros(chrono::Utc::now()).naive_utc(),
+        now: crate::clock::truncate_micros(clock.now()).naive_utc(),
     };
     copy_tasks(
         &mut source,
@@ -133,12 +135,13 @@ fn open_for_writing(target: &DbTarget) -> anyhow::Result<(Option<SqliteLock>, An
         DbTarget::Postgres(_) => None,
     };
     let mut conn = storage::open(target).map_err(|e| anyhow!(e))?;
-    let applied = storage::run_migrations(&mut conn).map_err(|e| anyhow!(e))?;
-    for m in &applied {
-        info!(migration = %m, "migration applied");
-    }
-    if Backend::of(&conn) == Backend::Postgres {
-        let live: Vec<String> = storage::owners::all(&mut conn)?
+    // Before the migrations, so a running service's schema is not changed under it. A database
+    // without the ownership table (new, or migrated by a version without it) has no lease to
+    // check.
+    if Backend::of(&conn) == Backend::Postgres
+        && let Ok(owners) = storage::owners::all(&mut conn)
+    {
+        let live: Vec<String> = owners
             .into_iter()
             .filter(|o| o.live)
             .map(|o| {
@@ -151,12 +154,16 @@ fn open_for_writing(target: &DbTarget) -> anyhow::Result<(Option<SqliteLock>, An
             .collect();
         if !live.is_empty() {
             bail!(
-                "kat-scheduler is running on {}: {} ; stop every instance before importing (the \
+                "kat-scheduler is running on {}: {}; stop every instance before importing (the \
                  import writes behind their heaps)",
                 target.display(),
                 live.join(", ")
             );
         }
+    }
+    let applied = storage::run_migrations(&mut conn).map_err(|e| anyhow!(e))?;
+    for m in &applied {
+        info!(migration = %m, "migration applied");
     }
     Ok((lock, conn))
 }
