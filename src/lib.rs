@@ -27,9 +27,11 @@
 //! | [`telemetry`] | the tracing subscriber |
 //! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the catalogue of every metric, the text format |
 //! | [`ownership`] | which instance owns each scheduler's heap on a shared PostgreSQL: lease rows with a fencing epoch, renewed and taken over by a thread of their own; the SQLite lock file |
+//! | [`import`] | `import-mula`: mula's schedules and tasks copied from its PostgreSQL database, in batches, idempotent, every refused row reported; pure conversion rules (`import::rules`); run with the service stopped, writing the tables directly |
 //! | [`startup`] | builds the service and owns the shutdown order |
 //!
-//! The binary (`src/main.rs`) only parses the command line and calls into [`startup`].
+//! The binary (`src/main.rs`) only parses the command line and calls into [`startup`] (or
+//! [`import`] for `import-mula`).
 
 pub mod api;
 pub mod clients;
@@ -39,6 +41,7 @@ pub mod config;
 pub mod cron;
 pub mod domain;
 pub mod frontier;
+pub mod import;
 pub mod listener;
 pub mod metrics;
 pub mod ownership;

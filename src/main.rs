@@ -1,4 +1,4 @@
-//! The `kat-scheduler` binary: `serve` (the default), `migrate`, `openapi`.
+//! The `kat-scheduler` binary: `serve` (the default), `migrate`, `openapi`, `import-mula`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use kat_scheduler::clock::SystemClock;
 use kat_scheduler::config::Settings;
 use kat_scheduler::startup::{Application, open_database};
-use kat_scheduler::{api, storage, telemetry};
+use kat_scheduler::{api, import, storage, telemetry};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -34,6 +34,19 @@ enum Command {
     Migrate,
     /// Print the OpenAPI document and exit.
     Openapi,
+    /// Copy mula's schedules and tasks into this database (migrated first), then print a
+    /// summary. Run it with kat-scheduler stopped; running it again adds nothing.
+    ImportMula {
+        /// mula's PostgreSQL database, e.g. postgresql://USER:PASSWORD@HOST/scheduler.
+        #[arg(long, value_name = "URI")]
+        from: String,
+        /// Read and check everything, write nothing, print the same summary.
+        #[arg(long)]
+        dry_run: bool,
+        /// Rows per batch: one page read from mula, one transaction written here.
+        #[arg(long, value_name = "ROWS", default_value_t = import::DEFAULT_BATCH)]
+        batch_size: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,6 +77,29 @@ fn main() -> ExitCode {
         }
     };
     telemetry::init(&settings.logging);
+    if let Command::ImportMula {
+        from,
+        dry_run,
+        batch_size,
+    } = command
+    {
+        let opts = import::Options {
+            from,
+            dry_run,
+            batch: batch_size,
+        };
+        return match import::run(&settings, &opts, &SystemClock) {
+            Ok(summary) => {
+                print!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                error!("{e:#}");
+                eprintln!("kat-scheduler: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = actix_web::rt::System::new().block_on(async move {
         match command {
             Command::Migrate => migrate(settings).await,

@@ -7,6 +7,7 @@
 
 pub mod filter_sql;
 pub mod frontier;
+pub mod mula;
 pub mod owners;
 pub mod rows;
 pub mod schedules;
@@ -409,6 +410,15 @@ fn tune_postgres(conn: &mut AnyConnection) -> diesel::QueryResult<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the database holds kat-scheduler's tables (`schedules`, `tasks`, `task_queue`), found
+/// with reads only: a dry run must not create diesel's migration table to find out.
+pub fn has_schema(conn: &mut AnyConnection) -> bool {
+    ["schedules", "tasks", "task_queue"].iter().all(|t| {
+        conn.batch_execute(&format!("SELECT 1 FROM {t} WHERE 1 = 0"))
+            .is_ok()
+    })
 }
 
 /// The migrations not yet applied.

@@ -141,6 +141,72 @@ pub fn insert(conn: &mut AnyConnection, r: &ScheduleRow) -> QueryResult<()> {
     Ok(())
 }
 
+/// Rows per multi-row schedule INSERT (11 binds each).
+pub const INSERT_CHUNK: usize = 500;
+
+/// Inserts schedules in multi-row statements of [`INSERT_CHUNK`]; the caller's transaction holds
+/// them together. An id or hash already taken fails the statement with a unique violation, so
+/// callers check first ([`taken`]).
+pub fn insert_many(conn: &mut AnyConnection, rows: &[ScheduleRow]) -> QueryResult<()> {
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let mut q = sql(conn, &format!("INSERT INTO schedules ({COLUMNS}) VALUES "));
+        for (i, r) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" });
+            q.bind(r.id.as_str())
+                .push(", ")
+                .bind(r.scheduler_id.as_str())
+                .push(", ")
+                .bind(r.organisation.as_str())
+                .push(", ")
+                .bind(Bind::OptText(r.hash.clone()))
+                .push(", ")
+                .bind(r.data.as_str())
+                .push(", ")
+                .bind(Bind::Bool(r.enabled))
+                .push(", ")
+                .bind(Bind::OptText(r.schedule.clone()))
+                .push(", ")
+                .bind(Bind::OptTime(r.deadline_at))
+                .push(", ")
+                .bind(r.created_at)
+                .push(", ")
+                .bind(r.modified_at)
+                .push(", ")
+                .bind(Bind::OptText(r.disabled_reason.clone()))
+                .push(")");
+        }
+        q.execute(conn)?;
+    }
+    Ok(())
+}
+
+/// The `(id, hash)` of every schedule whose id is one of `ids` or whose hash is one of `hashes`.
+pub fn taken(
+    conn: &mut AnyConnection,
+    ids: &[String],
+    hashes: &[String],
+) -> QueryResult<Vec<(String, Option<String>)>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        id: String,
+        #[diesel(sql_type = Nullable<Text>)]
+        hash: Option<String>,
+    }
+    let mut out = Vec::new();
+    for chunk in ids.chunks(super::tasks::CHUNK) {
+        let mut q = sql(conn, "SELECT id, hash FROM schedules WHERE id IN ");
+        q.bind_list(chunk.iter().map(String::as_str));
+        out.extend(q.load::<Row>(conn)?.into_iter().map(|r| (r.id, r.hash)));
+    }
+    for chunk in hashes.chunks(super::tasks::CHUNK) {
+        let mut q = sql(conn, "SELECT id, hash FROM schedules WHERE hash IN ");
+        q.bind_list(chunk.iter().map(String::as_str));
+        out.extend(q.load::<Row>(conn)?.into_iter().map(|r| (r.id, r.hash)));
+    }
+    Ok(out)
+}
+
 /// Writes every field but the id and creation time back.
 pub fn update(conn: &mut AnyConnection, r: &ScheduleRow) -> QueryResult<usize> {
     let mut q = sql(conn, "UPDATE schedules SET organisation = ");

@@ -86,6 +86,17 @@ pub fn get_many(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<Tas
     Ok(out)
 }
 
+/// Which of these ids are tasks already (in no particular order).
+pub fn existing_ids(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<String>> {
+    let mut out = Vec::new();
+    for chunk in ids.chunks(CHUNK) {
+        let mut q = sql(conn, "SELECT id FROM tasks WHERE id IN ");
+        q.bind_list(chunk.iter().map(String::as_str));
+        out.extend(q.load::<IdRow>(conn)?.into_iter().map(|r| r.id));
+    }
+    Ok(out)
+}
+
 /// Waiting (pending or queued) tasks of `scheduler` with one of these hashes. `ix_tasks_hash`
 /// finds every task of each hash (the waiting one and its past runs, a handful); the status is
 /// checked in the row.

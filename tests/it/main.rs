@@ -21,6 +21,7 @@ mod cron;
 mod filtered_pops;
 mod filters;
 mod hostile_inputs;
+mod import_mula;
 mod isolation;
 mod leases;
 mod listener;

@@ -1,0 +1,211 @@
+//! Statements on mula's own PostgreSQL database (OpenKAT's scheduler), read by `import-mula`:
+//! its alembic revision, and its `schedules` and `tasks` tables in keyset pages by id. Read only;
+//! nothing here writes to mula's database.
+//!
+//! mula's columns (alembic head `0010`): ids and `schedule_id` are `uuid`, `data` is `jsonb`,
+//! `status` is the enum `taskstatus` with uppercase labels, timestamps are `timestamptz`. Each is
+//! read as text or as a UTC timestamp, so the rows decode without knowing mula's types.
+
+use chrono::NaiveDateTime;
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamp};
+
+/// The alembic revision these statements are written against.
+pub const HEAD_REVISION: &str = "0010";
+
+/// A `schedules` row of mula's.
+#[derive(Debug, Clone, PartialEq, QueryableByName)]
+pub struct MulaSchedule {
+    /// The id (a UUID, as text).
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// `boefje`, `normalizer` or `report` in mula's current versions.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// The organisation.
+    #[diesel(sql_type = Text)]
+    pub organisation: String,
+    /// The hash of `data` (unique in mula too).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub hash: Option<String>,
+    /// The task data, JSON text.
+    #[diesel(sql_type = Text)]
+    pub data: String,
+    /// Whether it runs.
+    #[diesel(sql_type = Bool)]
+    pub enabled: bool,
+    /// The cron expression.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub schedule: Option<String>,
+    /// When it is next due (UTC).
+    #[diesel(sql_type = Nullable<Timestamp>)]
+    pub deadline_at: Option<NaiveDateTime>,
+    /// Creation time (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub created_at: NaiveDateTime,
+    /// Last change (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub modified_at: NaiveDateTime,
+}
+
+/// A `tasks` row of mula's.
+#[derive(Debug, Clone, PartialEq, QueryableByName)]
+pub struct MulaTask {
+    /// The id (a UUID, as text).
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    /// The scheduler.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// The schedule that produced it.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub schedule_id: Option<String>,
+    /// The organisation.
+    #[diesel(sql_type = Text)]
+    pub organisation: String,
+    /// The `type` column (`boefje`, `normalizer`, `report`).
+    #[diesel(sql_type = Text)]
+    pub task_type: String,
+    /// The de-duplication hash.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub hash: Option<String>,
+    /// Lower is more urgent; nullable in mula's schema.
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub priority: Option<i32>,
+    /// The payload, JSON text.
+    #[diesel(sql_type = Text)]
+    pub data: String,
+    /// The enum label: `PENDING`, `QUEUED`, `DISPATCHED`, `RUNNING`, `COMPLETED`, `FAILED`,
+    /// `CANCELLED`.
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    /// Creation time (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub created_at: NaiveDateTime,
+    /// Last change (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub modified_at: NaiveDateTime,
+}
+
+/// Opens a read-only session on mula's database.
+pub fn open(uri: &str) -> Result<PgConnection, String> {
+    let mut conn = PgConnection::establish(uri)
+        .map_err(|e| format!("cannot open mula's database {}: {e}", super::redact(uri)))?;
+    // Read only: a mistake here can never change mula's rows; and UTC, so `AT TIME ZONE` below
+    // and the session agree.
+    conn.batch_execute(
+        "SET default_transaction_read_only = on; SET TIME ZONE 'UTC'; \
+         SET statement_timeout = 0",
+    )
+    .map_err(|e| format!("cannot set up the session on mula's database: {e}"))?;
+    Ok(conn)
+}
+
+#[derive(QueryableByName)]
+struct Revision {
+    #[diesel(sql_type = Nullable<Text>)]
+    version: Option<String>,
+}
+
+/// mula's alembic revision, or `None` when the database has no `alembic_version` table (not a
+/// mula database).
+pub fn revision(conn: &mut PgConnection) -> QueryResult<Option<String>> {
+    let exists =
+        diesel::sql_query("SELECT CAST(to_regclass('alembic_version') AS text) AS version")
+            .load::<Revision>(conn)?
+            .into_iter()
+            .next()
+            .and_then(|r| r.version);
+    if exists.is_none() {
+        return Ok(None);
+    }
+    Ok(
+        diesel::sql_query("SELECT version_num AS version FROM alembic_version LIMIT 1")
+            .load::<Revision>(conn)?
+            .into_iter()
+            .next()
+            .and_then(|r| r.version),
+    )
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// Rows in mula's `table` (`schedules` or `tasks`), for the progress lines.
+pub fn count(conn: &mut PgConnection, table: MulaTable) -> QueryResult<u64> {
+    let n = diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {}", table.name()))
+        .load::<Count>(conn)?
+        .first()
+        .map_or(0, |c| c.n);
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// mula's two tables the import reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MulaTable {
+    /// `schedules`
+    Schedules,
+    /// `tasks`
+    Tasks,
+}
+
+impl MulaTable {
+    /// The table's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Schedules => "schedules",
+            Self::Tasks => "tasks",
+        }
+    }
+}
+
+/// The next `limit` schedules after id `after` (from the first with `None`), in id order: a
+/// keyset page on the primary key, so each page costs the same however far the import is.
+pub fn schedules_page(
+    conn: &mut PgConnection,
+    after: Option<&str>,
+    limit: usize,
+) -> QueryResult<Vec<MulaSchedule>> {
+    let columns = "SELECT id::text AS id, scheduler_id, organisation, hash, data::text AS data, \
+         enabled, schedule, deadline_at AT TIME ZONE 'UTC' AS deadline_at, \
+         created_at AT TIME ZONE 'UTC' AS created_at, \
+         modified_at AT TIME ZONE 'UTC' AS modified_at FROM schedules";
+    page(conn, columns, after, limit)
+}
+
+/// The next `limit` tasks after id `after`, in id order (see [`schedules_page`]).
+pub fn tasks_page(
+    conn: &mut PgConnection,
+    after: Option<&str>,
+    limit: usize,
+) -> QueryResult<Vec<MulaTask>> {
+    let columns = "SELECT id::text AS id, scheduler_id, schedule_id::text AS schedule_id, \
+         organisation, type AS task_type, hash, priority, data::text AS data, \
+         status::text AS status, created_at AT TIME ZONE 'UTC' AS created_at, \
+         modified_at AT TIME ZONE 'UTC' AS modified_at FROM tasks";
+    page(conn, columns, after, limit)
+}
+
+fn page<R: QueryableByName<diesel::pg::Pg> + 'static>(
+    conn: &mut PgConnection,
+    select: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> QueryResult<Vec<R>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    match after {
+        None => diesel::sql_query(format!("{select} ORDER BY id LIMIT $1"))
+            .bind::<BigInt, _>(limit)
+            .load(conn),
+        Some(id) => diesel::sql_query(format!(
+            "{select} WHERE id > CAST($1 AS uuid) ORDER BY id LIMIT $2"
+        ))
+        .bind::<Text, _>(id)
+        .bind::<BigInt, _>(limit)
+        .load(conn),
+    }
+}

@@ -1,0 +1,703 @@
+//! `kat-scheduler import-mula`: switching from mula without losing a schedule. mula's database is
+//! made by mula's own migrations (the schema in `tests/fixtures/mula_schema.sql`, dumped from a
+//! database `alembic upgrade head` created; its header says how), filled with rows as mula
+//! writes them (JSONB payloads, uppercase status labels, timestamptz), and imported by the real
+//! binary into a fresh SQLite file or PostgreSQL database; the real service then serves it.
+
+use std::process::{Command, Output};
+
+use chrono::{DateTime, Utc};
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::child::binary;
+use crate::helpers::*;
+
+const MULA_SCHEMA: &str = include_str!("../fixtures/mula_schema.sql");
+
+// mula's rows, by what the tests expect of them.
+const S_DAILY: &str = "a0000000-0000-4000-8000-000000000001";
+const S_ONE_OFF: &str = "a0000000-0000-4000-8000-000000000002";
+const S_WEEKLY: &str = "a0000000-0000-4000-8000-000000000003";
+const S_BAD_CRON: &str = "a0000000-0000-4000-8000-000000000004";
+
+const Q_BOEFJE_3: &str = "b0000000-0000-4000-8000-000000000001";
+const Q_BOEFJE_2: &str = "b0000000-0000-4000-8000-000000000002";
+const P_BOEFJE_4: &str = "b0000000-0000-4000-8000-000000000003";
+const Q_NORMALIZER: &str = "b0000000-0000-4000-8000-000000000004";
+const Q_REPORT: &str = "b0000000-0000-4000-8000-000000000005";
+const DISPATCHED: &str = "b0000000-0000-4000-8000-000000000006";
+const RUNNING: &str = "b0000000-0000-4000-8000-000000000007";
+const COMPLETED: &str = "b0000000-0000-4000-8000-000000000008";
+const FAILED: &str = "b0000000-0000-4000-8000-000000000009";
+const CANCELLED: &str = "b0000000-0000-4000-8000-00000000000a";
+const UNKNOWN_SCHEDULER: &str = "b0000000-0000-4000-8000-00000000000b";
+const MALFORMED: &str = "b0000000-0000-4000-8000-00000000000c";
+
+/// Tasks mula holds, and those of them kat-scheduler takes.
+const TASKS_READ: u64 = 12;
+const TASKS_IMPORTED: u64 = 10;
+
+fn boefje(id: &str, boefje: &str, ooi: &str) -> Value {
+    // As mula's BoefjeTask is stored: the task id in the payload, `organization`, legacy keys.
+    json!({"id": id, "boefje": {"id": boefje, "name": boefje, "version": null,
+        "oci_image": format!("ghcr.io/minvws/openkat/{boefje}:latest")},
+        "input_ooi": ooi, "organization": "org1", "dispatches": [], "deduplication_key": null})
+}
+
+fn normalizer(id: &str) -> Value {
+    json!({"id": id, "normalizer": {"id": "kat_dns_normalize", "version": null},
+        "raw_data": {"id": "c0000000-0000-4000-8000-000000000001",
+            "boefje_meta": {"id": "c0000000-0000-4000-8000-000000000002",
+                "boefje": {"id": "dns-records", "version": null},
+                "input_ooi": "Hostname|internet|example.com", "arguments": {},
+                "organization": "org1", "started_at": "2025-10-01 10:00:00+00:00",
+                "ended_at": "2025-10-01 10:00:05+00:00"},
+            "mime_types": [{"value": "boefje/dns-records"}],
+            "secure_hash": null, "hash_retrieval_link": null}})
+}
+
+fn report(recipe: &str) -> Value {
+    // mula's ReportTask has no id.
+    json!({"organisation_id": "org1", "report_recipe_id": recipe})
+}
+
+/// A database mula's migrations made, with mula's rows in it.
+struct MulaDb {
+    db: TestDb,
+}
+
+impl MulaDb {
+    async fn create() -> Option<MulaDb> {
+        let db = TestDb::create(Backend::Postgres).await?;
+        let uri = db.uri.clone();
+        tokio::task::spawn_blocking(move || {
+            PgConnection::establish(&uri)
+                .unwrap()
+                .batch_execute(MULA_SCHEMA)
+                .unwrap();
+            // The dump empties the search path of its session; rows go in on a fresh one.
+            let mut c = PgConnection::establish(&uri).unwrap();
+            c.batch_execute(&seed_sql()).unwrap();
+        })
+        .await
+        .unwrap();
+        Some(MulaDb { db })
+    }
+}
+
+fn schedule_sql(
+    id: &str,
+    scheduler: &str,
+    data: &Value,
+    cron: Option<&str>,
+    deadline: Option<&str>,
+) -> String {
+    let opt = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));
+    format!(
+        "INSERT INTO schedules (id, scheduler_id, organisation, hash, data, enabled, schedule, \
+         deadline_at, created_at, modified_at) VALUES ('{id}', '{scheduler}', 'org1', \
+         md5('{id}'), '{data}'::jsonb, true, {}, {}, '2025-09-01 08:00:00+00', \
+         '2025-09-02 08:00:00+00');\n",
+        opt(cron),
+        opt(deadline)
+    )
+}
+
+#[expect(clippy::too_many_arguments, reason = "one row of mula's tasks table")]
+fn task_sql(
+    id: &str,
+    scheduler: &str,
+    schedule: Option<&str>,
+    priority: i64,
+    data: &Value,
+    status: &str,
+    created: &str,
+    modified: &str,
+) -> String {
+    let schedule = schedule.map_or("NULL".to_owned(), |s| format!("'{s}'"));
+    let task_type = scheduler.split('-').next().unwrap();
+    format!(
+        "INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, hash, priority, \
+         data, status, created_at, modified_at) VALUES ('{id}', '{scheduler}', {schedule}, \
+         'org1', '{task_type}', md5('{id}'), {priority}, '{data}'::jsonb, '{status}', \
+         '{created}', '{modified}');\n"
+    )
+}
+
+fn seed_sql() -> String {
+    let mut s = String::new();
+    s += &schedule_sql(
+        S_DAILY,
+        "boefje",
+        &boefje(Q_BOEFJE_3, "dns-records", "Hostname|internet|a.example"),
+        Some("0 0 * * *"),
+        Some("2026-12-01 00:00:00+00"),
+    );
+    s += &schedule_sql(
+        S_ONE_OFF,
+        "report",
+        &report("recipe-once"),
+        None,
+        Some("2026-12-24 09:30:00+00"),
+    );
+    s += &schedule_sql(
+        S_WEEKLY,
+        "report",
+        &report("recipe-weekly"),
+        Some("0 6 * * 1"),
+        Some("2026-11-30 06:00:00+00"),
+    );
+    s += &schedule_sql(
+        S_BAD_CRON,
+        "report",
+        &report("recipe-weekdays"),
+        Some("0 12 * * MON-FRI"),
+        None,
+    );
+    let t0 = "2025-10-01 00:00:00+00";
+    let t1 = "2025-10-01 01:00:00+00";
+    let q = |id: &str, b: &str, ooi: &str, prio: i64, status: &str, sched: Option<&str>| {
+        task_sql(
+            id,
+            "boefje",
+            sched,
+            prio,
+            &boefje(id, b, ooi),
+            status,
+            t0,
+            t1,
+        )
+    };
+    s += &q(
+        Q_BOEFJE_3,
+        "dns-records",
+        "Hostname|internet|a.example",
+        3,
+        "QUEUED",
+        Some(S_DAILY),
+    );
+    s += &q(
+        Q_BOEFJE_2,
+        "nmap",
+        "IPAddressV4|internet|10.0.0.2",
+        2,
+        "QUEUED",
+        None,
+    );
+    s += &q(
+        P_BOEFJE_4,
+        "nmap",
+        "IPAddressV4|internet|10.0.0.4",
+        4,
+        "PENDING",
+        None,
+    );
+    s += &task_sql(
+        Q_NORMALIZER,
+        "normalizer",
+        None,
+        1,
+        &normalizer(Q_NORMALIZER),
+        "QUEUED",
+        t0,
+        t1,
+    );
+    s += &task_sql(
+        Q_REPORT,
+        "report",
+        Some(S_ONE_OFF),
+        5,
+        &report("recipe-once"),
+        "QUEUED",
+        t0,
+        t1,
+    );
+    s += &q(
+        DISPATCHED,
+        "nmap",
+        "IPAddressV4|internet|10.0.0.6",
+        10,
+        "DISPATCHED",
+        None,
+    );
+    s += &task_sql(
+        RUNNING,
+        "normalizer",
+        None,
+        10,
+        &normalizer(RUNNING),
+        "RUNNING",
+        t0,
+        t1,
+    );
+    s += &task_sql(
+        COMPLETED,
+        "boefje",
+        Some(S_DAILY),
+        7,
+        &boefje(COMPLETED, "dns-records", "Hostname|internet|a.example"),
+        "COMPLETED",
+        "2025-09-30 00:00:00+00",
+        "2025-09-30 00:05:07.123456+00",
+    );
+    s += &task_sql(
+        FAILED,
+        "normalizer",
+        None,
+        7,
+        &normalizer(FAILED),
+        "FAILED",
+        t0,
+        t1,
+    );
+    s += &task_sql(
+        CANCELLED,
+        "report",
+        Some(S_WEEKLY),
+        7,
+        &report("recipe-weekly"),
+        "CANCELLED",
+        t0,
+        t1,
+    );
+    // Rows kat-scheduler refuses: a scheduler of an old mula, a payload without its boefje.
+    s += &task_sql(
+        UNKNOWN_SCHEDULER,
+        "boefje-org1",
+        None,
+        3,
+        &boefje(UNKNOWN_SCHEDULER, "nmap", "IPAddressV4|internet|10.0.0.11"),
+        "QUEUED",
+        t0,
+        t1,
+    );
+    s += &task_sql(
+        MALFORMED,
+        "boefje",
+        None,
+        3,
+        &json!({"id": MALFORMED, "organization": "org1", "input_ooi": null}),
+        "QUEUED",
+        t0,
+        t1,
+    );
+    s
+}
+
+/// Runs `kat-scheduler import-mula --from <mula> <extra…>` on the database `target`.
+async fn import(mula: &MulaDb, target: &str, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(binary());
+    cmd.arg("import-mula")
+        .arg("--from")
+        .arg(&mula.db.uri)
+        .args(extra)
+        .env("SCHEDULER_DB_URI", target)
+        .env("SCHEDULER_LOGGING_FORMAT", "json")
+        .env_remove("RUST_LOG");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    if std::env::var("TEST_LOG").is_ok() {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    out
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Imports and asserts success; returns the summary.
+async fn import_ok(mula: &MulaDb, target: &str, extra: &[&str]) -> String {
+    let out = import(mula, target, extra).await;
+    assert!(
+        out.status.success(),
+        "import-mula failed: {}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+fn time(v: &Value) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(v.as_str().expect("a time"))
+        .unwrap()
+        .to_utc()
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+}
+
+/// Stops `app` and hands back its database.
+async fn stop(mut app: TestApp) -> TestDb {
+    app.stop().await;
+    std::mem::replace(&mut app.db, TestDb::external(""))
+}
+
+async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_order(
+    backend: Backend,
+) {
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let Some(target) = TestDb::create(backend).await else {
+        return;
+    };
+
+    // Act: batches of 4, so both tables take several.
+    let out = import(&mula, &target.uri, &["--batch-size", "4"]).await;
+
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(
+        summary
+            .contains("schedules: read 4, imported 3, already present 0, hash taken 0, refused 1"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!(
+            "tasks: read {TASKS_READ}, imported {TASKS_IMPORTED}, already present 0, refused 2"
+        )),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "tasks imported by status: cancelled 1, completed 1, dispatched 1, failed 1, pending 1, queued 4, running 1"
+        ),
+        "{summary}"
+    );
+    // Refusals by id, with the reason.
+    assert!(
+        summary.contains(&format!(
+            "{S_BAD_CRON}: invalid cron expression '0 12 * * MON-FRI'"
+        )),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!("{UNKNOWN_SCHEDULER}: scheduler_id 'boefje-org1'")),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!("{MALFORMED}: data.boefje: required")),
+        "{summary}"
+    );
+    // Progress: a line per batch (schedules 4 → 1 batch, tasks 12 → 3).
+    let log = stderr(&out);
+    assert_eq!(log.matches("import-mula: batch done").count(), 4, "{log}");
+
+    // Again: nothing new, and it says so.
+    let again = import_ok(&mula, &target.uri, &[]).await;
+    assert!(
+        again.contains(&format!(
+            "tasks: read {TASKS_READ}, imported 0, already present {TASKS_IMPORTED}, refused 2"
+        )),
+        "{again}"
+    );
+    assert!(
+        again.contains("schedules: read 4, imported 0, already present 3"),
+        "{again}"
+    );
+    assert!(again.contains("nothing new"), "{again}");
+
+    // The service serves what mula held.
+    let app = spawn_app_on(target, backend, |_| {}).await;
+    let listed: Value = app.get("/schedules?limit=50").await.json().await.unwrap();
+    assert_eq!(listed["count"], 3, "{listed}");
+    let by_id = |id: &str| {
+        listed["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("schedule {id} listed: {listed}"))
+    };
+    let daily = by_id(S_DAILY);
+    assert_eq!(daily["schedule"], "0 0 * * *");
+    assert_eq!(time(&daily["deadline_at"]), at("2026-12-01T00:00:00Z"));
+    assert_eq!(daily["scheduler_id"], "boefje");
+    assert_eq!(time(&daily["created_at"]), at("2025-09-01T08:00:00Z"));
+    let one_off = by_id(S_ONE_OFF);
+    assert_eq!(one_off["schedule"], Value::Null);
+    assert_eq!(time(&one_off["deadline_at"]), at("2026-12-24T09:30:00Z"));
+    assert_eq!(by_id(S_WEEKLY)["schedule"], "0 6 * * 1");
+
+    // Waiting work pops by priority, with mula's ids (the pending one too).
+    assert_eq!(
+        app.pop_ids("boefje", 10).await,
+        [Q_BOEFJE_2, Q_BOEFJE_3, P_BOEFJE_4]
+    );
+    assert_eq!(app.pop_ids("normalizer", 10).await, [Q_NORMALIZER]);
+    let reports = app.pop_ok("report", 10, None).await;
+    assert_eq!(result_ids(&json!({"results": reports})), [Q_REPORT]);
+    assert_eq!(reports[0]["priority"], 5);
+    assert_eq!(reports[0]["schedule_id"], S_ONE_OFF);
+    assert_eq!(
+        reports[0]["data"]["id"], Q_REPORT,
+        "the payload carries the id"
+    );
+
+    // Finished work keeps its status and times.
+    let done = app.task(COMPLETED).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(time(&done["created_at"]), at("2025-09-30T00:00:00Z"));
+    assert_eq!(
+        time(&done["modified_at"]),
+        at("2025-09-30T00:05:07.123456Z")
+    );
+    assert_eq!(done["schedule_id"], S_DAILY);
+    assert_eq!(app.task(FAILED).await["status"], "failed");
+    assert_eq!(app.task(CANCELLED).await["status"], "cancelled");
+
+    // Work mula's runners held: as it was, and a runner's late report is taken.
+    assert_eq!(app.task(RUNNING).await["status"], "running");
+    assert_eq!(app.task(DISPATCHED).await["status"], "dispatched");
+    let resp = app
+        .patch_task(DISPATCHED, &json!({"status": "completed"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(app.task(DISPATCHED).await["status"], "completed");
+
+    // Refused rows are not there.
+    assert_eq!(
+        app.get_task(UNKNOWN_SCHEDULER).await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    // A runner that never reports: its lease, taken at the import, ends, and the task goes back
+    // to the queue under its id.
+    app.advance(chrono::Duration::seconds(
+        i64::try_from(kat_scheduler::config::DEFAULT_RUN_TIMEOUT_SECS).unwrap() + 3600,
+    ));
+    app.sweep().await;
+    let requeued = app.task(RUNNING).await;
+    assert_eq!(requeued["status"], "queued", "{requeued}");
+    assert_eq!(requeued["attempts"], 1);
+    // (The normalizer task popped above, never reported on, went back too, and ranks first.)
+    assert_eq!(app.pop_ids("normalizer", 10).await, [Q_NORMALIZER, RUNNING]);
+    drop(stop(app).await);
+}
+
+async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend: Backend) {
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    // Arrange: work of the service's own, one task under an id mula holds too, and a schedule
+    // for the same work as one of mula's (so the same hash).
+    let own = app
+        .push_ok(
+            "boefje",
+            &boefje_push("org2", "nmap", Some("IPAddressV4|internet|10.9.9.9"), 1),
+        )
+        .await;
+    // The same work as mula's queued Q_BOEFJE_3, waiting here already.
+    let same_work = app
+        .push_ok(
+            "boefje",
+            &boefje_push(
+                "org1",
+                "dns-records",
+                Some("Hostname|internet|a.example"),
+                5,
+            ),
+        )
+        .await;
+    let mut clash = boefje_push("org2", "nmap", Some("IPAddressV4|internet|10.8.8.8"), 9);
+    clash["id"] = json!(Q_BOEFJE_2);
+    let clash = app.push_ok("boefje", &clash).await;
+    let resp = app
+        .post(
+            "/schedules",
+            Some(&json!({"scheduler_id": "report", "organisation": "org1",
+                "data": report("recipe-weekly"), "schedule": "0 7 * * *"})),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let holder: Value = resp.json().await.unwrap();
+    let before = [
+        app.task(&id_of(&own)).await,
+        app.task(Q_BOEFJE_2).await,
+        app.task(&id_of(&same_work)).await,
+    ];
+    let holder_before = app
+        .get(&format!("/schedules/{}", id_of(&holder)))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    let db = stop(app).await;
+
+    // Act
+    let summary = import_ok(&mula, &db.uri, &[]).await;
+
+    // Assert: mula's clashing rows are skipped and said to be.
+    assert!(
+        summary.contains(&format!(
+            "tasks: read {TASKS_READ}, imported {}, already present 1, refused 3",
+            TASKS_IMPORTED - 2
+        )),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!(
+            "{Q_BOEFJE_3}: the same work (hash {}) waits as task {} already",
+            same_work["hash"].as_str().unwrap(),
+            id_of(&same_work)
+        )),
+        "{summary}"
+    );
+    // The push of the same work as mula's daily schedule made its schedule here (as mula's
+    // push does), so that one's hash is taken too.
+    assert!(
+        summary.contains("schedules: read 4, imported 1, already present 0, hash taken 2"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!(
+            "schedule {S_WEEKLY} skipped: its hash is held by schedule {}",
+            id_of(&holder)
+        )),
+        "{summary}"
+    );
+    let app = spawn_app_on(db, backend, |_| {}).await;
+    assert_eq!(app.task(&id_of(&own)).await, before[0], "untouched");
+    assert_eq!(app.task(Q_BOEFJE_2).await, before[1], "not overwritten");
+    assert_eq!(app.task(&id_of(&same_work)).await, before[2], "untouched");
+    assert_eq!(
+        app.get(&format!("/schedules/{}", id_of(&holder)))
+            .await
+            .json::<Value>()
+            .await
+            .unwrap(),
+        holder_before
+    );
+    // mula's tasks of skipped schedules are linked to the schedules holding their work.
+    assert_eq!(app.task(CANCELLED).await["schedule_id"], id_of(&holder));
+    assert_eq!(
+        app.task(COMPLETED).await["schedule_id"],
+        app.task(&id_of(&same_work)).await["schedule_id"]
+    );
+    // The service's own queued tasks still pop, among mula's by priority: its own (1), mula's
+    // pending one (4), its own of the work mula also held (5), its own under the id mula also
+    // held (9).
+    assert_eq!(
+        app.pop_ids("boefje", 10).await,
+        [
+            id_of(&own).as_str(),
+            P_BOEFJE_4,
+            &id_of(&same_work),
+            &id_of(&clash)
+        ]
+    );
+    drop(stop(app).await);
+}
+
+async fn a_dry_run_reads_and_checks_everything_and_writes_nothing(backend: Backend) {
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let db = stop(app).await;
+
+    let summary = import_ok(&mula, &db.uri, &["--dry-run"]).await;
+
+    assert!(
+        summary.contains("dry run: nothing was written"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!(
+            "tasks: read {TASKS_READ}, imported {TASKS_IMPORTED}, already present 0, refused 2"
+        )),
+        "{summary}"
+    );
+    assert!(summary.contains(UNKNOWN_SCHEDULER), "{summary}");
+    let app = spawn_app_on(db, backend, |_| {}).await;
+    let tasks: Value = app.get("/tasks?limit=0").await.json().await.unwrap();
+    assert_eq!(tasks["count"], 0, "{tasks}");
+    let schedules: Value = app.get("/schedules?limit=0").await.json().await.unwrap();
+    assert_eq!(schedules["count"], 0, "{schedules}");
+    drop(stop(app).await);
+}
+
+async fn the_import_refuses_to_write_behind_a_running_service(backend: Backend) {
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    // On PostgreSQL the service owns its schedulers from its start (one ownership round runs
+    // before the engines build their heaps).
+
+    let out = import(&mula, &app.db.uri, &[]).await;
+
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("stop kat-scheduler") || stderr(&out).contains("stop every instance"),
+        "{}",
+        stderr(&out)
+    );
+    let tasks: Value = app.get("/tasks?limit=0").await.json().await.unwrap();
+    assert_eq!(tasks["count"], 0, "{tasks}");
+    drop(stop(app).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_into_a_file_that_does_not_exist_creates_nothing() {
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scheduler.db");
+
+    let summary = import_ok(
+        &mula,
+        &format!("sqlite://{}", file.display()),
+        &["--dry-run"],
+    )
+    .await;
+
+    assert!(summary.contains("imported 3"), "{summary}");
+    assert!(!file.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_is_not_mula_s_is_refused_by_name() {
+    let Some(not_mula) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let target = format!("sqlite://{}", dir.path().join("s.db").display());
+    let mula = MulaDb { db: not_mula };
+
+    let out = import(&mula, &target, &[]).await;
+
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is not mula's database"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+crate::backend_tests!(
+    mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_order,
+    an_import_into_a_database_with_work_leaves_that_work_as_it_was,
+    a_dry_run_reads_and_checks_everything_and_writes_nothing,
+    the_import_refuses_to_write_behind_a_running_service,
+);
