@@ -101,8 +101,13 @@ pub fn run(settings: &Settings, opts: &Options, clock: &dyn Clock) -> anyhow::Re
     let task_rules = TaskRules {
         limits: settings.limits,
         leases: PerScheduler::from_fn(|s| {
+            // mula's runners send no heartbeat: a running task gets the lease of a holder that
+            // never renewed, as one that starts running here does.
             let l = settings.limits(s);
-            (l.dispatch_timeout, l.run_timeout)
+            (
+                l.dispatch_timeout,
+                l.run_timeout.max(l.unrenewed_run_timeout),
+            )
         }),
         now: crate::clock::truncate_micros(clock.now()).naive_utc(),
     };

@@ -7,7 +7,7 @@
 //! | mula status | becomes | why |
 //! |---|---|---|
 //! | `PENDING`, `QUEUED` | `pending`, `queued` | waiting work; the heap is rebuilt from the table at start (the excess over its bound goes to `pending`) |
-//! | `DISPATCHED`, `RUNNING` | the same, with a fresh lease from the import's time | a runner of mula's may still hold it: its late `PATCH` is accepted; if none comes, the lease ends and the watchdog re-queues it, so the work is neither lost nor run twice while the runner lives |
+//! | `DISPATCHED`, `RUNNING` | the same, with a fresh lease from the import's time (a running one: the unrenewed run lease) | a runner of mula's may still hold it: its late `PATCH` is accepted; if none comes, the lease ends and the watchdog re-queues it, so the work is neither lost nor run twice while the runner lives |
 //! | `COMPLETED`, `FAILED`, `CANCELLED` | the same | history: "last run", de-duplication and scoring read it |
 
 use std::time::Duration;

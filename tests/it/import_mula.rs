@@ -475,7 +475,7 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     // A runner that never reports: its lease, taken at the import, ends, and the task goes back
     // to the queue under its id.
     app.advance(chrono::Duration::seconds(
-        i64::try_from(kat_scheduler::config::DEFAULT_RUN_TIMEOUT_SECS).unwrap() + 3600,
+        i64::try_from(kat_scheduler::config::DEFAULT_UNRENEWED_RUN_TIMEOUT_SECS).unwrap() + 3600,
     ));
     app.sweep().await;
     let requeued = app.task(RUNNING).await;
