@@ -94,13 +94,15 @@ pub async fn livez() -> HttpResponse {
         .body(r#"{"status":"ok"}"#)
 }
 
-/// Whether the service and its database answer (503 when the database does not).
+/// Readiness: whether the service can serve its API now: the database answers and every
+/// scheduler is owned here or by a live instance (503, naming what is not, otherwise; `/livez`
+/// is liveness).
 #[utoipa::path(
     tag = "health",
     params(HealthQuery),
     responses(
-        (status = 200, description = "Healthy", body = Health),
-        (status = 503, description = "The database does not answer", body = Health)
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "Not ready: the database does not answer, or a scheduler has no owner at the moment", body = Health)
     )
 )]
 #[get("/health")]
@@ -117,6 +119,37 @@ pub async fn health(
         additional: json!({"backend": broker.backend().name()}),
         results: Vec::new(),
     }];
+    // Ready means every scheduler is served: owned here, or by a live instance its requests
+    // are forwarded to. While one changes owner (a takeover, the first ownership round) its
+    // requests would get 503, so neither is a readiness probe's traffic sent here.
+    let (serving, schedulers) = match broker.ownership() {
+        Some(own) => {
+            let r = own.readiness();
+            let all = r.iter().all(|(_, x)| x.is_ok());
+            let detail: serde_json::Map<String, Value> = r
+                .iter()
+                .map(|(s, x)| {
+                    let text = match x {
+                        Ok(who) => who.clone(),
+                        Err(why) => format!("not served: {why}"),
+                    };
+                    (s.as_str().to_owned(), Value::String(text))
+                })
+                .collect();
+            (all, Value::Object(detail))
+        }
+        None => (
+            true,
+            json!({"boefje": "owned here", "normalizer": "owned here", "report": "owned here"}),
+        ),
+    };
+    results.push(ServiceHealth {
+        service: "schedulers".into(),
+        healthy: serving,
+        version: None,
+        additional: schedulers,
+        results: Vec::new(),
+    });
     // The listener reconnects by itself; while it does the API still serves, so it does not
     // make the service unhealthy, but its state is shown.
     let status = &observed.listener;
@@ -150,15 +183,16 @@ pub async fn health(
     } else {
         HashMap::new()
     };
+    let ready = db_ok && serving;
     let body = Health {
         service: "scheduler".into(),
-        healthy: db_ok,
+        healthy: ready,
         version: env!("CARGO_PKG_VERSION").into(),
         additional: Value::Null,
         results,
         externals,
     };
-    if db_ok {
+    if ready {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)

@@ -152,6 +152,9 @@ impl Ownership {
             self.config.address.as_str(),
             self.config.lease,
         );
+        // Who holds what before this round: a lease held by this instance's own dead predecessor
+        // (a restart of the same instance) is taken at once rather than after it lapses.
+        let before = owners::all(conn)?;
         for s in SchedulerId::ALL {
             let epoch = self.epoch(s);
             if epoch > 0 {
@@ -161,7 +164,15 @@ impl Ownership {
                 }
                 continue;
             }
-            if let Some(epoch) = owners::claim(conn, s, me, address, lease)? {
+            let predecessor = before
+                .iter()
+                .find(|r| r.scheduler_id == s.as_str() && r.live)
+                .and_then(|r| r.owner.as_deref())
+                .filter(|owner| self.is_predecessor(owner));
+            if let Some(p) = predecessor {
+                info!(scheduler.id = %s, predecessor = p, "the lease is held by this instance's own predecessor, which is gone; taking it at once");
+            }
+            if let Some(epoch) = owners::claim(conn, s, me, address, lease, predecessor)? {
                 self.ours[s].store(epoch, Ordering::Release);
                 self.takeovers[s].fetch_add(1, Ordering::Relaxed);
                 info!(scheduler.id = %s, epoch, instance = me, "lease taken: this instance owns the scheduler");
@@ -185,6 +196,43 @@ impl Ownership {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = seen;
         Ok(())
+    }
+
+    /// Whether `owner` (a live lease's holder) is this instance's own predecessor, gone: the
+    /// same configured name (`cluster.instance_id`, which survives a restart), or a default name
+    /// ([`default_instance_name`]) of this host whose process no longer runs (or whose process
+    /// id is this process's own: a container's process 1 after a restart). Taking a lease
+    /// wrongly would cost a handover, never a double commit: the epoch fences the former holder.
+    fn is_predecessor(&self, owner: &str) -> bool {
+        if owner == self.config.instance {
+            return true;
+        }
+        let Some((host, pid)) = parse_default_name(owner) else {
+            return false;
+        };
+        if host != host_name() {
+            return false;
+        }
+        let proc_fs = Path::new("/proc/self").exists();
+        pid == std::process::id() || (proc_fs && !Path::new(&format!("/proc/{pid}")).exists())
+    }
+
+    /// Whether every scheduler can be served from here now: owned by this instance, or by
+    /// another whose lease runs (requests are forwarded to it). Answers, per scheduler, who
+    /// serves it, or why nobody does.
+    pub fn readiness(&self) -> PerScheduler<Result<String, String>> {
+        PerScheduler::from_fn(|s| match self.route(s) {
+            Route::Local(epoch) => Ok(format!("owned here (epoch {epoch})")),
+            Route::Remote(address) => Ok(format!("owned by the instance at {address}")),
+            Route::Moving => Err(match self.owner(s) {
+                None => "no owner yet: the first ownership round has not run".to_owned(),
+                Some(o) if o.live => format!(
+                    "changing owner: {} holds the lease and is not yet known as live here",
+                    o.instance
+                ),
+                Some(_) => "no owner: the last lease lapsed and nobody has taken it yet".to_owned(),
+            }),
+        })
     }
 
     /// Releases every lease this instance holds (a clean shutdown, after the engines stopped).
@@ -274,6 +322,17 @@ pub fn default_instance_name() -> String {
     format!("{}-{}-{}", host_name(), std::process::id(), &random[..8])
 }
 
+/// The host and process id of a [`default_instance_name`] (`host-pid-random`); `None` for a
+/// configured name of another shape.
+fn parse_default_name(name: &str) -> Option<(&str, u32)> {
+    let mut parts = name.rsplitn(3, '-');
+    let random = parts.next()?;
+    let pid = parts.next()?.parse().ok()?;
+    let host = parts.next()?;
+    let shaped = random.len() == 8 && random.bytes().all(|b| b.is_ascii_hexdigit());
+    (shaped && !host.is_empty()).then_some((host, pid))
+}
+
 /// This machine's host name (`HOSTNAME`, else `/etc/hostname`, else `localhost`).
 pub fn host_name() -> String {
     std::env::var("HOSTNAME")
@@ -355,6 +414,72 @@ mod tests {
         let lock = SqliteLock::acquire(&db).unwrap();
         assert!(lock.path().is_file(), "{}", lock.path().display());
         assert!(lock.path().ends_with("data/nested/scheduler.db.lock"));
+    }
+
+    fn ownership(instance: &str) -> Ownership {
+        Ownership::new(OwnershipConfig {
+            instance: instance.into(),
+            address: "http://127.0.0.1:1".into(),
+            lease: Duration::from_secs(2),
+        })
+    }
+
+    #[test]
+    fn an_instances_own_dead_predecessor_is_recognised_and_no_live_neighbour_is() {
+        let host = host_name();
+        let me = ownership(&default_instance_name());
+        // A default name of this host whose process is gone (no process has id 4194304 + 1:
+        // Linux's pid_max is at most 2^22).
+        assert!(me.is_predecessor(&format!("{host}-4194305-0123abcd")));
+        // This very process's id under another random part: a container's process 1 again.
+        assert!(me.is_predecessor(&format!("{host}-{}-89abcdef", std::process::id())));
+        // A process of this host that runs (process 1 always does): another live instance.
+        if Path::new("/proc/1").exists() {
+            assert!(!me.is_predecessor(&format!("{host}-1-0123abcd")));
+        }
+        // Another host, or a configured name of another instance.
+        assert!(!me.is_predecessor("elsewhere-4194305-0123abcd"));
+        assert!(!me.is_predecessor("scheduler-b"));
+        // A configured name that survives a restart: the same name is the predecessor.
+        assert!(ownership("scheduler-a").is_predecessor("scheduler-a"));
+        assert_eq!(
+            parse_default_name("my-host-name-42-0123abcd"),
+            Some(("my-host-name", 42))
+        );
+        assert_eq!(parse_default_name("my-host-42-xyz"), None);
+    }
+
+    #[test]
+    fn readiness_names_each_scheduler_nobody_serves() {
+        let me = ownership("a");
+        let before = me.readiness();
+        assert!(before[SchedulerId::Boefje].is_err(), "no round yet");
+        me.ours[SchedulerId::Boefje].store(3, Ordering::Release);
+        *me.owners.write().unwrap() = PerScheduler::from_fn(|s| {
+            Some(Owner {
+                instance: if s == SchedulerId::Boefje { "a" } else { "b" }.into(),
+                address: "http://b:8000".into(),
+                epoch: 3,
+                live: s != SchedulerId::Report,
+            })
+        });
+        let r = me.readiness();
+        assert_eq!(
+            r[SchedulerId::Boefje].as_deref(),
+            Ok("owned here (epoch 3)")
+        );
+        assert!(
+            r[SchedulerId::Normalizer]
+                .as_ref()
+                .unwrap()
+                .contains("http://b:8000")
+        );
+        assert!(
+            r[SchedulerId::Report]
+                .as_ref()
+                .unwrap_err()
+                .contains("lapsed")
+        );
     }
 
     #[test]

@@ -171,8 +171,11 @@ impl From<StorageError> for QueueError {
     fn from(e: StorageError) -> Self {
         if let StorageError::Fenced(s) = e {
             QueueError::Moving(s)
-        } else if e.is_unavailable() {
-            QueueError::Unavailable(e.to_string())
+        } else if e.is_unavailable() || e.is_connection_lost() {
+            // The driver's text names the server's internals and helps no client: logged here,
+            // answered plainly.
+            tracing::warn!(error = %e, "a database call failed; answering 503");
+            QueueError::Unavailable(e.client_text().into())
         } else if e.is_request_fault() {
             QueueError::BadRequest(format!("the database refused this request: {e}"))
         } else {

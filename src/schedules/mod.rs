@@ -42,8 +42,9 @@ pub enum ScheduleError {
 
 impl From<StorageError> for ScheduleError {
     fn from(e: StorageError) -> Self {
-        if e.is_unavailable() {
-            ScheduleError::Unavailable(e.to_string())
+        if e.is_unavailable() || e.is_connection_lost() {
+            tracing::warn!(error = %e, "a database call for schedules failed; answering 503");
+            ScheduleError::Unavailable(e.client_text().into())
         } else if e.is_request_fault() {
             ScheduleError::BadRequest(format!("the database refused this request: {e}"))
         } else {

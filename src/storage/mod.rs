@@ -100,6 +100,7 @@ impl StorageError {
                 m.contains("server closed the connection")
                     || m.contains("terminating connection")
                     || m.contains("no connection to the server")
+                    || m.contains("connection has been closed")
                     || m.contains("database is locked")
             }
             _ => false,
@@ -108,6 +109,47 @@ impl StorageError {
 }
 
 impl StorageError {
+    /// Whether the error says this connection broke (the server closed it, a network fault, a
+    /// terminated backend), as opposed to the database refusing a statement or being
+    /// unreachable. The statement may be retried on a fresh connection when its outcome is
+    /// known (see the queue engine).
+    pub fn is_connection_lost(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            Self::Query(Error::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                _,
+            )) => true,
+            Self::Query(Error::DatabaseError(_, info)) => {
+                let m = info.message();
+                [
+                    "server closed the connection",
+                    "terminating connection",
+                    "no connection to the server",
+                    "connection has been closed",
+                    "SSL SYSCALL",
+                    "could not receive data from server",
+                    "could not send data to server",
+                    "connection to server",
+                    "EOF detected",
+                ]
+                .iter()
+                .any(|p| m.contains(p))
+            }
+            _ => false,
+        }
+    }
+
+    /// What a client may be told of this error: never the driver's text, which names the
+    /// server's internals and says nothing a client can act on (the log has it).
+    pub fn client_text(&self) -> &'static str {
+        if self.is_connection_lost() {
+            "the database connection failed; retry shortly"
+        } else {
+            "the database is unavailable; retry shortly"
+        }
+    }
+
     /// Whether the database refused a statement because of what a request put in it (a value
     /// too long for an index, too many values, an expression too deep), rather than because it
     /// is down or the service is wrong. Inputs are checked against the limits before they get
@@ -358,7 +400,13 @@ impl Drop for WriterConn {
 
 /// Whether the database answers: a connection can be checked out (and validated) and used.
 pub fn reachable(pool: &DbPool) -> bool {
-    checkout(pool).is_ok_and(|mut c| c.batch_execute("SELECT 1").is_ok())
+    checkout(pool).is_ok_and(|mut c| ping(&mut c).is_ok())
+}
+
+/// One round trip on `conn`: whether it still works.
+pub fn ping(conn: &mut AnyConnection) -> Result<(), StorageError> {
+    conn.batch_execute("SELECT 1")?;
+    Ok(())
 }
 
 /// Applies every pending migration; returns the names of those applied.

@@ -46,13 +46,15 @@ fn millis(lease: std::time::Duration) -> Bind {
 }
 
 /// Takes `scheduler`'s lease for `instance` if nobody holds it (never held, released, or
-/// expired); answers the new epoch, or `None` while another instance holds it.
+/// expired), or if `predecessor` does (this instance's own dead predecessor, whose lease need
+/// not lapse first); answers the new epoch, or `None` while another instance holds it.
 pub fn claim(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     instance: &str,
     address: &str,
     lease: std::time::Duration,
+    predecessor: Option<&str>,
 ) -> QueryResult<Option<i64>> {
     let mut q = Sql::new(
         Backend::Postgres,
@@ -70,9 +72,12 @@ pub fn claim(
              owner = excluded.owner, address = excluded.address, \
              epoch = scheduler_owners.epoch + 1, expires_at = excluded.expires_at, \
              acquired_at = excluded.acquired_at \
-             WHERE scheduler_owners.owner IS NULL OR scheduler_owners.expires_at < now() \
-             RETURNING epoch",
+             WHERE scheduler_owners.owner IS NULL OR scheduler_owners.expires_at < now()",
         );
+    if let Some(p) = predecessor {
+        q.push(" OR scheduler_owners.owner = ").bind(p);
+    }
+    q.push(" RETURNING epoch");
     Ok(q.load::<Epoch>(conn)?.into_iter().next().map(|e| e.epoch))
 }
 

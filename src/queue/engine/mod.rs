@@ -75,6 +75,11 @@ use crate::storage::{
 /// timeout.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
+/// A kept connection idle this long is checked (`SELECT 1`) before a batch uses it: a server
+/// restart, a failover or an administrator's `pg_terminate_backend` closes idle connections, and
+/// a dead one found this way costs no request. A busy engine never pays for the check.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
 /// How often an engine with nothing to do looks for tasks whose pop answers went undelivered
 /// after a flush barrier.
 const GIVE_BACK_POLL: Duration = Duration::from_millis(100);
@@ -138,6 +143,7 @@ pub(crate) fn start_all(
             pool: pool.clone(),
             write_lock: write_lock.clone(),
             conn: None,
+            conn_used: Instant::now(),
             clock: clock.clone(),
             max_batch: config.max_batch.max(1),
             shed_after: config.shed_after,
@@ -212,6 +218,8 @@ struct Engine {
     /// The engine's own connection, kept between batches; dropped after a failure so the next
     /// batch starts on a fresh one.
     conn: Option<WriterConn>,
+    /// When the kept connection was last taken for use.
+    conn_used: Instant,
     clock: SharedClock,
     max_batch: usize,
     /// Commands that waited longer than this are answered 503 without being applied.
@@ -385,9 +393,20 @@ impl Engine {
         self.ownership.as_ref().map(|o| (o.clone(), self.epoch))
     }
 
-    /// The engine's connection; with a flush barrier its commits do not wait for the disk.
+    /// The engine's connection; with a flush barrier its commits do not wait for the disk. A
+    /// kept connection that sat idle is checked first and replaced when the server closed it.
     fn connection(&mut self) -> Result<WriterConn, StorageError> {
+        let idle = self.conn_used.elapsed();
+        self.conn_used = Instant::now();
         match self.conn.take() {
+            Some(mut c) if idle >= IDLE_CHECK => match storage::ping(&mut c) {
+                Ok(()) => Ok(c),
+                Err(e) => {
+                    info!(scheduler.id = %self.scheduler(), error = %e, idle_ms = idle.as_millis() as u64, "the kept database connection was closed while idle; a fresh one replaces it");
+                    drop(c);
+                    WriterConn::checkout(&self.pool, self.flush.is_some())
+                }
+            },
             Some(c) => Ok(c),
             None => WriterConn::checkout(&self.pool, self.flush.is_some()),
         }
@@ -430,12 +449,16 @@ impl Engine {
         );
     }
 
-    fn unavailable(&mut self, batch: Batch, why: &str) {
+    /// The database cannot be reached: this batch and those of the next [`RECONNECT_PAUSE`] are
+    /// answered 503 at once. The driver's text is logged once per outage, never answered.
+    fn unavailable(&mut self, batch: Batch, e: &StorageError, operation: &str) {
         if self.down_since.is_none() {
-            warn!(scheduler.id = %self.scheduler(), error = %why, "database unavailable; answering 503 until it returns");
+            warn!(scheduler.id = %self.scheduler(), operation, error = %e, "database unavailable; answering 503 until it returns");
         }
         self.down_since = Some(Instant::now());
-        batch.fail(&QueueError::Unavailable(why.to_owned()));
+        batch.fail(&QueueError::Unavailable(
+            "the database is unreachable; retry shortly".into(),
+        ));
     }
 
     fn process(&mut self, mut batch: Batch) {
@@ -474,7 +497,7 @@ impl Engine {
             && let Err(e) = self.rebuild()
         {
             if e.is_unavailable() || !storage::reachable(&self.pool) {
-                self.unavailable(batch, &e.to_string());
+                self.unavailable(batch, &e, "rebuild");
             } else {
                 error!(scheduler.id = %self.scheduler(), error = %e, "heap could not be rebuilt");
                 batch.fail(&QueueError::from(e));
@@ -487,7 +510,7 @@ impl Engine {
         let mut conn = match self.connection() {
             Ok(c) => c,
             Err(e) => {
-                self.unavailable(batch, &e.to_string());
+                self.unavailable(batch, &e, "connect");
                 return;
             }
         };
@@ -540,13 +563,19 @@ impl Engine {
                 batch.fail(&QueueError::Moving(s));
             }
             Err(e) => {
-                // The connection may be the cause (a dropped server); start over on a fresh one.
+                // The connection may be the cause (a dropped server); start over on a fresh one,
+                // and rebuild the heap from the table, since what this batch decided may or may
+                // not have been committed.
                 drop(conn);
                 self.dirty = true;
                 counters.failed_batches.fetch_add(1, Ordering::Relaxed);
-                // Tell a lost database from a bad statement by asking the database.
-                if e.is_unavailable() || !storage::reachable(&self.pool) {
-                    self.unavailable(batch, &e.to_string());
+                // Tell a lost database from a lost connection from a bad statement by asking
+                // the database.
+                if !storage::reachable(&self.pool) {
+                    self.unavailable(batch, &e, "batch");
+                } else if e.is_unavailable() || e.is_connection_lost() {
+                    warn!(scheduler.id = %self.scheduler(), operation = "batch", size = batch.len(), error = %e, "the database connection failed with the batch's outcome unknown; answering 503, the heap is rebuilt from the table");
+                    batch.fail(&QueueError::Unavailable(e.client_text().into()));
                 } else if batch.len() > 1 {
                     warn!(scheduler.id = %self.scheduler(), error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
                     for single in batch.into_singles() {
@@ -561,7 +590,14 @@ impl Engine {
     }
 
     /// Reads, decides and writes one batch.
-    fn apply(&mut self, conn: &mut AnyConnection, batch: &Batch) -> Result<Applied, StorageError> {
+    ///
+    /// A broken connection costs no request where the outcome is known: the reads before any
+    /// decision, and a write transaction that failed on a statement before its `COMMIT` was sent
+    /// (a session that ends inside a transaction is rolled back, so nothing of it was applied),
+    /// are tried once more on a fresh connection. A failure at the `COMMIT` itself, or of a
+    /// batch written as one statement outside a transaction, leaves the outcome unknown: it is
+    /// not retried (a write is never applied twice), and the caller rebuilds the heap.
+    fn apply(&mut self, conn: &mut WriterConn, batch: &Batch) -> Result<Applied, StorageError> {
         let started = Instant::now();
         let now = self.clock.now();
         let s = self.scheduler();
@@ -583,12 +619,31 @@ impl Engine {
         ids.sort_unstable();
         ids.dedup();
         rows.load(self.in_flight.take_known(&mut ids), s.as_str());
-        if !ids.is_empty() {
-            rows.load(tasks::get_many(conn, &ids)?, s.as_str());
-        }
-        if !needs.hashes.is_empty() {
-            rows.load(tasks::waiting_by_hash(conn, s, &needs.hashes)?, s.as_str());
-        }
+        let read = |c: &mut AnyConnection| -> Result<(Vec<TaskRow>, Vec<TaskRow>), StorageError> {
+            let by_id = match ids.is_empty() {
+                true => Vec::new(),
+                false => tasks::get_many(c, &ids)?,
+            };
+            let by_hash = match needs.hashes.is_empty() {
+                true => Vec::new(),
+                false => tasks::waiting_by_hash(c, s, &needs.hashes)?,
+            };
+            Ok((by_id, by_hash))
+        };
+        let read = match read(conn) {
+            Err(e) if e.is_connection_lost() => {
+                warn!(scheduler.id = %s, operation = "read", attempt = 1, error = %e, "the database connection broke; reading again on a fresh one");
+                WriterConn::checkout(&self.pool, self.flush.is_some())
+                    .and_then(|fresh| {
+                        *conn = fresh;
+                        read(conn)
+                    })
+                    .inspect_err(|_| self.undelivered.extend(&undelivered))?
+            }
+            other => other.inspect_err(|_| self.undelivered.extend(&undelivered))?,
+        };
+        rows.load(read.0, s.as_str());
+        rows.load(read.1, s.as_str());
 
         // 2. Decide, rule by rule.
         let mut d = Decisions::default();
@@ -641,7 +696,22 @@ impl Engine {
         let _turn = write_turn(lock.as_ref());
         let lease = self.state.lease(now, TaskStatus::Dispatched);
         let fence = self.fence();
+        let (pool, unsynced) = (self.pool.clone(), self.flush.is_some());
         let state = &mut self.state;
+        // In a transaction: whether its statements all ran, so the next step is `COMMIT`.
+        let transaction =
+            |c: &mut AnyConnection, state: &mut QueueState, statements_ran: &mut bool| {
+                c.transaction::<_, StorageError, _>(|c| {
+                    if let Some((own, epoch)) = &fence
+                        && !owners::holds(c, s, own.instance(), *epoch)?
+                    {
+                        return Err(StorageError::Fenced(s));
+                    }
+                    let written = write(c, state, &writes, now, lease)?;
+                    *statements_ran = true;
+                    Ok(written)
+                })
+            };
         // On SQLite a write to `tasks` and its queue rows are separate statements; with several
         // instances the fence is one more.
         // A batch that writes nothing (a pop that found nothing) needs no fence either.
@@ -650,14 +720,19 @@ impl Engine {
         {
             write(conn, state, &writes, now, lease)?
         } else {
-            conn.transaction::<_, StorageError, _>(|c| {
-                if let Some((own, epoch)) = &fence
-                    && !owners::holds(c, s, own.instance(), *epoch)?
-                {
-                    return Err(StorageError::Fenced(s));
+            let mut statements_ran = false;
+            match transaction(conn, state, &mut statements_ran) {
+                // A statement failed on a broken connection before `COMMIT` was sent: the
+                // server rolled the transaction back, so the same writes go again on a fresh
+                // connection. (The rules changed `state` before the write; `write` itself
+                // changes it only after its last statement, the refill, has run.)
+                Err(e) if !statements_ran && e.is_connection_lost() => {
+                    warn!(scheduler.id = %s, operation = "write", attempt = 1, error = %e, "the database connection broke before the commit; writing the batch again on a fresh one");
+                    *conn = WriterConn::checkout(&pool, unsynced)?;
+                    transaction(conn, state, &mut false)?
                 }
-                write(c, state, &writes, now, lease)
-            })?
+                other => other?,
+            }
         };
         let mut moved = writes.transitions();
         moved[status_slot(TaskStatus::Queued)] += refilled as u64;
