@@ -5,6 +5,7 @@
 //! Nothing in here does IO or reads the clock; the other layers build on these types.
 
 pub mod auth;
+pub mod cron;
 pub mod event;
 pub mod filter;
 pub mod hash;
