@@ -32,9 +32,10 @@
 //!   goes on from where that lands: `0 0 1,30 * *` from 20 February next fires on 30 March
 //!   (1 March is skipped), and `15,31,L` skips the last day of a 30-day month after the 15th.
 //! - `#` and `L` in the day of week replace the plain weekdays of that field (`*,sat#3` is the
-//!   third Saturday only; mixing them with plain weekdays is refused, as croniter does), and
-//!   with a restricted day of month both must meet on some day within the horizon, or
-//!   nothing fires (`0 0 1 * 1#2`).
+//!   third Saturday only; mixing them with plain weekdays is refused, as croniter does). With
+//!   a restricted day of month they fire alone (the listed days add none), and only if both
+//!   fields meet on some day within the horizon: `0 0 8-14 * 1#2` is the second Monday,
+//!   `0 0 1 * 1#2` never fires.
 //! - Nothing fires when the search passes 50 years (croniter's `max_years_between_matches`):
 //!   `0 0 30 2 *` is valid syntax that never fires, which mula refuses.
 //!
