@@ -9,7 +9,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`domain`] | tasks, statuses and their state machine (the broker's own moves too), scheduler ids, the task hash, payload rules, the key fields tasks are found by, the filter language (parsed, planned, evaluated in memory); pure |
+//! | [`domain`] | tasks, statuses and their state machine (the broker's own moves too), scheduler ids, the task hash, payload rules, the key fields tasks are found by, the filter language (parsed, planned, evaluated in memory), cron expressions as croniter reads and evaluates them; pure |
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
 //! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |

@@ -212,9 +212,18 @@ fn schemas(limits: &Limits) -> Map<String, Value> {
             "additionalProperties": schema_ref("JsonValue")
         }),
     );
-    let cron = json!({"type": "string", "pattern": crate::domain::schedule::CRON_PATTERN,
-        "maxLength": limits.max_string_chars,
-        "description": "Five fields in UTC: minute, hour, day of month (or `L`), month, day of week; each `*`, `*/step` or a list of numbers."});
+    let cron = json!({"type": "string", "pattern": crate::domain::cron::document_pattern(),
+    "maxLength": limits.max_string_chars,
+    "description": concat!(
+        "A cron expression as Python's croniter reads it, evaluated in UTC: five fields (minute 0-59, hour 0-23, ",
+        "day of month 1-31, month 1-12, day of week 0-7 with Sunday 0 or 7), each a list of `*`, numbers, ranges `a-b`, ",
+        "steps `*/n`, `a-b/n`, `a/n`; month and weekday names (`jan`, `mon-fri`, any case); `L` (last day) and `?` in the ",
+        "day of month; `?`, `d#n` (n-th weekday) and `Ld` (last weekday) in the day of week; or a nickname (`@yearly`, ",
+        "`@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly`). When both day fields are restricted, a ",
+        "day matching either fires. The pattern is a part of croniter's language whose every expression fires; the ",
+        "service takes all of it, and answers 400 with the reason to an expression croniter refuses or one that ",
+        "never fires within 50 years (`0 0 31 2 *`). Seconds and year fields are not taken."
+    )});
     let deadline = json!({"anyOf": [
         {"type": "string", "format": "date-time"},
         {"type": "string", "format": "date"},

@@ -1,10 +1,12 @@
 //! Pure types of the broker: tasks, their statuses and the transitions allowed between them,
 //! scheduler ids, the task hash, task payload rules, the key fields tasks are found by and the
-//! filter language (parsed, planned and evaluated in memory).
+//! filter language (parsed, planned and evaluated in memory), and cron expressions as Python's
+//! croniter reads and evaluates them.
 //!
 //! Nothing in here does IO or reads the clock; the other layers build on these types.
 
 pub mod auth;
+pub mod cron;
 pub mod event;
 pub mod filter;
 pub mod hash;

@@ -207,11 +207,21 @@ impl Schedules {
         check_keys(&self.limits, scheduler, data)
     }
 
+    /// A schedule's cron expression, checked as mula checks it: croniter must read it and find
+    /// its next fire from now (an expression that never fires within croniter's horizon, such
+    /// as `0 0 31 2 *`, is refused like a malformed one).
     fn cron(&self, text: &str) -> Result<CronExpr, ScheduleError> {
         self.limits
             .check_text("schedule", text)
             .map_err(|e| ScheduleError::BadRequest(e.0))?;
-        CronExpr::parse(text).map_err(|e| ScheduleError::Invalid(e.to_string()))
+        let cron = CronExpr::parse(text).map_err(|e| ScheduleError::Invalid(e.to_string()))?;
+        if cron.next_after(self.clock.now()).is_none() {
+            return Err(ScheduleError::Invalid(format!(
+                "invalid cron expression '{text}': it never fires within {} years",
+                crate::domain::cron::HORIZON_YEARS
+            )));
+        }
+        Ok(cron)
     }
 
     /// Creates a schedule (201 in the API).

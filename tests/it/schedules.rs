@@ -248,6 +248,121 @@ async fn bad_schedules_get_mulas_answers(backend: Backend) {
     );
 }
 
+/// Whether a schedule fires at a (whole-minute) time.
+type FiresAt = dyn Fn(chrono::NaiveDateTime) -> bool;
+
+/// The first whole minute after `now` that `fires` holds for: what the schedule's deadline must
+/// be, found by walking the minutes (a check apart from the evaluator's search).
+fn first_fire_after(
+    now: chrono::DateTime<chrono::Utc>,
+    fires: impl Fn(chrono::NaiveDateTime) -> bool,
+) -> chrono::DateTime<chrono::Utc> {
+    use chrono::Timelike;
+    let mut t = now
+        .naive_utc()
+        .with_second(0)
+        .unwrap()
+        .with_nanosecond(0)
+        .unwrap();
+    loop {
+        t += chrono::Duration::minutes(1);
+        if fires(t) {
+            return t.and_utc();
+        }
+    }
+}
+
+/// The cron forms users' schedules and scripts use with mula (croniter's: nicknames, names,
+/// ranges, `L`, the day fields' OR) are taken, with the next fire as the deadline; what croniter
+/// refuses, or what never fires, is a 400 naming what is wrong.
+async fn schedules_take_croniters_cron_language(backend: Backend) {
+    use chrono::{Datelike, Timelike, Weekday};
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let midnight = |t: chrono::NaiveDateTime| t.hour() == 0 && t.minute() == 0;
+    let weekday = |t: chrono::NaiveDateTime| !matches!(t.weekday(), Weekday::Sat | Weekday::Sun);
+    let cases: [(&str, Box<FiresAt>); 6] = [
+        ("@daily", Box::new(midnight)),
+        (
+            "@HOURLY",
+            Box::new(|t: chrono::NaiveDateTime| t.minute() == 0),
+        ),
+        (
+            "0 9 * * MON-FRI",
+            Box::new(move |t: chrono::NaiveDateTime| {
+                t.hour() == 9 && t.minute() == 0 && weekday(t)
+            }),
+        ),
+        // Day of month or day of week: the first seven days, and every Monday.
+        (
+            "0 0 1-7 * 1",
+            Box::new(move |t: chrono::NaiveDateTime| {
+                midnight(t) && (t.day() <= 7 || t.weekday() == Weekday::Mon)
+            }),
+        ),
+        (
+            "0 0 L * *",
+            Box::new(move |t: chrono::NaiveDateTime| {
+                midnight(t) && (t + chrono::Duration::days(1)).day() == 1
+            }),
+        ),
+        (
+            "*/20 8-17/3 * JAN-DEC ?",
+            Box::new(|t: chrono::NaiveDateTime| {
+                t.minute().is_multiple_of(20) && [8, 11, 14, 17].contains(&t.hour())
+            }),
+        ),
+    ];
+    for (i, (cron, fires)) in cases.iter().enumerate() {
+        let resp = create(
+            &app,
+            &report_schedule("org1", &format!("c{i}"), Some(cron), None),
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::CREATED, "{cron}");
+        let s: Value = resp.json().await.unwrap();
+        assert_eq!(s["schedule"], *cron);
+        let deadline: chrono::DateTime<chrono::Utc> =
+            s["deadline_at"].as_str().unwrap().parse().unwrap();
+        assert_eq!(deadline, first_fire_after(app.now(), fires), "{cron}");
+    }
+    // A change of recurrence takes the same language.
+    let s: Value = create(
+        &app,
+        &report_schedule("org1", "patched", Some("@weekly"), None),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let path = format!("/schedules/{}", s["id"].as_str().unwrap());
+    let monthly = app.patch(&path, &json!({"schedule": "0 6 1 */3 *"})).await;
+    assert_eq!(monthly.status(), StatusCode::OK);
+
+    for (cron, names) in [
+        ("61 * * * *", "minute '61': 61 is out of range"),
+        ("0 0 * * FOO", "day of week 'FOO'"),
+        ("@fortnightly", "unknown nickname '@fortnightly'"),
+        ("0 0 * * 1#2,3", "cannot be mixed"),
+        ("0 0 * * * 30", "seconds and year fields are not taken"),
+        // croniter reads it, but 31 February never comes; mula refuses it too.
+        ("0 0 31 2 *", "never fires"),
+    ] {
+        let resp = create(&app, &report_schedule("org1", "bad", Some(cron), None)).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{cron}");
+        let why = detail(resp).await;
+        assert!(
+            why.starts_with("Validation error occurred: invalid cron expression")
+                && why.contains(names),
+            "{cron}: {why}"
+        );
+        let resp = app.patch(&path, &json!({"schedule": cron})).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{cron}");
+        assert!(detail(resp).await.contains(names), "{cron}");
+    }
+}
+
 const PLUGINS: &str = r#"
 [[plugins]]
 id = "dns-records"
@@ -438,6 +553,7 @@ async fn a_refused_push_takes_back_its_new_schedule(backend: Backend) {
 crate::backend_tests!(
     rocky_manages_report_schedules,
     bad_schedules_get_mulas_answers,
+    schedules_take_croniters_cron_language,
     pushed_work_gets_the_schedule_of_its_hash,
     a_refused_push_takes_back_its_new_schedule,
 );
