@@ -268,11 +268,23 @@ impl Ownership {
                 let mut conn: Option<AnyConnection> = None;
                 let mut failing_since: Option<Instant> = None;
                 loop {
-                    let result = match conn.as_mut() {
-                        Some(c) => me.round(c, &*changed),
-                        None => storage::open(&target)
+                    let fresh = |conn: &mut Option<AnyConnection>| {
+                        storage::open(&target)
                             .map_err(StorageError::Unavailable)
-                            .and_then(|c| me.round(conn.insert(c), &*changed)),
+                            .and_then(|c| me.round(conn.insert(c), &*changed))
+                    };
+                    let result = match conn.as_mut() {
+                        Some(c) => match me.round(c, &*changed) {
+                            // The server closed the kept connection (a restart, an
+                            // administrator): one more try on a new one, before the leases
+                            // run short.
+                            Err(e) if e.is_connection_lost() => {
+                                info!(error = %e, "the ownership connection was closed; reconnecting");
+                                fresh(&mut conn)
+                            }
+                            other => other,
+                        },
+                        None => fresh(&mut conn),
                     };
                     match result {
                         Ok(()) => {

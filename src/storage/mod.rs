@@ -73,8 +73,9 @@ pub enum StorageError {
     /// The database cannot be reached (or the pool is exhausted); worth a retry later.
     #[error("database unavailable: {0}")]
     Unavailable(String),
-    /// A statement failed.
-    #[error("database error: {0}")]
+    /// A statement failed. (libpq ends its messages with a newline, which would leave a blank
+    /// line in the log.)
+    #[error("database error: {}", .0.to_string().trim_end())]
     Query(#[from] diesel::result::Error),
     /// A stored row does not decode (a bug or a hand-edited database).
     #[error("stored data is invalid: {0}")]
@@ -313,8 +314,32 @@ pub fn connect(target: &DbTarget, pool_size: u32, timeout: Duration) -> Result<D
         // checkout throws such connections away. The engines keep their own connection, so the
         // hot path does not pay for it.
         .test_on_check_out(true)
+        .error_handler(Box::new(PoolErrors))
         .build(manager)
         .map_err(|e| format!("cannot open database {}: {e}", target.display()))
+}
+
+/// What the pool reports of its connections: one that failed its checkout check (the server
+/// closed it) is replaced, which is no error an operator must act on; one that cannot be made
+/// is (the database is away). r2d2's own report logs the driver's text at ERROR, with the
+/// driver's trailing newline; this says what happened, in one line.
+#[derive(Debug)]
+struct PoolErrors;
+
+impl diesel::r2d2::HandleError<ConnectError> for PoolErrors {
+    fn handle_error(&self, error: ConnectError) {
+        let text = error.to_string();
+        let text = text.trim();
+        match error {
+            ConnectError::Setup(_) => tracing::info!(
+                error = text,
+                "a pooled database connection failed its check and is replaced"
+            ),
+            ConnectError::Connection(_) => {
+                tracing::warn!(error = text, "cannot open a database connection")
+            }
+        }
+    }
 }
 
 /// Creates the directory an SQLite file goes in (`./data/` by default), so a first start on a

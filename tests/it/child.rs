@@ -12,6 +12,8 @@ use std::time::Duration;
 pub struct ChildApp {
     process: Child,
     pub address: String,
+    /// Every log line the service wrote (JSON), as it comes.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 pub(crate) fn binary() -> String {
@@ -59,11 +61,14 @@ impl ChildApp {
         let stderr = process.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
         let show = std::env::var("TEST_LOG").is_ok();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if show {
                     eprintln!("child: {line}");
                 }
+                kept.lock().unwrap().push(line.clone());
                 if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
                     && v["message"] == "listening"
                 {
@@ -80,7 +85,24 @@ impl ChildApp {
         ChildApp {
             process,
             address: format!("http://{address}"),
+            log,
         }
+    }
+
+    /// The log lines written so far whose message is `message`.
+    pub fn logged(&self, message: &str) -> Vec<serde_json::Value> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == message)
+            .collect()
+    }
+
+    /// Every log line written so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 
     /// Waits until this instance owns all three schedulers (on PostgreSQL, a restart after a

@@ -27,6 +27,7 @@ mod leases;
 mod listener;
 mod metrics;
 mod migrations;
+mod operable;
 mod openapi;
 mod outage;
 mod process;

@@ -1,0 +1,176 @@
+//! The service as an operator meets it, with the real binary on PostgreSQL: a restart after a
+//! SIGKILL is ready only when it serves, and serves at once (it takes its own predecessor's
+//! leases instead of waiting for them to lapse); a database connection the server drops costs
+//! no request and no heap rebuild, and no driver text reaches a client.
+
+use std::time::{Duration, Instant};
+
+use diesel::{Connection, PgConnection, RunQueryDsl};
+use serde_json::{Value, json};
+
+use crate::child::ChildApp;
+use crate::helpers::*;
+
+async fn push(client: &reqwest::Client, app: &ChildApp, body: &Value) -> Value {
+    let resp = client
+        .post(format!("{}/schedulers/boefje/push", app.address))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    resp.json().await.unwrap()
+}
+
+async fn pop(client: &reqwest::Client, app: &ChildApp) -> (u16, String) {
+    let resp = client
+        .post(format!("{}/schedulers/boefje/pop?limit=1", app.address))
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// Polls `/health` until it answers 200; answers how long that took and the reasons the
+/// answers before gave.
+async fn until_ready(client: &reqwest::Client, app: &ChildApp) -> (Duration, Vec<String>) {
+    let started = Instant::now();
+    let mut reasons = Vec::new();
+    loop {
+        let resp = client
+            .get(format!("{}/health", app.address))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 200 {
+            return (started.elapsed(), reasons);
+        }
+        assert_eq!(resp.status(), 503);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["healthy"], false);
+        reasons.push(body["results"].to_string());
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never ready: {reasons:?}"
+        );
+        // Polling as a readiness probe does, not a wait for a state of our own.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_a_kill_is_ready_only_when_it_serves_and_takes_its_own_leases_at_once() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    for instance_id in [None, Some("scheduler-a")] {
+        let env: Vec<(&str, &str)> = instance_id
+            .map(|id| vec![("SCHEDULER_INSTANCE_ID", id)])
+            .unwrap_or_default();
+        let first = ChildApp::start(&db.uri, &env);
+        first.wait_owning_all().await;
+        let task = push(
+            &client,
+            &first,
+            &boefje_push("org1", "dns", Some("Hostname|internet|a.nl"), 3),
+        )
+        .await;
+        first.kill_9();
+
+        let started = Instant::now();
+        let second = ChildApp::start(&db.uri, &env);
+        let listening = started.elapsed();
+        let (ready, reasons) = until_ready(&client, &second).await;
+        // The first ready answer means pops are served: this one must not meet a 503.
+        let (status, body) = pop(&client, &second).await;
+        let first_pop = started.elapsed();
+        assert_eq!(status, 200, "{body}");
+        let popped: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(popped["results"][0]["id"], task["id"], "{body}");
+        let taken = second.logged(
+            "the lease is held by this instance's own predecessor, which is gone; taking it at once",
+        );
+        assert_eq!(
+            taken.len(),
+            3,
+            "each scheduler taken from the dead predecessor ({instance_id:?}), not after its lease lapsed"
+        );
+        for r in &reasons {
+            assert!(r.contains("not served"), "{r}");
+        }
+        eprintln!(
+            "restart ({}): listening after {listening:?}, ready {ready:?} later ({} answers 503 before), first pop served {first_pop:?} after the start",
+            instance_id.unwrap_or("default instance name"),
+            reasons.len()
+        );
+        assert!(second.terminate(), "a clean stop");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_database_connection_costs_no_request_and_no_heap_rebuild() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let app = ChildApp::start(&db.uri, &[]);
+    app.wait_owning_all().await;
+    let client = reqwest::Client::new();
+    let mut pushed = Vec::new();
+    for i in 0..6 {
+        let ooi = format!("Hostname|internet|h{i}.nl");
+        pushed.push(push(&client, &app, &boefje_push("org1", "dns", Some(&ooi), 3)).await);
+    }
+    assert_eq!(pop(&client, &app).await.0, 200);
+    let rebuilt_at_start = app.logged("heaps rebuilt from the tasks table").len();
+    assert_eq!(rebuilt_at_start, 3);
+
+    for round in 0..2 {
+        // Every connection of the service, closed by the server.
+        let (uri, name) = (db.uri.clone(), db.uri.rsplit('/').next().unwrap().to_owned());
+        let killed = tokio::task::spawn_blocking(move || {
+            let mut admin = PgConnection::establish(&uri).unwrap();
+            diesel::sql_query(format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+            ))
+            .execute(&mut admin)
+            .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(killed >= 2, "the service's connections were there to close");
+        for _ in 0..2 {
+            let (status, body) = pop(&client, &app).await;
+            assert_eq!(status, 200, "round {round}: {body}");
+            let popped: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(popped["results"].as_array().unwrap().len(), 1, "{body}");
+        }
+        let resp = client
+            .get(format!("{}/tasks?scheduler_id=boefje&limit=0", app.address))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "a read on the pool after the drop");
+    }
+    let resp = client
+        .patch(format!("{}/tasks/{}", app.address, id_of(&pushed[0])))
+        .json(&json!({"status": "completed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        app.logged("heaps rebuilt from the tasks table").len(),
+        rebuilt_at_start,
+        "no heap rebuilt: nothing could have changed underneath"
+    );
+    let lines = app.log_lines();
+    assert!(
+        lines.iter().all(|l| !l.trim().is_empty()),
+        "no blank log lines"
+    );
+    let errors: Vec<&String> = lines.iter().filter(|l| l.contains("\"ERROR\"")).collect();
+    assert!(errors.is_empty(), "a dropped connection is no error: {errors:?}");
+    assert!(app.terminate());
+}
