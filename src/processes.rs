@@ -40,13 +40,20 @@ impl Processes {
         self.running.iter().map(|p| p.name).collect()
     }
 
-    /// Stops every process in order, giving each `deadline` to return; one that does not is
-    /// aborted and logged.
+    /// Stops every process: all are told at once (so a process waiting on a hung dependency
+    /// starts winding down while the ones before it finish), then awaited in order, all within
+    /// one `deadline` together; one still running then is aborted and logged. Aborting is safe:
+    /// each process resumes from what it committed (the listener's unacked messages go back to
+    /// RabbitMQ, ColdStart resumes at its checkpoint, a fire whose push did not commit fires
+    /// again), and it is what cancels an outbound call that hangs.
     pub async fn stop(self, deadline: Duration) {
-        for p in self.running {
+        for p in &self.running {
             p.token.cancel();
+        }
+        let until = tokio::time::Instant::now() + deadline;
+        for p in self.running {
             let abort = p.join.abort_handle();
-            match tokio::time::timeout(deadline, p.join).await {
+            match tokio::time::timeout_at(until, p.join).await {
                 Ok(Ok(())) => info!(process = p.name, "stopped"),
                 Ok(Err(e)) => warn!(process = p.name, error = %e, "ended abnormally"),
                 Err(_) => {
@@ -68,19 +75,33 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     #[tokio::test]
-    async fn processes_stop_in_the_order_they_were_registered() {
-        let order = Arc::new(Mutex::new(Vec::new()));
+    async fn every_process_is_told_at_once_so_none_waits_for_the_one_before_it() {
+        // The first process can only wind down once the second has been told to stop: told one
+        // after the other, the first would run into the deadline and be aborted.
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let second_told = CancellationToken::new();
         let mut ps = Processes::default();
-        for name in ["listener", "ticks"] {
-            let order = order.clone();
-            ps.spawn(name, move |token| async move {
-                token.cancelled().await;
-                order.lock().unwrap().push(name);
-            });
-        }
+        let (d, told) = (done.clone(), second_told.clone());
+        ps.spawn("listener", move |token| async move {
+            token.cancelled().await;
+            told.cancelled().await;
+            d.lock().unwrap().push("listener");
+        });
+        let (d, told) = (done.clone(), second_told.clone());
+        ps.spawn("ticks", move |token| async move {
+            token.cancelled().await;
+            told.cancel();
+            d.lock().unwrap().push("ticks");
+        });
         assert_eq!(ps.names(), vec!["listener", "ticks"]);
-        ps.stop(Duration::from_secs(5)).await;
-        assert_eq!(*order.lock().unwrap(), vec!["listener", "ticks"]);
+        ps.stop(Duration::from_secs(30)).await;
+        let mut done = done.lock().unwrap().clone();
+        done.sort();
+        assert_eq!(
+            done,
+            vec!["listener", "ticks"],
+            "both returned, none aborted"
+        );
     }
 
     #[tokio::test]

@@ -219,6 +219,11 @@ fn build_cron(
     Cron::new(tables, broker.metrics().clone(), clock)
 }
 
+/// Longest the background processes get, together, to stop: one waiting on a hung Katalogus,
+/// Octopoes or RabbitMQ is aborted then (which cancels its call), so SIGTERM ends the service
+/// within about 5 s whatever its dependencies do (Docker's default grace is 10 s).
+const PROCESS_STOP_BUDGET: Duration = Duration::from_secs(3);
+
 /// Seconds a forwarded command may take beyond the owner's own shedding deadline.
 const FORWARD_MARGIN_SECS: u64 = 5;
 
@@ -427,6 +432,7 @@ impl Application {
             katalogus: clients.katalogus().map_err(|e| anyhow!(e))?,
             octopoes,
             bytes: clients.bytes().map_err(|e| anyhow!(e))?,
+            clock: clock_for_cron.clone(),
         });
         let cron = build_cron(
             &settings,
@@ -556,7 +562,7 @@ impl Application {
         info!("shutting down: draining HTTP requests");
         handle.stop(true).await;
         let served = serving.await;
-        processes.stop(stop_deadline).await;
+        processes.stop(stop_deadline.min(PROCESS_STOP_BUDGET)).await;
         info!("stopping the queue engines");
         drop(broker);
         tokio::task::spawn_blocking(move || engine.shutdown()).await?;

@@ -31,6 +31,29 @@ pub struct Observed {
     pub octopoes: Option<Octopoes>,
     /// Bytes, when configured.
     pub bytes: Option<Bytes>,
+    /// The clock the components' failure times are read on.
+    pub clock: crate::clock::SharedClock,
+}
+
+/// Longest `/health?externals=true` waits for the platform's services, all asked at once: a hung
+/// one counts as unhealthy rather than holding the answer (and a probe) up.
+pub const EXTERNALS_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a component's dependency may fail before the component says it is unhealthy: the
+/// catalogue keeps the last known plugins and ColdStart retries, so a blip is no fault, but
+/// Katalogus or Octopoes away for minutes is one an operator should see.
+pub const DEPENDENCY_GRACE_SECS: i64 = 300;
+
+/// Whether a dependency failing since `since` (if at all) is still within the grace at `now`.
+fn within_grace(failing_for: Option<chrono::Duration>) -> bool {
+    failing_for.is_none_or(|d| d < chrono::Duration::seconds(DEPENDENCY_GRACE_SECS))
+}
+
+/// `check`, or false once [`EXTERNALS_BOUND`] has passed.
+async fn bounded(check: impl std::future::Future<Output = bool>) -> bool {
+    tokio::time::timeout(EXTERNALS_BOUND, check)
+        .await
+        .unwrap_or(false)
 }
 
 impl Observed {
@@ -38,34 +61,33 @@ impl Observed {
     pub fn listener_only(listener: Arc<ListenerStatus>, clock: crate::clock::SharedClock) -> Self {
         Self {
             listener,
-            catalogue: Catalogue::empty(clock),
+            catalogue: Catalogue::empty(clock.clone()),
             coldstart: Arc::default(),
             katalogus: None,
             octopoes: None,
             bytes: None,
+            clock,
         }
     }
 
-    /// Whether each configured platform service answers its health check (checked at once).
+    /// Whether each configured platform service answers its health check: all asked at once,
+    /// each within [`EXTERNALS_BOUND`].
     async fn externals(&self) -> HashMap<String, bool> {
         let katalogus = async {
             match &self.katalogus {
-                Some(k) => Some(k.health().await),
+                Some(k) => Some(bounded(k.health()).await),
                 None => None,
             }
         };
         let octopoes = async {
-            let o = self.octopoes.as_ref()?;
-            // Octopoes answers health per organisation: the first one stands for the service.
-            let orgs = self.catalogue.organisations().await.ok()?;
-            Some(match orgs.first() {
-                Some(org) => o.health(org).await,
-                None => false,
-            })
+            match &self.octopoes {
+                Some(o) => Some(bounded(o.service_health()).await),
+                None => None,
+            }
         };
         let bytes = async {
             match &self.bytes {
-                Some(b) => Some(b.health().await),
+                Some(b) => Some(bounded(b.health()).await),
                 None => None,
             }
         };
@@ -164,16 +186,21 @@ pub async fn health(
     let catalogue = observed.catalogue.status();
     results.push(ServiceHealth {
         service: "catalogue".into(),
-        // Planning goes on with the last known plugins while Katalogus is away.
-        healthy: true,
+        // Planning goes on with the last known plugins while Katalogus is away: a blip is no
+        // fault, minutes are.
+        healthy: within_grace(observed.catalogue.failing_for()),
         version: None,
         additional: serde_json::to_value(&catalogue).unwrap_or(Value::Null),
         results: Vec::new(),
     });
     let coldstart = observed.coldstart.figures();
+    let octopoes_failing = observed
+        .coldstart
+        .failing_since()
+        .map(|since| observed.clock.now() - since);
     results.push(ServiceHealth {
         service: "coldstart".into(),
-        healthy: coldstart.organisations_failed == 0,
+        healthy: coldstart.organisations_failed == 0 && within_grace(octopoes_failing),
         version: None,
         additional: serde_json::to_value(&coldstart).unwrap_or(Value::Null),
         results: Vec::new(),

@@ -179,6 +179,8 @@ pub struct CatalogueStatus {
     pub failures: u64,
     /// The last failure, if any.
     pub last_error: Option<String>,
+    /// Since when Katalogus has failed without a complete refresh in between, if it has.
+    pub failing_since: Option<DateTime<Utc>>,
 }
 
 /// A cached list of organisations.
@@ -265,9 +267,18 @@ impl Catalogue {
     }
 
     fn failed(&self, what: &str, e: &dyn std::fmt::Display) {
+        let now = self.inner.clock.now();
         let mut s = lock(&self.inner.status);
         s.failures += 1;
         s.last_error = Some(format!("{what}: {e}"));
+        s.failing_since.get_or_insert(now);
+    }
+
+    /// How long Katalogus has been failing (no complete refresh since its first failure);
+    /// `None` while it answers.
+    pub fn failing_for(&self) -> Option<chrono::Duration> {
+        let since = lock(&self.inner.status).failing_since?;
+        Some(self.inner.clock.now() - since)
     }
 
     /// The plugins of `organisation` (enabled or not; the planner checks).
@@ -420,9 +431,13 @@ impl Catalogue {
         let mut orgs: BTreeSet<String> = lock(&self.inner.plugins).keys().cloned().collect();
         // Organisations are read fresh: a new one is fetched before its first event.
         lock(&self.inner.organisations).take();
+        let mut failed = 0;
         match self.organisations().await {
             Ok(all) => orgs.extend(all.iter().cloned()),
-            Err(e) => warn!(error = %e, "catalogue refresh: organisations unavailable"),
+            Err(e) => {
+                failed += 1;
+                warn!(error = %e, "catalogue refresh: organisations unavailable");
+            }
         }
         let results: Vec<(String, Result<Vec<Plugin>, _>)> = futures_util::stream::iter(orgs)
             .map(|org| async move {
@@ -432,7 +447,6 @@ impl Catalogue {
             .buffer_unordered(REFRESH_CONCURRENCY)
             .collect()
             .await;
-        let mut failed = 0;
         for (org, r) in results {
             match r {
                 Ok(plugins) => {
@@ -449,6 +463,9 @@ impl Catalogue {
         let mut s = lock(&self.inner.status);
         s.last_refresh = Some(self.inner.clock.now());
         s.organisations = lock(&self.inner.plugins).len();
+        if failed == 0 {
+            s.failing_since = None;
+        }
         failed
     }
 
@@ -469,7 +486,11 @@ impl Catalogue {
             "plugin catalogue refresh started"
         );
         loop {
-            let failed = self.refresh().await;
+            // A refresh waiting on a hung Katalogus does not hold up a stop.
+            let failed = tokio::select! {
+                () = token.cancelled() => break,
+                failed = self.refresh() => failed,
+            };
             if failed > 0 {
                 warn!(failed, "plugin catalogue refreshed with failures");
             }

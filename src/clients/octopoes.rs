@@ -219,6 +219,12 @@ impl Octopoes {
             .collect())
     }
 
+    /// Whether the service answers `GET /health` with 2xx (and `healthy: true`, when it says):
+    /// the service as a whole, with no organisation to name.
+    pub async fn service_health(&self) -> bool {
+        self.http.healthy(&["health"]).await
+    }
+
     /// Whether `GET /{org}/health` answers 2xx with `healthy: true` (when it says).
     pub async fn health(&self, organisation: &str) -> bool {
         self.http.healthy(&[organisation, "health"]).await

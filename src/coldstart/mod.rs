@@ -133,6 +133,8 @@ pub struct ColdStartStatus {
     rounds: watch::Sender<u64>,
     /// Starts a round (the cron entry).
     wake: Notify,
+    /// Since when Octopoes calls have failed with no success in between, if they have.
+    failing_since: Mutex<Option<DateTime<Utc>>>,
 }
 
 impl Default for ColdStartStatus {
@@ -149,6 +151,7 @@ impl Default for ColdStartStatus {
             round_began: Mutex::new(None),
             rounds: watch::channel(0).0,
             wake: Notify::new(),
+            failing_since: Mutex::new(None),
         }
     }
 }
@@ -158,6 +161,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ColdStartStatus {
+    /// Since when ColdStart's calls have failed, with no success in between; `None` while they
+    /// succeed.
+    pub fn failing_since(&self) -> Option<DateTime<Utc>> {
+        *lock(&self.failing_since)
+    }
+
+    fn call_failed(&self, now: DateTime<Utc>) {
+        lock(&self.failing_since).get_or_insert(now);
+    }
+
+    fn call_succeeded(&self) {
+        lock(&self.failing_since).take();
+    }
+
     /// The figures now.
     pub fn figures(&self) -> ColdStartFigures {
         let mut f = lock(&self.figures).clone();
@@ -258,7 +275,12 @@ impl ColdStart {
                 () = token.cancelled() => break,
                 () = self.status.wake.notified() => {}
             }
-            self.round(&token).await;
+            // A round waiting on a hung Katalogus or Octopoes does not hold up a stop; each
+            // page committed its checkpoint, so the next round resumes after it.
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = self.round(&token) => {}
+            }
         }
         lock(&self.status.figures).state = "off".into();
         info!("ColdStart stopped");
@@ -482,7 +504,12 @@ impl ColdStart {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            match op().await {
+            let result = op().await;
+            match &result {
+                Ok(_) => self.status.call_succeeded(),
+                Err(_) => self.status.call_failed(self.clock.now()),
+            }
+            match result {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt >= self.config.attempts => {
                     warn!(organisation = %org, attempts = attempt, error = %e, "ColdStart: {what} failed; organisation left for the next round");

@@ -398,7 +398,11 @@ mod tests {
 
     #[test]
     fn a_cron_expression_kat_scheduler_does_not_run_is_refused() {
-        let e = schedule(schedule_row(Some("0 12 * * MON-FRI")), &Limits::default()).unwrap_err();
+        let e = schedule(
+            schedule_row(Some("0 12 * * MON-FRI 30")),
+            &Limits::default(),
+        )
+        .unwrap_err();
         assert_eq!(e.rule, "cron expression");
     }
 }

@@ -154,7 +154,7 @@ fn seed_sql() -> String {
         S_BAD_CRON,
         "report",
         &report("recipe-weekdays"),
-        Some("0 12 * * MON-FRI"),
+        Some("0 12 * * MON-FRI 30"),
         None,
     );
     let t0 = "2025-10-01 00:00:00+00";
@@ -377,7 +377,7 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     // Refusals by id, with the reason.
     assert!(
         summary.contains(&format!(
-            "{S_BAD_CRON}: invalid cron expression '0 12 * * MON-FRI'"
+            "{S_BAD_CRON}: invalid cron expression '0 12 * * MON-FRI 30'"
         )),
         "{summary}"
     );

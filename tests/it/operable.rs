@@ -127,7 +127,10 @@ async fn a_dropped_database_connection_costs_no_request_and_no_heap_rebuild() {
 
     for round in 0..2 {
         // Every connection of the service, closed by the server.
-        let (uri, name) = (db.uri.clone(), db.uri.rsplit('/').next().unwrap().to_owned());
+        let (uri, name) = (
+            db.uri.clone(),
+            db.uri.rsplit('/').next().unwrap().to_owned(),
+        );
         let killed = tokio::task::spawn_blocking(move || {
             let mut admin = PgConnection::establish(&uri).unwrap();
             diesel::sql_query(format!(
@@ -171,6 +174,134 @@ async fn a_dropped_database_connection_costs_no_request_and_no_heap_rebuild() {
         "no blank log lines"
     );
     let errors: Vec<&String> = lines.iter().filter(|l| l.contains("\"ERROR\"")).collect();
-    assert!(errors.is_empty(), "a dropped connection is no error: {errors:?}");
+    assert!(
+        errors.is_empty(),
+        "a dropped connection is no error: {errors:?}"
+    );
     assert!(app.terminate());
+}
+
+/// A server that accepts connections and never answers: a hung service, a black-holed route.
+fn hung_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().map_while(Result::ok) {
+            held.push(stream);
+        }
+    });
+    port
+}
+
+/// A port nothing listens on: a service that is down.
+fn refusing_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The service with Katalogus, Octopoes, Bytes and RabbitMQ all on `port`, its cron ticking.
+async fn with_every_dependency_on(port: u16) -> (TestDb, ChildApp) {
+    let db = TestDb::create(Backend::Sqlite).await.unwrap();
+    let http = format!("http://127.0.0.1:{port}");
+    let amqp = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    let app = ChildApp::start(
+        &db.uri,
+        &[
+            ("KATALOGUS_API", http.as_str()),
+            ("OCTOPOES_API", http.as_str()),
+            ("BYTES_API", http.as_str()),
+            ("BYTES_USERNAME", "bytes"),
+            ("BYTES_PASSWORD", "secret"),
+            ("QUEUE_URI", amqp.as_str()),
+            ("SCHEDULER_CRON_TICK", "1"),
+        ],
+    );
+    (db, app)
+}
+
+/// `/health?externals=true` answers within its bound and names every configured service.
+async fn externals_answer_in_time(app: &ChildApp) {
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let resp = client
+        .get(format!("{}/health?externals=true", app.address))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["externals"],
+        json!({"katalogus": false, "octopoes": false, "bytes": false}),
+        "{body}"
+    );
+    eprintln!("health with externals answered in {took:?}");
+    assert!(
+        took < Duration::from_secs(4),
+        "the externals are bounded at 2 s: {took:?}"
+    );
+}
+
+/// Waits until the listener is trying RabbitMQ (its first call to a dependency is out; the
+/// catalogue refresh and the cron ticks' calls to Katalogus started with the service).
+async fn until_listener_tries(app: &ChildApp) {
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    loop {
+        let body: Value = client
+            .get(format!("{}/health", app.address))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let listener = body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["service"] == "listener")
+            .cloned()
+            .unwrap();
+        let state = listener["additional"]["state"].as_str().unwrap_or_default();
+        if state == "connecting" || state.starts_with("down") {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{listener}");
+        // Polling the service's own report, not a wait for a state of ours.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_service_within_5_s_with_every_dependency_hung() {
+    let (_db, app) = with_every_dependency_on(hung_port()).await;
+    until_listener_tries(&app).await;
+    externals_answer_in_time(&app).await;
+    let started = Instant::now();
+    assert!(
+        app.terminate_within(Duration::from_secs(5)),
+        "exit 0 within 5 s"
+    );
+    eprintln!(
+        "stopped with every dependency hung in {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_service_within_5_s_with_every_dependency_down() {
+    let (_db, app) = with_every_dependency_on(refusing_port()).await;
+    until_listener_tries(&app).await;
+    externals_answer_in_time(&app).await;
+    let started = Instant::now();
+    assert!(
+        app.terminate_within(Duration::from_secs(5)),
+        "exit 0 within 5 s"
+    );
+    eprintln!(
+        "stopped with every dependency down in {:?}",
+        started.elapsed()
+    );
 }
