@@ -502,22 +502,22 @@ async fn the_dashboard_reads_only_metrics_the_page_serves(backend: Backend) {
         }
     }
     assert!(exprs.len() >= 10, "a dashboard of {} queries", exprs.len());
-    let mut named = BTreeSet::new();
+    let named = families_read(&exprs, &served, "the dashboard");
+    // Its variables: Prometheus' own target label, and the scheduler; every query keeps to the
+    // instances chosen (ownership aside, which is the cluster's).
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(variables.contains(&"instance"), "{variables:?}");
+    assert!(variables.contains(&"scheduler"), "{variables:?}");
     for expr in &exprs {
-        let names = names_in(expr);
-        assert!(!names.is_empty(), "no metric in {expr}");
-        for name in names {
-            let family = ["_bucket", "_sum", "_count"]
-                .iter()
-                .find_map(|s| name.strip_suffix(s).filter(|f| served.contains(*f)))
-                .unwrap_or(&name)
-                .to_owned();
-            assert!(
-                served.contains(&family),
-                "the dashboard reads {name} ({expr}), which /metrics does not serve"
-            );
-            named.insert(family);
-        }
+        assert!(
+            expr.contains("$instance") || expr.contains("scheduler_ownership_owned"),
+            "{expr} ignores the instance variable"
+        );
     }
     // And the families an operator runs the service by are on it.
     for needed in [
@@ -532,8 +532,87 @@ async fn the_dashboard_reads_only_metrics_the_page_serves(backend: Backend) {
         "scheduler_coldstart_objects",
         "scheduler_cron_lag_seconds",
         "scheduler_db_pool_connections",
+        "scheduler_task_status_counts",
+        "scheduler_http_responses_total",
+        "scheduler_dependency_failures_total",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
     ] {
         assert!(named.contains(needed), "the dashboard leaves out {needed}");
+    }
+}
+
+/// The families `exprs` read (a histogram's `_bucket`, `_sum` and `_count` as the histogram),
+/// each of them checked to be in `served`.
+fn families_read(exprs: &[String], served: &BTreeSet<String>, source: &str) -> BTreeSet<String> {
+    let mut named = BTreeSet::new();
+    for expr in exprs {
+        let names = names_in(expr);
+        assert!(!names.is_empty(), "no metric in {expr}");
+        for name in names {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| served.contains(*f)))
+                .unwrap_or(&name)
+                .to_owned();
+            assert!(
+                served.contains(&family),
+                "{source} reads {name} ({expr}), which /metrics does not serve"
+            );
+            named.insert(family);
+        }
+    }
+    named
+}
+
+#[test]
+fn the_alert_rules_read_only_catalogued_metrics_and_cover_what_an_operator_acts_on() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/grafana/alerts.yaml");
+    let rules = std::fs::read_to_string(path).unwrap();
+    // Each expression is on one line (the file says so), so no YAML parser is needed.
+    let exprs: Vec<String> = rules
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("expr:"))
+        .map(|e| e.trim().to_owned())
+        .collect();
+    assert!(
+        exprs.iter().all(|e| !e.is_empty() && e != "|" && e != ">"),
+        "an expression over several lines: {exprs:?}"
+    );
+    let catalogue: BTreeSet<String> = kat_scheduler::metrics::CATALOGUE
+        .iter()
+        .map(|f| f.name.to_owned())
+        .collect();
+    let named = families_read(&exprs, &catalogue, "alerts.yaml");
+    for needed in [
+        "scheduler_oldest_queued_age_seconds",
+        "scheduler_requests_total",
+        "scheduler_listener_lag_messages",
+        "scheduler_lease_expiries_total",
+        "scheduler_ownership_owned",
+        "scheduler_dependency_failures_total",
+    ] {
+        assert!(named.contains(needed), "no alert reads {needed}");
+    }
+    assert!(
+        exprs
+            .iter()
+            .any(|e| e.contains("scheduler_requests_total{outcome=\"error\"}")),
+        "the error rate alert counts errors, not refusals"
+    );
+    // promtool itself, where it is installed (Debian: the prometheus package); CI has none.
+    match std::process::Command::new("promtool")
+        .args(["check", "rules", path])
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "promtool check rules: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("SKIPPED promtool check rules: promtool not found ({e})"),
     }
 }
 
