@@ -4,6 +4,8 @@
 //! Recording is a few relaxed atomic adds: no lock on the paths that pops and pushes take.
 //! Figures that other parts already keep (heap depth, listener and ColdStart counters, the
 //! connection pool) are read from their owners when `/metrics` is scraped, not copied here.
+//! The process' own figures are read from `/proc/self` at scrape time, and mula's per-status task
+//! counts from the table at most once per [`STATUS_COUNTS_MAX_AGE`].
 //! Every metric the service exposes is listed in [`CATALOGUE`], which `/metrics` takes its help
 //! texts from and docs/OPERATIONS.md is checked against.
 
@@ -19,6 +21,18 @@ use crate::domain::{PerScheduler, TaskStatus};
 /// Counting is a `GROUP BY` over the whole task table (finished tasks included, as mula counts
 /// them), so it is done at most once a minute per instance, whatever the scrape rate.
 pub const STATUS_COUNTS_MAX_AGE: Duration = Duration::from_secs(60);
+/// How long a scrape waits for that count: past it (a slow or unreachable database) the page is
+/// served with the last count, so the figures that show an outage are not lost with it.
+pub const STATUS_COUNTS_WAIT: Duration = Duration::from_secs(2);
+
+/// The last count of `scheduler_task_status_counts`.
+#[derive(Debug, Default)]
+pub(crate) struct StatusCountsCache {
+    /// When a count was last tried, whether it succeeded or not.
+    pub(crate) tried: Option<Instant>,
+    /// The last count that succeeded.
+    pub(crate) counts: Option<PerScheduler<ByStatus>>,
+}
 
 /// Latency buckets, in seconds: from a cached answer (0.5 ms) to a stalled disk (10 s).
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -219,9 +233,9 @@ pub struct Metrics {
     object_lookups: [AtomicU64; 4],
     /// Answers of the HTTP API by status class (1xx … 5xx).
     http_responses: [AtomicU64; 5],
-    /// `scheduler_task_status_counts`, as last counted from the table: (when, counts). A
-    /// tokio lock, so concurrent scrapes wait for one count rather than each running one.
-    pub(crate) status_counts: tokio::sync::Mutex<Option<(Instant, PerScheduler<ByStatus>)>>,
+    /// `scheduler_task_status_counts`, as last counted from the table. A tokio lock, so
+    /// concurrent scrapes wait for one count rather than each running one.
+    pub(crate) status_counts: tokio::sync::Mutex<StatusCountsCache>,
 }
 
 impl Default for Metrics {

@@ -34,7 +34,9 @@ use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::limits::Limits;
 use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStatus};
-use crate::metrics::{ByStatus, Metrics, Op, Outcome, STATUS_COUNTS_MAX_AGE, status_slot};
+use crate::metrics::{
+    ByStatus, Metrics, Op, Outcome, STATUS_COUNTS_MAX_AGE, STATUS_COUNTS_WAIT, status_slot,
+};
 use crate::ownership::{Ownership, Route};
 use crate::storage::{self, Backend, DbPool, StorageError};
 use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request, Rescored};
@@ -910,23 +912,24 @@ impl Broker {
     }
 
     /// Tasks in the table per scheduler and status (mula's `scheduler_task_status_counts`),
-    /// counted at most once per [`STATUS_COUNTS_MAX_AGE`]: concurrent callers wait for one
-    /// count. A failed count answers the last one, if any.
+    /// counted at most once per [`STATUS_COUNTS_MAX_AGE`], concurrent callers waiting for one
+    /// count, each at most [`STATUS_COUNTS_WAIT`]. A count that fails or takes longer is tried
+    /// again a period later; meanwhile the last count is answered, if any.
     pub async fn task_status_counts(&self) -> Option<PerScheduler<ByStatus>> {
-        let mut cached = self.inner.gauges.metrics.status_counts.lock().await;
-        if let Some((at, counts)) = cached.as_ref()
-            && at.elapsed() < STATUS_COUNTS_MAX_AGE
+        let mut cache = self.inner.gauges.metrics.status_counts.lock().await;
+        if cache
+            .tried
+            .is_some_and(|at| at.elapsed() < STATUS_COUNTS_MAX_AGE)
         {
-            return Some(counts.clone());
+            return cache.counts.clone();
         }
-        let counted = self
-            .read(|c| {
-                storage::tasks::count_by_scheduler_and_status(c)
-                    .map_err(|e| QueueError::from(StorageError::from(e)))
-            })
-            .await;
-        match counted {
-            Ok(rows) => {
+        cache.tried = Some(Instant::now());
+        let count = self.read(|c| {
+            storage::tasks::count_by_scheduler_and_status(c)
+                .map_err(|e| QueueError::from(StorageError::from(e)))
+        });
+        match tokio::time::timeout(STATUS_COUNTS_WAIT, count).await {
+            Ok(Ok(rows)) => {
                 let mut counts = PerScheduler::<ByStatus>::default();
                 for row in rows {
                     if let (Ok(s), Ok(status)) = (
@@ -936,14 +939,17 @@ impl Broker {
                         counts[s][status_slot(status)] = u64::try_from(row.count).unwrap_or(0);
                     }
                 }
-                *cached = Some((Instant::now(), counts.clone()));
-                Some(counts)
+                cache.counts = Some(counts);
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "cannot count the tasks per status for /metrics");
-                cached.as_ref().map(|(_, counts)| counts.clone())
             }
+            Err(_) => tracing::warn!(
+                wait_ms = STATUS_COUNTS_WAIT.as_millis() as u64,
+                "counting the tasks per status for /metrics took too long; the last count is served"
+            ),
         }
+        cache.counts.clone()
     }
 
     /// The database pool's connections: (in use, idle, bound).
