@@ -1078,8 +1078,9 @@ async fn engine_counters(port: u16) -> Result<[f64; 4]> {
     Ok([
         get("scheduler_engine_batches_total "),
         get("scheduler_engine_commands_total "),
-        get("scheduler_engine_apply_microseconds_total "),
-        get("scheduler_engine_batch_microseconds_total "),
+        // Served in seconds; the figures here are in microseconds.
+        get("scheduler_engine_apply_seconds_total ") * 1e6,
+        get("scheduler_engine_batch_seconds_total ") * 1e6,
     ])
 }
 

@@ -25,7 +25,7 @@
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start |
 //! | [`telemetry`] | the tracing subscriber |
-//! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the catalogue of every metric, the text format |
+//! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the process' figures, the catalogue of every metric, the text format |
 //! | [`ownership`] | which instance owns each scheduler's heap on a shared PostgreSQL: lease rows with a fencing epoch, renewed and taken over by a thread of their own; the SQLite lock file |
 //! | [`import`] | `import-mula`: mula's schedules and tasks copied from its PostgreSQL database, in batches, idempotent, every refused row reported; pure conversion rules (`import::rules`); run with the service stopped, writing the tables directly |
 //! | [`startup`] | builds the service and owns the shutdown order |

@@ -4,6 +4,8 @@
 //! Recording is a few relaxed atomic adds: no lock on the paths that pops and pushes take.
 //! Figures that other parts already keep (heap depth, listener and ColdStart counters, the
 //! connection pool) are read from their owners when `/metrics` is scraped, not copied here.
+//! The process' own figures are read from `/proc/self` at scrape time, and mula's per-status task
+//! counts from the table at most once per [`STATUS_COUNTS_MAX_AGE`].
 //! Every metric the service exposes is listed in [`CATALOGUE`], which `/metrics` takes its help
 //! texts from and docs/OPERATIONS.md is checked against.
 
@@ -11,9 +13,26 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::domain::{PerScheduler, TaskStatus};
+
+/// How old the counts of `scheduler_task_status_counts` may be before a scrape counts again.
+/// Counting is a `GROUP BY` over the whole task table (finished tasks included, as mula counts
+/// them), so it is done at most once a minute per instance, whatever the scrape rate.
+pub const STATUS_COUNTS_MAX_AGE: Duration = Duration::from_secs(60);
+/// How long a scrape waits for that count: past it (a slow or unreachable database) the page is
+/// served with the last count, so the figures that show an outage are not lost with it.
+pub const STATUS_COUNTS_WAIT: Duration = Duration::from_secs(2);
+
+/// The last count of `scheduler_task_status_counts`.
+#[derive(Debug, Default)]
+pub(crate) struct StatusCountsCache {
+    /// When a count was last tried, whether it succeeded or not.
+    pub(crate) tried: Option<Instant>,
+    /// The last count that succeeded.
+    pub(crate) counts: Option<PerScheduler<ByStatus>>,
+}
 
 /// Latency buckets, in seconds: from a cached answer (0.5 ms) to a stalled disk (10 s).
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -140,22 +159,47 @@ impl LookupOutcome {
     }
 }
 
+/// How the queue answered one operation: a success, a refusal the caller caused (normal in a
+/// busy system: a duplicate push, a full queue, an unknown task, an illegal transition, bad
+/// input), or an error of the service (unavailable, busy, shed, internal). Only the last is
+/// what an operator acts on, so refusals are counted apart from errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered with a success.
+    Ok = 0,
+    /// Refused for what the request asked (a 4xx answer).
+    Refused = 1,
+    /// Not served (a 5xx answer).
+    Error = 2,
+}
+
+impl Outcome {
+    /// All of them, in label order.
+    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Refused, Outcome::Error];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Refused => "refused",
+            Outcome::Error => "error",
+        }
+    }
+}
+
 /// One operation's figures on one scheduler.
 #[derive(Debug)]
 pub struct OpFigures {
-    /// Answered with a success.
-    pub ok: AtomicU64,
-    /// Answered with an error (refused, busy, unavailable).
-    pub errors: AtomicU64,
-    /// Time from the call to its answer, successes and errors alike.
+    /// Answers by [`Outcome`].
+    pub outcomes: [AtomicU64; 3],
+    /// Time from the call to its answer, whatever the outcome.
     pub latency: Histogram,
 }
 
 impl Default for OpFigures {
     fn default() -> Self {
         Self {
-            ok: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
+            outcomes: Default::default(),
             latency: Histogram::new(LATENCY_BUCKETS),
         }
     }
@@ -187,6 +231,11 @@ pub struct Metrics {
     cron: Mutex<BTreeMap<(&'static str, &'static str), CronFigures>>,
     /// Objects asked of Octopoes because the frontier lacked them, by [`LookupOutcome`].
     object_lookups: [AtomicU64; 4],
+    /// Answers of the HTTP API by status class (1xx … 5xx).
+    http_responses: [AtomicU64; 5],
+    /// `scheduler_task_status_counts`, as last counted from the table. A tokio lock, so
+    /// concurrent scrapes wait for one count rather than each running one.
+    pub(crate) status_counts: tokio::sync::Mutex<StatusCountsCache>,
 }
 
 impl Default for Metrics {
@@ -198,16 +247,31 @@ impl Default for Metrics {
             batch_sizes: PerScheduler::from_fn(|_| Histogram::new(BATCH_BUCKETS)),
             cron: Mutex::default(),
             object_lookups: Default::default(),
+            http_responses: Default::default(),
+            status_counts: Default::default(),
         }
     }
 }
 
 impl Metrics {
     /// Records one answered operation.
-    pub fn op(&self, s: crate::domain::SchedulerId, op: Op, ok: bool, took: Duration) {
+    pub fn op(&self, s: crate::domain::SchedulerId, op: Op, outcome: Outcome, took: Duration) {
         let f = &self.ops[s][op as usize];
-        if ok { &f.ok } else { &f.errors }.fetch_add(1, Ordering::Relaxed);
+        f.outcomes[outcome as usize].fetch_add(1, Ordering::Relaxed);
         f.latency.observe_duration(took);
+    }
+
+    /// Records one answer of the HTTP API with `status`.
+    pub fn http_response(&self, status: u16) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.http_responses[class].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Answers of the HTTP API of status class `class` (1 … 5) so far.
+    pub fn http_responses_of(&self, class: usize) -> u64 {
+        self.http_responses
+            .get(class.wrapping_sub(1))
+            .map_or(0, |n| n.load(Ordering::Relaxed))
     }
 
     /// One operation's figures.
@@ -281,15 +345,15 @@ impl Metrics {
         for (s, ops) in self.ops.iter() {
             for op in Op::ALL {
                 let f = &ops[op as usize];
-                for (outcome, n) in [("ok", &f.ok), ("error", &f.errors)] {
+                for outcome in Outcome::ALL {
                     out.sample(
                         "scheduler_requests_total",
                         &[
                             ("scheduler_id", s.as_str()),
                             ("op", op.as_str()),
-                            ("outcome", outcome),
+                            ("outcome", outcome.as_str()),
                         ],
-                        n.load(Ordering::Relaxed) as f64,
+                        f.outcomes[outcome as usize].load(Ordering::Relaxed) as f64,
                     );
                 }
             }
@@ -368,6 +432,106 @@ impl Metrics {
                 f.lag_seconds,
             );
         }
+        out.family("scheduler_http_responses_total");
+        for (class, label) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
+            out.sample(
+                "scheduler_http_responses_total",
+                &[("status_class", label)],
+                self.http_responses_of(class + 1) as f64,
+            );
+        }
+    }
+}
+
+/// The process' own figures, as Prometheus' client libraries name them, read from `/proc/self`
+/// at scrape time (Linux only: elsewhere nothing is written).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct ProcessFigures {
+    /// User and system CPU time, in seconds.
+    pub cpu_seconds: f64,
+    /// Resident memory, in bytes.
+    pub resident_memory_bytes: f64,
+    /// Virtual memory, in bytes.
+    pub virtual_memory_bytes: f64,
+    /// Open file descriptors.
+    pub open_fds: f64,
+    /// The limit of open file descriptors (the soft one).
+    pub max_fds: f64,
+    /// When the process started, in seconds since the Unix epoch.
+    pub start_time_seconds: f64,
+}
+
+/// Clock ticks per second of `/proc`'s times (`USER_HZ`): 100 on every Linux architecture the
+/// service is built for; reading `sysconf(_SC_CLK_TCK)` would take `unsafe` code.
+const USER_HZ: f64 = 100.0;
+
+impl ProcessFigures {
+    /// This process' figures; `None` where `/proc` is not there.
+    pub fn read() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let boot = std::fs::read_to_string("/proc/stat").ok()?;
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count);
+        Self::parse(&stat, &status, &boot, &limits, open_fds)
+    }
+
+    /// The figures from the text of `/proc/self/stat`, `/proc/self/status`, `/proc/stat` and
+    /// `/proc/self/limits`, and the count of `/proc/self/fd`.
+    pub fn parse(
+        stat: &str,
+        status: &str,
+        boot: &str,
+        limits: &str,
+        open_fds: usize,
+    ) -> Option<Self> {
+        // The command name, in parentheses, may hold spaces: fields are counted after it.
+        let fields: Vec<&str> = stat
+            .get(stat.rfind(')')? + 1..)?
+            .split_whitespace()
+            .collect();
+        // Fields 14, 15, 22 and 23 of proc(5), counted from field 3 (the state).
+        let number = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+        let (utime, stime) = (number(11)?, number(12)?);
+        let started_ticks = number(19)?;
+        let virtual_bytes = number(20)?;
+        let rss_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let btime = boot
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())?;
+        let max_fds = limits
+            .lines()
+            .find_map(|l| l.strip_prefix("Max open files"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        Some(Self {
+            cpu_seconds: (utime + stime) / USER_HZ,
+            resident_memory_bytes: rss_kib * 1024.0,
+            virtual_memory_bytes: virtual_bytes,
+            open_fds: open_fds as f64,
+            max_fds,
+            start_time_seconds: btime + started_ticks / USER_HZ,
+        })
+    }
+
+    /// Writes the `process_*` families.
+    pub fn write(&self, out: &mut Exposition) {
+        for (name, value) in [
+            ("process_cpu_seconds_total", self.cpu_seconds),
+            ("process_resident_memory_bytes", self.resident_memory_bytes),
+            ("process_virtual_memory_bytes", self.virtual_memory_bytes),
+            ("process_open_fds", self.open_fds),
+            ("process_max_fds", self.max_fds),
+            ("process_start_time_seconds", self.start_time_seconds),
+        ] {
+            out.family(name);
+            out.sample(name, &[], value);
+        }
     }
 }
 
@@ -428,13 +592,19 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_requests_total",
         "counter",
         "scheduler_id,op,outcome",
-        "Pushes, pops and patches the queue answered, by outcome (ok or error); a request refused before it reaches the queue (a malformed body) is not counted, and a forwarded one is counted by the owner that applied it.",
+        "Pushes, pops and patches the queue answered, by outcome: ok, refused (what the request asked cannot be done: a duplicate, a full queue, an unknown task, an illegal transition, bad input; a 4xx answer) or error (the service could not serve it: unavailable, busy, shed, internal; a 5xx answer); a request refused before it reaches the queue (a malformed body) is not counted, and a forwarded one is counted by the owner that applied it.",
     ),
     family(
         "scheduler_request_duration_seconds",
         "histogram",
         "scheduler_id,op",
         "Time from a push, pop or patch reaching the queue to its answer (committed).",
+    ),
+    family(
+        "scheduler_task_status_counts",
+        "gauge",
+        "scheduler_id,status",
+        "Tasks in the database per status, finished ones included (mula's family); counted from the table at most once a minute.",
     ),
     family(
         "scheduler_task_transitions_total",
@@ -473,13 +643,13 @@ pub const CATALOGUE: &[Family] = &[
         "Statements written by committed transactions.",
     ),
     family(
-        "scheduler_engine_apply_microseconds_total",
+        "scheduler_engine_apply_seconds_total",
         "counter",
         "",
         "Time spent reading and deciding batches, before their writes.",
     ),
     family(
-        "scheduler_engine_batch_microseconds_total",
+        "scheduler_engine_batch_seconds_total",
         "counter",
         "",
         "Time from a batch's first read to the end of its commit.",
@@ -572,8 +742,8 @@ pub const CATALOGUE: &[Family] = &[
     family(
         "scheduler_ownership_owner_info",
         "gauge",
-        "scheduler_id,instance,address",
-        "The scheduler's owner as this instance last read it (always 1; PostgreSQL only).",
+        "scheduler_id,owner,address",
+        "The scheduler's owner (its instance id) as this instance last read it (always 1; PostgreSQL only).",
     ),
     family(
         "scheduler_ownership_epoch",
@@ -586,6 +756,54 @@ pub const CATALOGUE: &[Family] = &[
         "counter",
         "scheduler_id",
         "Leases of the scheduler this instance took (its first included).",
+    ),
+    family(
+        "scheduler_http_responses_total",
+        "counter",
+        "status_class",
+        "Answers of the HTTP API by status class (1xx to 5xx), every route included: the 5xx of reads, schedules and health too.",
+    ),
+    family(
+        "scheduler_dependency_failures_total",
+        "counter",
+        "service,kind",
+        "Calls to Katalogus, Octopoes or Bytes that failed: unreachable (no answer after the retries), status (an answer outside 2xx other than 404) or decode (a 2xx body not as the API promises). Health checks are not counted.",
+    ),
+    family(
+        "process_cpu_seconds_total",
+        "counter",
+        "",
+        "User and system CPU time of the process (Linux only).",
+    ),
+    family(
+        "process_resident_memory_bytes",
+        "gauge",
+        "",
+        "Resident memory of the process (Linux only).",
+    ),
+    family(
+        "process_virtual_memory_bytes",
+        "gauge",
+        "",
+        "Virtual memory of the process (Linux only).",
+    ),
+    family(
+        "process_open_fds",
+        "gauge",
+        "",
+        "Open file descriptors of the process (Linux only).",
+    ),
+    family(
+        "process_max_fds",
+        "gauge",
+        "",
+        "The process' limit of open file descriptors (Linux only).",
+    ),
+    family(
+        "process_start_time_seconds",
+        "gauge",
+        "",
+        "When the process started, in seconds since the Unix epoch (Linux only).",
     ),
     family(
         "app_settings_info",
@@ -708,20 +926,32 @@ mod tests {
     #[test]
     fn operations_and_transitions_are_counted_per_scheduler() {
         let m = Metrics::default();
-        m.op(SchedulerId::Boefje, Op::Pop, true, Duration::from_millis(3));
         m.op(
             SchedulerId::Boefje,
             Op::Pop,
-            false,
+            Outcome::Ok,
+            Duration::from_millis(3),
+        );
+        m.op(
+            SchedulerId::Boefje,
+            Op::Pop,
+            Outcome::Error,
             Duration::from_millis(30),
+        );
+        m.op(
+            SchedulerId::Boefje,
+            Op::Pop,
+            Outcome::Refused,
+            Duration::from_millis(1),
         );
         let mut written = ByStatus::default();
         written[status_slot(TaskStatus::Dispatched)] = 5;
         m.transitions(SchedulerId::Boefje, &written);
         let f = m.op_figures(SchedulerId::Boefje, Op::Pop);
-        assert_eq!(f.ok.load(Ordering::Relaxed), 1);
-        assert_eq!(f.errors.load(Ordering::Relaxed), 1);
-        assert_eq!(f.latency.count(), 2);
+        for outcome in Outcome::ALL {
+            assert_eq!(f.outcomes[outcome as usize].load(Ordering::Relaxed), 1);
+        }
+        assert_eq!(f.latency.count(), 3);
         assert_eq!(
             m.op_figures(SchedulerId::Normalizer, Op::Pop)
                 .latency
@@ -743,8 +973,35 @@ mod tests {
             "scheduler_requests_total{scheduler_id=\"boefje\",op=\"pop\",outcome=\"error\"} 1\n"
         ));
         assert!(page.contains(
+            "scheduler_requests_total{scheduler_id=\"boefje\",op=\"pop\",outcome=\"refused\"} 1\n"
+        ));
+        assert!(page.contains(
             "scheduler_task_transitions_total{scheduler_id=\"boefje\",status=\"dispatched\"} 5\n"
         ));
+    }
+
+    #[test]
+    fn process_figures_are_read_from_procs_text() {
+        // A command name with a space and a parenthesis, as proc(5) allows.
+        let stat = "42 (kat sched) x) S 1 42 42 0 -1 4194304 97 0 0 0 250 50 0 0 20 0 9 0 1000 \
+                    1073741824 359 18446744073709551615";
+        let status = "Name:\tkat\nVmRSS:\t   2048 kB\n";
+        let boot = "cpu  1 2 3\nbtime 1700000000\n";
+        let limits = "Limit  Soft Limit  Hard Limit  Units\n\
+                      Max open files            1024                 524288               files\n";
+        let p = ProcessFigures::parse(stat, status, boot, limits, 12).unwrap();
+        assert_eq!(
+            p,
+            ProcessFigures {
+                cpu_seconds: 3.0,
+                resident_memory_bytes: 2048.0 * 1024.0,
+                virtual_memory_bytes: 1073741824.0,
+                open_fds: 12.0,
+                max_fds: 1024.0,
+                start_time_seconds: 1700000010.0,
+            }
+        );
+        assert_eq!(ProcessFigures::parse("garbage", "", "", "", 0), None);
     }
 
     #[test]

@@ -239,5 +239,5 @@ pub async fn metrics(
 ) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(super::metrics::page(&broker, &observed))
+        .body(super::metrics::page(&broker, &observed).await)
 }

@@ -1,24 +1,33 @@
 //! The `/metrics` page: the figures recorded in [`crate::metrics::Metrics`] and those read from
 //! their owners at scrape time (the heaps, the engines' counters, the listener, ColdStart, the
-//! connection pool). Every name is in [`crate::metrics::CATALOGUE`].
+//! connection pool, the process, the service clients' failures). Every name is in
+//! [`crate::metrics::CATALOGUE`].
 
 use std::sync::atomic::Ordering;
 
 use super::health::Observed;
+use crate::clients::http::{FAILURE_KINDS, SERVICES, failures};
 use crate::domain::SchedulerId;
-use crate::metrics::Exposition;
+use crate::domain::{PerScheduler, TaskStatus};
+use crate::metrics::{ByStatus, Exposition, ProcessFigures};
 use crate::queue::Broker;
 
 /// The page, in Prometheus' text format.
-pub fn page(broker: &Broker, observed: &Observed) -> String {
+pub async fn page(broker: &Broker, observed: &Observed) -> String {
+    let counts = broker.task_status_counts().await;
     let mut out = Exposition::default();
     heaps(&mut out, broker);
+    status_counts(&mut out, counts.as_ref());
     engine(&mut out, broker);
     broker.metrics().write(&mut out);
     listener(&mut out, observed);
     coldstart(&mut out, observed);
     pool(&mut out, broker);
     ownership(&mut out, broker);
+    dependencies(&mut out);
+    if let Some(p) = ProcessFigures::read() {
+        p.write(&mut out);
+    }
     out.family("app_settings_info");
     out.sample(
         "app_settings_info",
@@ -63,19 +72,58 @@ fn heaps(out: &mut Exposition, broker: &Broker) {
     }
 }
 
+/// mula's family: every status of every scheduler, 0 included, as mula writes them. Nothing
+/// when the table could not be counted yet.
+fn status_counts(out: &mut Exposition, counts: Option<&PerScheduler<ByStatus>>) {
+    out.family("scheduler_task_status_counts");
+    for (s, by_status) in counts.into_iter().flat_map(PerScheduler::iter) {
+        for (status, n) in TaskStatus::ALL.iter().zip(by_status) {
+            out.sample(
+                "scheduler_task_status_counts",
+                &[("scheduler_id", s.as_str()), ("status", status.as_str())],
+                *n as f64,
+            );
+        }
+    }
+}
+
 fn engine(out: &mut Exposition, broker: &Broker) {
     let e = broker.engine_counters();
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed) as f64;
+    // The engine keeps its times in microseconds (integers in atomics); served in seconds.
     for (name, value) in [
-        ("scheduler_engine_batches_total", &e.batches),
-        ("scheduler_engine_commands_total", &e.commands),
-        ("scheduler_engine_statements_total", &e.statements),
-        ("scheduler_engine_apply_microseconds_total", &e.apply_micros),
-        ("scheduler_engine_batch_microseconds_total", &e.batch_micros),
-        ("scheduler_engine_failed_batches_total", &e.failed_batches),
-        ("scheduler_engine_shed_total", &e.shed),
+        ("scheduler_engine_batches_total", load(&e.batches)),
+        ("scheduler_engine_commands_total", load(&e.commands)),
+        ("scheduler_engine_statements_total", load(&e.statements)),
+        (
+            "scheduler_engine_apply_seconds_total",
+            load(&e.apply_micros) / 1e6,
+        ),
+        (
+            "scheduler_engine_batch_seconds_total",
+            load(&e.batch_micros) / 1e6,
+        ),
+        (
+            "scheduler_engine_failed_batches_total",
+            load(&e.failed_batches),
+        ),
+        ("scheduler_engine_shed_total", load(&e.shed)),
     ] {
         out.family(name);
-        out.sample(name, &[], value.load(Ordering::Relaxed) as f64);
+        out.sample(name, &[], value);
+    }
+}
+
+fn dependencies(out: &mut Exposition) {
+    out.family("scheduler_dependency_failures_total");
+    for service in SERVICES {
+        for kind in FAILURE_KINDS {
+            out.sample(
+                "scheduler_dependency_failures_total",
+                &[("service", service), ("kind", kind)],
+                failures(service, kind) as f64,
+            );
+        }
     }
 }
 
@@ -159,7 +207,7 @@ fn ownership(out: &mut Exposition, broker: &Broker) {
                 "scheduler_ownership_owner_info",
                 &[
                     ("scheduler_id", s.as_str()),
-                    ("instance", &o.instance),
+                    ("owner", &o.instance),
                     ("address", &o.address),
                 ],
                 1.0,

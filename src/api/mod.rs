@@ -215,7 +215,8 @@ async fn refuse_nul(
     Ok(next.call(req).await?.map_into_left_body())
 }
 
-/// Logs each request once: at debug normally, at warn for server errors. Never bodies.
+/// Logs each request once: at debug normally, at warn for server errors. Never bodies. Counts
+/// each answer by status class for `/metrics`.
 async fn log_request(
     req: ServiceRequest,
     next: actix_web::middleware::Next<impl MessageBody>,
@@ -223,8 +224,14 @@ async fn log_request(
     let started = std::time::Instant::now();
     let method = req.method().clone();
     let path = req.path().to_owned();
+    let metrics = req
+        .app_data::<web::Data<Broker>>()
+        .map(|b| b.metrics().clone());
     let res = next.call(req).await?;
     let status = res.status().as_u16();
+    if let Some(m) = metrics {
+        m.http_response(status);
+    }
     let duration_us = started.elapsed().as_micros() as u64;
     if status >= 500 {
         tracing::warn!(http.method = %method, http.path = %path, http.status = status, duration_us, "request failed");

@@ -11,6 +11,7 @@
 //! a response beyond a short excerpt.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::{Client, Method, StatusCode, Url};
@@ -31,6 +32,41 @@ pub const EXCERPT_CHARS: usize = 200;
 /// Why a base URL is refused when it is `https://`: no TLS stack is compiled in.
 pub const HTTPS_REFUSED: &str =
     "https is not built in: use http on the internal network or a TLS-terminating proxy";
+
+/// The services whose failures are counted, in label order.
+pub const SERVICES: [&str; 3] = ["katalogus", "octopoes", "bytes"];
+/// The kinds of failure counted, in label order: no answer, an answer outside 2xx (404 aside:
+/// callers read it as "none"), a 2xx body not as promised.
+pub const FAILURE_KINDS: [&str; 3] = ["unreachable", "status", "decode"];
+
+/// Failed calls by service and kind, for `scheduler_dependency_failures_total`. Process-wide
+/// rather than in [`crate::metrics::Metrics`]: the clients are built from the settings in
+/// several places (the catalogue, the lookups, ColdStart, health checks), and a service's
+/// failures are the process' whatever client met them. Tests read increases, never totals.
+static FAILURES: [[AtomicU64; 3]; 3] = [const { [const { AtomicU64::new(0) }; 3] }; 3];
+
+/// Failed calls to `service` of `kind` (see [`SERVICES`], [`FAILURE_KINDS`]) so far.
+pub fn failures(service: &str, kind: &str) -> u64 {
+    let s = SERVICES.iter().position(|x| *x == service);
+    let k = FAILURE_KINDS.iter().position(|x| *x == kind);
+    match (s, k) {
+        (Some(s), Some(k)) => FAILURES[s][k].load(Ordering::Relaxed),
+        _ => 0,
+    }
+}
+
+/// Counts a failed call of `error`'s kind (a 404 is an answer, not counted).
+pub(crate) fn count_failure(error: &ClientError) {
+    let (service, kind) = match error {
+        ClientError::Unreachable { service, .. } => (service, 0),
+        ClientError::Status { service, .. } => (service, 1),
+        ClientError::Decode { service, .. } => (service, 2),
+        ClientError::NotFound { .. } => return,
+    };
+    if let Some(s) = SERVICES.iter().position(|x| x == service) {
+        FAILURES[s][kind].fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// How often and how patiently a call is retried after a transport failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,14 +327,20 @@ impl ServiceClient {
         loop {
             tried += 1;
             match self.try_once(call).await {
-                Ok((status, body)) => return self.check(call.url, status, body),
+                Ok((status, body)) => {
+                    return self
+                        .check(call.url, status, body)
+                        .inspect_err(count_failure);
+                }
                 Err(reason) if tried >= attempts => {
-                    return Err(ClientError::Unreachable {
+                    let error = ClientError::Unreachable {
                         service: self.name,
                         path: call.url.path().to_owned(),
                         attempts: tried,
                         reason,
-                    });
+                    };
+                    count_failure(&error);
+                    return Err(error);
                 }
                 Err(reason) => {
                     let wait = self.backoff.delay(tried);
@@ -324,11 +366,13 @@ impl ServiceClient {
 
     /// A [`ClientError::Decode`] for `url`.
     pub fn decode_error(&self, url: &Url, error: impl fmt::Display) -> ClientError {
-        ClientError::Decode {
+        let error = ClientError::Decode {
             service: self.name,
             path: url.path().to_owned(),
             error: error.to_string(),
-        }
+        };
+        count_failure(&error);
+        error
     }
 
     /// One try, no retries: whether `segments` answers 2xx and, when the body is a JSON object
@@ -712,6 +756,46 @@ mod tests {
         assert!(reason.to_lowercase().contains("connect"), "{reason}");
         assert!(!err.to_string().contains("secret"), "{err}");
         assert!(!c.healthy(&["health"]).await);
+    }
+
+    #[tokio::test]
+    async fn failed_calls_are_counted_by_service_and_kind() {
+        // The counts are the process' and other tests fail calls too: increases are read.
+        let before = |kind| failures("bytes", kind);
+        let (unreachable, status, decode) =
+            (before("unreachable"), before("status"), before("decode"));
+        let stub = Stub::start(|s| match s.path.as_str() {
+            "/boom" => (500, "{}".into()),
+            "/missing" => (404, r#"{"detail":"x"}"#.into()),
+            _ => (200, "[]".into()),
+        });
+        let c = ServiceClient::new("bytes", &stub.base, Duration::from_secs(5))
+            .unwrap()
+            .with_backoff(quick());
+        type Object = serde_json::Map<String, serde_json::Value>;
+        let status_err = c.get_json::<Object>(&["boom"], &[]).await;
+        assert!(matches!(status_err, Err(ClientError::Status { .. })));
+        let not_found = c.get_json::<Object>(&["missing"], &[]).await;
+        assert!(matches!(not_found, Err(ClientError::NotFound { .. })));
+        let decode_err = c.get_json::<Object>(&["list"], &[]).await;
+        assert!(matches!(decode_err, Err(ClientError::Decode { .. })));
+        let closed = ServiceClient::new(
+            "bytes",
+            &format!("http://127.0.0.1:{}", closed_port()),
+            Duration::from_secs(5),
+        )
+        .unwrap()
+        .with_backoff(quick());
+        assert!(
+            closed
+                .get_json::<serde_json::Value>(&["x"], &[])
+                .await
+                .is_err()
+        );
+        assert!(failures("bytes", "unreachable") > unreachable);
+        assert!(failures("bytes", "status") > status);
+        assert!(failures("bytes", "decode") > decode);
+        assert_eq!(failures("bytes", "nonsense"), 0);
     }
 
     #[tokio::test]

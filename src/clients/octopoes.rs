@@ -171,15 +171,14 @@ impl Octopoes {
             .get_json::<Value>(&[organisation, "object"], &query)
             .await
         {
-            Ok(item) => {
-                read_object(&item)
-                    .map(Lookup::Found)
-                    .map_err(|error| ClientError::Decode {
-                        service: SERVICE,
-                        path: format!("/{organisation}/object"),
-                        error,
-                    })
-            }
+            Ok(item) => read_object(&item)
+                .map(Lookup::Found)
+                .map_err(|error| ClientError::Decode {
+                    service: SERVICE,
+                    path: format!("/{organisation}/object"),
+                    error,
+                })
+                .inspect_err(super::http::count_failure),
             Err(ClientError::NotFound { detail, .. }) => Ok(match detail.as_deref() {
                 Some(NODE_NOT_FOUND) => Lookup::Unanswered(format!(
                     "octopoes has no node for organisation {organisation}"

@@ -34,7 +34,9 @@ use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::limits::Limits;
 use crate::domain::{IllegalTransition, PerScheduler, SchedulerId, Task, TaskStatus};
-use crate::metrics::{Metrics, Op};
+use crate::metrics::{
+    ByStatus, Metrics, Op, Outcome, STATUS_COUNTS_MAX_AGE, STATUS_COUNTS_WAIT, status_slot,
+};
 use crate::ownership::{Ownership, Route};
 use crate::storage::{self, Backend, DbPool, StorageError};
 use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request, Rescored};
@@ -155,6 +157,26 @@ pub enum QueueError {
 }
 
 impl QueueError {
+    /// How the request metrics count this answer: a refusal of what the request asked (4xx),
+    /// or an error of the service (5xx).
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            QueueError::UnknownScheduler(_)
+            | QueueError::TaskNotFound(_)
+            | QueueError::BadRequest(_)
+            | QueueError::Malformed(_)
+            | QueueError::Duplicate { .. }
+            | QueueError::InFlight { .. }
+            | QueueError::IllegalTransition(_)
+            | QueueError::Conflict(_)
+            | QueueError::QueueFull(_) => Outcome::Refused,
+            QueueError::Busy
+            | QueueError::Unavailable(_)
+            | QueueError::Moving(_)
+            | QueueError::Internal(_) => Outcome::Error,
+        }
+    }
+
     /// The same error for another caller of a failed batch.
     pub(crate) fn duplicate(&self) -> QueueError {
         match self {
@@ -245,6 +267,42 @@ pub struct StatusCounts {
     pub cancelled: i64,
     /// All of them.
     pub total: i64,
+}
+
+/// How the request metrics count an answer.
+fn outcome_of<T>(answer: &Result<T, QueueError>) -> Outcome {
+    answer
+        .as_ref()
+        .map_or_else(QueueError::outcome, |_| Outcome::Ok)
+}
+
+/// An engine's answer to a counted call, as the request metrics count it.
+trait Counted {
+    /// The outcome of a call answered with this.
+    fn outcome(&self) -> Outcome;
+}
+
+impl Counted for Vec<Task> {
+    fn outcome(&self) -> Outcome {
+        Outcome::Ok
+    }
+}
+
+impl Counted for Task {
+    fn outcome(&self) -> Outcome {
+        Outcome::Ok
+    }
+}
+
+/// A batch of pushes is one call: an error of any task makes it an error, else a refusal of
+/// any a refusal (a duplicate among a forwarded push or the planner's batch), else ok.
+impl Counted for Vec<Result<PushOutcome, QueueError>> {
+    fn outcome(&self) -> Outcome {
+        self.iter()
+            .map(outcome_of)
+            .max_by_key(|o| *o as u8)
+            .unwrap_or(Outcome::Ok)
+    }
 }
 
 /// Live per-scheduler figures the engines publish for readers.
@@ -524,16 +582,19 @@ impl Broker {
                 a.pop()
                     .unwrap_or_else(|| Err(QueueError::Internal("a push went unanswered".into())))
             });
-        self.record(scheduler, Op::Push, answer.is_ok(), started);
+        self.record(scheduler, Op::Push, outcome_of(&answer), started);
         answer
     }
 
-    fn record(&self, s: SchedulerId, op: Op, ok: bool, started: Instant) {
-        self.inner.gauges.metrics.op(s, op, ok, started.elapsed());
+    fn record(&self, s: SchedulerId, op: Op, outcome: Outcome, started: Instant) {
+        self.inner
+            .gauges
+            .metrics
+            .op(s, op, outcome, started.elapsed());
     }
 
     /// [`Broker::call`], its answer counted in the request metrics from `started`.
-    async fn call_counted<R, T>(
+    async fn call_counted<R, T: Counted>(
         &self,
         s: SchedulerId,
         op: Op,
@@ -542,7 +603,11 @@ impl Broker {
         make: impl FnOnce(Request<R, T>) -> Command,
     ) -> Result<T, QueueError> {
         let answer = self.call(s, body, make).await;
-        self.record(s, op, answer.is_ok(), started);
+        let outcome = match &answer {
+            Ok(a) => a.outcome(),
+            Err(e) => e.outcome(),
+        };
+        self.record(s, op, outcome, started);
         answer
     }
 
@@ -847,6 +912,47 @@ impl Broker {
     /// Operations, transitions, lease expiries and batch sizes so far.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.gauges.metrics
+    }
+
+    /// Tasks in the table per scheduler and status (mula's `scheduler_task_status_counts`),
+    /// counted at most once per [`STATUS_COUNTS_MAX_AGE`], concurrent callers waiting for one
+    /// count, each at most [`STATUS_COUNTS_WAIT`]. A count that fails or takes longer is tried
+    /// again a period later; meanwhile the last count is answered, if any.
+    pub async fn task_status_counts(&self) -> Option<PerScheduler<ByStatus>> {
+        let mut cache = self.inner.gauges.metrics.status_counts.lock().await;
+        if cache
+            .tried
+            .is_some_and(|at| at.elapsed() < STATUS_COUNTS_MAX_AGE)
+        {
+            return cache.counts.clone();
+        }
+        cache.tried = Some(Instant::now());
+        let count = self.read(|c| {
+            storage::tasks::count_by_scheduler_and_status(c)
+                .map_err(|e| QueueError::from(StorageError::from(e)))
+        });
+        match tokio::time::timeout(STATUS_COUNTS_WAIT, count).await {
+            Ok(Ok(rows)) => {
+                let mut counts = PerScheduler::<ByStatus>::default();
+                for row in rows {
+                    if let (Ok(s), Ok(status)) = (
+                        row.scheduler_id.parse::<SchedulerId>(),
+                        row.status.parse::<TaskStatus>(),
+                    ) {
+                        counts[s][status_slot(status)] = u64::try_from(row.count).unwrap_or(0);
+                    }
+                }
+                cache.counts = Some(counts);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot count the tasks per status for /metrics");
+            }
+            Err(_) => tracing::warn!(
+                wait_ms = STATUS_COUNTS_WAIT.as_millis() as u64,
+                "counting the tasks per status for /metrics took too long; the last count is served"
+            ),
+        }
+        cache.counts.clone()
     }
 
     /// The database pool's connections: (in use, idle, bound).

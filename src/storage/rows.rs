@@ -232,6 +232,20 @@ pub struct SchedulerCount {
     pub count: i64,
 }
 
+/// `scheduler_id, status, COUNT(*)`: the tasks of one scheduler in one status.
+#[derive(Debug, QueryableByName)]
+pub struct SchedulerStatusCount {
+    /// Scheduler.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// Status.
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    /// Count.
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
 /// One cell of `/tasks/stats`: tasks per hour (`YYYY-MM-DD HH`) and status.
 #[derive(Debug, QueryableByName)]
 pub struct StatsRow {

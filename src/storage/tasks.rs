@@ -15,7 +15,8 @@ use diesel::QueryResult;
 
 use super::filter_sql::push_filter;
 use super::rows::{
-    CountRow, HashRow, HeapRow, IdHashRow, PayloadRow, PopKey, SchedulerCount, StatsRow, TaskRow,
+    CountRow, HashRow, HeapRow, IdHashRow, PayloadRow, PopKey, SchedulerCount,
+    SchedulerStatusCount, StatsRow, TaskRow,
 };
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend};
@@ -1186,6 +1187,18 @@ pub fn count_by_scheduler(
     );
     q.bind(status.as_str()).push(" GROUP BY scheduler_id");
     q.load(conn)
+}
+
+/// Tasks per scheduler and status, the whole table (mula's `get_status_counts`): a scan of
+/// `ix_tasks_waiting`'s leading columns at best, of the table at worst; callers cache it.
+pub fn count_by_scheduler_and_status(
+    conn: &mut AnyConnection,
+) -> QueryResult<Vec<SchedulerStatusCount>> {
+    sql(
+        conn,
+        "SELECT scheduler_id, status, COUNT(*) AS count FROM tasks GROUP BY scheduler_id, status",
+    )
+    .load(conn)
 }
 
 fn push_list_conditions(q: &mut Sql, lq: &TaskQuery) {

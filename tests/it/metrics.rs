@@ -51,6 +51,9 @@ async fn requests_transitions_batches_and_ages_are_counted(backend: Backend) {
                 .await,
         ));
     }
+    // The same work again, no sooner: refused as a duplicate (409), not an error.
+    let again = app.push("report", &report_push("org1", "r0", 3)).await;
+    assert_eq!(again.status(), reqwest::StatusCode::CONFLICT);
     app.advance(Duration::seconds(90));
     let m = samples(&metrics(&app).await);
     assert_eq!(m["scheduler_qsize{scheduler_id=\"report\"}"], 3.0);
@@ -67,6 +70,14 @@ async fn requests_transitions_batches_and_ages_are_counted(backend: Backend) {
         3.0
     );
     assert_eq!(
+        m["scheduler_requests_total{scheduler_id=\"report\",op=\"push\",outcome=\"refused\"}"],
+        1.0
+    );
+    assert_eq!(
+        m["scheduler_requests_total{scheduler_id=\"report\",op=\"push\",outcome=\"error\"}"], 0.0,
+        "a duplicate is no error"
+    );
+    assert_eq!(
         m["scheduler_task_transitions_total{scheduler_id=\"report\",status=\"queued\"}"],
         3.0
     );
@@ -80,7 +91,8 @@ async fn requests_transitions_batches_and_ages_are_counted(backend: Backend) {
             .status(),
         reqwest::StatusCode::OK
     );
-    // completed → running is not an edge of the state machine: refused, and counted so.
+    // completed → running is not an edge of the state machine: refused, and counted so (not as
+    // an error).
     assert!(
         app.patch_task(&done, &json!({"status": "running"}))
             .await
@@ -109,9 +121,16 @@ async fn requests_transitions_batches_and_ages_are_counted(backend: Backend) {
     assert_eq!(
         report(
             "scheduler_requests_total",
-            ",op=\"patch\",outcome=\"error\""
+            ",op=\"patch\",outcome=\"refused\""
         ),
         1.0
+    );
+    assert_eq!(
+        report(
+            "scheduler_requests_total",
+            ",op=\"patch\",outcome=\"error\""
+        ),
+        0.0
     );
     assert_eq!(
         report("scheduler_request_duration_seconds_count", ",op=\"pop\""),
@@ -195,6 +214,217 @@ async fn the_page_serves_exactly_the_documented_families(backend: Backend) {
     assert_eq!(served, catalogue);
 }
 
+/// Units Prometheus' conventions replace by a base unit (promtool's lint: seconds and bytes).
+const NON_BASE_UNITS: [&str; 14] = [
+    "milliseconds",
+    "microseconds",
+    "nanoseconds",
+    "minutes",
+    "hours",
+    "days",
+    "weeks",
+    "kilobytes",
+    "megabytes",
+    "gigabytes",
+    "kibibytes",
+    "mebibytes",
+    "percent",
+    "millis",
+];
+/// Abbreviated units promtool's lint refuses as a word of a name.
+const ABBREVIATED_UNITS: [&str; 12] = [
+    "ms", "us", "ns", "sec", "secs", "kb", "mb", "gb", "b", "min", "h", "d",
+];
+
+/// What promtool's `check metrics` would say of `page`, checked without promtool: each family
+/// has a HELP and a TYPE, a valid snake_case name, `_total` on counters and only there, no
+/// `_count`/`_sum`/`_bucket` outside histograms, base units, and no sample label Prometheus sets
+/// itself (`instance`, `job`).
+fn lint(page: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut helped = BTreeSet::new();
+    let mut typed = HashMap::new();
+    for line in page.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            if help.trim().is_empty() {
+                problems.push(format!("{name}: no help text"));
+            }
+            helped.insert(name.to_owned());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            typed.insert(name.to_owned(), kind.to_owned());
+        } else if !line.is_empty() && !line.starts_with('#') {
+            let labels = line
+                .split_once('{')
+                .map(|(_, l)| l.split_once('}').map_or(l, |(l, _)| l))
+                .unwrap_or("");
+            for pair in labels.split(',').filter(|p| !p.is_empty()) {
+                let key = pair.split('=').next().unwrap_or("");
+                if ["instance", "job"].contains(&key) {
+                    problems.push(format!("label {key} is Prometheus' own: {line}"));
+                }
+            }
+        }
+    }
+    for (name, kind) in &typed {
+        if !helped.contains(name) {
+            problems.push(format!("{name}: no HELP"));
+        }
+        let valid = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            problems.push(format!("{name}: not a snake_case name"));
+        }
+        let total = name.ends_with("_total");
+        match kind.as_str() {
+            "counter" if !total => problems.push(format!("{name}: a counter without _total")),
+            "counter" | "gauge" | "histogram" => {}
+            other => problems.push(format!("{name}: unknown type {other}")),
+        }
+        if total && kind != "counter" {
+            problems.push(format!("{name}: _total on a {kind}"));
+        }
+        if kind != "histogram"
+            && ["_count", "_sum", "_bucket"]
+                .iter()
+                .any(|s| name.ends_with(s))
+        {
+            problems.push(format!("{name}: a histogram's suffix on a {kind}"));
+        }
+        for word in name.split('_') {
+            if NON_BASE_UNITS.contains(&word) {
+                problems.push(format!("{name}: {word} is not a base unit"));
+            }
+            if ABBREVIATED_UNITS.contains(&word) {
+                problems.push(format!("{name}: {word} is an abbreviated unit"));
+            }
+        }
+    }
+    problems
+}
+
+async fn the_page_keeps_to_prometheus_naming_rules(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.tick(SchedulerId::Boefje).await;
+    let page = metrics(&app).await;
+    let problems = lint(&page);
+    assert!(problems.is_empty(), "{problems:#?}");
+    // promtool itself, where it is installed (Debian: the prometheus package); CI has none.
+    match std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(mut child) => {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(page.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "promtool check metrics: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(e) => eprintln!("SKIPPED promtool check metrics: promtool not found ({e})"),
+    }
+}
+
+#[test]
+fn the_lint_finds_what_promtool_finds() {
+    let page = "# HELP a_microseconds_total x\n# TYPE a_microseconds_total counter\n\
+                a_microseconds_total 1\n# HELP b_count x\n# TYPE b_count counter\nb_count 1\n\
+                # HELP c x\n# TYPE c gauge\nc{instance=\"i\"} 1\n# TYPE d_ms gauge\nd_ms 1\n";
+    let problems = lint(page).join("\n");
+    for expected in [
+        "a_microseconds_total: microseconds is not a base unit",
+        "b_count: a counter without _total",
+        "b_count: a histogram's suffix on a counter",
+        "label instance is Prometheus' own",
+        "d_ms: no HELP",
+        "d_ms: ms is an abbreviated unit",
+    ] {
+        assert!(problems.contains(expected), "{expected} not in {problems}");
+    }
+}
+
+async fn mulas_task_status_counts_count_the_table(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    for i in 0..3 {
+        app.push_ok("report", &report_push("org1", &format!("r{i}"), 3))
+            .await;
+    }
+    let popped = app.pop_ok("report", 1, None).await;
+    let done = id_of(&popped[0]);
+    app.patch_task(&done, &json!({"status": "completed"})).await;
+    let m = samples(&metrics(&app).await);
+    let count = |s: &str, status: &str| {
+        m[&format!("scheduler_task_status_counts{{scheduler_id=\"{s}\",status=\"{status}\"}}")]
+    };
+    assert_eq!(count("report", "queued"), 2.0);
+    assert_eq!(count("report", "completed"), 1.0);
+    assert_eq!(
+        count("report", "dispatched"),
+        0.0,
+        "every status is written"
+    );
+    assert_eq!(count("boefje", "queued"), 0.0);
+    // And mula's queue size, under its own name.
+    assert_eq!(m["scheduler_qsize{scheduler_id=\"report\"}"], 2.0);
+}
+
+async fn http_answers_and_the_process_are_counted(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    assert_eq!(app.get("/schedulers/nope").await.status(), 404);
+    assert_eq!(app.get("/schedulers").await.status(), 200);
+    let m = samples(&metrics(&app).await);
+    assert!(m["scheduler_http_responses_total{status_class=\"4xx\"}"] >= 1.0);
+    assert!(m["scheduler_http_responses_total{status_class=\"2xx\"}"] >= 1.0);
+    assert_eq!(
+        m["scheduler_http_responses_total{status_class=\"5xx\"}"],
+        0.0
+    );
+    for service in ["katalogus", "octopoes", "bytes"] {
+        for kind in ["unreachable", "status", "decode"] {
+            let key = format!(
+                "scheduler_dependency_failures_total{{service=\"{service}\",kind=\"{kind}\"}}"
+            );
+            assert!(m.contains_key(&key), "{key} missing");
+        }
+    }
+    if cfg!(target_os = "linux") {
+        assert!(m["process_resident_memory_bytes"] > 1e6);
+        assert!(m["process_open_fds"] >= 3.0);
+        assert!(m["process_max_fds"] >= m["process_open_fds"]);
+        assert!(m["process_cpu_seconds_total"] > 0.0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let started = m["process_start_time_seconds"];
+        assert!(
+            started <= now + 1.0 && started > now - 86_400.0,
+            "started at {started}, now {now}"
+        );
+    }
+}
+
 /// The metric names a PromQL expression reads: identifiers that are not functions (followed by
 /// `(`), keywords, or inside label matchers, ranges, strings or a `by (...)`-style label list.
 fn names_in(expr: &str) -> Vec<String> {
@@ -272,22 +502,22 @@ async fn the_dashboard_reads_only_metrics_the_page_serves(backend: Backend) {
         }
     }
     assert!(exprs.len() >= 10, "a dashboard of {} queries", exprs.len());
-    let mut named = BTreeSet::new();
+    let named = families_read(&exprs, &served, "the dashboard");
+    // Its variables: Prometheus' own target label, and the scheduler; every query keeps to the
+    // instances chosen (ownership aside, which is the cluster's).
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(variables.contains(&"instance"), "{variables:?}");
+    assert!(variables.contains(&"scheduler"), "{variables:?}");
     for expr in &exprs {
-        let names = names_in(expr);
-        assert!(!names.is_empty(), "no metric in {expr}");
-        for name in names {
-            let family = ["_bucket", "_sum", "_count"]
-                .iter()
-                .find_map(|s| name.strip_suffix(s).filter(|f| served.contains(*f)))
-                .unwrap_or(&name)
-                .to_owned();
-            assert!(
-                served.contains(&family),
-                "the dashboard reads {name} ({expr}), which /metrics does not serve"
-            );
-            named.insert(family);
-        }
+        assert!(
+            expr.contains("$instance") || expr.contains("scheduler_ownership_owned"),
+            "{expr} ignores the instance variable"
+        );
     }
     // And the families an operator runs the service by are on it.
     for needed in [
@@ -302,8 +532,87 @@ async fn the_dashboard_reads_only_metrics_the_page_serves(backend: Backend) {
         "scheduler_coldstart_objects",
         "scheduler_cron_lag_seconds",
         "scheduler_db_pool_connections",
+        "scheduler_task_status_counts",
+        "scheduler_http_responses_total",
+        "scheduler_dependency_failures_total",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
     ] {
         assert!(named.contains(needed), "the dashboard leaves out {needed}");
+    }
+}
+
+/// The families `exprs` read (a histogram's `_bucket`, `_sum` and `_count` as the histogram),
+/// each of them checked to be in `served`.
+fn families_read(exprs: &[String], served: &BTreeSet<String>, source: &str) -> BTreeSet<String> {
+    let mut named = BTreeSet::new();
+    for expr in exprs {
+        let names = names_in(expr);
+        assert!(!names.is_empty(), "no metric in {expr}");
+        for name in names {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| served.contains(*f)))
+                .unwrap_or(&name)
+                .to_owned();
+            assert!(
+                served.contains(&family),
+                "{source} reads {name} ({expr}), which /metrics does not serve"
+            );
+            named.insert(family);
+        }
+    }
+    named
+}
+
+#[test]
+fn the_alert_rules_read_only_catalogued_metrics_and_cover_what_an_operator_acts_on() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/grafana/alerts.yaml");
+    let rules = std::fs::read_to_string(path).unwrap();
+    // Each expression is on one line (the file says so), so no YAML parser is needed.
+    let exprs: Vec<String> = rules
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("expr:"))
+        .map(|e| e.trim().to_owned())
+        .collect();
+    assert!(
+        exprs.iter().all(|e| !e.is_empty() && e != "|" && e != ">"),
+        "an expression over several lines: {exprs:?}"
+    );
+    let catalogue: BTreeSet<String> = kat_scheduler::metrics::CATALOGUE
+        .iter()
+        .map(|f| f.name.to_owned())
+        .collect();
+    let named = families_read(&exprs, &catalogue, "alerts.yaml");
+    for needed in [
+        "scheduler_oldest_queued_age_seconds",
+        "scheduler_requests_total",
+        "scheduler_listener_lag_messages",
+        "scheduler_lease_expiries_total",
+        "scheduler_ownership_owned",
+        "scheduler_dependency_failures_total",
+    ] {
+        assert!(named.contains(needed), "no alert reads {needed}");
+    }
+    assert!(
+        exprs
+            .iter()
+            .any(|e| e.contains("scheduler_requests_total{outcome=\"error\"}")),
+        "the error rate alert counts errors, not refusals"
+    );
+    // promtool itself, where it is installed (Debian: the prometheus package); CI has none.
+    match std::process::Command::new("promtool")
+        .args(["check", "rules", path])
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "promtool check rules: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("SKIPPED promtool check rules: promtool not found ({e})"),
     }
 }
 
@@ -325,6 +634,9 @@ fn promql_names_are_found_and_functions_left_out() {
 
 crate::backend_tests!(
     requests_transitions_batches_and_ages_are_counted,
+    the_page_keeps_to_prometheus_naming_rules,
+    mulas_task_status_counts_count_the_table,
+    http_answers_and_the_process_are_counted,
     cron_entries_report_their_runs,
     the_page_serves_exactly_the_documented_families,
     the_dashboard_reads_only_metrics_the_page_serves,
