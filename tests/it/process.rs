@@ -254,3 +254,43 @@ async fn a_wrong_rabbitmq_password_is_logged_as_a_refused_login_never_as_a_lost_
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_variable_is_named_in_a_warning_with_the_nearest_name_and_mulas_are_not() {
+    let (warning, lines) = tokio::task::spawn_blocking(|| {
+        let mut logs = TextLogs::start(&[
+            ("SCHEDULER_API_PROT", "8001"),
+            ("SCHEDULER_PQ_INTERVAL", "60"),
+        ]);
+        let warning = logs.wait_for("SCHEDULER_API_PROT", Duration::from_secs(60));
+        let _ = logs.wait_for(" listening ", Duration::from_secs(60));
+        (warning, logs.stop())
+    })
+    .await
+    .unwrap();
+    let warning = warning.unwrap_or_else(|| panic!("no warning: {lines:#?}"));
+    assert!(warning.contains(" WARN "), "{warning}");
+    assert!(
+        warning.contains("did you mean SCHEDULER_API_PORT?"),
+        "{warning}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("SCHEDULER_PQ_INTERVAL")),
+        "mula's ignored variable is not warned about"
+    );
+}
+
+#[test]
+fn help_names_the_variables_table_and_where_the_data_goes() {
+    let out = std::process::Command::new(crate::child::binary())
+        .arg("--help")
+        .output()
+        .expect("the binary runs");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("README's \"Configuration\" section"),
+        "{help}"
+    );
+    assert!(help.contains("./data/scheduler.db"), "{help}");
+    assert!(help.contains("docs/config.example.toml"), "{help}");
+}
