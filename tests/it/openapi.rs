@@ -137,3 +137,30 @@ fn the_openapi_command_states_the_configured_limits_as_the_served_document_does(
     );
     assert!(expected.contains("\"maxItems\": 5"));
 }
+
+#[test]
+fn a_schedule_id_is_a_uuid_in_the_document_so_search_is_no_id() {
+    let spec: serde_json::Value =
+        serde_json::from_str(&kat_scheduler::api::openapi_json().unwrap()).unwrap();
+    let item = &spec["paths"]["/schedules/{id}"];
+    for method in ["get", "patch", "delete"] {
+        let schema = &item[method]["parameters"][0]["schema"];
+        assert_eq!(schema["format"], "uuid", "{method}");
+        assert_eq!(
+            schema["pattern"],
+            "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+            "{method}: `search` must not match"
+        );
+        let responses = &item[method]["responses"];
+        assert!(responses["422"].is_object(), "{method}: not a UUID");
+        assert!(responses["405"].is_object(), "{method}: the search's path");
+    }
+    assert_eq!(
+        spec["paths"]["/schedules/search"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["post"]
+    );
+}
