@@ -69,7 +69,7 @@ fn main() -> ExitCode {
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("kat-scheduler: {e}");
+            eprintln!("kat-scheduler: {}", telemetry::one_line(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -116,8 +116,9 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                error!("{e:#}");
-                eprintln!("kat-scheduler: {e:#}");
+                let e = telemetry::one_line(&format!("{e:#}"));
+                error!("{e}");
+                eprintln!("kat-scheduler: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -131,8 +132,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            error!("{e:#}");
-            eprintln!("kat-scheduler: {e:#}");
+            let e = telemetry::one_line(&format!("{e:#}"));
+            error!("{e}");
+            eprintln!("kat-scheduler: {e}");
             ExitCode::FAILURE
         }
     }

@@ -7,6 +7,9 @@
 //! - **Client faults are not errors.** actix-web logs a request it cannot parse (a malformed URI
 //!   or header, a client that hung up mid-request) at ERROR; the client is answered 400 and the
 //!   operator has nothing to do, so those lines are logged again at DEBUG under this crate.
+//! - **One event, one line.** A message with line breaks of its own (libpq's errors end with one,
+//!   after a tab-indented hint) is written on one line, its pieces joined by a space, so no
+//!   blank or orphaned line reaches the log.
 //! - **The AMQP library is quiet.** lapin logs each failure it returns at ERROR, and the listener
 //!   reports the same failure once, in words (see [`crate::listener`]); lapin's own lines are
 //!   off unless the filter names `lapin` (`SCHEDULER_LOG_LEVEL=info,lapin=debug`).
@@ -34,7 +37,7 @@ pub fn init(logging: &LoggingSettings) {
         std::env::var_os("NO_COLOR").as_deref(),
     );
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(|| OneLine(std::io::stderr()))
         // A line that cannot be written (the log pipe is gone: a collector restarted) is dropped.
         // Reporting it would `eprintln!` to the same broken stderr, which panics in whichever
         // thread logged, the signal handler's included, so SIGTERM no longer stopped the service.
@@ -55,6 +58,37 @@ pub fn init(logging: &LoggingSettings) {
             )
             .try_init(),
     };
+}
+
+/// `text` on one line: its lines trimmed, the empty ones dropped, the rest joined by a space.
+pub fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A writer that puts each formatted event (one `write` of a whole line, as the fmt layer does)
+/// on one line.
+struct OneLine<W>(W);
+
+impl<W: std::io::Write> std::io::Write for OneLine<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(body) = buf.strip_suffix(b"\n") else {
+            return self.0.write(buf);
+        };
+        if !body.contains(&b'\n') {
+            return self.0.write_all(buf).map(|()| buf.len());
+        }
+        let mut line = one_line(&String::from_utf8_lossy(body)).into_bytes();
+        line.push(b'\n');
+        self.0.write_all(&line).map(|()| buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// Whether text logs carry ANSI colours: only on a terminal, and never when `NO_COLOR` is set to
@@ -133,6 +167,24 @@ mod tests {
             use_colour(true, Some(OsStr::new(""))),
             "an empty NO_COLOR counts as unset"
         );
+    }
+
+    #[test]
+    fn a_message_with_line_breaks_is_written_on_one_line() {
+        use std::io::Write;
+        let libpq = "ERROR cannot open database: connection to server at \"127.0.0.1\", port 5999 \
+                     failed: Connection refused\n\tIs the server running on that host?\n\n";
+        let mut out = OneLine(Vec::new());
+        let n = out.write(libpq.as_bytes()).unwrap();
+        assert_eq!(n, libpq.len());
+        assert_eq!(
+            String::from_utf8(out.0).unwrap(),
+            "ERROR cannot open database: connection to server at \"127.0.0.1\", port 5999 \
+             failed: Connection refused Is the server running on that host?\n"
+        );
+        let mut out = OneLine(Vec::new());
+        out.write_all(b"INFO listening\n").unwrap();
+        assert_eq!(out.0, b"INFO listening\n");
     }
 
     #[test]

@@ -294,3 +294,26 @@ fn help_names_the_variables_table_and_where_the_data_goes() {
     assert!(help.contains("./data/scheduler.db"), "{help}");
     assert!(help.contains("docs/config.example.toml"), "{help}");
 }
+
+#[test]
+fn a_database_that_refuses_is_reported_on_one_line_without_blank_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(crate::child::binary())
+        .current_dir(dir.path())
+        // Port 1: nothing listens, so libpq's message (a hint after a line break, a line break at
+        // the end) is what is reported.
+        .env("SCHEDULER_DB_URI", "postgresql://postgres@127.0.0.1:1/x")
+        .env("SCHEDULER_DB_CONNECT_TIMEOUT", "1")
+        .env("SCHEDULER_LOGGING_FORMAT", "text")
+        .env("SCHEDULER_API_PORT", "0")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Connection refused"), "{stderr}");
+    for line in stderr.lines() {
+        assert!(!line.trim().is_empty(), "a blank line in {stderr:?}");
+        assert!(!line.starts_with('\t'), "an orphaned line in {stderr:?}");
+    }
+}
