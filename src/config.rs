@@ -617,6 +617,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "seconds to send a whole request body before 408 (default 30)",
     ),
     (
+        "SCHEDULER_API_SHUTDOWN_TIMEOUT",
+        "api.shutdown_timeout_secs",
+        "seconds in-flight requests get to finish at shutdown (default 30)",
+    ),
+    (
         "SCHEDULER_API_TOKENS",
         "auth.spec",
         "bearer tokens, role[@scheduler,...]=secret separated by ';' (default none: open)",
@@ -625,6 +630,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "QUEUE_URI",
         "listener.uri",
         "RabbitMQ, amqp://USER:PASS@HOST:5672/VHOST (default none: the listener is off)",
+    ),
+    (
+        "SCHEDULER_RABBITMQ_DSN",
+        "listener.uri",
+        "mula's old name of QUEUE_URI",
     ),
     (
         "SCHEDULER_RABBITMQ_PREFETCH_COUNT",
@@ -700,6 +710,16 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SCHEDULER_COLDSTART_CONCURRENCY",
         "coldstart.concurrency",
         "organisations paged at once (default 4)",
+    ),
+    (
+        "SCHEDULER_COLDSTART_ATTEMPTS",
+        "coldstart.attempts",
+        "tries of one page before its organisation waits for the next round (default 5)",
+    ),
+    (
+        "SCHEDULER_COLDSTART_BACKOFF_MS",
+        "coldstart.backoff_ms",
+        "milliseconds before a page's second try, doubling to at most a minute (default 1000)",
     ),
     (
         "SCHEDULER_CATALOGUE_TTL",
@@ -828,6 +848,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "commands per transaction (default 512)",
     ),
     (
+        "SCHEDULER_PQ_CHANNEL_CAPACITY",
+        "queue.channel_capacity",
+        "commands waiting for an engine before callers get 503 (default 16384)",
+    ),
+    (
         "SCHEDULER_PQ_SHED_AFTER",
         "queue.shed_after_secs",
         "seconds a command may wait for its engine before 503 (default 20)",
@@ -948,6 +973,136 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "report ranking strategy",
     ),
 ];
+
+/// Settings no variable sets, and why.
+pub const FILE_ONLY: &[(&str, &str)] = &[(
+    "auth.tokens",
+    "a list of tables; SCHEDULER_API_TOKENS (auth.spec) is its form for the environment",
+)];
+
+/// mula's `SCHEDULER_*` variables this service reads no value from, on purpose, with the reason.
+/// A deployment moved from mula keeps setting them, so they are not reported as unknown.
+pub const IGNORED_MULA_VARS: &[(&str, &str)] = &[
+    (
+        "SCHEDULER_API",
+        "the scheduler's address as its clients (Rocky, the runners) read it, not a setting of the scheduler",
+    ),
+    (
+        "SCHEDULER_DEBUG",
+        "SCHEDULER_LOG_LEVEL (e.g. debug) sets what is logged",
+    ),
+    (
+        "SCHEDULER_COLLECT_METRICS",
+        "metrics are always collected and served on /metrics",
+    ),
+    (
+        "SCHEDULER_PQ_INTERVAL",
+        "no polling populate loop: events are planned as they arrive and schedules fire on the cron ticks (SCHEDULER_CRON_TICK)",
+    ),
+    (
+        "SCHEDULER_PQ_MAX_RANDOM_OBJECTS",
+        "no random rescans: ColdStart and the schedules bring objects round again",
+    ),
+    (
+        "SCHEDULER_MONITOR_ORGANISATIONS_INTERVAL",
+        "organisations come with the plugin catalogue, refreshed every half of SCHEDULER_CATALOGUE_TTL",
+    ),
+    (
+        "SCHEDULER_OCTOPOES_REQUEST_TIMEOUT",
+        "one timeout for every client: SCHEDULER_CLIENTS_REQUEST_TIMEOUT",
+    ),
+    (
+        "SCHEDULER_KATALOGUS_REQUEST_TIMEOUT",
+        "one timeout for every client: SCHEDULER_CLIENTS_REQUEST_TIMEOUT",
+    ),
+    (
+        "SCHEDULER_BYTES_REQUEST_TIMEOUT",
+        "one timeout for every client: SCHEDULER_CLIENTS_REQUEST_TIMEOUT",
+    ),
+    (
+        "SCHEDULER_OCTOPOES_POOL_CONNECTIONS",
+        "the HTTP clients keep their connections alive and open more as needed",
+    ),
+    (
+        "SCHEDULER_KATALOGUS_POOL_CONNECTIONS",
+        "the HTTP clients keep their connections alive and open more as needed",
+    ),
+    (
+        "SCHEDULER_BYTES_POOL_CONNECTIONS",
+        "the HTTP clients keep their connections alive and open more as needed",
+    ),
+];
+
+/// A `SCHEDULER_*` variable that is set but neither read nor one of mula's that are ignored on
+/// purpose: most likely a misspelling, reported with the nearest name that is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    /// The variable as set.
+    pub name: String,
+    /// The read variable nearest to it, when one is near enough to be a likely intent.
+    pub suggestion: Option<&'static str>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is not a setting of kat-scheduler; it is ignored",
+            self.name
+        )?;
+        if let Some(s) = self.suggestion {
+            write!(f, " (did you mean {s}?)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Of the variables `names`, those under `SCHEDULER_` this service does not know (see
+/// [`UnknownVariable`]). Other variables are a deployment's business and are not looked at.
+pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<UnknownVariable> {
+    let mut unknown: Vec<UnknownVariable> = names
+        .into_iter()
+        .filter(|n| n.starts_with("SCHEDULER_"))
+        .filter(|n| !ENV_VARS.iter().any(|(v, _, _)| v == n))
+        .filter(|n| !IGNORED_MULA_VARS.iter().any(|(v, _)| v == n))
+        .map(|n| UnknownVariable {
+            name: n.to_owned(),
+            suggestion: nearest_variable(n),
+        })
+        .collect();
+    unknown.sort_by(|a, b| a.name.cmp(&b.name));
+    unknown
+}
+
+/// The read variable with the smallest edit distance to `name`, if that distance is small: at
+/// most a quarter of the name's length, and at least 2 allowed.
+fn nearest_variable(name: &str) -> Option<&'static str> {
+    let most = (name.len() / 4).max(2);
+    ENV_VARS
+        .iter()
+        .map(|(v, _, _)| (edit_distance(name, v), *v))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, v)| v)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
 
 /// A configuration that cannot be used; one line, naming the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -1527,5 +1682,186 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config.example.toml");
         let s = Settings::load_with(Some(&path), &|_| None).unwrap();
         assert_eq!(s.api.port, 8000);
+    }
+
+    /// Every setting's dotted key, from the defaults with every optional setting filled in
+    /// (a per-scheduler override, the flush barrier, a token); a scheduler's id is `<id>`.
+    fn setting_keys() -> Vec<String> {
+        fn walk(prefix: &str, v: &serde_json::Value, out: &mut Vec<String>) {
+            match v.as_object() {
+                Some(map) => {
+                    for (k, child) in map {
+                        let key = if prefix.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{prefix}.{k}")
+                        };
+                        walk(&key, child, out);
+                    }
+                }
+                None => out.push(prefix.to_owned()),
+            }
+        }
+        let mut full = Settings::default();
+        full.database.flush_barrier = Some(true);
+        full.schedulers.boefje = SchedulerOverride {
+            maxsize: Some(1),
+            when_full: Some(WhenFull::Reject),
+            dispatch_timeout_secs: Some(1),
+            run_timeout_secs: Some(1),
+            max_attempts: Some(1),
+            scoring: Some(crate::scoring::Strategy::TimeBased),
+        };
+        full.auth.tokens.push(TokenSettings {
+            name: "n".into(),
+            role: Role::Admin,
+            schedulers: vec![],
+            token: "t".into(),
+        });
+        let mut keys = Vec::new();
+        walk("", &serde_json::to_value(&full).unwrap(), &mut keys);
+        keys.into_iter()
+            .map(|k| k.replace("schedulers.boefje.", "schedulers.<id>."))
+            .collect()
+    }
+
+    /// A variable's setting, with a scheduler's id as `<id>`.
+    fn generic(key: &str) -> String {
+        let mut key = key.to_owned();
+        for s in SchedulerId::ALL {
+            key = key.replace(&format!("schedulers.{s}."), "schedulers.<id>.");
+        }
+        key
+    }
+
+    #[test]
+    fn every_setting_has_a_variable_or_a_stated_reason() {
+        let keys = setting_keys();
+        assert!(keys.len() > 60, "{keys:?}");
+        for key in &keys {
+            let by_variable = ENV_VARS.iter().any(|(_, k, _)| generic(k) == *key);
+            let file_only = FILE_ONLY.iter().any(|(k, _)| k == key);
+            assert!(
+                by_variable != file_only,
+                "{key}: no variable sets it and FILE_ONLY gives no reason (or both)"
+            );
+        }
+        for (_, key, _) in ENV_VARS {
+            assert!(keys.contains(&generic(key)), "{key} is not a setting");
+        }
+    }
+
+    /// The keys the example file shows, set or commented out, by table (`[schedulers.report]`
+    /// counts as `schedulers.<id>`).
+    fn example_keys() -> Vec<String> {
+        let text = include_str!("../docs/config.example.toml");
+        let mut table = String::new();
+        let mut keys = Vec::new();
+        for line in text.lines() {
+            let line = line.trim_start_matches(['#', ' ']);
+            let line = line.split(" #").next().unwrap_or_default().trim();
+            if let Some(header) = line.strip_prefix('[') {
+                table = generic(&format!("{}.", header.trim_matches(['[', ']']).trim()))
+                    .trim_end_matches('.')
+                    .to_owned();
+                keys.push(table.clone());
+            } else if let Some((key, _)) = line.split_once('=')
+                && !key.trim().is_empty()
+                && key
+                    .trim()
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_')
+            {
+                keys.push(format!("{table}.{}", key.trim()));
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn the_example_config_shows_every_setting_and_no_other() {
+        let shown = example_keys();
+        for key in setting_keys() {
+            assert!(shown.contains(&key), "docs/config.example.toml lacks {key}");
+        }
+        let keys = setting_keys();
+        for key in &shown {
+            let known = keys
+                .iter()
+                .any(|k| k == key || k.starts_with(&format!("{key}.")))
+                || key.starts_with("auth.tokens.");
+            assert!(
+                known,
+                "docs/config.example.toml shows {key}, which is no setting"
+            );
+        }
+    }
+
+    #[test]
+    fn the_example_config_with_every_key_uncommented_loads() {
+        let text = include_str!("../docs/config.example.toml");
+        let uncommented: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest)
+                    if rest.starts_with('[')
+                        || rest.split_once('=').is_some_and(|(k, _)| {
+                            k.trim().chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                        }) =>
+                {
+                    rest
+                }
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("all.toml");
+        std::fs::write(&path, uncommented).unwrap();
+        Settings::load_with(Some(&path), &|_| None).unwrap();
+    }
+
+    #[test]
+    fn a_misspelt_variable_is_reported_with_the_nearest_name_and_mulas_ignored_ones_are_not() {
+        let unknown = unknown_variables([
+            "SCHEDULER_API_PROT",
+            "SCHEDULER_API_PORT",
+            "SCHEDULER_DEBUG",
+            "SCHEDULER_PQ_INTERVAL",
+            "PATH",
+            "SCHEDULER_SOMETHING_ELSE_ENTIRELY",
+        ]);
+        assert_eq!(
+            unknown,
+            [
+                UnknownVariable {
+                    name: "SCHEDULER_API_PROT".into(),
+                    suggestion: Some("SCHEDULER_API_PORT"),
+                },
+                UnknownVariable {
+                    name: "SCHEDULER_SOMETHING_ELSE_ENTIRELY".into(),
+                    suggestion: None,
+                },
+            ]
+        );
+        assert_eq!(
+            unknown[0].to_string(),
+            "SCHEDULER_API_PROT is not a setting of kat-scheduler; it is ignored (did you mean \
+             SCHEDULER_API_PORT?)"
+        );
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn mulas_ignored_variables_are_not_read_and_the_readme_names_each() {
+        let readme = include_str!("../README.md");
+        for (var, why) in IGNORED_MULA_VARS {
+            assert!(!ENV_VARS.iter().any(|(v, _, _)| v == var), "{var} is read");
+            assert!(!why.is_empty());
+            assert!(readme.contains(&format!("`{var}`")), "README lacks {var}");
+        }
+        for (key, _) in FILE_ONLY {
+            assert!(readme.contains(&format!("`{key}`")), "README lacks {key}");
+        }
     }
 }

@@ -12,13 +12,13 @@
 //! | [`domain`] | tasks, statuses and their state machine (the broker's own moves too), scheduler ids, the task hash, payload rules, the key fields tasks are found by, the filter language (parsed, planned, evaluated in memory), cron expressions as croniter reads and evaluates them; pure |
 //! | [`clock`] | the injected time source |
 //! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
-//! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
+//! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of docs/DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
 //! | [`clients`] | the platform's other services: typed HTTP clients of Katalogus, Octopoes and Bytes (mula's calls and JSON, transport retries, one error type), and the plugin catalogue (Katalogus cached with a TTL and refreshed in the background, or a static file) |
 //! | [`frontier`] | the only writer of the frontier: objects, raw files and ColdStart checkpoints, idempotent upserts in batches; what is known of an object (`frontier::lookup`): the frontier is a mirror, so an object it lacks is asked of Octopoes and only Octopoes' "not found" or a delete makes it gone |
 //! | [`planner`] | frontier × catalogue → tasks: pure rules (`planner::rules`), de-duplication siblings across organisations, one push per batch of the planner's work; schedules for planned and client-pushed boefje and report work (mula's `post_push`) |
 //! | [`listener`] | the AMQP listener: events in batches, frontier and tasks out, ack after commit, dead letters |
 //! | [`scoring`] | CalculateScore: one strategy per file (time-based, grace-period, change-delta), pure; explanations |
-//! | [`schedules`] | recurring work (mula's `/schedules`): create, read, list, search, change, delete; the only writer of the `schedules` table |
+//! | [`schedules`] | recurring work (mula's `/schedules`): create, read, list, search, change, delete, and the schedules of planned and pushed work (`schedules::linker`); it writes the `schedules` table, as do `cron::reschedule` (the next deadline of a schedule that fired, or disabling one whose object is gone) and `import` (with the service stopped) |
 //! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
 //! | [`cron`] | the ticks generator and each scheduler's cron table: rescheduling due schedules, the lease watchdog, re-scoring waiting work, pruning finished tasks; periodic entries persist their next run |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |

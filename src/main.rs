@@ -8,18 +8,31 @@ use clap::{Parser, Subcommand};
 use kat_scheduler::clock::SystemClock;
 use kat_scheduler::config::Settings;
 use kat_scheduler::startup::{Application, open_database};
-use kat_scheduler::{api, import, storage, telemetry};
+use kat_scheduler::{api, config, import, storage, telemetry};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
+
+/// What `--help` adds after the options: where settings and data are.
+const AFTER_HELP: &str = "\
+Settings: built-in defaults, then the --config file (every key in docs/config.example.toml),
+then environment variables under mula's names (SCHEDULER_API_PORT, SCHEDULER_DB_URI,
+QUEUE_URI, KATALOGUS_API, ...): the table in the README's \"Configuration\" section names
+each variable and its setting. A SCHEDULER_* variable that is not a setting is named in a
+warning at start.
+
+Data: by default an SQLite database at ./data/scheduler.db, relative to the working directory
+(created at the first start); SCHEDULER_DB_URI=postgresql://USER@HOST/DB for PostgreSQL.
+Logs go to stderr.";
 
 #[derive(Parser)]
 #[command(
     name = "kat-scheduler",
     version,
-    about = "Priority-queue job broker for OpenKAT-style scanning workers"
+    about = "Priority-queue job broker for OpenKAT-style scanning workers",
+    after_help = AFTER_HELP
 )]
 struct Cli {
-    /// A TOML config file (settings in the environment override it).
+    /// A TOML config file (settings in the environment override it). Read by every command.
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -32,7 +45,8 @@ enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
-    /// Print the OpenAPI document and exit.
+    /// Print the OpenAPI document and exit; it states the configured limits, as
+    /// `/openapi.json` does.
     Openapi,
     /// Copy mula's schedules and tasks into this database (migrated first), then print a
     /// summary. Run it with kat-scheduler stopped; running it again adds nothing.
@@ -52,8 +66,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Serve);
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kat-scheduler: {}", telemetry::one_line(&e.to_string()));
+            return ExitCode::from(2);
+        }
+    };
     if let Command::Openapi = command {
-        return match api::openapi_json() {
+        return match api::openapi_json_for(&settings.limits) {
             Ok(json) => match std::io::Write::write_all(&mut std::io::stdout(), json.as_bytes()) {
                 // A reader that stops early (`… openapi | head`) is not an error.
                 Ok(()) => ExitCode::SUCCESS,
@@ -69,14 +90,15 @@ fn main() -> ExitCode {
             }
         };
     }
-    let settings = match Settings::load(cli.config.as_deref()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("kat-scheduler: {e}");
-            return ExitCode::from(2);
-        }
-    };
     telemetry::init(&settings.logging);
+    // Warned, not refused: a misspelt name is most likely, but a deployment may set variables
+    // of a newer or older version (mula's own are listed in config::IGNORED_MULA_VARS).
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    for unknown in config::unknown_variables(names.iter().map(String::as_str)) {
+        warn!("{unknown}");
+    }
     if let Command::ImportMula {
         from,
         dry_run,
@@ -94,8 +116,9 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                error!("{e:#}");
-                eprintln!("kat-scheduler: {e:#}");
+                let e = telemetry::one_line(&format!("{e:#}"));
+                error!("{e}");
+                eprintln!("kat-scheduler: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -109,8 +132,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            error!("{e:#}");
-            eprintln!("kat-scheduler: {e:#}");
+            let e = telemetry::one_line(&format!("{e:#}"));
+            error!("{e}");
+            eprintln!("kat-scheduler: {e}");
             ExitCode::FAILURE
         }
     }

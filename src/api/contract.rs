@@ -22,6 +22,8 @@ const NO_NUL: &str = "^[^\\u0000]*$";
 /// Not blank: at least one character that is neither NUL nor white space.
 const NOT_BLANK: &str = "^[^\\u0000]*[^\\u0000\\s][^\\u0000]*$";
 /// A `data` field path: keys of letters, digits and `-` with single `_` inside, joined by `__`.
+/// A UUID in its hyphenated form, as ids are written and answered.
+const UUID: &str = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 const FIELD_PATH: &str = "^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*(__[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*)*$";
 
 fn schema_ref(name: &str) -> Value {
@@ -557,8 +559,10 @@ fn parameter(path: &str, name: &str, limits: &Limits) -> Option<Value> {
         (_, "scheduler_id") => {
             json!({"type": "string", "enum": ["boefje", "normalizer", "report"]})
         }
+        // The pattern says it for validators that take `format` as a note only: `search` or
+        // `stats` is no id, so `GET /schedules/search` is the concrete path's (405), never an id.
         (_, "task_id") | ("/schedules/{id}", "id") => {
-            json!({"type": "string", "format": "uuid"})
+            json!({"type": "string", "format": "uuid", "pattern": UUID})
         }
         ("/schedules" | "/schedules/search", "limit") => {
             json!({"type": "integer", "minimum": 0, "maximum": 1000})

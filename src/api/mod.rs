@@ -86,7 +86,13 @@ pub fn openapi_for(limits: &Limits) -> Result<serde_json::Value, serde_json::Err
 /// The OpenAPI document with the default limits, as the pretty JSON committed in
 /// `openapi/openapi.json`.
 pub fn openapi_json() -> Result<String, serde_json::Error> {
-    serde_json::to_string_pretty(&openapi_for(&Limits::default())?).map(|mut s| {
+    openapi_json_for(&Limits::default())
+}
+
+/// The OpenAPI document stating `limits`, as pretty JSON: what `kat-scheduler openapi` prints
+/// and `/openapi.json` serves under the same configuration.
+pub fn openapi_json_for(limits: &Limits) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(&openapi_for(limits)?).map(|mut s| {
         s.push('\n');
         s
     })

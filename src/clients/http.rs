@@ -438,7 +438,12 @@ impl ServiceClient {
                 service: self.name,
                 path,
                 status: status.as_u16(),
+                // One line: a body's line breaks (most end with one) would break a log line
+                // in two, or leave a blank one.
                 excerpt: String::from_utf8_lossy(&body)
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
                     .chars()
                     .take(EXCERPT_CHARS)
                     .collect(),
@@ -454,8 +459,12 @@ fn transport(error: reqwest::Error) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(&error);
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        // A cause with no words of its own adds nothing but a dangling ": ".
+        let words = cause.to_string();
+        if !words.trim().is_empty() {
+            text.push_str(": ");
+            text.push_str(words.trim());
+        }
         source = cause.source();
     }
     text

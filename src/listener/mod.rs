@@ -9,8 +9,12 @@
 //!   header, confirmed, and then acked: it never blocks the queue, however many come.
 //! - **Transient failures are retried.** While the database is away or a scheduler is full, the
 //!   message is handed back (`nack`, requeue) after a pause, so nothing is lost and nothing spins.
-//! - **Reconnects.** When RabbitMQ goes away the listener reconnects with a backoff of at most
-//!   [`MAX_BACKOFF`]; unacked messages go back to their queue with the old connection. `/health`
+//! - **Reconnects.** When RabbitMQ goes away, or refuses the listener, it tries again after
+//!   [`FIRST_RETRY`], doubling each time to at most [`MAX_BACKOFF`], and back to the first wait
+//!   once a connection held (reached consuming); unacked messages go back to their queue with the
+//!   old connection. Each failed attempt is one WARN that says what happened: a refused login, a
+//!   refused connection, or a lost one (only after a connection held). lapin's own connection
+//!   recovery stays off (its default), so nothing retries behind the listener's back. `/health`
 //!   shows each queue's state and counts.
 
 mod mutations;
@@ -36,11 +40,11 @@ use crate::frontier::Frontier;
 use crate::planner::{PlanError, Planner};
 use crate::storage::redact;
 
-/// Longest wait between two connection attempts, so the listener is back within this of
-/// RabbitMQ.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// First wait after a lost connection.
-const MIN_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest wait between two connection attempts: a RabbitMQ that refuses the listener for hours
+/// (a wrong password) is asked once a minute, and a returning one is found within a minute.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// First wait after a failed attempt or a lost connection.
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// Wait before handing back a message that failed for a passing reason.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// Longest wait for RabbitMQ to accept a connection.
@@ -218,22 +222,25 @@ pub struct Listener {
 impl Listener {
     /// Listens until `token` is cancelled, reconnecting whenever the connection is lost.
     pub async fn run(self, token: CancellationToken) {
-        let mut backoff = MIN_BACKOFF;
+        let mut backoff = Backoff::default();
         info!(uri = %redact(&self.config.uri), "AMQP listener starting");
         while !token.is_cancelled() {
             self.status.set_state("connecting");
-            match self.session(&token, &mut backoff).await {
+            let mut held = false;
+            let why = match self.session(&token, &mut held).await {
                 Ok(()) => break,
-                Err(e) => {
-                    warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "AMQP connection lost; reconnecting");
-                    self.status.set_state(format!("down: {e}"));
-                }
+                Err(e) => describe(&e, &self.config.uri, held),
+            };
+            if held {
+                backoff.held();
             }
+            let wait = backoff.failed();
+            warn!(retry_in_ms = wait.as_millis() as u64, "{why}");
+            self.status.set_state(format!("down: {why}"));
             tokio::select! {
                 () = token.cancelled() => break,
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(wait) => {}
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
         self.status.set_state("off");
         info!("AMQP listener stopped");
@@ -243,17 +250,18 @@ impl Listener {
     async fn session(
         &self,
         token: &CancellationToken,
-        backoff: &mut Duration,
+        held: &mut bool,
     ) -> Result<(), lapin::Error> {
         // Named, so an operator (or a test) can tell this connection apart in RabbitMQ.
         let name = format!("kat-scheduler listener ({})", self.config.mutations_queue);
         let properties = ConnectionProperties::default().with_connection_name(name.as_str().into());
         let connect = Connection::connect(&self.config.uri, properties);
-        let conn = tokio::time::timeout(CONNECT_TIMEOUT, connect)
-            .await
-            .map_err(|_| {
-                lapin::Error::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-            })??;
+        // A stop does not wait for a connect that hangs (a black-holed RabbitMQ).
+        let conn = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            connected = tokio::time::timeout(CONNECT_TIMEOUT, connect) => connected,
+        }
+        .map_err(|_| lapin::Error::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
         // A channel per queue: each consumer's unacked window is its own, and a batch is acked
         // in one frame without touching the other queue's deliveries.
         let mut consumers = Vec::with_capacity(2);
@@ -292,7 +300,7 @@ impl Listener {
         let (mut_channel, mut mutations) = consumers.pop().ok_or_else(no_consumer)?;
         self.status.set_state("consuming");
         self.status.sessions.fetch_add(1, Ordering::Relaxed);
-        *backoff = MIN_BACKOFF;
+        *held = true;
         info!(
             mutations = %self.config.mutations_queue,
             raw_files = %self.config.raw_files_queue,
@@ -421,6 +429,76 @@ impl Listener {
     }
 }
 
+/// The waits between connection attempts: [`FIRST_RETRY`] doubling to [`MAX_BACKOFF`], back to
+/// the first once a connection held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { next: FIRST_RETRY }
+    }
+}
+
+impl Backoff {
+    /// An attempt failed: the wait before the next one (the following wait doubles).
+    pub fn failed(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = (self.next * 2).min(MAX_BACKOFF);
+        wait
+    }
+
+    /// A connection held: the next failure waits [`FIRST_RETRY`] again.
+    pub fn held(&mut self) {
+        self.next = FIRST_RETRY;
+    }
+}
+
+/// What a failed connection came to, in words an operator can act on: a refused login names the
+/// user and RabbitMQ's reason, a refused or unanswered connection names the address, and a
+/// connection is "lost" only when it had `held` (reached consuming).
+pub fn describe(e: &lapin::Error, uri: &str, held: bool) -> String {
+    let parsed = uri.parse::<lapin::uri::AMQPUri>().ok();
+    let at = parsed
+        .as_ref()
+        .map(|u| format!("{}:{}", u.authority.host, u.authority.port))
+        .unwrap_or_else(|| redact(uri));
+    let user = parsed
+        .as_ref()
+        .map(|u| u.authority.userinfo.username.clone())
+        .unwrap_or_default();
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp)
+            if matches!(
+                amqp.kind(),
+                lapin::protocol::AMQPErrorKind::Soft(lapin::protocol::AMQPSoftError::ACCESSREFUSED)
+                    | lapin::protocol::AMQPErrorKind::Hard(
+                        lapin::protocol::AMQPHardError::NOTALLOWED
+                    )
+            ) && !held =>
+        {
+            format!(
+                "RabbitMQ refused the login for user {user}: {}",
+                amqp.get_message()
+            )
+        }
+        lapin::ErrorKind::IOError(io) if !held => match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => {
+                format!("cannot connect to RabbitMQ at {at}: connection refused")
+            }
+            std::io::ErrorKind::TimedOut => format!(
+                "cannot connect to RabbitMQ at {at}: no answer within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ),
+            _ => format!("cannot connect to RabbitMQ at {at}: {io}"),
+        },
+        _ if held => format!("AMQP connection to {at} lost: {e}"),
+        _ => format!("cannot listen on RabbitMQ at {at}: {e}"),
+    }
+}
+
 /// Deliveries handled together at most: a batch is what has arrived, up to the prefetch window.
 const BATCH_MAX: usize = 1_000;
 
@@ -486,4 +564,52 @@ async fn dead_letter_publish(
         .await?
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::protocol::{AMQPError, AMQPErrorKind, AMQPSoftError};
+
+    const URI: &str = "amqp://guest:secret@rabbit.example:5672/%2f";
+
+    #[test]
+    fn retries_wait_one_second_doubling_to_a_minute_and_start_over_after_a_connection_held() {
+        let mut b = Backoff::default();
+        let waits: Vec<u64> = (0..9).map(|_| b.failed().as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        b.held();
+        assert_eq!(b.failed(), FIRST_RETRY);
+        assert_eq!(b.failed(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_refused_login_says_so_and_names_the_user_not_the_password() {
+        let refused = lapin::Error::from(lapin::ErrorKind::ProtocolError(AMQPError::new(
+            AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED),
+            "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN.".into(),
+        )));
+        let why = describe(&refused, URI, false);
+        assert_eq!(
+            why,
+            "RabbitMQ refused the login for user guest: ACCESS_REFUSED - Login was refused \
+             using authentication mechanism PLAIN."
+        );
+        assert!(!why.contains("secret") && !why.contains("lost"), "{why}");
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_address_and_is_never_lost_before_a_first_connection() {
+        let refused =
+            lapin::Error::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            describe(&refused, URI, false),
+            "cannot connect to RabbitMQ at rabbit.example:5672: connection refused"
+        );
+        let reset = lapin::Error::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(describe(&reset, URI, false).starts_with("cannot connect to RabbitMQ"));
+        assert!(
+            describe(&reset, URI, true).starts_with("AMQP connection to rabbit.example:5672 lost")
+        );
+    }
 }

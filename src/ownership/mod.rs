@@ -1,5 +1,5 @@
 //! Ownership: which instance owns each scheduler's heap when several instances share one
-//! PostgreSQL database (DESIGN.md §8).
+//! PostgreSQL database (docs/ARCHITECTURE.md, "Several instances").
 //!
 //! Each scheduler has one lease row (`scheduler_owners`, [`crate::storage::owners`]). A thread of
 //! its own, on a connection of its own (a busy pool must never delay a renewal), runs a round

@@ -1,6 +1,6 @@
 //! The queue: one bounded heap per scheduler and its durable twin, the `tasks` table, kept in
 //! step by one engine thread per scheduler that applies pushes, pops, patches and lease expiry
-//! in group-committed batches. This is where the rules of DESIGN.md §5 live:
+//! in group-committed batches. This is where the rules of docs/DESIGN.md §5 live:
 //!
 //! - exactly-one pop: only its engine takes tasks out of a heap, and a task is dispatched by a
 //!   conditional `UPDATE … WHERE status = 'queued'`;

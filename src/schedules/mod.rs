@@ -1,7 +1,9 @@
 //! Schedules: recurring work, as mula's `/schedules` API keeps it (create, read, list, search,
 //! change, delete) with its rules: a schedule's hash is its task data's hash and unique over all
 //! schedules; it needs a cron expression or a deadline; without a deadline the next cron fire is
-//! it. The only writer of the `schedules` table.
+//! it. The `schedules` table's writer for the API and the schedules of planned and pushed work
+//! (the linker); `cron::reschedule` also writes it (the next deadline of a schedule that fired,
+//! disabling one whose object is gone), and `import-mula` copies mula's rows in.
 
 mod linker;
 

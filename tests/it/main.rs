@@ -18,6 +18,7 @@ mod coldstart;
 mod concurrency;
 mod crash;
 mod cron;
+mod docs;
 mod filtered_pops;
 mod filters;
 mod hostile_inputs;

@@ -116,3 +116,51 @@ fn the_openapi_command_prints_the_document_and_a_reader_that_stops_early_is_no_e
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn the_openapi_command_states_the_configured_limits_as_the_served_document_does() {
+    let out = std::process::Command::new(crate::child::binary())
+        .arg("openapi")
+        .env("SCHEDULER_LIMIT_IN_VALUES", "5")
+        .env_remove("SCHEDULER_DB_URI")
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{out:?}");
+    let limits = kat_scheduler::domain::limits::Limits {
+        max_in_values: 5,
+        ..Default::default()
+    };
+    let expected = kat_scheduler::api::openapi_json_for(&limits).unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == expected,
+        "the printed document is not the one served under SCHEDULER_LIMIT_IN_VALUES=5"
+    );
+    assert!(expected.contains("\"maxItems\": 5"));
+}
+
+#[test]
+fn a_schedule_id_is_a_uuid_in_the_document_so_search_is_no_id() {
+    let spec: serde_json::Value =
+        serde_json::from_str(&kat_scheduler::api::openapi_json().unwrap()).unwrap();
+    let item = &spec["paths"]["/schedules/{id}"];
+    for method in ["get", "patch", "delete"] {
+        let schema = &item[method]["parameters"][0]["schema"];
+        assert_eq!(schema["format"], "uuid", "{method}");
+        assert_eq!(
+            schema["pattern"],
+            "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+            "{method}: `search` must not match"
+        );
+        let responses = &item[method]["responses"];
+        assert!(responses["422"].is_object(), "{method}: not a UUID");
+        assert!(responses["405"].is_object(), "{method}: the search's path");
+    }
+    assert_eq!(
+        spec["paths"]["/schedules/search"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["post"]
+    );
+}

@@ -1,4 +1,4 @@
-//! The queue semantics of DESIGN.md §5: pop order, boost, re-push, bounded heaps with eviction
+//! The queue semantics of docs/DESIGN.md §5: pop order, boost, re-push, bounded heaps with eviction
 //! and refill, and 429 when a scheduler refuses work.
 
 use chrono::Duration;

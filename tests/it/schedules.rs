@@ -230,15 +230,28 @@ async fn bad_schedules_get_mulas_answers(backend: Backend) {
         StatusCode::UNPROCESSABLE_ENTITY,
         "the filter body is required"
     );
-    assert_eq!(
-        app.get("/schedules/nope").await.status(),
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
+    // The id is a UUID in the document; other text is a 422, as in mula. `search` is the
+    // search's own path, which takes only POST: a 405 for any other method.
+    for path in ["/schedules/nope", "/schedules/None"] {
+        assert_eq!(
+            app.get(path).await.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "GET {path}"
+        );
+    }
+    for resp in [
+        app.get("/schedules/search").await,
         app.patch("/schedules/search", &json!({"enabled": true}))
+            .await,
+    ] {
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()["allow"], "POST");
+    }
+    assert_eq!(
+        app.get("/schedules/00000000-0000-0000-0000-000000000000")
             .await
             .status(),
-        StatusCode::METHOD_NOT_ALLOWED
+        StatusCode::NOT_FOUND
     );
     let mut bad_id = report_schedule("org1", "r6", Some("0 0 * * *"), None);
     bad_id["data"]["id"] = json!("AAA");
