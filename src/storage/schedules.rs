@@ -114,8 +114,13 @@ fn sql(conn: &AnyConnection, text: &str) -> Sql {
 
 /// Inserts a schedule; a hash already taken fails with a unique violation.
 pub fn insert(conn: &mut AnyConnection, r: &ScheduleRow) -> QueryResult<()> {
-    let mut q = sql(conn, &format!("INSERT INTO schedules ({COLUMNS}) VALUES ("));
-    q.bind(r.id.as_str())
+    insert_many(conn, std::slice::from_ref(r))
+}
+
+/// One row's values, `(…)`, in the order of [`COLUMNS`].
+fn values(q: &mut Sql, r: &ScheduleRow) {
+    q.push("(")
+        .bind(r.id.as_str())
         .push(", ")
         .bind(r.scheduler_id.as_str())
         .push(", ")
@@ -137,8 +142,6 @@ pub fn insert(conn: &mut AnyConnection, r: &ScheduleRow) -> QueryResult<()> {
         .push(", ")
         .bind(Bind::OptText(r.disabled_reason.clone()))
         .push(")");
-    q.execute(conn)?;
-    Ok(())
 }
 
 /// Rows per multi-row schedule INSERT (11 binds each).
@@ -151,29 +154,8 @@ pub fn insert_many(conn: &mut AnyConnection, rows: &[ScheduleRow]) -> QueryResul
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut q = sql(conn, &format!("INSERT INTO schedules ({COLUMNS}) VALUES "));
         for (i, r) in chunk.iter().enumerate() {
-            q.push(if i == 0 { "(" } else { ", (" });
-            q.bind(r.id.as_str())
-                .push(", ")
-                .bind(r.scheduler_id.as_str())
-                .push(", ")
-                .bind(r.organisation.as_str())
-                .push(", ")
-                .bind(Bind::OptText(r.hash.clone()))
-                .push(", ")
-                .bind(r.data.as_str())
-                .push(", ")
-                .bind(Bind::Bool(r.enabled))
-                .push(", ")
-                .bind(Bind::OptText(r.schedule.clone()))
-                .push(", ")
-                .bind(Bind::OptTime(r.deadline_at))
-                .push(", ")
-                .bind(r.created_at)
-                .push(", ")
-                .bind(r.modified_at)
-                .push(", ")
-                .bind(Bind::OptText(r.disabled_reason.clone()))
-                .push(")");
+            q.push(if i == 0 { "" } else { ", " });
+            values(&mut q, r);
         }
         q.execute(conn)?;
     }
@@ -421,27 +403,8 @@ pub fn ensure(
     for chunk in rows.chunks(500) {
         let mut q = sql(conn, &format!("INSERT INTO schedules ({COLUMNS}) VALUES "));
         for (i, r) in chunk.iter().enumerate() {
-            q.push(if i == 0 { "(" } else { ", (" });
-            q.bind(r.id.as_str())
-                .push(", ")
-                .bind(r.scheduler_id.as_str())
-                .push(", ")
-                .bind(r.organisation.as_str())
-                .push(", ")
-                .bind(Bind::OptText(r.hash.clone()))
-                .push(", ")
-                .bind(r.data.as_str())
-                .push(", ")
-                .bind(Bind::Bool(r.enabled))
-                .push(", ")
-                .bind(Bind::OptText(r.schedule.clone()))
-                .push(", ")
-                .bind(Bind::OptTime(r.deadline_at))
-                .push(", ")
-                .bind(r.created_at)
-                .push(", ")
-                .bind(r.modified_at)
-                .push(", NULL)");
+            q.push(if i == 0 { "" } else { ", " });
+            values(&mut q, r);
         }
         q.push(" ON CONFLICT (hash) DO NOTHING");
         q.execute(conn)?;

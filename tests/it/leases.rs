@@ -17,6 +17,15 @@ fn leases(s: &mut kat_scheduler::config::Settings) {
     s.queue.max_attempts = 3;
 }
 
+/// `PATCH running` (a start, or a heartbeat); answers the task.
+async fn patch_running(app: &TestApp, id: &str) -> Value {
+    app.patch_task(id, &json!({"status": "running"}))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
 fn lease_of(task: &Value) -> chrono::DateTime<chrono::Utc> {
     task["lease_expires_at"].as_str().unwrap().parse().unwrap()
 }
@@ -62,21 +71,11 @@ async fn patching_running_again_renews_the_lease(backend: Backend) {
         .await;
     let id = id_of(&task);
     app.pop_ok("normalizer", 1, None).await;
-    let running: Value = app
-        .patch_task(&id, &json!({"status": "running"}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let running: Value = patch_running(&app, &id).await;
     assert_eq!(lease_of(&running), app.now() + Duration::seconds(100));
 
     app.advance(Duration::seconds(90));
-    let beat: Value = app
-        .patch_task(&id, &json!({"status": "running"}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let beat: Value = patch_running(&app, &id).await;
     assert_eq!(
         lease_of(&beat),
         app.now() + Duration::seconds(100),
@@ -160,12 +159,7 @@ async fn a_runner_that_never_heartbeats_finishes_after_the_run_timeout_and_its_r
         .await;
     let id = id_of(&task);
     app.pop_ok("boefje", 1, None).await;
-    let running: Value = app
-        .patch_task(&id, &json!({"status": "running"}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let running: Value = patch_running(&app, &id).await;
     assert_eq!(
         lease_of(&running),
         app.now() + Duration::seconds(1000),
