@@ -241,3 +241,19 @@ pub async fn metrics(
         .content_type("text/plain; version=0.0.4")
         .body(super::metrics::page(&broker, &observed).await)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dependency_failing_past_the_grace_makes_its_component_unhealthy() {
+        assert!(within_grace(None));
+        assert!(within_grace(Some(chrono::Duration::seconds(
+            DEPENDENCY_GRACE_SECS - 1
+        ))));
+        assert!(!within_grace(Some(chrono::Duration::seconds(
+            DEPENDENCY_GRACE_SECS
+        ))));
+    }
+}

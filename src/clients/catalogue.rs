@@ -593,4 +593,43 @@ organisations = ["org1", "org2"]
         );
         assert!(c.duplicates("org1", "nmap").is_empty(), "not deduplicated");
     }
+
+    #[tokio::test]
+    async fn katalogus_failing_is_timed_from_its_first_failure_until_a_refresh_succeeds() {
+        use super::super::http::stub::Stub;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let up = Arc::new(AtomicBool::new(false));
+        let answer = up.clone();
+        let stub = Stub::start(move |s| {
+            if !answer.load(Ordering::SeqCst) {
+                return (500, r#"{"detail": "Internal Server Error"}"#.into());
+            }
+            match s.path.as_str() {
+                "/v1/organisations" => (200, r#"{"org1": {"id": "org1", "name": "org1"}}"#.into()),
+                _ => (200, "[]".into()),
+            }
+        });
+        let clock = Arc::new(crate::clock::ManualClock::new(Utc::now()));
+        let client = Katalogus::new(&stub.base, Duration::from_secs(5))
+            .unwrap()
+            .with_backoff(super::super::http::Backoff {
+                attempts: 1,
+                base: Duration::from_millis(1),
+                cap: Duration::from_millis(1),
+            });
+        let c = Catalogue::from_katalogus(client, Duration::from_secs(60), clock.clone());
+        assert_eq!(c.failing_for(), None, "nothing failed yet");
+        assert!(c.refresh().await > 0);
+        assert_eq!(c.failing_for(), Some(chrono::Duration::zero()));
+        clock.advance(chrono::Duration::minutes(6));
+        assert!(c.refresh().await > 0);
+        assert_eq!(
+            c.failing_for(),
+            Some(chrono::Duration::minutes(6)),
+            "timed from the first failure"
+        );
+        up.store(true, Ordering::SeqCst);
+        assert_eq!(c.refresh().await, 0);
+        assert_eq!(c.failing_for(), None, "a complete refresh ends it");
+    }
 }
