@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Tick;
 use super::table::{Entry, Fut, Outcome};
-use crate::storage::{self, DbPool};
+use crate::storage::{self, DbPool, StorageError};
 
 /// Tasks deleted per statement.
 const BATCH: usize = 10_000;
@@ -30,22 +30,20 @@ impl Entry for Prune {
             let retention =
                 chrono::Duration::from_std(self.retention).map_err(|e| e.to_string())?;
             let before = (tick.at - retention).naive_utc();
-            let (pool, s) = (self.pool.clone(), tick.component);
-            let deleted = tokio::task::spawn_blocking(move || {
-                let mut conn = storage::checkout(&pool).map_err(|e| e.to_string())?;
+            let s = tick.component;
+            let deleted = storage::run(&self.pool, move |conn| {
                 let mut deleted = 0;
                 for _ in 0..BATCHES {
-                    let n = storage::tasks::prune(&mut conn, s, before, BATCH)
-                        .map_err(|e| e.to_string())?;
+                    let n = storage::tasks::prune(conn, s, before, BATCH)?;
                     deleted += n;
                     if n < BATCH {
                         break;
                     }
                 }
-                Ok::<_, String>(deleted)
+                Ok::<_, StorageError>(deleted)
             })
             .await
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| e.to_string())?;
             if deleted > 0 {
                 tracing::info!(scheduler.id = %s, deleted, "finished tasks past their retention deleted");
             }

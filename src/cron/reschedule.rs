@@ -154,14 +154,9 @@ impl Reschedule {
         &self,
         f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, String> {
-        let pool = self.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = storage::checkout(&pool)?;
-            f(&mut conn)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+        storage::run(&self.pool, f)
+            .await
+            .map_err(|e: StorageError| e.to_string())
     }
 
     /// The next deadline after a fire at `now`: the next cron fire, else the plugin's interval

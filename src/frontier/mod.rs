@@ -38,13 +38,7 @@ impl Frontier {
         &self,
         f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, StorageError> {
-        let pool = self.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = storage::checkout(&pool)?;
-            f(&mut conn)
-        })
-        .await
-        .map_err(|e| StorageError::Unavailable(format!("frontier write stopped: {e}")))?
+        storage::run(&self.pool, f).await
     }
 
     /// Applies an object event: the object is upserted, or marked gone on a delete.

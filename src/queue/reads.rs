@@ -15,9 +15,8 @@ impl Broker {
         f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, QueueError> + Send + 'static,
     ) -> Result<T, QueueError> {
         let pool = self.inner.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = storage::checkout(&pool)?;
-            f(&mut conn).map_err(|e| match e {
+        storage::run(&self.inner.pool, move |conn| {
+            f(conn).map_err(|e| match e {
                 // A failing read on a validated connection: the server went away mid-query
                 // unless it still answers.
                 QueueError::Internal(m) if !storage::reachable(&pool) => QueueError::Unavailable(m),
@@ -25,7 +24,6 @@ impl Broker {
             })
         })
         .await
-        .map_err(|e| QueueError::Internal(format!("read task panicked: {e}")))?
     }
 
     /// The last finished run of each hash: when, and whether it failed.

@@ -174,9 +174,8 @@ impl Schedules {
         f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, ScheduleError> + Send + 'static,
     ) -> Result<T, ScheduleError> {
         let pool = self.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = storage::checkout(&pool)?;
-            f(&mut conn).map_err(|e| match e {
+        storage::run(&self.pool, move |conn| {
+            f(conn).map_err(|e| match e {
                 ScheduleError::Internal(m) if !storage::reachable(&pool) => {
                     ScheduleError::Unavailable(m)
                 }
@@ -184,7 +183,6 @@ impl Schedules {
             })
         })
         .await
-        .map_err(|e| ScheduleError::Internal(format!("schedule task panicked: {e}")))?
     }
 
     fn check(&self, organisation: &str, data: &Map<String, Value>) -> Result<(), ScheduleError> {

@@ -367,6 +367,30 @@ pub fn checkout(pool: &DbPool) -> Result<DbConn, StorageError> {
         .map_err(|e| StorageError::Unavailable(e.to_string()))
 }
 
+/// Runs `f` on a pooled connection on the blocking pool: the one way async code reaches the
+/// database outside the queue engines (which keep connections of their own). A checkout that
+/// fails, or a task that stops, is [`StorageError::Unavailable`], in the caller's error type.
+pub async fn run<T, E>(
+    pool: &DbPool,
+    f: impl FnOnce(&mut AnyConnection) -> Result<T, E> + Send + 'static,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<StorageError> + Send + 'static,
+{
+    let pool = pool.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = checkout(&pool)?;
+        f(&mut conn)
+    })
+    .await
+    .map_err(|e| {
+        E::from(StorageError::Unavailable(format!(
+            "a database task stopped: {e}"
+        )))
+    })?
+}
+
 /// A pooled connection one writer keeps across its batches (a queue engine, the schedule
 /// linker). With `unsynced`, its commits do not wait for the disk (PostgreSQL's
 /// `synchronous_commit = off`, SQLite's `synchronous = NORMAL`): its writer answers only once a
