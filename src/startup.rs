@@ -16,7 +16,7 @@ use crate::config::Settings;
 use crate::metrics::Metrics;
 use std::sync::Arc;
 
-use crate::api::health::Observed;
+use crate::api::observed::Observed;
 use crate::clients::catalogue::{Catalogue, StaticCatalogue};
 use crate::clients::http::Backoff;
 use crate::coldstart::{ColdStart, ColdStartConfig, ColdStartStatus};

@@ -3,9 +3,12 @@
 //! connection pool, the process, the service clients' failures). Every name is in
 //! [`crate::metrics::CATALOGUE`].
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::health::Observed;
+use actix_web::{HttpResponse, get, web};
+
+use super::observed::Observed;
 use crate::clients::http::{FAILURE_KINDS, SERVICES, failures};
 use crate::domain::SchedulerId;
 use crate::domain::{PerScheduler, TaskStatus};
@@ -246,4 +249,20 @@ fn pool(out: &mut Exposition, broker: &Broker) {
     }
     out.family("scheduler_db_pool_max");
     out.sample("scheduler_db_pool_max", &[], f64::from(max));
+}
+
+/// Prometheus metrics: heaps, requests and their latency, transitions, leases, batches, the
+/// listener, ColdStart, cron entries and the connection pool (docs/OPERATIONS.md lists them).
+#[utoipa::path(
+    tag = "health",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
+)]
+#[get("/metrics")]
+pub async fn metrics(
+    broker: web::Data<Broker>,
+    observed: web::Data<Arc<Observed>>,
+) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(page(&broker, &observed).await)
 }

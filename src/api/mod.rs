@@ -9,6 +9,7 @@ pub mod extract;
 pub mod health;
 pub mod internal;
 pub mod metrics;
+pub mod observed;
 pub mod schedulers;
 pub mod schedules;
 pub mod tasks;
@@ -53,7 +54,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(health::root)
         .service(health::livez)
         .service(health::health)
-        .service(health::metrics)
+        .service(metrics::metrics)
         .service(schedulers::list_schedulers)
         .service(schedulers::get_scheduler)
         .service(tasks::task_stats)
@@ -155,7 +156,7 @@ pub fn app(
     broker: Broker,
     body: extract::BodyConfig,
     tokens: std::sync::Arc<crate::domain::auth::Tokens>,
-    observed: std::sync::Arc<health::Observed>,
+    observed: std::sync::Arc<observed::Observed>,
     schedules: crate::schedules::Schedules,
     linker: crate::planner::PushLinker,
 ) -> App<
