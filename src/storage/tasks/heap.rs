@@ -1,0 +1,375 @@
+//! What the queue engines read of waiting work: the heap's rows at a rebuild, the refill from
+//! `pending`, the pending tasks a filtered pop may take, and what a push must know (hashes
+//! waiting or in flight).
+
+use super::*;
+
+/// Waiting (pending or queued) tasks of `scheduler` with one of these hashes. `ix_tasks_hash`
+/// finds every task of each hash (the waiting one and its past runs, a handful); the status is
+/// checked in the row.
+pub fn waiting_by_hash(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    hashes: &[String],
+) -> QueryResult<Vec<TaskRow>> {
+    let mut out = Vec::new();
+    for chunk in hashes.chunks(CHUNK) {
+        let mut q = sql(conn, &format!("SELECT {COLUMNS} FROM tasks WHERE hash IN "));
+        q.bind_list(chunk.iter().map(String::as_str))
+            .push(" AND scheduler_id = ")
+            .bind(scheduler.as_str())
+            .push(" AND status IN ('pending', 'queued')");
+        out.extend(q.load::<TaskRow>(conn)?);
+    }
+    Ok(out)
+}
+
+/// The payloads of these tasks (in no particular order).
+pub fn payloads(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<PayloadRow>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        let mut q = sql(conn, "SELECT id, data FROM tasks WHERE id IN ");
+        q.bind_list(chunk.iter().map(String::as_str));
+        out.extend(q.load::<PayloadRow>(conn)?);
+    }
+    Ok(out)
+}
+
+/// How many tasks of `scheduler` are in `status` (`pending` or `queued`).
+pub fn count_waiting(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    status: TaskStatus,
+) -> QueryResult<u64> {
+    let mut q = sql(
+        conn,
+        "SELECT COUNT(*) AS count FROM task_queue WHERE scheduler_id = ",
+    );
+    q.bind(scheduler.as_str())
+        .push(" AND status = ")
+        .bind(status.as_str());
+    Ok(q.load::<CountRow>(conn)?
+        .first()
+        .map(|r| u64::try_from(r.count).unwrap_or(0))
+        .unwrap_or(0))
+}
+
+/// Waiting tasks of `scheduler` with a recorded explanation, after `after` in id order: `(id,
+/// explanation, priority)`, at most `limit` (a re-score pages through them).
+pub fn waiting_scores(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    after: &str,
+    limit: usize,
+) -> QueryResult<Vec<(String, String, i64)>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        task_id: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        explanation: String,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        priority: i64,
+    }
+    let mut q = sql(
+        conn,
+        "SELECT s.task_id, s.explanation, t.priority FROM task_scores s \
+         JOIN task_queue t ON t.task_id = s.task_id WHERE s.task_id > ",
+    );
+    // The same bound on both sides of the join, so each side's index scan starts at `after`
+    // (without it PostgreSQL merges from the first task on every page: quadratic in the backlog).
+    q.bind(after)
+        .push(" AND t.task_id > ")
+        .bind(after)
+        .push(" AND t.scheduler_id = ")
+        .bind(scheduler.as_str())
+        .push(" ORDER BY s.task_id LIMIT ")
+        .bind(Bind::BigInt(i64::try_from(limit).unwrap_or(i64::MAX)));
+    Ok(q.load::<Row>(conn)?
+        .into_iter()
+        .map(|r| (r.task_id, r.explanation, r.priority))
+        .collect())
+}
+
+/// Appends `AND (priority, created_at, task_id) > (key)` (or `<` with `before`): every queue row
+/// ranked after (before) `key` in pop order.
+fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
+    q.push(if before {
+        " AND (priority, created_at, task_id) < ("
+    } else {
+        " AND (priority, created_at, task_id) > ("
+    })
+    .bind(key.priority)
+    .push(", ")
+    .bind(key.created_at)
+    .push(", ")
+    .bind(key.id.as_str())
+    .push(")");
+}
+
+/// Every queued task of `scheduler`, one by one in no particular order: a rebuild that expects
+/// all of them to fit reads them in the queue table's own order and sorts them in memory, since
+/// reading them in pop order through an index visits the table's pages at random.
+pub fn queued_all(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    each: impl FnMut(HeapRow),
+) -> QueryResult<()> {
+    let mut q = sql(
+        conn,
+        &format!(
+            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued' AND scheduler_id = "
+        ),
+    );
+    q.bind(scheduler.as_str());
+    q.for_each(conn, each)
+}
+
+/// Moves every queued task of `scheduler` ranked after `after` to `pending` (when the heap
+/// bound is lower than what is queued); returns how many moved. Two statements: the caller's
+/// transaction holds them together.
+pub fn demote_after(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    after: &PopKey,
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    let ranked = |q: &mut Sql| {
+        q.push(" WHERE status = 'queued' AND scheduler_id = ")
+            .bind(scheduler.as_str());
+        push_ranked(q, after, false);
+    };
+    let mut t = sql(conn, "UPDATE tasks SET status = 'pending', modified_at = ");
+    t.bind(now)
+        .push(" WHERE status = 'queued' AND id IN (SELECT task_id FROM task_queue");
+    ranked(&mut t);
+    t.push(")");
+    t.execute(conn)?;
+    let mut q = sql(
+        conn,
+        "UPDATE task_queue SET status = 'pending', modified_at = ",
+    );
+    q.bind(now);
+    ranked(&mut q);
+    q.execute(conn)
+}
+
+/// Every queued task as a heap holds it (tests and tools; the engine pages with [`waiting_page`]).
+pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
+    sql(
+        conn,
+        &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued'"),
+    )
+    .load(conn)
+}
+
+/// Moves the best `limit` pending tasks of `scheduler` to `queued` and returns them as a heap
+/// holds them. On PostgreSQL one statement: the picks are materialised first, then each task
+/// moves only if it is still pending.
+pub fn refill(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    limit: usize,
+    now: NaiveDateTime,
+) -> QueryResult<Vec<HeapRow>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    if Backend::of(conn) == Backend::Postgres {
+        let mut q = sql(
+            conn,
+            "WITH best AS MATERIALIZED (SELECT task_id FROM task_queue WHERE scheduler_id = ",
+        );
+        q.bind(scheduler.as_str())
+            .push(&format!(
+                " AND status = 'pending' ORDER BY {QUEUE_ORDER} LIMIT "
+            ))
+            .bind(limit)
+            .push("), moved AS (UPDATE tasks SET status = 'queued', modified_at = ")
+            .bind(now)
+            .push(
+                " FROM best WHERE tasks.id = best.task_id AND tasks.status = 'pending' \
+                 RETURNING tasks.*)",
+            )
+            .push(&pg_sync())
+            .push(&format!("SELECT {HEAP_COLUMNS} FROM moved"));
+        return q.load(conn);
+    }
+    let mut q = sql(
+        conn,
+        "SELECT task_id AS id FROM task_queue WHERE status = 'pending' AND scheduler_id = ",
+    );
+    q.bind(scheduler.as_str())
+        .push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
+        .bind(limit);
+    let ids: Vec<String> = q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect();
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        // The moved tasks' heap columns come back from the update itself.
+        out.extend(transition_from_waiting_sqlite(
+            conn,
+            chunk,
+            (TaskStatus::Pending, TaskStatus::Queued),
+            now,
+            None,
+            HEAP_COLUMNS,
+        )?);
+    }
+    Ok(out)
+}
+
+/// Where a keyset page starts: after a task in pop order, or (from the best) before one.
+#[derive(Debug, Clone, Copy)]
+pub enum Keyset<'a> {
+    /// From the best task.
+    First,
+    /// After this task.
+    After(&'a PopKey),
+    /// From the best task, up to this one (excluded).
+    Before(&'a PopKey),
+}
+
+/// The next `limit` waiting tasks of `scheduler` in `status` (`queued` or `pending`) in pop
+/// order from `from`, as a heap holds them: a keyset page, so a rebuild of millions of rows never
+/// holds more than one page at once, and the pending rows that rank before a heap's worst task.
+pub fn waiting_page(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    status: TaskStatus,
+    from: Keyset<'_>,
+    limit: usize,
+) -> QueryResult<Vec<HeapRow>> {
+    let mut q = sql(
+        conn,
+        &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = "),
+    );
+    q.bind(status.as_str())
+        .push(" AND scheduler_id = ")
+        .bind(scheduler.as_str());
+    match from {
+        Keyset::First => {}
+        Keyset::After(k) => push_ranked(&mut q, k, false),
+        Keyset::Before(k) => push_ranked(&mut q, k, true),
+    }
+    q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    q.load(conn)
+}
+
+/// A pending task's columns from its queue row `q` and its task `t`, named as in `tasks` (the rank
+/// from the queue row, so an ORDER BY on it follows the queue's indexes), plus `queue_id`.
+const PENDING_JOINED: &str = "t.id, t.scheduler_id, t.schedule_id, t.organisation, t.type, \
+     t.hash, q.priority AS priority, t.data, t.status, t.attempts, t.lease_expires_at, \
+     t.failure_reason, q.created_at AS created_at, t.modified_at, t.plugin_id, t.oci_image, \
+     t.input_ooi, t.deduplication_key, q.task_id AS queue_id";
+
+/// The best `limit` pending tasks of `scheduler` matching `filter`, in pop order, skipping
+/// `skip`. With a `lookup` on a key field the search walks that field's index of pending tasks
+/// (one range per value); without one it looks only at the best [`PENDING_PROBE`] pending tasks.
+pub fn pending_matching(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    lookup: Option<(KeyField, &[String])>,
+    filter: &FilterNode,
+    limit: usize,
+    skip: &[String],
+) -> QueryResult<Vec<TaskRow>> {
+    let want = i64::try_from(limit.saturating_add(skip.len())).unwrap_or(i64::MAX);
+    let matching = |conn: &AnyConnection, key: Option<(KeyField, &[String])>| {
+        // The queue row gives the order and the key field (its indexes), the task the columns
+        // the filter reads; ordered by the queue's columns, PostgreSQL and SQLite walk a key
+        // field's index in pop order and stop at the limit.
+        let mut q = sql(
+            conn,
+            &format!(
+                "SELECT {COLUMNS} FROM (SELECT {PENDING_JOINED} FROM task_queue q \
+                 JOIN tasks t ON t.id = q.task_id WHERE q.status = 'pending' AND q.scheduler_id = "
+            ),
+        );
+        q.bind(scheduler.as_str());
+        match key {
+            Some((field, [value])) => {
+                q.push(&format!(" AND q.{} = ", field.column()))
+                    .bind(value.as_str());
+            }
+            Some((field, values)) => {
+                q.push(&format!(" AND q.{} IN ", field.column()))
+                    .bind_list(values.iter().map(String::as_str));
+            }
+            None => {}
+        }
+        q.push(") tasks WHERE ");
+        push_filter(&mut q, filter);
+        q.push(" ORDER BY priority, created_at, queue_id LIMIT ")
+            .bind(want);
+        q
+    };
+    let mut rows: Vec<TaskRow> = match lookup {
+        Some((_, [])) => Vec::new(),
+        Some((field, values)) if values.len() <= LOOKUP_RANGES_MAX => {
+            let mut out = Vec::new();
+            for value in values {
+                out.extend(
+                    matching(conn, Some((field, std::slice::from_ref(value))))
+                        .load::<TaskRow>(conn)?,
+                );
+            }
+            out
+        }
+        Some(key) => matching(conn, Some(key)).load(conn)?,
+        None => {
+            let mut q = sql(
+                conn,
+                &format!(
+                    "SELECT {COLUMNS} FROM (SELECT {PENDING_JOINED} FROM task_queue q \
+                     JOIN tasks t ON t.id = q.task_id WHERE q.status = 'pending' \
+                     AND q.scheduler_id = "
+                ),
+            );
+            q.bind(scheduler.as_str())
+                .push(" ORDER BY q.priority, q.created_at, q.task_id LIMIT ")
+                .bind(i64::try_from(PENDING_PROBE).unwrap_or(i64::MAX))
+                .push(") head WHERE ");
+            push_filter(&mut q, filter);
+            q.push(&format!(" ORDER BY {POP_ORDER} LIMIT ")).bind(want);
+            q.load(conn)?
+        }
+    };
+    rows.retain(|r| !skip.contains(&r.id));
+    rows.sort_by(|a, b| (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id)));
+    rows.truncate(limit);
+    Ok(rows)
+}
+
+/// The hashes of `scheduler`'s pending tasks, at most `limit` (read once per rebuild, so pushes
+/// into a full heap need not ask the table whether the work already waits).
+pub fn pending_hashes(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    limit: usize,
+) -> QueryResult<Vec<Option<String>>> {
+    let mut q = sql(
+        conn,
+        "SELECT hash FROM task_queue WHERE status = 'pending' AND scheduler_id = ",
+    );
+    q.bind(scheduler.as_str())
+        .push(" LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    Ok(q.load::<HashRow>(conn)?
+        .into_iter()
+        .map(|r| r.hash)
+        .collect())
+}
+
+/// The ids and hashes of `scheduler`'s tasks in flight (`dispatched`, `running`), read once per
+/// rebuild. No index serves it (one would be written by every pop): a scan, at start and after a
+/// failed batch only.
+pub fn in_flight_hashes(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+) -> QueryResult<Vec<IdHashRow>> {
+    let mut q = sql(
+        conn,
+        "SELECT id, hash FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = ",
+    );
+    q.bind(scheduler.as_str());
+    q.load(conn)
+}

@@ -1,0 +1,130 @@
+//! Upkeep: leases past their end, finished tasks past their retention, key columns filled in
+//! after an upgrade, and the check that `tasks` and `task_queue` agree.
+
+use super::*;
+
+/// Ids of dispatched or running tasks of `scheduler` whose lease ended before `now`, oldest lease
+/// first. There is no index on leases (every pop would have to update it), so this scans; the
+/// watchdog runs it on a pooled connection, never on an engine's.
+pub fn expired_lease_ids(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    now: NaiveDateTime,
+    limit: usize,
+) -> QueryResult<Vec<String>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        id: String,
+    }
+    let mut q = sql(
+        conn,
+        "SELECT id FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = ",
+    );
+    q.bind(scheduler.as_str())
+        .push(" AND lease_expires_at < ")
+        .bind(now)
+        .push(" ORDER BY lease_expires_at LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    Ok(q.load::<Row>(conn)?.into_iter().map(|r| r.id).collect())
+}
+
+/// Deletes up to `limit` finished tasks (completed, failed, cancelled) last changed before
+/// `before`; answers how many. No index holds the status (a pop would write it), so the search
+/// walks `ix_tasks_created_at`: a task last changed before `before` was created before it.
+pub fn prune(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    before: NaiveDateTime,
+    limit: usize,
+) -> QueryResult<usize> {
+    let mut q = sql(
+        conn,
+        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE created_at < ",
+    );
+    q.bind(before)
+        .push(" AND status IN ('completed', 'failed', 'cancelled') AND modified_at < ")
+        .bind(before)
+        .push(" AND scheduler_id = ")
+        .bind(scheduler.as_str())
+        .push(" LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .push(")");
+    q.execute(conn)
+}
+
+/// Fills the key-field columns of `scheduler`'s waiting tasks written before they existed (or by
+/// an older version during a rolling deploy); returns how many rows it filled.
+pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryResult<usize> {
+    let mut filled = 0;
+    let mut after = String::new();
+    loop {
+        let mut q = sql(
+            conn,
+            "SELECT t.id, t.data FROM task_queue q JOIN tasks t ON t.id = q.task_id \
+             WHERE q.plugin_id IS NULL AND q.scheduler_id = ",
+        );
+        q.bind(scheduler.as_str())
+            .push(" AND q.task_id > ")
+            .bind(after.as_str())
+            .push(" ORDER BY q.task_id LIMIT ")
+            .bind(i64::try_from(CHUNK).unwrap_or(i64::MAX));
+        let page: Vec<PayloadRow> = q.load(conn)?;
+        let Some(last) = page.last() else { break };
+        after = last.id.clone();
+        for row in &page {
+            let keys = DataKeys::of_json(scheduler, &row.data);
+            if keys == DataKeys::default() {
+                continue;
+            }
+            for (table, id_column) in [("tasks", "id"), ("task_queue", "task_id")] {
+                let mut u = sql(conn, &format!("UPDATE {table} SET plugin_id = "));
+                u.bind(Bind::OptText(keys.plugin_id.clone()))
+                    .push(", oci_image = ")
+                    .bind(Bind::OptText(keys.oci_image.clone()))
+                    .push(", input_ooi = ")
+                    .bind(Bind::OptText(keys.input_ooi.clone()))
+                    .push(", deduplication_key = ")
+                    .bind(Bind::OptText(keys.deduplication_key.clone()))
+                    .push(&format!(" WHERE {id_column} = "))
+                    .bind(row.id.as_str());
+                let n = u.execute(conn)?;
+                if table == "tasks" {
+                    filled += n;
+                }
+            }
+        }
+        if page.len() < CHUNK {
+            break;
+        }
+    }
+    Ok(filled)
+}
+
+/// Ids of tasks whose `task_queue` row is out of step with the task: a waiting task without its
+/// row or with another rank, status or key field, or a row whose task is gone or no longer
+/// waits. Empty when the invariant of migration 11 holds (tests check it after every run).
+pub fn queue_mismatches(conn: &mut AnyConnection) -> QueryResult<Vec<String>> {
+    let same = |col: &str| format!("COALESCE(q.{col}, '') = COALESCE(t.{col}, '')");
+    let text = format!(
+        "SELECT t.id FROM tasks t LEFT JOIN task_queue q ON q.task_id = t.id \
+         WHERE t.status IN ('pending', 'queued') AND NOT (q.task_id IS NOT NULL \
+         AND q.status = t.status AND q.scheduler_id = t.scheduler_id \
+         AND q.priority = t.priority AND q.created_at = t.created_at \
+         AND q.modified_at = t.modified_at AND q.organisation = t.organisation \
+         AND {} AND {} AND {} AND {} AND {} AND {}) \
+         UNION ALL SELECT q.task_id AS id FROM task_queue q LEFT JOIN tasks t ON t.id = q.task_id \
+         WHERE t.id IS NULL OR t.status NOT IN ('pending', 'queued')",
+        same("hash"),
+        same("schedule_id"),
+        same("plugin_id"),
+        same("oci_image"),
+        same("input_ooi"),
+        same("deduplication_key"),
+    );
+    Ok(sql(conn, &text)
+        .load::<IdRow>(conn)?
+        .into_iter()
+        .map(|r| r.id)
+        .collect())
+}

@@ -1,0 +1,527 @@
+//! The queue engines' writes: new tasks, changed rows, status transitions, priorities and
+//! explanations, each keeping `task_queue` in step with `tasks`.
+
+use super::*;
+
+/// The columns of an insert, and their types for PostgreSQL's `json_to_recordset`.
+const INSERT_COLUMNS: &str = "id, scheduler_id, schedule_id, organisation, type, hash, priority, \
+     data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
+     plugin_id, oci_image, input_ooi, deduplication_key";
+
+const INSERT_RECORD: &str = "id text, scheduler_id text, schedule_id text, organisation text, \
+     type text, hash text, priority bigint, data text, status text, attempts integer, \
+     lease_expires_at timestamp, failure_reason text, created_at timestamp, \
+     modified_at timestamp, plugin_id text, oci_image text, input_ooi text, \
+     deduplication_key text";
+
+/// A row as `json_to_recordset` reads it.
+#[derive(serde::Serialize)]
+struct InsertRecord<'a> {
+    id: &'a str,
+    scheduler_id: &'a str,
+    schedule_id: Option<&'a str>,
+    organisation: &'a str,
+    #[serde(rename = "type")]
+    task_type: &'a str,
+    hash: Option<&'a str>,
+    priority: i64,
+    data: &'a str,
+    status: &'a str,
+    attempts: i32,
+    lease_expires_at: Option<String>,
+    failure_reason: Option<&'a str>,
+    created_at: String,
+    modified_at: String,
+    plugin_id: Option<&'a str>,
+    oci_image: Option<&'a str>,
+    input_ooi: Option<&'a str>,
+    deduplication_key: Option<&'a str>,
+}
+
+/// Inserts new rows. On PostgreSQL the rows travel as one JSON document into a fixed statement
+/// (`json_to_recordset`): one bind instead of 18 per row, and a statement PostgreSQL parses and
+/// plans in the same short time whatever the number of rows.
+pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
+    if Backend::of(conn) == Backend::Postgres {
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let records: Vec<InsertRecord<'_>> = chunk
+                .iter()
+                .map(|r| InsertRecord {
+                    id: &r.id,
+                    scheduler_id: &r.scheduler_id,
+                    schedule_id: r.schedule_id.as_deref(),
+                    organisation: &r.organisation,
+                    task_type: &r.task_type,
+                    hash: r.hash.as_deref(),
+                    priority: r.priority,
+                    data: &r.data,
+                    status: r.status.as_str(),
+                    attempts: r.attempts,
+                    lease_expires_at: r.lease_expires_at.map(iso),
+                    failure_reason: r.failure_reason.as_deref(),
+                    created_at: iso(r.created_at),
+                    modified_at: iso(r.modified_at),
+                    plugin_id: r.plugin_id.as_deref(),
+                    oci_image: r.oci_image.as_deref(),
+                    input_ooi: r.input_ooi.as_deref(),
+                    deduplication_key: r.deduplication_key.as_deref(),
+                })
+                .collect();
+            let json = serde_json::to_string(&records)
+                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+            // One statement writes both tables: the rows are read once, as `x`.
+            let mut q = sql(conn, "WITH x AS (SELECT * FROM json_to_recordset(");
+            q.bind(json).push(&format!(
+                "::json) AS x({INSERT_RECORD})), \
+                 t AS (INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} FROM x) \
+                 INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM x \
+                 WHERE status IN ('pending', 'queued')"
+            ));
+            q.execute_prepared(conn)?;
+        }
+        return Ok(());
+    }
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let mut q = sql(
+            conn,
+            "INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, hash, priority, \
+             data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
+             plugin_id, oci_image, input_ooi, deduplication_key) VALUES ",
+        );
+        for (i, r) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" });
+            q.bind(r.id.as_str())
+                .push(", ")
+                .bind(r.scheduler_id.as_str())
+                .push(", ")
+                .bind(Bind::OptText(r.schedule_id.clone()))
+                .push(", ")
+                .bind(r.organisation.as_str())
+                .push(", ")
+                .bind(r.task_type.as_str())
+                .push(", ")
+                .bind(Bind::OptText(r.hash.clone()))
+                .push(", ")
+                .bind(r.priority)
+                .push(", ")
+                .bind(r.data.as_str())
+                .push(", ")
+                .bind(r.status.as_str())
+                .push(", ")
+                .bind(Bind::Int(r.attempts))
+                .push(", ")
+                .bind(Bind::OptTime(r.lease_expires_at))
+                .push(", ")
+                .bind(Bind::OptText(r.failure_reason.clone()))
+                .push(", ")
+                .bind(r.created_at)
+                .push(", ")
+                .bind(r.modified_at)
+                .push(", ")
+                .bind(Bind::OptText(r.plugin_id.clone()))
+                .push(", ")
+                .bind(Bind::OptText(r.oci_image.clone()))
+                .push(", ")
+                .bind(Bind::OptText(r.input_ooi.clone()))
+                .push(", ")
+                .bind(Bind::OptText(r.deduplication_key.clone()))
+                .push(")");
+        }
+        q.execute(conn)?;
+    }
+    sync_queue(conn, rows.iter().map(|r| (r.id.as_str(), r.status)))
+}
+
+/// Brings the `task_queue` rows of these tasks (id and the status just written) in step with
+/// `tasks`: waiting ones upserted from their task, the others deleted. The SQLite path of every
+/// write; PostgreSQL's statements do the same in a CTE ([`pg_sync`]).
+fn sync_queue<'a>(
+    conn: &mut AnyConnection,
+    written: impl Iterator<Item = (&'a str, TaskStatus)>,
+) -> QueryResult<()> {
+    let (waiting, gone): (Vec<_>, Vec<_>) = written.partition(|(_, s)| s.is_waiting());
+    for chunk in gone.chunks(CHUNK) {
+        let mut q = sql(conn, "DELETE FROM task_queue WHERE task_id IN ");
+        q.bind_list(chunk.iter().map(|(id, _)| *id));
+        q.execute(conn)?;
+    }
+    for chunk in waiting.chunks(CHUNK) {
+        let mut q = sql(
+            conn,
+            &format!(
+                "INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM tasks \
+                 WHERE status IN ('pending', 'queued') AND id IN "
+            ),
+        );
+        q.bind_list(chunk.iter().map(|(id, _)| *id))
+            .push(QUEUE_UPSERT);
+        q.execute(conn)?;
+    }
+    Ok(())
+}
+
+/// PostgreSQL: the CTEs that bring `task_queue` in step with the rows of a preceding CTE named
+/// `moved` (every column of `tasks`, as written): waiting tasks upserted, the others deleted. A
+/// statement ends with them and then its own `SELECT … FROM moved`.
+pub(super) fn pg_sync() -> String {
+    format!(
+        ", gone AS (DELETE FROM task_queue USING moved WHERE task_queue.task_id = moved.id \
+         AND moved.status NOT IN ('pending', 'queued')), \
+         kept AS (INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM moved \
+         WHERE status IN ('pending', 'queued'){QUEUE_UPSERT}) "
+    )
+}
+
+/// Writes the mutable fields of `rows` (status, priority, attempts, lease, failure reason,
+/// modified_at) back to their tasks, in one statement per [`UPDATE_CHUNK`] rows, and their queue
+/// rows with them.
+pub fn update(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> {
+    if Backend::of(conn) == Backend::Postgres {
+        return update_postgres(conn, rows);
+    }
+    let mut changed = 0;
+    for chunk in rows.chunks(UPDATE_CHUNK) {
+        let mut q = sql(
+            conn,
+            "UPDATE tasks SET status = v.column2, priority = v.column3, attempts = v.column4, \
+             lease_expires_at = v.column5, failure_reason = v.column6, modified_at = v.column7 \
+             FROM (VALUES ",
+        );
+        for (i, row) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" })
+                .bind(row.id.as_str())
+                .push(", ")
+                .bind(row.status.as_str())
+                .push(", ")
+                .bind(row.priority)
+                .push(", ")
+                .bind(Bind::Int(row.attempts))
+                .push(", ")
+                .bind(Bind::OptTime(row.lease_expires_at))
+                .push(", ")
+                .bind(Bind::OptText(row.failure_reason.clone()))
+                .push(", ")
+                .bind(row.modified_at)
+                .push(")");
+        }
+        q.push(") AS v WHERE tasks.id = v.column1");
+        changed += q.execute(conn)?;
+        sync_queue(conn, chunk.iter().map(|r| (r.id.as_str(), r.status)))?;
+    }
+    Ok(changed)
+}
+
+/// A row of [`update`] as `json_to_recordset` reads it.
+#[derive(serde::Serialize)]
+struct UpdateRecord<'a> {
+    id: &'a str,
+    status: &'a str,
+    priority: i64,
+    attempts: i32,
+    lease_expires_at: Option<String>,
+    failure_reason: Option<&'a str>,
+    modified_at: String,
+}
+
+/// [`update`] on PostgreSQL: the rows as one JSON document, so the statement's text is fixed and
+/// the connection keeps it prepared; the queue rows follow in the same statement.
+fn update_postgres(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> {
+    let mut changed = 0;
+    for chunk in rows.chunks(UPDATE_CHUNK) {
+        let records: Vec<UpdateRecord<'_>> = chunk
+            .iter()
+            .map(|r| UpdateRecord {
+                id: &r.id,
+                status: r.status.as_str(),
+                priority: r.priority,
+                attempts: r.attempts,
+                lease_expires_at: r.lease_expires_at.map(iso),
+                failure_reason: r.failure_reason.as_deref(),
+                modified_at: iso(r.modified_at),
+            })
+            .collect();
+        let json = serde_json::to_string(&records)
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        let mut q = sql(
+            conn,
+            "WITH moved AS (UPDATE tasks SET status = v.status, priority = v.priority, \
+             attempts = v.attempts, lease_expires_at = v.lease_expires_at, \
+             failure_reason = v.failure_reason, modified_at = v.modified_at \
+             FROM json_to_recordset(",
+        );
+        q.bind(json)
+            .push(
+                "::json) AS v(id text, status text, priority bigint, attempts integer, \
+                 lease_expires_at timestamp, failure_reason text, modified_at timestamp) \
+                 WHERE tasks.id = v.id RETURNING tasks.*)",
+            )
+            .push(&pg_sync())
+            .push("SELECT COUNT(*) AS count FROM moved");
+        changed += q
+            .load_prepared::<CountRow>(conn)?
+            .first()
+            .map_or(0, |r| usize::try_from(r.count).unwrap_or(0));
+    }
+    Ok(changed)
+}
+
+/// Runs a write of `tasks` that returns the rows it changed (`RETURNING {COLUMNS}`), and brings
+/// their queue rows in step: `write` is the statement's text after `WITH moved AS (` on
+/// PostgreSQL (where it must end `RETURNING tasks.*`), and is run as it is on SQLite (where it
+/// must end `RETURNING {COLUMNS}`).
+fn write_returning(
+    conn: &mut AnyConnection,
+    build: impl Fn(&mut Sql, bool),
+) -> QueryResult<Vec<TaskRow>> {
+    if Backend::of(conn) == Backend::Postgres {
+        let mut q = sql(conn, "WITH moved AS (");
+        build(&mut q, true);
+        q.push(")")
+            .push(&pg_sync())
+            .push(&format!("SELECT {COLUMNS} FROM moved"));
+        q.load(conn)
+    } else {
+        let mut q = sql(conn, "");
+        build(&mut q, false);
+        let rows: Vec<TaskRow> = q.load(conn)?;
+        sync_queue(conn, rows.iter().map(|r| (r.id.as_str(), r.status)))?;
+        Ok(rows)
+    }
+}
+
+/// The tail of a write passed to [`write_returning`].
+fn returning(pg: bool) -> String {
+    if pg {
+        " RETURNING tasks.*".to_owned()
+    } else {
+        format!(" RETURNING {COLUMNS}")
+    }
+}
+
+/// Moves the tasks with these ids from status `from` to `to`, returning the rows that moved.
+/// A task no longer in `from` is skipped: this conditional update is what makes a pop
+/// exactly-once even if two broker instances ever raced for the same row.
+pub fn transition(
+    conn: &mut AnyConnection,
+    ids: &[String],
+    from: TaskStatus,
+    to: TaskStatus,
+    now: NaiveDateTime,
+    lease_expires_at: Option<NaiveDateTime>,
+) -> QueryResult<Vec<TaskRow>> {
+    let pg = Backend::of(conn) == Backend::Postgres;
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        // The rows are named by `(id, expected status)` pairs joined in, not by `status = 'x'
+        // AND id IN (…)`, so that the primary key finds each row directly whatever a planner
+        // thinks of a constant status.
+        let update_tasks = |q: &mut Sql| {
+            q.push("UPDATE tasks SET status = ")
+                .bind(to.as_str())
+                .push(", modified_at = ")
+                .bind(now)
+                .push(", lease_expires_at = ")
+                .bind(Bind::OptTime(lease_expires_at));
+        };
+        if !from.is_waiting() {
+            out.extend(write_returning(conn, |q, pg| {
+                update_tasks(q);
+                q.push(" FROM ");
+                push_pick(q, chunk, from);
+                q.push(" WHERE tasks.id = pick.pid AND tasks.status = pick.was")
+                    .push(&returning(pg));
+            })?);
+            continue;
+        }
+        // From a waiting status the queue row says the same status, so it is found by the same
+        // pairs: deleted (the task stops waiting; a pop) or given the new status. Both sides
+        // change exactly the tasks still in `from`.
+        let queue_side = |q: &mut Sql, pick: &str| {
+            if to.is_waiting() {
+                q.push("UPDATE task_queue SET status = ")
+                    .bind(to.as_str())
+                    .push(", modified_at = ")
+                    .bind(now)
+                    .push(&format!(
+                        " FROM {pick} WHERE task_queue.task_id = pick.pid \
+                         AND task_queue.status = pick.was"
+                    ));
+            } else {
+                q.push(&format!(
+                    "DELETE FROM task_queue USING {pick} WHERE task_queue.task_id = pick.pid \
+                     AND task_queue.status = pick.was"
+                ));
+            }
+        };
+        if pg {
+            // One statement whose text is the same for any ids (they travel as one JSON array),
+            // so the connection keeps it prepared and PostgreSQL plans it once: the pairs, the
+            // queue side, the task side.
+            let ids = serde_json::to_string(chunk)
+                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+            let mut q = sql(conn, "WITH pick (pid, was) AS (SELECT value, ");
+            q.bind(from.as_str())
+                .push("::text FROM json_array_elements_text(")
+                .bind(ids)
+                .push("::json)), queue AS (");
+            queue_side(&mut q, "pick");
+            q.push(") ");
+            update_tasks(&mut q);
+            q.push(&format!(
+                " FROM pick WHERE tasks.id = pick.pid AND tasks.status = pick.was \
+                 RETURNING {COLUMNS}"
+            ));
+            out.extend(q.load_prepared::<TaskRow>(conn)?);
+        } else {
+            out.extend(transition_from_waiting_sqlite(
+                conn,
+                chunk,
+                (from, to),
+                now,
+                lease_expires_at,
+                COLUMNS,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
+/// A transition from a waiting status on SQLite (no data-modifying CTEs), for up to [`CHUNK`]
+/// ids: the queue side, then the tasks still in `from`, returning `columns` of each.
+pub(super) fn transition_from_waiting_sqlite<T>(
+    conn: &mut AnyConnection,
+    ids: &[String],
+    (from, to): (TaskStatus, TaskStatus),
+    now: NaiveDateTime,
+    lease_expires_at: Option<NaiveDateTime>,
+    columns: &str,
+) -> QueryResult<Vec<T>>
+where
+    T: diesel::deserialize::QueryableByName<crate::storage::MultiBackend> + 'static,
+{
+    let mut q = sql(conn, "");
+    queue_side_sqlite(&mut q, ids, from, to, now);
+    q.execute(conn)?;
+    let mut t = sql(conn, "UPDATE tasks SET status = ");
+    t.bind(to.as_str())
+        .push(", modified_at = ")
+        .bind(now)
+        .push(", lease_expires_at = ")
+        .bind(Bind::OptTime(lease_expires_at))
+        .push(" FROM ");
+    push_pick(&mut t, ids, from);
+    t.push(&format!(
+        " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {columns}"
+    ));
+    t.load(conn)
+}
+
+/// Appends `(id, status), …` for `ids`, each expected in `was`.
+fn push_pairs(q: &mut Sql, ids: &[String], was: TaskStatus) {
+    for (i, id) in ids.iter().enumerate() {
+        q.push(if i == 0 { "(" } else { ", (" })
+            .bind(id.as_str())
+            .push(", ")
+            .bind(was.as_str())
+            .push(")");
+    }
+}
+
+/// Appends `(SELECT column1 AS pid, column2 AS was FROM (VALUES …)) AS pick`.
+fn push_pick(q: &mut Sql, ids: &[String], was: TaskStatus) {
+    q.push("(SELECT column1 AS pid, column2 AS was FROM (VALUES ");
+    push_pairs(q, ids, was);
+    q.push(")) AS pick");
+}
+
+/// The queue side of a transition from a waiting status, on SQLite (no data-modifying CTEs):
+/// the rows still in `from` deleted, or moved to `to` when that is a waiting status too.
+fn queue_side_sqlite(
+    q: &mut Sql,
+    ids: &[String],
+    from: TaskStatus,
+    to: TaskStatus,
+    now: NaiveDateTime,
+) {
+    if to.is_waiting() {
+        q.push("UPDATE task_queue SET status = ")
+            .bind(to.as_str())
+            .push(", modified_at = ")
+            .bind(now)
+            .push(" WHERE status = ")
+            .bind(from.as_str())
+            .push(" AND task_id IN ");
+    } else {
+        q.push("DELETE FROM task_queue WHERE status = ")
+            .bind(from.as_str())
+            .push(" AND task_id IN ");
+    }
+    q.bind_list(ids.iter().map(String::as_str));
+}
+
+/// New priorities for waiting tasks, each only while it still has the status it is named with
+/// (`(id, status, priority)`).
+pub fn reprioritise(
+    conn: &mut AnyConnection,
+    changes: &[(String, TaskStatus, i64)],
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    let mut n = 0;
+    for chunk in changes.chunks(UPDATE_CHUNK) {
+        n += write_returning(conn, |q, pg| {
+            q.push("UPDATE tasks SET priority = pick.column3, modified_at = ")
+                .bind(now)
+                .push(" FROM (VALUES ");
+            for (i, (id, status, priority)) in chunk.iter().enumerate() {
+                q.push(if i == 0 { "(" } else { ", (" })
+                    .bind(id.as_str())
+                    .push(", ")
+                    .bind(status.as_str())
+                    .push(", ")
+                    .bind(Bind::BigInt(*priority))
+                    .push(")");
+            }
+            q.push(") AS pick WHERE tasks.id = pick.column1 AND tasks.status = pick.column2")
+                .push(&returning(pg));
+        })?
+        .len();
+    }
+    Ok(n)
+}
+
+/// Replaces recorded explanations (`(task id, explanation)`).
+pub fn update_scores(conn: &mut AnyConnection, scores: &[(String, String)]) -> QueryResult<()> {
+    for chunk in scores.chunks(UPDATE_CHUNK) {
+        let mut q = sql(
+            conn,
+            "UPDATE task_scores SET explanation = pick.column2 FROM (VALUES ",
+        );
+        for (i, (id, e)) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" })
+                .bind(id.as_str())
+                .push(", ")
+                .bind(e.as_str())
+                .push(")");
+        }
+        q.push(") AS pick WHERE task_scores.task_id = pick.column1");
+        q.execute(conn)?;
+    }
+    Ok(())
+}
+
+/// Records why tasks have their priority (an explanation each, as JSON).
+pub fn insert_scores(conn: &mut AnyConnection, scores: &[(String, String)]) -> QueryResult<()> {
+    for chunk in scores.chunks(INSERT_CHUNK) {
+        let mut q = sql(
+            conn,
+            "INSERT INTO task_scores (task_id, explanation) VALUES ",
+        );
+        for (i, (id, e)) in chunk.iter().enumerate() {
+            q.push(if i == 0 { "(" } else { ", (" });
+            q.bind(id.as_str()).push(", ").bind(e.as_str()).push(")");
+        }
+        q.push(" ON CONFLICT (task_id) DO NOTHING");
+        q.execute(conn)?;
+    }
+    Ok(())
+}
