@@ -23,7 +23,7 @@
 //! | [`cron`] | the ticks generator and each scheduler's cron table: rescheduling due schedules, the lease watchdog, re-scoring waiting work, pruning finished tasks; periodic entries persist their next run |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
 //! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
-//! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start |
+//! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start; one file per area (`config/api.rs`, `database`, `queue` with the per-scheduler overrides, `cluster`, `listener`, `catalogue`, `clients`, `coldstart`, `cron`, `auth`, `limits`, `logging`), each with its settings, its defaults as `DEFAULT_…` constants and its own validation; `config/env.rs` is the one list of environment variables (with mula's ignored ones); the processes read their defaults from here |
 //! | [`telemetry`] | the tracing subscriber |
 //! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the process' figures, the catalogue of every metric, the text format |
 //! | [`ownership`] | which instance owns each scheduler's heap on a shared PostgreSQL: lease rows with a fencing epoch, renewed and taken over by a thread of their own; the SQLite lock file |

@@ -45,8 +45,6 @@ use super::katalogus::Katalogus;
 use crate::clock::SharedClock;
 use crate::domain::plugin::{Plugin, PluginType};
 
-/// Default time a Katalogus answer is used before it is fetched again.
-pub const DEFAULT_TTL_SECS: u64 = 60;
 /// Organisations refreshed at once by the background refresh.
 const REFRESH_CONCURRENCY: usize = 8;
 /// How long a caller waits for the first fetch of an organisation's plugins. A slower answer
@@ -479,7 +477,9 @@ impl Catalogue {
             .ttl
             .to_std()
             .map(|t| t / 2)
-            .unwrap_or(Duration::from_secs(DEFAULT_TTL_SECS))
+            .unwrap_or(Duration::from_secs(
+                crate::config::DEFAULT_CATALOGUE_TTL_SECS,
+            ))
             .max(Duration::from_secs(1));
         info!(
             period_secs = period.as_secs(),

@@ -39,6 +39,7 @@ use tracing::{info, warn};
 
 use crate::clients::octopoes::{ObjectPage, Octopoes};
 use crate::clock::SharedClock;
+use crate::config;
 use crate::domain::SchedulerId;
 use crate::domain::event::{ObjectEvent, ObjectState};
 use crate::frontier::Frontier;
@@ -46,16 +47,6 @@ use crate::ownership::Ownership;
 use crate::planner::{PlanError, Planner};
 use crate::storage::frontier::Progress;
 
-/// Default time between two complete passes over an organisation.
-pub const DEFAULT_INTERVAL_SECS: u64 = 24 * 60 * 60;
-/// Default objects per page (mula's).
-pub const DEFAULT_PAGE_SIZE: u64 = 1000;
-/// Default organisations paged at once.
-pub const DEFAULT_CONCURRENCY: usize = 4;
-/// Default tries of one page before the organisation is left for the next round.
-pub const DEFAULT_ATTEMPTS: u32 = 5;
-/// Default first wait after a failed page, in milliseconds.
-pub const DEFAULT_BACKOFF_MS: u64 = 1000;
 /// How often a running round logs its progress.
 const LOG_EVERY: Duration = Duration::from_secs(5);
 
@@ -79,11 +70,11 @@ pub struct ColdStartConfig {
 impl Default for ColdStartConfig {
     fn default() -> Self {
         Self {
-            interval: Duration::from_secs(DEFAULT_INTERVAL_SECS),
-            page_size: DEFAULT_PAGE_SIZE,
-            concurrency: DEFAULT_CONCURRENCY,
-            attempts: DEFAULT_ATTEMPTS,
-            backoff: Duration::from_millis(DEFAULT_BACKOFF_MS),
+            interval: Duration::from_secs(config::DEFAULT_COLDSTART_INTERVAL_SECS),
+            page_size: config::DEFAULT_COLDSTART_PAGE_SIZE,
+            concurrency: config::DEFAULT_COLDSTART_CONCURRENCY,
+            attempts: config::DEFAULT_COLDSTART_ATTEMPTS,
+            backoff: Duration::from_millis(config::DEFAULT_COLDSTART_BACKOFF_MS),
             max_backoff: Duration::from_secs(60),
         }
     }

@@ -44,9 +44,6 @@ use crate::storage::{self, DbPool, StorageError};
 
 /// Due schedules handled per page (one read, one push, one write).
 pub const PAGE: usize = 1_000;
-/// Default time before a boefje schedule without cron runs again, when its plugin names no
-/// interval (mula's `SCHEDULER_PQ_GRACE_PERIOD`).
-pub const DEFAULT_GRACE_SECS: u64 = 86_400;
 
 /// The rescheduling entry of a component.
 pub struct Reschedule {

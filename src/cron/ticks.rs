@@ -20,9 +20,6 @@ use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
 use crate::ownership::Ownership;
 
-/// Default time between ticks.
-pub const DEFAULT_TICK_SECS: u64 = 1;
-
 /// Emits ticks every `period` until `token` is cancelled; each component's table runs on its own
 /// task, one tick at a time. Returns once every table has finished the tick it was running.
 pub async fn run(

@@ -26,10 +26,6 @@ use tracing::{error, info, warn};
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::storage::{self, AnyConnection, DbTarget, StorageError, owners};
 
-/// Default lease: a killed owner's schedulers are taken over within about this long plus a
-/// third of it (the other instances' round).
-pub const DEFAULT_LEASE_MS: u64 = 2_000;
-
 /// Who this instance is and how long its leases run.
 #[derive(Debug, Clone)]
 pub struct OwnershipConfig {

@@ -183,11 +183,9 @@ impl Planner {
         levels: &[Option<i64>],
     ) -> Result<(), PlanError> {
         let now = self.clock.now();
-        let grace = self
-            .schedules
-            .as_ref()
-            .map(|(_, c)| c.grace)
-            .unwrap_or(std::time::Duration::from_secs(86_400));
+        let grace = self.schedules.as_ref().map(|(_, c)| c.grace).unwrap_or(
+            std::time::Duration::from_secs(crate::config::DEFAULT_GRACE_PERIOD_SECS),
+        );
         let hashes: Vec<String> = requests
             .iter()
             .map(|r| hash_for(SchedulerId::Boefje, &r.data).unwrap_or_default())

@@ -1,0 +1,57 @@
+//! `[cron]`: the ticks and what their tables do, read by [`crate::cron`].
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// Default seconds between ticks.
+pub const DEFAULT_TICK_SECS: u64 = 1;
+/// Default seconds before a boefje schedule without cron runs again, when its plugin names no
+/// interval (mula's `SCHEDULER_PQ_GRACE_PERIOD`).
+pub const DEFAULT_GRACE_PERIOD_SECS: u64 = 86_400;
+/// Default jitter added to a schedule's next run: none.
+pub const DEFAULT_JITTER_SECS: u64 = 0;
+/// Default days a finished task is kept: 0, forever.
+pub const DEFAULT_TASK_RETENTION_DAYS: u64 = 0;
+/// Default seconds between re-scores of waiting work under a time-dependent strategy.
+pub const DEFAULT_RESCORE_SECS: u64 = 600;
+
+/// The cron ticks (see [`crate::cron`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
+pub struct CronSettings {
+    /// Seconds between ticks; 0 turns the ticks (and so rescheduling, the lease watchdog,
+    /// re-scores, refills, ColdStart's rounds and pruning) off.
+    pub tick_secs: u64,
+    /// Seconds before a boefje schedule without cron runs again when its plugin names no
+    /// interval (mula's grace period).
+    pub grace_period_secs: u64,
+    /// Up to this many seconds more, spread over schedules.
+    pub jitter_secs: u64,
+    /// Days a finished task is kept before it is deleted; 0 keeps them.
+    pub task_retention_days: u64,
+    /// Seconds between re-scores of waiting work, for schedulers whose strategy depends on time
+    /// (`grace-period`); 0 turns re-scoring off.
+    pub rescore_secs: u64,
+}
+
+impl Default for CronSettings {
+    fn default() -> Self {
+        Self {
+            tick_secs: DEFAULT_TICK_SECS,
+            grace_period_secs: DEFAULT_GRACE_PERIOD_SECS,
+            jitter_secs: DEFAULT_JITTER_SECS,
+            task_retention_days: DEFAULT_TASK_RETENTION_DAYS,
+            rescore_secs: DEFAULT_RESCORE_SECS,
+        }
+    }
+}
+
+impl CronSettings {
+    /// Every value is usable: 0 turns the ticks, re-scoring or pruning off, and a zero grace
+    /// period or jitter is what it says.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,59 @@
+//! `[listener]`: the AMQP listener's broker and queues, read by [`crate::listener`].
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// Default prefetch of the AMQP listener (mula's).
+pub const DEFAULT_PREFETCH: u16 = 100;
+/// Default queue of Octopoes' object events (mula's).
+pub const DEFAULT_MUTATIONS_QUEUE: &str = "scan_profile_mutations";
+/// Default queue of Bytes' raw file events (mula's).
+pub const DEFAULT_RAW_FILES_QUEUE: &str = "raw_file_received";
+
+/// The AMQP listener; off without a URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSettings {
+    /// `amqp://user:pass@host:5672/vhost` (mula's `QUEUE_URI`); empty: the listener is off.
+    pub uri: String,
+    /// Octopoes' object events.
+    pub mutations_queue: String,
+    /// Bytes' raw file events.
+    pub raw_files_queue: String,
+    /// Unacked messages RabbitMQ hands the listener at most.
+    pub prefetch: u16,
+}
+
+impl Default for ListenerSettings {
+    fn default() -> Self {
+        Self {
+            uri: String::new(),
+            mutations_queue: DEFAULT_MUTATIONS_QUEUE.into(),
+            raw_files_queue: DEFAULT_RAW_FILES_QUEUE.into(),
+            prefetch: DEFAULT_PREFETCH,
+        }
+    }
+}
+
+impl ListenerSettings {
+    /// Refuses a URI that is not `amqp://`, a zero prefetch and an empty queue name.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.uri.is_empty() && !self.uri.starts_with("amqp://") {
+            return Err(ConfigError::setting(
+                "listener.uri",
+                "expected amqp://USER:PASS@HOST:PORT/VHOST (amqps is not built in)",
+            ));
+        }
+        ConfigError::at_least_one("listener.prefetch", self.prefetch)?;
+        for (key, q) in [
+            ("listener.mutations_queue", &self.mutations_queue),
+            ("listener.raw_files_queue", &self.raw_files_queue),
+        ] {
+            if q.trim().is_empty() {
+                return Err(ConfigError::setting(key, "must not be empty"));
+            }
+        }
+        Ok(())
+    }
+}
