@@ -38,7 +38,6 @@ use crate::frontier::lookup::{Known, ObjectLookup};
 use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushRequest, QueueError};
 use crate::scoring::{ScoreInput, Scorer};
-use crate::storage::frontier::FrontierRow;
 use crate::storage::schedules::ScheduleRow;
 use crate::storage::{self, DbPool, StorageError};
 
@@ -128,22 +127,6 @@ fn plugin_of<'a>(plugins: &'a [Plugin], data: &Map<String, Value>) -> Option<&'a
     plugins
         .iter()
         .find(|p| p.id == boefje && p.plugin_type == PluginType::Boefje)
-}
-
-fn permitted(p: &Plugin, object: &FrontierRow) -> Result<(), String> {
-    if !p.consumes.iter().any(|t| t == &object.object_type) {
-        return Err(format!(
-            "object type {} is no longer consumed by plugin {}",
-            object.object_type, p.id
-        ));
-    }
-    match (p.scan_level, object.scan_level) {
-        (Some(need), Some(have)) if need <= have => Ok(()),
-        (need, have) => Err(format!(
-            "plugin {} needs scan level {need:?}; the object has {have:?}",
-            p.id
-        )),
-    }
 }
 
 impl Reschedule {
@@ -251,10 +234,12 @@ impl Reschedule {
                             Some((r, Some(Known::Gone))) => {
                                 Err(Some(format!("object {r} is gone")))
                             }
-                            Some((_, Some(Known::Present(o)))) => match permitted(p, o) {
-                                Ok(()) => Ok(Some(o)),
-                                Err(why) => Err(Some(why)),
-                            },
+                            Some((_, Some(Known::Present(o)))) => {
+                                match p.permits(&o.object_type, o.scan_level) {
+                                    Ok(()) => Ok(Some(o)),
+                                    Err(why) => Err(Some(why)),
+                                }
+                            }
                             // Nothing says whether it exists: neither fire nor disable.
                             Some((_, Some(Known::Unavailable | Known::Unverifiable) | None)) => {
                                 Err(None)

@@ -68,17 +68,33 @@ impl Plugin {
         scan_level: Option<i64>,
         operation: Operation,
     ) -> bool {
-        let Some(needed) = self.scan_level else {
-            return false;
-        };
         self.plugin_type == PluginType::Boefje
             && self.enabled
-            && self.consumes.iter().any(|t| t == object_type)
-            && scan_level.is_some_and(|level| needed <= level)
+            && self.permits(object_type, scan_level).is_ok()
             && self
                 .run_on
                 .as_ref()
                 .is_none_or(|ops| ops.iter().any(|o| o == operation.as_str()))
+    }
+
+    /// Whether this plugin may run on an object of `object_type` at `scan_level`, whatever
+    /// happened to it: it consumes the type, and names a scan level not above the object's (a
+    /// scan level is the user's clearance to scan). The error says which does not hold, as a
+    /// disabled schedule's reason.
+    pub fn permits(&self, object_type: &str, scan_level: Option<i64>) -> Result<(), String> {
+        if !self.consumes.iter().any(|t| t == object_type) {
+            return Err(format!(
+                "object type {object_type} is no longer consumed by plugin {}",
+                self.id
+            ));
+        }
+        match (self.scan_level, scan_level) {
+            (Some(need), Some(have)) if need <= have => Ok(()),
+            (need, have) => Err(format!(
+                "plugin {} needs scan level {need:?}; the object has {have:?}",
+                self.id
+            )),
+        }
     }
 
     /// Whether this normalizer parses a raw file with one of `mime_types`.
@@ -108,6 +124,30 @@ mod tests {
             oci_image: None,
             deduplicate: false,
         }
+    }
+
+    #[test]
+    fn a_plugin_permits_an_object_it_consumes_at_its_level_and_says_why_not() {
+        let b = Plugin {
+            scan_level: Some(2),
+            ..boefje()
+        };
+        assert_eq!(b.permits("Hostname", Some(2)), Ok(()));
+        assert!(
+            b.permits("IPAddressV4", Some(4))
+                .unwrap_err()
+                .contains("no longer consumed")
+        );
+        assert!(
+            b.permits("Hostname", Some(1))
+                .unwrap_err()
+                .contains("needs scan level")
+        );
+        assert!(
+            b.permits("Hostname", None)
+                .unwrap_err()
+                .contains("scan level")
+        );
     }
 
     #[test]
