@@ -149,7 +149,7 @@ impl<E: Entry> Entry for Periodic<E> {
         Box::pin(async move {
             let (component, entry) = (tick.component.as_str(), self.inner.name());
             match self
-                .db(move |c| Ok(storage::schedules::next_run(c, component, entry)?))
+                .db(move |c| Ok(storage::cron_state::next_run(c, component, entry)?))
                 .await
             {
                 // Never ran: due now.
@@ -169,7 +169,7 @@ impl<E: Entry> Entry for Periodic<E> {
             let next: DateTime<Utc> = tick.at + self.period;
             let (ran, next) = (tick.at.naive_utc(), next.naive_utc());
             self.db(move |c| {
-                Ok(storage::schedules::set_next_run(
+                Ok(storage::cron_state::set_next_run(
                     c, component, entry, ran, next,
                 )?)
             })

@@ -5,6 +5,7 @@
 //! dialects differ (placeholders, JSON access, hour buckets) [`sql::Sql`] and the query functions
 //! pick the text for the connected backend.
 
+pub mod cron_state;
 pub mod filter_sql;
 pub mod frontier;
 pub mod mula;
