@@ -18,7 +18,7 @@
 //! | [`planner`] | frontier × catalogue → tasks: pure rules (`planner::rules`), de-duplication siblings across organisations, one push per batch of the planner's work; schedules for planned and client-pushed boefje and report work (mula's `post_push`) |
 //! | [`listener`] | the AMQP listener: events in batches, frontier and tasks out, ack after commit, dead letters |
 //! | [`scoring`] | CalculateScore: one strategy per file (time-based, grace-period, change-delta), pure; explanations |
-//! | [`schedules`] | recurring work (mula's `/schedules`): create, read, list, search, change, delete, and the schedules of planned and pushed work (`schedules::linker`); it writes the `schedules` table, as do `cron::reschedule` (the next deadline of a schedule that fired, or disabling one whose object is gone) and `import` (with the service stopped) |
+//! | [`schedules`] | recurring work (mula's `/schedules`): create, read, list, search, change, delete, and the schedules of planned and pushed work (`schedules::linker`); the one writer of the `schedules` table while the service runs: `cron::reschedule` reads the due schedules and moves fired ones on or disables gone ones through it (`Schedules::due`, `Schedules::settle`); `import` writes it with the service stopped |
 //! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
 //! | [`cron`] | the ticks generator and each scheduler's cron table: rescheduling due schedules, the lease watchdog, re-scoring waiting work, pruning finished tasks; periodic entries persist their next run |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |

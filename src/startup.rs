@@ -143,6 +143,7 @@ struct CronParts<'a> {
     catalogue: &'a Catalogue,
     scorer: &'a Arc<Scorer>,
     lookup: &'a ObjectLookup,
+    schedules: &'a Schedules,
 }
 
 /// Each component's cron table, in the order its entries run: rescheduling (boefje, report),
@@ -160,13 +161,14 @@ fn build_cron(
         catalogue,
         scorer,
         lookup,
+        schedules,
     } = parts;
     let c = &settings.cron;
     let tables = PerScheduler::from_fn(|s| {
         let mut table = CronTable::default();
         if s != SchedulerId::Normalizer {
             table.push(Reschedule {
-                pool: pool.clone(),
+                schedules: schedules.clone(),
                 lookup: lookup.clone(),
                 lookup_budget: crate::frontier::lookup::DEFAULT_BUDGET,
                 broker: broker.clone(),
@@ -442,6 +444,7 @@ impl Application {
                 catalogue: &catalogue,
                 scorer: &scorer,
                 lookup: &lookup,
+                schedules: &schedules,
             },
             coldstart.as_ref().map(|_| &coldstart_status),
             clock_for_cron.clone(),

@@ -37,17 +37,18 @@ use crate::domain::schedule::Cadence;
 use crate::frontier::lookup::{Known, ObjectLookup};
 use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushRequest, QueueError};
+use crate::schedules::Schedules;
 use crate::scoring::{ScoreInput, Scorer};
 use crate::storage::schedules::ScheduleRow;
-use crate::storage::{self, DbPool, StorageError};
 
 /// Due schedules handled per page (one read, one push, one write).
 pub const PAGE: usize = 1_000;
 
 /// The rescheduling entry of a component.
 pub struct Reschedule {
-    /// Schedules and task history.
-    pub pool: DbPool,
+    /// The schedules: due ones read, fired ones moved on, gone ones disabled (the table's only
+    /// writer).
+    pub schedules: Schedules,
     /// What is known of schedules' objects: the frontier, and Octopoes for what it lacks.
     pub lookup: ObjectLookup,
     /// Octopoes calls one tick may make; the schedules beyond wait for the next tick.
@@ -130,15 +131,6 @@ fn plugin_of<'a>(plugins: &'a [Plugin], data: &Map<String, Value>) -> Option<&'a
 }
 
 impl Reschedule {
-    async fn db<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, StorageError> + Send + 'static,
-    ) -> Result<T, String> {
-        storage::run(&self.pool, f)
-            .await
-            .map_err(|e: StorageError| e.to_string())
-    }
-
     /// The next deadline after a fire at `now`: the next cron fire, else the plugin's interval
     /// (or the grace period) plus the schedule's spread; a report without cron runs once.
     fn next(
@@ -200,9 +192,7 @@ impl Reschedule {
                 .collect();
             let hashes: Vec<String> = idx.iter().filter_map(|&i| rows[i].hash.clone()).collect();
             let history = if self.scorer.needs_history(SchedulerId::Boefje) {
-                self.db(move |c| Ok(storage::tasks::last_runs(c, &hashes)?))
-                    .await
-                    .unwrap_or_default()
+                self.broker.last_runs(hashes).await.unwrap_or_default()
             } else {
                 HashMap::new()
             };
@@ -410,19 +400,11 @@ impl Reschedule {
         for (id, reason) in &disable {
             tracing::info!(schedule.id = %id, reason = %reason, "schedule disabled");
         }
-        let now = tick.at.naive_utc();
-        self.db(move |c| {
-            use diesel::Connection;
-            c.transaction::<_, StorageError, _>(|c| {
-                storage::schedules::advance(c, &advance, now)?;
-                for (id, reason) in &disable {
-                    storage::schedules::disable(c, id, reason, now)?;
-                }
-                Ok(())
-            })
-        })
-        .await
-        .map(|()| counts)
+        self.schedules
+            .settle(advance, disable, tick.at.naive_utc())
+            .await
+            .map(|()| counts)
+            .map_err(|e| e.to_string())
     }
 
     /// The next page of due schedules after `after`, prepared; `None` when there is none.
@@ -434,8 +416,10 @@ impl Reschedule {
     ) -> Result<Option<Page>, String> {
         let (s, now) = (tick.component, tick.at.naive_utc());
         let rows = self
-            .db(move |c| Ok(storage::schedules::due(c, s, now, after, PAGE)?))
-            .await?;
+            .schedules
+            .due(s, now, after, PAGE)
+            .await
+            .map_err(|e| e.to_string())?;
         let Some(last) = rows.last() else {
             return Ok(None);
         };

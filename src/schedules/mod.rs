@@ -1,13 +1,14 @@
 //! Schedules: recurring work, as mula's `/schedules` API keeps it (create, read, list, search,
 //! change, delete) with its rules: a schedule's hash is its task data's hash and unique over all
 //! schedules; it needs a cron expression or a deadline; without a deadline the next cron fire is
-//! it. The `schedules` table's writer for the API and the schedules of planned and pushed work
-//! (the linker); `cron::reschedule` also writes it (the next deadline of a schedule that fired,
-//! disabling one whose object is gone), and `import-mula` copies mula's rows in.
+//! it. The `schedules` table's one writer while the service runs: for the API, for the schedules
+//! of planned and pushed work (the linker) and for rescheduling, which reads the due schedules
+//! and settles a page of fires (next deadlines, disables) here; `import-mula` copies mula's rows
+//! in with the service stopped.
 
 mod linker;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -406,6 +407,39 @@ impl Schedules {
                 })
             })
             .collect())
+    }
+
+    /// A page of `scheduler`'s due schedules (`enabled`, `deadline_at <= now`), oldest due first,
+    /// after `(deadline, id)` when given: what rescheduling fires.
+    pub async fn due(
+        &self,
+        scheduler: SchedulerId,
+        now: NaiveDateTime,
+        after: Option<(NaiveDateTime, String)>,
+        limit: usize,
+    ) -> Result<Vec<ScheduleRow>, ScheduleError> {
+        self.db(move |c| Ok(schedules::due(c, scheduler, now, after, limit)?))
+            .await
+    }
+
+    /// After a page of fires committed: the schedules' new deadlines (`None`: a one-off that
+    /// ran) and the ones to disable with the reason, in one transaction.
+    pub async fn settle(
+        &self,
+        advance: Vec<(String, Option<NaiveDateTime>)>,
+        disable: Vec<(String, String)>,
+        now: NaiveDateTime,
+    ) -> Result<(), ScheduleError> {
+        self.db(move |c| {
+            c_transaction(c, |c| {
+                schedules::advance(c, &advance, now)?;
+                for (id, reason) in &disable {
+                    schedules::disable(c, id, reason, now)?;
+                }
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Deletes a schedule (a missing one is not an error, as in mula).
