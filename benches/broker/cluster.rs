@@ -18,11 +18,14 @@ use std::time::{Duration, Instant};
 
 use kat_scheduler::config::DEFAULT_MAXSIZE;
 
-use super::{
-    BOEFJE_HEAVY, Broker, Figure, Http, IMAGES, Options, Result, current_thread, extra_columns,
-    figure, image_filter, image_name, machine, median, median_figure, micros_since, pg_number,
-    pop_request, pop_request_with, popped_id, seed_tasks, start_broker, stop_broker, with_db,
+use super::harness::http::{Http, current_thread, pop_request, pop_request_with, popped_id};
+use super::harness::instance::{Broker, start_broker, stop_broker};
+use super::harness::postgres::{
+    BOEFJE_HEAVY, IMAGES, extra_columns, image_name, machine, pg_number, seed_tasks, with_db,
 };
+use super::harness::stats::{Figure, figure, median, median_figure, micros_since};
+use super::harness::worker_pops::image_filter;
+use super::{Options, Result};
 
 /// One instance of the service, as the other scenarios start it, at the default heap bound.
 fn spawn(db: &str) -> Result<Broker> {

@@ -25,7 +25,9 @@ use kat_scheduler::domain::SchedulerId;
 use kat_scheduler::startup::Application;
 use tokio_util::sync::CancellationToken;
 
-use super::{Options, Result, median, pg_exec, with_db};
+use super::harness::postgres::{pg_exec, with_db};
+use super::harness::stats::median;
+use super::{Options, Result};
 
 const ORGS: usize = 10;
 const CATALOGUE: &str = "[[plugins]]\nid = \"dns-records\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\nscan_level = 1\nenabled = true\ninterval = 60\n";
@@ -113,7 +115,7 @@ fn seed_scored(db: &str, t: usize, now: DateTime<Utc>) -> Result<()> {
         ),
     )?;
     vacuum(db, &["tasks", "task_scores"])?;
-    super::fill_queue(db)
+    super::harness::postgres::fill_queue(db)
 }
 
 /// Seconds `sql` takes on one connection.

@@ -29,7 +29,9 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio_util::sync::CancellationToken;
 
-use super::{Options, Result, median, pg_exec, pg_number, with_db};
+use super::harness::postgres::{pg_exec, pg_number, with_db};
+use super::harness::stats::median;
+use super::{Options, Result};
 
 const PREFETCH: u16 = kat_scheduler::config::DEFAULT_PREFETCH;
 

@@ -34,10 +34,12 @@ use diesel::sql_types::{BigInt, Text};
 use diesel::{Connection, QueryableByName, RunQueryDsl, SqliteConnection};
 use kat_scheduler::storage::SQLITE_PRAGMAS;
 
-use super::{
-    Broker, Figure, Http, Op, Options, Result, SCHEDULERS, engine_counters, engine_delta, figure,
-    http_load, median, median_figure, push_request, start_broker_bin, stop_broker,
+use super::harness::http::{
+    Http, Op, SCHEDULERS, engine_counters, engine_delta, http_load, push_request,
 };
+use super::harness::instance::{Broker, start_broker_bin, stop_broker};
+use super::harness::stats::{Figure, figure, median, median_figure};
+use super::{Options, Result};
 
 /// The `round` argument of the seeding pushes, so their names never meet a measurement's.
 const SEED_ROUND: usize = 0xffff;

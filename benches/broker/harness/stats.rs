@@ -1,0 +1,64 @@
+//! Timing and statistics: a measurement's figure (operations, ops/s, p50, p99 in µs), medians
+//! over rounds, and numbers written for reading.
+
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Figure {
+    /// Operations done in the measurement.
+    pub ops: usize,
+    pub ops_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+pub fn percentile(sorted: &[u32], pct: usize) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    f64::from(sorted[(sorted.len() * pct / 100).min(sorted.len() - 1)])
+}
+
+pub fn figure(ops: usize, elapsed: Duration, mut latencies: Vec<u32>) -> Figure {
+    latencies.sort_unstable();
+    Figure {
+        ops,
+        ops_per_sec: ops as f64 / elapsed.as_secs_f64(),
+        p50_us: percentile(&latencies, 50),
+        p99_us: percentile(&latencies, 99),
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+pub fn median_figure(figs: &[Figure]) -> Figure {
+    Figure {
+        ops: figs.iter().map(|f| f.ops).sum(),
+        ops_per_sec: median(figs.iter().map(|f| f.ops_per_sec).collect()),
+        p50_us: median(figs.iter().map(|f| f.p50_us).collect()),
+        p99_us: median(figs.iter().map(|f| f.p99_us).collect()),
+    }
+}
+
+pub fn micros_since(start: Instant) -> u32 {
+    u32::try_from(start.elapsed().as_micros()).unwrap_or(u32::MAX)
+}
+
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}

@@ -1,0 +1,263 @@
+//! `--pending`: two databases with Q queued boefje tasks (and Q/10 of each other kind). A broker
+//! with `SCHEDULER_PQ_MAXSIZE` = M on the first (at its start, queued rows beyond M become
+//! `pending`; the harness reports the table's counts), a broker with room on the second. The
+//! same pop bodies as `--workers` on the full heap, then pushes (64 clients) into the full heap
+//! against pushes into the broker with room, alternating, and the ratio. Last, the starvation
+//! check: K tasks of an image no other task has (`ghcr.io/minvws/openkat/rare:latest`), ranked
+//! after everything waiting, are pushed into the full heap, and one worker pops that image until
+//! it has them all or gets nothing for 3 s: `rare_image_popped=<n>/<K>`.
+//!
+//! How long (this project's 2 shared CPUs): `--pending --seconds 1` about 50 s, at 5 s about 3
+//! minutes.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use super::harness::http::{Http, current_thread, pop_request_with, send_all};
+use super::harness::instance::{Broker, start_broker, stop_broker};
+use super::harness::postgres::{
+    BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, seed_tasks,
+};
+use super::harness::stats::{Figure, median_figure, thousands};
+use super::harness::worker_pops::{
+    BodyFigure, Role, Tally, Want, body_pairs, boefje_push, burst, check_table, image_filter,
+    measure_bodies, print_bodies, steady,
+};
+use super::{Options, Result};
+
+/// The pending scenario: a heap bounded far below the queue, the same pops, pushes into the full
+/// heap against pushes into a broker with room, and the starvation check.
+pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> {
+    let began = Instant::now();
+    let (q, m) = (o.pending_queued, o.pending_maxsize);
+    let room_maxsize = q * 2 + 1_000_000;
+    println!(
+        "kat-scheduler benchmark, pending: {} queued boefje tasks, heap maxsize {}, {} rounds of {} s, {} HTTP clients",
+        thousands(q),
+        thousands(m),
+        o.rounds,
+        o.seconds,
+        o.clients
+    );
+    println!("{}", machine(full_db)?);
+    let rows = q.div_ceil(IMAGES) * BOEFJE_HEAVY.len();
+    for db in [full_db, room_db] {
+        stop_broker(start_broker(db, room_maxsize)?)?;
+        let cols = extra_columns(db)?;
+        eprintln!("pending: seeding {rows} tasks…");
+        seed_tasks(db, rows, &BOEFJE_HEAVY, &cols)?;
+    }
+    let boefje = count_tasks(full_db, "boefje", "'queued'")? as usize;
+    let full = start_broker(full_db, m)?;
+    let room = match start_broker(room_db, room_maxsize) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = stop_broker(full);
+            return Err(e);
+        }
+    };
+    let at_start = (
+        count_tasks(full_db, "boefje", "'queued'")? as usize,
+        count_tasks(full_db, "boefje", "'pending'")? as usize,
+    );
+    let result = pending_measurements(o, full_db, &full, &room, boefje);
+    let stopped = (stop_broker(full), stop_broker(room));
+    let p = result?;
+    stopped.0?;
+    stopped.1?;
+    let checks_full = check_table(
+        full_db,
+        &p.acked_full,
+        boefje + p.full_pushed + p.rare_ids.len() - p.rare_popped,
+        p.rare_popped,
+        p.completed,
+    )?;
+    let checks_room = check_table(room_db, &p.acked_room, boefje + p.acked_room.len(), 0, 0)?;
+
+    println!();
+    println!(
+        "pending: {} queued boefje tasks with heap maxsize {}: after the start {} are queued and {} pending in the table",
+        thousands(boefje),
+        thousands(m),
+        thousands(at_start.0),
+        thousands(at_start.1)
+    );
+    print_bodies(&p.figs, None);
+    let (pf, pr) = (p.push_full, p.push_room);
+    println!(
+        "{:<44} {:>10.0} {:>9.0} {:>9.0}",
+        "pushes into the full heap (pending)", pf.ops_per_sec, pf.p50_us, pf.p99_us
+    );
+    println!(
+        "{:<44} {:>10.0} {:>9.0} {:>9.0}",
+        "pushes into a broker with room", pr.ops_per_sec, pr.p50_us, pr.p99_us
+    );
+    let push_ratio = pf.ops_per_sec / pr.ops_per_sec;
+    println!("pushes into pending ÷ pushes with room: {push_ratio:.2} (target ≥ 0.5)");
+    println!(
+        "starvation: {} tasks of an image no other task has, pushed into the full heap ({} stored as pending): \
+         a worker popping that image got {} of them in {:.1} s",
+        p.rare_ids.len(),
+        p.rare_pending,
+        p.rare_popped,
+        p.rare_s
+    );
+    println!(
+        "checks: no task popped twice, every popped task matched its filter; full heap: {checks_full}; with room: {checks_room}"
+    );
+    let wall_s = began.elapsed().as_secs_f64();
+    println!("pending scenario: {wall_s:.0} s in all");
+    println!();
+    let mut kv = vec![
+        format!("pending_queued={boefje}"),
+        format!("pending_maxsize={m}"),
+        format!("pending_rows_at_start={}", at_start.1),
+        format!("queued_rows_at_start={}", at_start.0),
+    ];
+    kv.extend(body_pairs("pending", &p.figs, None));
+    kv.push(format!("pending_pushes_per_s={:.0}", pf.ops_per_sec));
+    kv.push(format!("pending_push_p99_us={:.0}", pf.p99_us));
+    kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));
+    kv.push(format!("room_push_p99_us={:.0}", pr.p99_us));
+    kv.push(format!("push_pending_vs_room={push_ratio:.3}"));
+    kv.push(format!(
+        "rare_image_popped={}/{}",
+        p.rare_popped,
+        p.rare_ids.len()
+    ));
+    kv.push(format!("rare_image_pending_when_pushed={}", p.rare_pending));
+    kv.push(format!("pending_wall_s={wall_s:.0}"));
+    Ok(kv.join(" "))
+}
+
+struct PendingFigures {
+    figs: [BodyFigure; 5],
+    push_full: Figure,
+    push_room: Figure,
+    acked_full: Vec<String>,
+    acked_room: Vec<String>,
+    /// Acknowledged pushes of the push measurement on the full heap (they stay waiting).
+    full_pushed: usize,
+    completed: usize,
+    rare_ids: Vec<String>,
+    rare_pending: usize,
+    rare_popped: usize,
+    rare_s: f64,
+}
+
+fn pending_measurements(
+    o: &Options,
+    full_db: &str,
+    full: &Broker,
+    room: &Broker,
+    boefje: usize,
+) -> Result<PendingFigures> {
+    let budget = (boefje / 4).max(o.clients * 8);
+    let (figs, _, mut acked_full, completed) =
+        measure_bodies(o, full.port, budget, None, "pending")?;
+    let rt = current_thread()?;
+    let pushers = vec![
+        Role::Push {
+            per_completion: false
+        };
+        o.clients
+    ];
+    let mut full_rounds = Vec::new();
+    let mut room_rounds = Vec::new();
+    let mut acked_room = Vec::new();
+    let mut full_pushed = 0;
+    for round in 0..o.rounds {
+        eprintln!("pending: push round {}/{}…", round + 1, o.rounds);
+        for turn in 0..2 {
+            let into_full = (turn == 0) == (round % 2 == 0);
+            let port = if into_full { full.port } else { room.port };
+            let b = rt.block_on(burst(port, &pushers, usize::MAX, o.seconds))?;
+            let mut tally = Tally::new();
+            let window = steady(
+                &[&b.push_samples],
+                b.clients,
+                None,
+                Duration::from_secs_f64(o.seconds),
+                b.elapsed,
+            );
+            tally.add(&[], &b.push_samples, window);
+            let f = tally.figures().1;
+            if into_full {
+                full_pushed += b.pushes.len();
+                acked_full.extend(b.pushes);
+                full_rounds.push(f);
+            } else {
+                acked_room.extend(b.pushes);
+                room_rounds.push(f);
+            }
+        }
+    }
+
+    // Starvation: tasks of an image nothing else has, pushed once the heap is full and ranked
+    // after everything waiting (as new automatic work is); one worker pops only that image.
+    eprintln!("pending: starvation check…");
+    let rare: Vec<Vec<u8>> = (0..o.rare)
+        .map(|k| boefje_push("rare-boefje", RARE_IMAGE, &format!("org{}", k % ORGS), 1001))
+        .collect();
+    let rare_ids = rt.block_on(send_all(full.port, o.clients, rare, 201))?;
+    acked_full.extend(rare_ids.iter().cloned());
+    let rare_pending = count_ids(full_db, &rare_ids, "status = 'pending'")?;
+    let started = Instant::now();
+    let rare_popped = rt.block_on(rare_worker(full.port, &rare_ids))?;
+    let rare_s = started.elapsed().as_secs_f64();
+    Ok(PendingFigures {
+        figs,
+        push_full: median_figure(&full_rounds),
+        push_room: median_figure(&room_rounds),
+        acked_full,
+        acked_room,
+        full_pushed,
+        completed,
+        rare_ids,
+        rare_pending,
+        rare_popped,
+        rare_s,
+    })
+}
+
+const RARE_IMAGE: &str = "ghcr.io/minvws/openkat/rare:latest";
+
+/// One worker popping only the rare image, as the runner does: until it has them all, or until
+/// 3 s pass without a task (polling every 20 ms; the real runner waits 10 s), or 120 s in all.
+async fn rare_worker(port: u16, ids: &[String]) -> Result<usize> {
+    let wanted: HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let mut got: HashSet<String> = HashSet::new();
+    let mut http = Http::connect(port).await?;
+    let request = pop_request_with("boefje", Some(&image_filter(RARE_IMAGE)));
+    let want = Want::Image(RARE_IMAGE.to_owned());
+    let mut body = Vec::new();
+    let start = Instant::now();
+    let mut last = Instant::now();
+    while got.len() < wanted.len()
+        && last.elapsed() < Duration::from_secs(3)
+        && start.elapsed() < Duration::from_secs(120)
+    {
+        let s = http.call(&request, &mut body).await?;
+        if s != 200 {
+            return Err(format!(
+                "rare pop: unexpected HTTP {s}: {}",
+                String::from_utf8_lossy(&body)
+            )
+            .into());
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body)?;
+        let Some(task) = v["results"].as_array().and_then(|r| r.first()) else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let id = task["id"].as_str().unwrap_or_default().to_owned();
+        if !want.check(task) || !wanted.contains(id.as_str()) {
+            return Err(format!("the rare-image pop returned another task: {task}").into());
+        }
+        if !got.insert(id.clone()) {
+            return Err(format!("task {id} was popped twice").into());
+        }
+        last = Instant::now();
+    }
+    Ok(got.len())
+}
