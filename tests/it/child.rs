@@ -170,3 +170,13 @@ impl ChildApp {
         self.terminate_within(Duration::from_secs(60))
     }
 }
+
+/// A test that fails before it stops its service does not leave the process running.
+impl Drop for ChildApp {
+    fn drop(&mut self) {
+        if let Ok(None) = self.process.try_wait() {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+}
