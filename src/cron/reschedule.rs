@@ -39,6 +39,7 @@ use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushRequest, QueueError};
 use crate::schedules::Schedules;
 use crate::scoring::{ScoreInput, Scorer};
+use crate::storage::frontier::FrontierRow;
 use crate::storage::schedules::ScheduleRow;
 
 /// Due schedules handled per page (one read, one push, one write).
@@ -112,6 +113,43 @@ pub fn fire_id(schedule: &str, deadline: Option<NaiveDateTime>) -> Uuid {
             .unwrap_or(0)
     );
     Uuid::new_v5(&Uuid::NAMESPACE_OID, name.as_bytes())
+}
+
+/// What a due boefje schedule becomes, from what is known of its plugin and object: the rule
+/// alone, apart from the reads that feed it.
+#[derive(Debug, PartialEq)]
+enum Verdict<'a> {
+    /// Disable it, saying why: its plugin is gone or disabled, its object gone (a frontier row
+    /// marked gone, or Octopoes' own "not found"), or no longer permitted.
+    Disable(String),
+    /// Nothing can say yet whether its object exists: neither fire nor disable.
+    Wait,
+    /// Fire it with this plugin, on this object (`None`: a schedule without an object).
+    Fire(&'a Plugin, Option<&'a FrontierRow>),
+}
+
+fn verdict<'a>(
+    boefje: &str,
+    plugin: Option<&'a Plugin>,
+    reference: Option<&str>,
+    known: Option<&'a Known>,
+) -> Verdict<'a> {
+    let p = match plugin {
+        None => return Verdict::Disable(format!("plugin {boefje} is gone from the catalogue")),
+        Some(p) if !p.enabled => return Verdict::Disable(format!("plugin {boefje} is disabled")),
+        Some(p) => p,
+    };
+    let Some(reference) = reference else {
+        return Verdict::Fire(p, None);
+    };
+    match known {
+        Some(Known::Gone) => Verdict::Disable(format!("object {reference} is gone")),
+        Some(Known::Present(o)) => match p.permits(&o.object_type, o.scan_level) {
+            Ok(()) => Verdict::Fire(p, Some(o)),
+            Err(why) => Verdict::Disable(why),
+        },
+        Some(Known::Unavailable | Known::Unverifiable) | None => Verdict::Wait,
+    }
 }
 
 /// The boefje a schedule's data names (`data.boefje.id`).
@@ -215,46 +253,25 @@ impl Reschedule {
                 let boefje = boefje_id(&d);
                 let plugin = plugin_of(&plugins, &d);
                 let reference = d.get("input_ooi").and_then(Value::as_str);
-                out[i] = Some(match plugin {
-                    None => disable(format!("plugin {boefje} is gone from the catalogue")),
-                    Some(p) if !p.enabled => disable(format!("plugin {boefje} is disabled")),
-                    Some(p) => {
-                        let object = match reference.map(|r| (r, objects.get(r))) {
-                            None => Ok(None),
-                            Some((r, Some(Known::Gone))) => {
-                                Err(Some(format!("object {r} is gone")))
-                            }
-                            Some((_, Some(Known::Present(o)))) => {
-                                match p.permits(&o.object_type, o.scan_level) {
-                                    Ok(()) => Ok(Some(o)),
-                                    Err(why) => Err(Some(why)),
-                                }
-                            }
-                            // Nothing says whether it exists: neither fire nor disable.
-                            Some((_, Some(Known::Unavailable | Known::Unverifiable) | None)) => {
-                                Err(None)
-                            }
+                let known = reference.and_then(|r| objects.get(r));
+                out[i] = Some(match verdict(boefje, plugin, reference, known) {
+                    Verdict::Disable(reason) => disable(reason),
+                    Verdict::Wait => Decision::Wait,
+                    Verdict::Fire(p, object) => {
+                        let data = boefje_data(p, reference.unwrap_or_default(), org);
+                        let last = row.hash.as_ref().and_then(|h| history.get(h));
+                        let input = ScoreInput {
+                            now: tick.at,
+                            last_run: last.map(|(t, _)| t.and_utc()),
+                            last_failed: last.is_some_and(|(_, f)| *f),
+                            findings_changed: match (object, last) {
+                                (Some(o), Some((t, _))) => o.last_seen > *t,
+                                _ => false,
+                            },
+                            scan_level: object.and_then(|o| o.scan_level),
+                            grace_secs: self.wait(Some(p)).num_seconds(),
                         };
-                        match object {
-                            Err(Some(reason)) => disable(reason),
-                            Err(None) => Decision::Wait,
-                            Ok(object) => {
-                                let data = boefje_data(p, reference.unwrap_or_default(), org);
-                                let last = row.hash.as_ref().and_then(|h| history.get(h));
-                                let input = ScoreInput {
-                                    now: tick.at,
-                                    last_run: last.map(|(t, _)| t.and_utc()),
-                                    last_failed: last.is_some_and(|(_, f)| *f),
-                                    findings_changed: match (object, last) {
-                                        (Some(o), Some((t, _))) => o.last_seen > *t,
-                                        _ => false,
-                                    },
-                                    scan_level: object.and_then(|o| o.scan_level),
-                                    grace_secs: self.wait(Some(p)).num_seconds(),
-                                };
-                                self.fire(row, data, Some(p), &input, tick)
-                            }
-                        }
+                        self.fire(row, data, Some(p), &input, tick)
                     }
                 });
             }
@@ -512,5 +529,88 @@ impl Entry for Reschedule {
                 n.fired, n.skipped, n.disabled, n.waiting
             ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dns(enabled: bool) -> Plugin {
+        Plugin {
+            id: "dns-records".into(),
+            plugin_type: PluginType::Boefje,
+            name: None,
+            version: None,
+            enabled,
+            consumes: vec!["Hostname".into()],
+            scan_level: Some(2),
+            interval: None,
+            cron: None,
+            run_on: None,
+            oci_image: None,
+            deduplicate: false,
+        }
+    }
+
+    fn object(level: i64) -> FrontierRow {
+        let t = chrono::DateTime::from_timestamp(1_700_000_000, 0)
+            .unwrap()
+            .naive_utc();
+        FrontierRow {
+            organisation: "org1".into(),
+            reference: "Hostname|internet|a.nl".into(),
+            object_type: "Hostname".into(),
+            scan_level: Some(level),
+            scan_profile_type: Some("declared".into()),
+            first_seen: t,
+            last_seen: t,
+            gone_at: None,
+        }
+    }
+
+    const REF: Option<&str> = Some("Hostname|internet|a.nl");
+
+    #[test]
+    fn only_a_plugin_or_object_known_gone_disables_and_an_unknown_object_waits() {
+        let (on, off) = (dns(true), dns(false));
+        let present = Known::Present(object(2));
+        let too_low = Known::Present(object(1));
+        let disabled = |v: Verdict<'_>| match v {
+            Verdict::Disable(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            disabled(verdict("dns-records", None, REF, Some(&present)))
+                .contains("gone from the catalogue")
+        );
+        assert!(
+            disabled(verdict("dns-records", Some(&off), REF, Some(&present)))
+                .contains("is disabled")
+        );
+        assert!(
+            disabled(verdict("dns-records", Some(&on), REF, Some(&Known::Gone)))
+                .contains("is gone")
+        );
+        assert!(
+            disabled(verdict("dns-records", Some(&on), REF, Some(&too_low))).contains("scan level")
+        );
+        match verdict("dns-records", Some(&on), REF, Some(&present)) {
+            Verdict::Fire(p, Some(o)) => {
+                assert_eq!((p.id.as_str(), o.scan_level), ("dns-records", Some(2)))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            verdict("dns-records", Some(&on), None, None),
+            Verdict::Fire(_, None)
+        ));
+        // Unknown is not gone: the frontier lacks it and Octopoes cannot (or was not) asked.
+        for unknown in [Some(&Known::Unavailable), Some(&Known::Unverifiable), None] {
+            assert_eq!(
+                verdict("dns-records", Some(&on), REF, unknown),
+                Verdict::Wait
+            );
+        }
     }
 }
