@@ -13,6 +13,27 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::error::ApiError;
+use crate::domain::SchedulerId;
+use crate::queue::QueueError;
+
+/// The scheduler a path names (`{scheduler_id}`), parsed once at the edge: an unknown one is a
+/// 404 naming it, before any handler runs.
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerPath(pub SchedulerId);
+
+impl FromRequest for SchedulerPath {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<SchedulerPath, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let id = req.match_info().get("scheduler_id").unwrap_or_default();
+        std::future::ready(
+            id.parse()
+                .map(SchedulerPath)
+                .map_err(|()| ApiError::Queue(QueueError::UnknownScheduler(id.to_owned()))),
+        )
+    }
+}
 
 /// How a request body is read: at most `max_bytes`, within `timeout` of the handler asking.
 #[derive(Debug, Clone, Copy)]

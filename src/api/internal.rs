@@ -6,7 +6,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::auth::authorize;
 use super::error::ApiError;
-use super::extract::{Body, json_body, parse_filters};
+use super::extract::{Body, SchedulerPath, json_body, parse_filters};
 use crate::domain::auth::Action;
 use crate::queue::forward::{Answer, Forward};
 use crate::queue::{Broker, PopFilter, QueueError};
@@ -16,10 +16,9 @@ use crate::queue::{Broker, PopFilter, QueueError};
 pub async fn forward(
     broker: web::Data<Broker>,
     req: HttpRequest,
-    path: web::Path<String>,
+    SchedulerPath(s): SchedulerPath,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let s = broker.scheduler_id(&path)?;
     let command: Forward = json_body(&body.0)?;
     let action = match &command {
         Forward::Push { .. } | Forward::Cancel { .. } => Action::Push,

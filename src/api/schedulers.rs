@@ -5,7 +5,7 @@ use actix_web::{HttpRequest, HttpResponse, get, post, web};
 use super::auth::authorize;
 use super::dto::{FilterRequest, PopQuery, PopResponse, SchedulerOut, TaskPush};
 use super::error::{ApiError, ErrorBody, ValidationBody};
-use super::extract::{Body, json_body, optional_json_body, parse_filters};
+use super::extract::{Body, SchedulerPath, json_body, optional_json_body, parse_filters};
 use crate::domain::auth::Action;
 use crate::domain::{SchedulerId, Task};
 use crate::planner::PushLinker;
@@ -41,9 +41,8 @@ pub async fn list_schedulers(broker: web::Data<Broker>) -> Result<HttpResponse, 
 pub async fn get_scheduler(
     broker: web::Data<Broker>,
     req: HttpRequest,
-    path: web::Path<String>,
+    SchedulerPath(s): SchedulerPath,
 ) -> Result<HttpResponse, ApiError> {
-    let s = broker.scheduler_id(&path)?;
     authorize(&req, Action::Read, Some(s))?;
     Ok(HttpResponse::Ok().json(SchedulerOut::from(broker.scheduler_view(s).await?)))
 }
@@ -72,10 +71,9 @@ pub async fn push(
     broker: web::Data<Broker>,
     linker: web::Data<PushLinker>,
     req: HttpRequest,
-    path: web::Path<String>,
+    SchedulerPath(s): SchedulerPath,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let s = broker.scheduler_id(&path)?;
     authorize(&req, Action::Push, Some(s))?;
     let request: TaskPush = json_body(&body.0)?;
     let outcome = linker.push(&broker, s, request.into()).await?;
@@ -107,11 +105,10 @@ pub async fn push(
 pub async fn pop(
     broker: web::Data<Broker>,
     req: HttpRequest,
-    path: web::Path<String>,
+    SchedulerPath(s): SchedulerPath,
     query: web::Query<PopQuery>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let s = broker.scheduler_id(&path)?;
     authorize(&req, Action::Pop, Some(s))?;
     let limit = query.limit.unwrap_or(1);
     if !(1..=MAX_POP_LIMIT).contains(&limit) {

@@ -531,12 +531,6 @@ impl Broker {
         self.inner.backend
     }
 
-    /// Resolves a scheduler id from a path.
-    pub fn scheduler_id(&self, id: &str) -> Result<SchedulerId, QueueError> {
-        id.parse()
-            .map_err(|()| QueueError::UnknownScheduler(id.to_owned()))
-    }
-
     async fn call<R, T>(
         &self,
         scheduler: SchedulerId,
