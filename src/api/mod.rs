@@ -10,6 +10,7 @@ pub mod health;
 pub mod internal;
 pub mod metrics;
 pub mod observed;
+pub mod paging;
 pub mod schedulers;
 pub mod schedules;
 pub mod tasks;

@@ -11,7 +11,7 @@ use super::dto::{
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, non_empty};
-use super::tasks::{DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, page_url};
+use super::paging::{links, page};
 use crate::domain::SchedulerId;
 use crate::domain::auth::Action;
 use crate::domain::filter::{Table, parse_datetime};
@@ -19,23 +19,6 @@ use crate::domain::limits::Limits;
 use crate::domain::schedule::Schedule;
 use crate::schedules::{NewSchedule, SchedulePatch, Schedules};
 use crate::storage::schedules::ScheduleQuery;
-
-fn page(offset: Option<i64>, limit: Option<i64>, limits: &Limits) -> Result<(i64, i64), ApiError> {
-    let limit = limit.unwrap_or(DEFAULT_PAGE_LIMIT);
-    if !(0..=MAX_PAGE_LIMIT).contains(&limit) {
-        return Err(ApiError::BadRequest(format!(
-            "limit must be between 0 and {MAX_PAGE_LIMIT}, got {limit}"
-        )));
-    }
-    let offset = offset.unwrap_or(0);
-    if !(0..=limits.max_offset).contains(&offset) {
-        return Err(ApiError::BadRequest(format!(
-            "offset must be between 0 and {} (max_offset), got {offset}",
-            limits.max_offset
-        )));
-    }
-    Ok((offset, limit))
-}
 
 fn time(name: &str, v: Option<String>) -> Result<Option<chrono::NaiveDateTime>, ApiError> {
     non_empty(v)
@@ -106,9 +89,7 @@ async fn respond(
 ) -> Result<HttpResponse, ApiError> {
     let (offset, limit) = (lq.offset, lq.limit);
     let (count, results) = schedules.list(lq).await?;
-    let next =
-        (offset.saturating_add(limit) <= count).then(|| page_url(req, offset + limit, limit));
-    let previous = (offset - limit >= 0).then(|| page_url(req, offset - limit, limit));
+    let (next, previous) = links(req, offset, limit, count);
     Ok(HttpResponse::Ok().json(PaginatedSchedules {
         count,
         next,

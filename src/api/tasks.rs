@@ -9,17 +9,13 @@ use super::dto::{
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, non_empty, optional_json_body, parse_filters, uuid_path};
+use super::paging::{links, page};
 use crate::domain::auth::Action;
 use crate::domain::filter::parse_datetime;
 use crate::domain::limits::Limits;
 use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::queue::{Broker, TaskPatch};
-
-/// Default page size of `/tasks` (mula's).
-pub const DEFAULT_PAGE_LIMIT: i64 = 10;
-/// Largest page of `/tasks`.
-pub const MAX_PAGE_LIMIT: i64 = 1000;
 
 /// Task keys a PATCH cannot change.
 const READ_ONLY_KEYS: [&str; 12] = [
@@ -50,19 +46,7 @@ fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuer
             limits.check_text(name, v)?;
         }
     }
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE_LIMIT);
-    if !(0..=MAX_PAGE_LIMIT).contains(&limit) {
-        return Err(ApiError::BadRequest(format!(
-            "limit must be between 0 and {MAX_PAGE_LIMIT}, got {limit}"
-        )));
-    }
-    let offset = q.offset.unwrap_or(0);
-    if !(0..=limits.max_offset).contains(&offset) {
-        return Err(ApiError::BadRequest(format!(
-            "offset must be between 0 and {} (max_offset), got {offset}",
-            limits.max_offset
-        )));
-    }
+    let (offset, limit) = page(q.offset, q.limit, limits)?;
     let scheduler_id = non_empty(q.scheduler_id)
         .map(|s| {
             s.parse::<SchedulerId>().map_err(|()| {
@@ -119,21 +103,6 @@ fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuer
     })
 }
 
-/// The URL of another page: this request's URL with `limit` and `offset` replaced.
-pub(crate) fn page_url(req: &HttpRequest, offset: i64, limit: i64) -> String {
-    let info = req.connection_info();
-    let mut pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
-        .into_owned()
-        .filter(|(k, _)| k != "offset" && k != "limit")
-        .collect();
-    pairs.push(("limit".into(), limit.to_string()));
-    pairs.push(("offset".into(), offset.to_string()));
-    let query = form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish();
-    format!("{}://{}{}?{query}", info.scheme(), info.host(), req.path())
-}
-
 async fn list(
     broker: &Broker,
     req: &HttpRequest,
@@ -150,9 +119,7 @@ async fn list(
     let (count, results) = broker.list_tasks(lq).await?;
     // mula's rule: a next page whenever offset + limit <= count (so an exactly full last page
     // still links an empty one); a previous page whenever offset - limit >= 0.
-    let next =
-        (offset.saturating_add(limit) <= count).then(|| page_url(req, offset + limit, limit));
-    let previous = (offset - limit >= 0).then(|| page_url(req, offset - limit, limit));
+    let (next, previous) = links(req, offset, limit, count);
     Ok(HttpResponse::Ok().json(PaginatedTasks {
         count,
         next,
