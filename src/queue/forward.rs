@@ -15,7 +15,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::push::PushRequest;
-use super::{PushOutcome, QueueError, TaskPatch};
+use super::types::{PushOutcome, QueueError, TaskPatch};
 use crate::domain::{SchedulerId, Task};
 
 /// The internal route a forwarded command goes to.

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::QueueError;
+use super::types::QueueError;
 use crate::domain::SchedulerId;
 use crate::domain::keys::{DataKeys, KeyField};
 use crate::domain::limits::Limits;

@@ -4,7 +4,8 @@
 use chrono::NaiveDateTime;
 use uuid::Uuid;
 
-use super::{Broker, QueueError, StatusCounts};
+use super::Broker;
+use super::types::{QueueError, StatusCounts};
 use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::storage::{self, StorageError};

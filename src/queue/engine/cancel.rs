@@ -69,9 +69,9 @@ pub(crate) fn cancel_object(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::WhenFull;
     use crate::queue::engine::place::{Admission, place};
     use crate::queue::engine::testing::{FakeTable, now, row};
+    use crate::queue::types::WhenFull;
 
     #[test]
     fn only_that_organisations_tasks_for_that_object_are_cancelled() {

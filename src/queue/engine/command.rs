@@ -11,7 +11,7 @@ use crate::domain::Task;
 use crate::domain::filter::FilterNode;
 use crate::domain::filter::plan::{Plan, plan};
 use crate::queue::push::NewTask;
-use crate::queue::{ExpiryReport, PushOutcome, QueueError, TaskPatch};
+use crate::queue::types::{ExpiryReport, PushOutcome, QueueError, TaskPatch};
 
 /// Where an answer goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, QueueError>>;

@@ -22,14 +22,13 @@
 //! can (a task whose pop was lost is still queued; one whose pop survived is given back).
 
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use diesel::connection::SimpleConnection;
 use tracing::{debug, warn};
 
-use super::super::QueueError;
-use super::write_turn;
+use crate::queue::types::QueueError;
 use crate::storage::{self, DbConn, DbPool};
 
 /// What to do once the barrier has passed (`Ok`) or failed.
@@ -125,4 +124,10 @@ fn barrier(
     Err(QueueError::Unavailable(format!(
         "the database did not confirm the write: {last}"
     )))
+}
+
+/// Takes the shared write lock, if any (SQLite takes one writer at a time: the engines' batches
+/// and the barrier's sync); a panic in another engine does not make it unusable.
+pub(super) fn write_turn(lock: Option<&Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
+    lock.map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }

@@ -11,7 +11,7 @@ use super::batch::BatchRows;
 use super::place::{Admission, internal, place};
 use super::state::QueueState;
 use crate::domain::{Placement, TaskStatus};
-use crate::queue::{ExpiryReport, QueueError};
+use crate::queue::types::{ExpiryReport, QueueError};
 use crate::storage::rows::TaskRow;
 
 /// How the reason of a task whose lease expired begins; [`taken_back`] reads it.
@@ -109,8 +109,8 @@ pub(crate) fn give_back(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::WhenFull;
     use crate::queue::engine::testing::{now, row, state};
+    use crate::queue::types::WhenFull;
 
     #[test]
     fn an_ended_lease_requeues_until_the_attempts_are_used() {

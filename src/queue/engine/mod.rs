@@ -26,6 +26,7 @@ mod batch;
 mod cancel;
 pub(crate) mod command;
 mod flush;
+use self::flush::write_turn;
 mod in_flight;
 mod lease;
 mod patch;
@@ -42,7 +43,7 @@ mod testing;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,8 @@ pub(crate) use self::in_flight::Routes;
 use self::pop::Reads;
 pub use self::refill::REFILL_BATCH;
 use self::state::QueueState;
-use super::{ExpiryReport, Gauges, PushOutcome, QueueConfig, QueueError};
+use super::gauges::Gauges;
+use super::types::{ExpiryReport, PushOutcome, QueueConfig, QueueError};
 use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
 use crate::domain::keys::KeyField;
@@ -244,11 +246,6 @@ struct Engine {
     ownership: Option<Arc<Ownership>>,
     /// The epoch the state was built under; 0 while another instance owns the scheduler.
     epoch: i64,
-}
-
-/// Takes the shared write lock, if any; a panic in another engine does not make it unusable.
-fn write_turn(lock: Option<&Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
-    lock.map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 /// What a committed batch came to.

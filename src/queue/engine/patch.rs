@@ -9,7 +9,7 @@ use super::lease::taken_back;
 use super::place::{Admission, place, placed_status};
 use super::state::QueueState;
 use crate::domain::TaskStatus;
-use crate::queue::{QueueError, TaskPatch};
+use crate::queue::types::{QueueError, TaskPatch};
 
 /// Applies one patch; answers the task's id (its row is in `rows`).
 pub(crate) fn patch(
@@ -95,8 +95,8 @@ pub(crate) fn patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::WhenFull;
     use crate::queue::engine::testing::{now, row, state};
+    use crate::queue::types::WhenFull;
 
     fn loaded(rows: &mut BatchRows, r: &crate::storage::rows::TaskRow) {
         rows.load(vec![r.clone()], "boefje");

@@ -16,7 +16,7 @@ use super::state::QueueState;
 use crate::domain::keys::DataKeys;
 use crate::domain::{Placement, TaskStatus};
 use crate::queue::heap::{HeapTask, Rank};
-use crate::queue::{QueueError, WhenFull};
+use crate::queue::types::{QueueError, WhenFull};
 use crate::storage::rows::{HeapRow, TaskRow};
 
 /// Whether a placement may be refused when the heap is full.

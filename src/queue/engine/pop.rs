@@ -294,9 +294,9 @@ mod tests {
     use super::*;
     use crate::domain::filter::parse_request;
     use crate::domain::{SchedulerId, TaskStatus};
-    use crate::queue::WhenFull;
     use crate::queue::engine::place::{Admission, place};
     use crate::queue::engine::testing::{FakeTable, now, row_with, state};
+    use crate::queue::types::WhenFull;
     use serde_json::json;
 
     fn image_filter(image: &str) -> FilterNode {

@@ -13,8 +13,8 @@ use super::batch::BatchRows;
 use super::place::{Admission, internal, place, placed_status};
 use super::state::QueueState;
 use crate::domain::{Placement, TaskStatus};
-use crate::queue::QueueError;
 use crate::queue::push::NewTask;
+use crate::queue::types::QueueError;
 use crate::storage::rows::TaskRow;
 
 /// What the batch must read before its pushes can be decided.
@@ -212,8 +212,8 @@ fn requeue(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::WhenFull;
     use crate::queue::engine::testing::{new_task, now, state};
+    use crate::queue::types::WhenFull;
 
     #[test]
     fn a_created_task_is_written_with_its_explanation_and_a_refused_one_writes_none() {

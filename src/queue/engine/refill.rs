@@ -3,7 +3,7 @@
 
 use super::place::heap_task_of;
 use super::state::QueueState;
-use crate::queue::QueueError;
+use crate::queue::types::QueueError;
 use crate::storage::rows::HeapRow;
 
 /// Pending tasks moved into a heap per batch at most.
@@ -39,8 +39,8 @@ pub(crate) fn refilled(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::WhenFull;
     use crate::queue::engine::testing::{heap_row, state};
+    use crate::queue::types::WhenFull;
 
     #[test]
     fn the_heap_takes_what_it_has_room_for_and_the_count_follows_the_table() {

@@ -57,9 +57,9 @@ pub(crate) fn rescore(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::WhenFull;
     use crate::queue::engine::place::{Admission, place};
     use crate::queue::engine::testing::{now, row, state};
+    use crate::queue::types::WhenFull;
     use uuid::Uuid;
 
     #[test]

@@ -8,8 +8,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::{SchedulerId, TaskStatus};
-use crate::queue::SchedulerLimits;
 use crate::queue::heap::{SchedulerHeap, hash_bytes};
+use crate::queue::types::SchedulerLimits;
 
 /// Hashes of pending tasks kept in memory per scheduler at most (16 bytes each, about 24 with
 /// the set's overhead). Beyond it the set is dropped and pushes ask the table again, until the

@@ -13,7 +13,7 @@ use crate::domain::filter::eval;
 use crate::domain::keys::{DataKeys, KeyField};
 use crate::domain::{SchedulerId, TaskStatus};
 use crate::queue::push::NewTask;
-use crate::queue::{SchedulerLimits, WhenFull};
+use crate::queue::types::{SchedulerLimits, WhenFull};
 use crate::storage::StorageError;
 use crate::storage::rows::{HeapRow, TaskRow};
 

@@ -13,10 +13,10 @@
 //! | file | serves |
 //! |---|---|
 //! | `mod.rs` | what every caller shares: the column lists, reading tasks by id |
-//! | [`write`] | the queue engines' writes |
-//! | [`heap`] | the queue engines' reads of waiting work: rebuild, refill, pending for a pop |
-//! | [`reads`] | the API's and the planner's reads: listings, counts, statistics, history |
-//! | [`upkeep`] | the watchdog's and the pruner's statements, the after-upgrade fill, the consistency check |
+//! | `write.rs` | the queue engines' writes |
+//! | `heap.rs` | the queue engines' reads of waiting work: rebuild, refill, pending for a pop |
+//! | `reads.rs` | the API's and the planner's reads: listings, counts, statistics, history |
+//! | `upkeep.rs` | the watchdog's and the pruner's statements, the after-upgrade fill, the consistency check |
 //!
 //! Every statement is reachable as `storage::tasks::…`, whichever file holds it.
 
