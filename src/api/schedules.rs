@@ -203,9 +203,8 @@ pub async fn create_schedule(
     params(("id" = uuid::Uuid, Path, description = "The schedule id")),
     responses(
         (status = 200, description = "The schedule", body = Schedule),
-        (status = 404, description = "No such schedule", body = ErrorBody),
-        (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody),
-        (status = 422, description = "The id is not a UUID", body = ValidationBody)
+        (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody),
+        (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody)
     )
 )]
 #[get("/schedules/{id}")]
@@ -222,14 +221,19 @@ pub async fn get_schedule(
 
 /// The schedule id of a path, a UUID as the document declares it. `search` is the search's own
 /// path, which takes only POST: OpenAPI matches a concrete path before a templated one, so any
-/// other method there is a 405. Other text is a 422 naming the parameter, as in mula (a typed path
-/// parameter) and as `/tasks/{task_id}` answers; `/schedules/None` (a task's null `schedule_id`
-/// followed as a link) included.
+/// other method there is a 405. Other text names no schedule: 404, not mula's 422, since a
+/// task's `schedule_id` of null, followed as a link (schemathesis' stateful phase does), is
+/// `/schedules/None`, and no schedule is a fault of the request's shape.
 fn schedule_id(raw: &str) -> Result<uuid::Uuid, ApiError> {
     if raw == "search" {
         return Err(ApiError::MethodNotAllowed("POST"));
     }
-    crate::api::extract::uuid_path("id", raw)
+    uuid::Uuid::parse_str(raw).map_err(|_| {
+        ApiError::Routing(
+            actix_web::http::StatusCode::NOT_FOUND,
+            "Resource not found: schedule not found; the id is not a UUID",
+        )
+    })
 }
 
 fn schedule_patch(body: &[u8]) -> Result<SchedulePatch, ApiError> {
@@ -300,10 +304,10 @@ fn schedule_patch(body: &[u8]) -> Result<SchedulePatch, ApiError> {
     responses(
         (status = 200, description = "The changed schedule", body = Schedule),
         (status = 400, description = "Nothing to patch, or a bad cron expression", body = ErrorBody),
-        (status = 404, description = "No such schedule", body = ErrorBody),
+        (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody),
         (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody),
         (status = 409, description = "Its new data's hash belongs to another schedule", body = ErrorBody),
-        (status = 422, description = "The id is not a UUID, or a field of the wrong type", body = ValidationBody)
+        (status = 422, description = "A field of the wrong type", body = ValidationBody)
     )
 )]
 #[patch("/schedules/{id}")]
@@ -326,8 +330,8 @@ pub async fn patch_schedule(
     params(("id" = uuid::Uuid, Path, description = "The schedule id")),
     responses(
         (status = 204, description = "Deleted (or there was none)"),
-        (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody),
-        (status = 422, description = "The id is not a UUID", body = ValidationBody)
+        (status = 404, description = "Not a UUID", body = ErrorBody),
+        (status = 405, description = "The id is `search`: that path is the search, which takes only POST", body = ErrorBody)
     )
 )]
 #[delete("/schedules/{id}")]

@@ -152,7 +152,7 @@ fn a_schedule_id_is_a_uuid_in_the_document_so_search_is_no_id() {
             "{method}: `search` must not match"
         );
         let responses = &item[method]["responses"];
-        assert!(responses["422"].is_object(), "{method}: not a UUID");
+        assert!(responses["404"].is_object(), "{method}: not a UUID");
         assert!(responses["405"].is_object(), "{method}: the search's path");
     }
     assert_eq!(

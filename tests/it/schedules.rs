@@ -230,12 +230,13 @@ async fn bad_schedules_get_mulas_answers(backend: Backend) {
         StatusCode::UNPROCESSABLE_ENTITY,
         "the filter body is required"
     );
-    // The id is a UUID in the document; other text is a 422, as in mula. `search` is the
-    // search's own path, which takes only POST: a 405 for any other method.
+    // The id is a UUID in the document; other text names no schedule (404: a task's null
+    // `schedule_id` followed as a link is `/schedules/None`). `search` is the search's own
+    // path, which takes only POST: a 405 for any other method.
     for path in ["/schedules/nope", "/schedules/None"] {
         assert_eq!(
             app.get(path).await.status(),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            StatusCode::NOT_FOUND,
             "GET {path}"
         );
     }
