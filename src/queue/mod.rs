@@ -15,7 +15,8 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `mod.rs` | the [`Broker`]: the commands (push, pop, patch, cancel, expire, rescore, refill) sent to the engines, routed to another instance's engine where it owns the scheduler |
+//! | `mod.rs` | the [`Broker`]: the commands (push, pop, patch, cancel, expire, rescore, refill) sent to the engines |
+//! | `routing.rs` | where a command goes with several instances: the local engine, the owner (forwarded), or 503 while the owner changes |
 //! | `types.rs` | the shared types: limits and configuration, the errors, what commands take and answer |
 //! | `gauges.rs` | what the engines publish for readers: heap depth, pending, oldest task, counters |
 //! | `reads.rs` | reads on the pool |
@@ -30,10 +31,12 @@ mod gauges;
 pub mod heap;
 pub mod push;
 mod reads;
+mod routing;
 mod types;
 
 pub use gauges::EngineCounters;
 pub(crate) use gauges::Gauges;
+pub use routing::Cluster;
 pub use types::*;
 
 use std::sync::Arc;
@@ -51,11 +54,10 @@ use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{
     ByStatus, Metrics, Op, Outcome, STATUS_COUNTS_MAX_AGE, STATUS_COUNTS_WAIT, status_slot,
 };
-use crate::ownership::{Ownership, Route};
 use crate::storage::{self, Backend, DbPool, StorageError};
 use engine::command::{CancelObject, Command, PatchRequest, PopRequest, Request, Rescored};
 pub use engine::{EngineHandle, REFILL_BATCH};
-use forward::{Answered, Forward, Peers};
+use forward::Forward;
 pub use push::PushRequest;
 
 /// Expired leases handled per scheduler per sweep at most; the next sweep takes the rest.
@@ -104,15 +106,6 @@ pub struct Broker {
     /// Serving a command another instance forwarded: apply it here or answer 503, never
     /// forward it again.
     local_only: bool,
-}
-
-/// How the queue works with other instances on the same database.
-#[derive(Clone, Default)]
-pub struct Cluster {
-    /// Who owns which scheduler; `None` when this instance runs alone (SQLite).
-    pub ownership: Option<Arc<Ownership>>,
-    /// The client that forwards to owners.
-    pub peers: Option<Peers>,
 }
 
 struct Inner {
@@ -164,76 +157,6 @@ impl Broker {
             local_only: false,
         };
         Ok((broker, handle))
-    }
-
-    /// The same queue, for a command another instance forwarded: applied here if this instance
-    /// owns the scheduler, else answered 503; never forwarded again.
-    pub fn local_only(&self) -> Broker {
-        Broker {
-            inner: self.inner.clone(),
-            local_only: true,
-        }
-    }
-
-    /// Who owns which scheduler, when several instances share the database.
-    pub fn ownership(&self) -> Option<&Arc<Ownership>> {
-        self.inner.cluster.ownership.as_ref()
-    }
-
-    /// Where `s`'s writes go.
-    fn route(&self, s: SchedulerId) -> Route {
-        match &self.inner.cluster.ownership {
-            None => Route::Local(0),
-            Some(own) => match own.route(s) {
-                Route::Remote(_) if self.local_only => Route::Moving,
-                r => r,
-            },
-        }
-    }
-
-    /// Whether `s`'s heap is on this instance.
-    fn is_local(&self, s: SchedulerId) -> bool {
-        matches!(self.route(s), Route::Local(_))
-    }
-
-    /// For the owner's own background work (the cron entries): 503 `Moving` elsewhere, where
-    /// the owner's own tick does it.
-    fn owner_only(&self, s: SchedulerId) -> Result<(), QueueError> {
-        match self.is_local(s) {
-            true => Ok(()),
-            false => Err(QueueError::Moving(s)),
-        }
-    }
-
-    /// Runs a command where `s`'s heap is: `here` on this instance's engine, or the command
-    /// `there` makes from the same payload, forwarded to the owner. Requests are counted in the
-    /// metrics by the instance that applies them (`here`), so sums over instances count each once.
-    async fn routed<P, T, F>(
-        &self,
-        s: SchedulerId,
-        payload: P,
-        here: impl FnOnce(P) -> F,
-        there: impl FnOnce(P) -> Forward,
-    ) -> Result<T, QueueError>
-    where
-        F: std::future::Future<Output = Result<T, QueueError>>,
-        T: Answered,
-    {
-        match self.route(s) {
-            Route::Local(_) => here(payload).await,
-            Route::Moving => Err(QueueError::Moving(s)),
-            Route::Remote(address) => match &self.inner.cluster.peers {
-                Some(peers) => peers.forward(&address, s, &there(payload)).await,
-                None => Err(QueueError::Moving(s)),
-            },
-        }
-    }
-
-    /// Wakes `s`'s engine after its ownership changed, so it rebuilds or drops its heap now.
-    pub fn wake(&self, s: SchedulerId) {
-        // A full channel means the engine is busy and checks its ownership before the next
-        // batch anyway.
-        let _ = self.inner.txs[s].try_send(Command::Wake);
     }
 
     /// The input limits in force.
