@@ -11,8 +11,8 @@
 //! |---|---|
 //! | [`domain`] | tasks, statuses and their state machine (the broker's own moves too), scheduler ids, the task hash, payload rules, the key fields tasks are found by, the filter language (parsed, planned, evaluated in memory), cron expressions as croniter reads and evaluates them; pure |
 //! | [`clock`] | the injected time source |
-//! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement |
-//! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of docs/DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; reads for the API |
+//! | [`storage`] | connections (PostgreSQL or SQLite), migrations, every SQL statement (one file per table; `storage/tasks/` by caller: the engines' writes, their reads of waiting work, the API's reads, upkeep), and `storage::run`, the one way async code runs statements on the pool |
+//! | [`queue`] | one engine per scheduler: a bounded heap indexed by hash and key field, the rules of docs/DESIGN.md §5 (one file each, in `queue/engine/`), group-committed batches; the broker's commands (`mod.rs`), its shared types (`types.rs`), routing to the owning instance (`routing.rs`), the engines' published figures (`gauges.rs`), reads for the API (`reads.rs`) |
 //! | [`clients`] | the platform's other services: typed HTTP clients of Katalogus, Octopoes and Bytes (mula's calls and JSON, transport retries, one error type), and the plugin catalogue (Katalogus cached with a TTL and refreshed in the background, or a static file) |
 //! | [`frontier`] | the only writer of the frontier: objects, raw files and ColdStart checkpoints, idempotent upserts in batches; what is known of an object (`frontier::lookup`): the frontier is a mirror, so an object it lacks is asked of Octopoes and only Octopoes' "not found" or a delete makes it gone |
 //! | [`planner`] | frontier × catalogue → tasks: pure rules (`planner::rules`), de-duplication siblings across organisations, one push per batch of the planner's work; schedules for planned and client-pushed boefje and report work (mula's `post_push`) |
@@ -22,7 +22,7 @@
 //! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
 //! | [`cron`] | the ticks generator and each scheduler's cron table: rescheduling due schedules, the lease watchdog, re-scoring waiting work, pruning finished tasks; periodic entries persist their next run |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
-//! | [`api`] | actix-web handlers, DTOs, the one error-to-HTTP mapping, the OpenAPI document |
+//! | [`api`] | actix-web handlers (the scheduler parsed from the path once, `extract::SchedulerPath`), DTOs, the one error-to-HTTP mapping, paging, what health and metrics observe (`observed.rs`), the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start; one file per area (`config/api.rs`, `database`, `queue` with the per-scheduler overrides, `cluster`, `listener`, `catalogue`, `clients`, `coldstart`, `cron`, `auth`, `limits`, `logging`), each with its settings, its defaults as `DEFAULT_…` constants and its own validation; `config/env.rs` is the one list of environment variables (with mula's ignored ones); the processes read their defaults from here |
 //! | [`telemetry`] | the tracing subscriber |
 //! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the process' figures, the catalogue of every metric, the text format |
