@@ -8,8 +8,9 @@
 //! its data.
 //!
 //! **Unknown is not gone.** The frontier is a mirror, never the verdict: an object it lacks is
-//! asked of Octopoes ([`ObjectLookup`]), and only Octopoes' own "not found" or a frontier row
-//! marked gone disables a schedule. While Octopoes cannot answer (down, erroring, backing off,
+//! asked of Octopoes ([`ObjectLookup`]), and so is one whose frontier row is marked gone (it may
+//! have come back unannounced): only Octopoes' own "not found" disables a schedule, or, with no
+//! Octopoes configured, a frontier row marked gone. While Octopoes cannot answer (down, erroring, backing off,
 //! this tick's budget of calls spent), or when none is configured to ask, the schedule waits:
 //! neither fired nor disabled, its deadline kept, so it fires once on a later tick that knows.
 //!

@@ -3,7 +3,9 @@
 //! does not list, objects created while the listener was down or before it started, everything
 //! while the first ColdStart runs and everything right after a switch from mula. So an object
 //! the frontier lacks is asked of Octopoes (mula's `GET /{org}/object`), the answer recorded in
-//! the frontier, and only Octopoes' own "not found" (or a frontier row marked gone) says gone.
+//! the frontier, and only Octopoes' own "not found" says gone. A row marked gone is asked again
+//! too (the object may have come back with no event announcing it); only with no Octopoes to ask
+//! does the row's word stand.
 //!
 //! Octopoes unreachable, slow or erroring leaves the object [`Known::Unavailable`]: the caller
 //! waits rather than decides. Calls are bounded (a budget per caller's run, a few at a time) and
@@ -101,15 +103,16 @@ impl ObjectLookup {
         budget: &AtomicUsize,
     ) -> Result<HashMap<String, Known>, StorageError> {
         let rows = self.frontier.objects(organisation, references).await?;
+        // A row marked gone is a mirror too: the object may have come back while no event
+        // announced it. With Octopoes to ask, only its "not found" says gone; without, the row
+        // is the best word there is.
+        let confirm_gone = self.octopoes.is_some();
         let mut out: HashMap<String, Known> = rows
             .into_iter()
-            .map(|r| {
-                let known = if r.gone_at.is_some() {
-                    Known::Gone
-                } else {
-                    Known::Present(r.clone())
-                };
-                (r.reference, known)
+            .filter_map(|r| match r.gone_at {
+                Some(_) if confirm_gone => None,
+                Some(_) => Some((r.reference, Known::Gone)),
+                None => Some((r.reference.clone(), Known::Present(r))),
             })
             .collect();
         let mut missing: Vec<String> = references

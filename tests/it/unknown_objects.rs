@@ -245,7 +245,57 @@ async fn octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_on
     assert!(metrics.contains("scheduler_object_lookups_total{outcome=\"deferred\"} 1"));
 }
 
+/// The frontier holds the object as gone (a delete event), but it came back in Octopoes with no
+/// event announcing it: the row is a mirror too, so the schedule fires and the row revives; one
+/// whose object Octopoes also lacks is disabled.
+async fn a_frontier_row_marked_gone_is_asked_again_before_a_schedule_is_disabled(backend: Backend) {
+    let Some(s) = Setup::new(backend, 1).await else {
+        return;
+    };
+    let target = kat_scheduler::storage::DbTarget::parse(&s.app.db.uri).unwrap();
+    let pool =
+        kat_scheduler::storage::connect(&target, 2, std::time::Duration::from_secs(5)).unwrap();
+    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let deleted = "Hostname|internet|deleted.example.nl";
+    let events: Vec<kat_scheduler::domain::event::ObjectEvent> = [host(0).as_str(), deleted]
+        .iter()
+        .map(|r| kat_scheduler::domain::event::ObjectEvent {
+            operation: kat_scheduler::domain::event::Operation::Delete,
+            organisation: ORG.into(),
+            reference: (*r).into(),
+            object: None,
+        })
+        .collect();
+    let refs: Vec<&kat_scheduler::domain::event::ObjectEvent> = events.iter().collect();
+    frontier
+        .apply_objects(&refs, midnight().naive_utc())
+        .await
+        .unwrap();
+    let back = s.schedule(ORG, &host(0)).await;
+    let gone = s.schedule(ORG, deleted).await;
+
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 1, waiting 0"
+    );
+    assert_eq!(
+        s.object_calls(),
+        2,
+        "both rows marked gone were asked again"
+    );
+    assert_eq!(s.get_schedule(&back).await["enabled"], true);
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["schedule_id"].as_str().unwrap(), back);
+    let g = s.get_schedule(&gone).await;
+    assert_eq!(g["enabled"], false);
+    assert!(g["disabled_reason"].as_str().unwrap().contains("is gone"));
+    let revived = frontier.object(ORG, &host(0)).await.unwrap().unwrap();
+    assert_eq!(revived.gone_at, None, "Octopoes' answer is recorded");
+}
+
 crate::backend_tests!(
+    a_frontier_row_marked_gone_is_asked_again_before_a_schedule_is_disabled,
     a_due_schedule_whose_object_only_octopoes_holds_fires_and_only_octopoes_says_gone,
     octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back,
 );
