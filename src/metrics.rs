@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::domain::fire::FireReason;
 use crate::domain::{PerScheduler, TaskStatus};
 
 /// How old the counts of `scheduler_task_status_counts` may be before a scrape counts again.
@@ -233,6 +234,9 @@ pub struct Metrics {
     object_lookups: [AtomicU64; 4],
     /// Answers of the HTTP API by status class (1xx … 5xx).
     http_responses: [AtomicU64; 5],
+    /// Schedules' due fires decided: fired on time, fired late, then skipped by reason (in
+    /// [`FireReason::ALL`] order; the slots of reasons that only wait stay 0 and unwritten).
+    schedule_fires: PerScheduler<[AtomicU64; 2 + FireReason::ALL.len()]>,
     /// `scheduler_task_status_counts`, as last counted from the table. A tokio lock, so
     /// concurrent scrapes wait for one count rather than each running one.
     pub(crate) status_counts: tokio::sync::Mutex<StatusCountsCache>,
@@ -248,6 +252,7 @@ impl Default for Metrics {
             cron: Mutex::default(),
             object_lookups: Default::default(),
             http_responses: Default::default(),
+            schedule_fires: PerScheduler::from_fn(|_| Default::default()),
             status_counts: Default::default(),
         }
     }
@@ -307,6 +312,21 @@ impl Metrics {
     /// Object lookups that ended as `outcome` so far.
     pub fn object_lookups_of(&self, outcome: LookupOutcome) -> u64 {
         self.object_lookups[outcome as usize].load(Ordering::Relaxed)
+    }
+
+    /// Records one due fire of a schedule decided and committed: fired (`skipped` is `None`) or
+    /// skipped for a reason, and whether it was decided late.
+    pub fn schedule_fire(
+        &self,
+        s: crate::domain::SchedulerId,
+        skipped: Option<FireReason>,
+        late: bool,
+    ) {
+        let slot = match skipped {
+            None => usize::from(late),
+            Some(r) => 2 + FireReason::ALL.iter().position(|x| *x == r).unwrap_or(0),
+        };
+        self.schedule_fires[s][slot].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records one committed transaction of `commands` commands.
@@ -431,6 +451,30 @@ impl Metrics {
                 &[("component", component), ("entry", entry)],
                 f.lag_seconds,
             );
+        }
+        out.family("scheduler_schedule_fires_total");
+        for (s, slots) in self.schedule_fires.iter() {
+            let fired = [("on_time", &slots[0]), ("late", &slots[1])];
+            let skipped = FireReason::ALL
+                .iter()
+                .zip(&slots[2..])
+                .filter(|(r, _)| r.skips())
+                .map(|(r, n)| (r.as_str(), n));
+            for (outcome, (reason, n)) in fired
+                .into_iter()
+                .map(|f| ("fired", f))
+                .chain(skipped.map(|k| ("skipped", k)))
+            {
+                out.sample(
+                    "scheduler_schedule_fires_total",
+                    &[
+                        ("scheduler_id", s.as_str()),
+                        ("outcome", outcome),
+                        ("reason", reason),
+                    ],
+                    n.load(Ordering::Relaxed) as f64,
+                );
+            }
         }
         out.family("scheduler_http_responses_total");
         for (class, label) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
@@ -727,6 +771,12 @@ pub const CATALOGUE: &[Family] = &[
         "Objects asked of Octopoes because the frontier lacked them: found, not_found, failed (no answer that says anything) or deferred (backing off, or the run's budget spent).",
     ),
     family(
+        "scheduler_schedule_fires_total",
+        "counter",
+        "scheduler_id,outcome,reason",
+        "Schedules' due fires decided: fired (reason on_time, or late: decided more than one cron tick after it was due) or skipped (reason: plugin_gone, plugin_disabled, object_gone, not_permitted, task_refused, still_running, duplicate_queued, within_grace_period). A fire that waits is counted once decided.",
+    ),
+    family(
         "scheduler_db_pool_connections",
         "gauge",
         "state",
@@ -978,6 +1028,46 @@ mod tests {
         assert!(page.contains(
             "scheduler_task_transitions_total{scheduler_id=\"boefje\",status=\"dispatched\"} 5\n"
         ));
+    }
+
+    #[test]
+    fn schedule_fires_are_counted_by_outcome_and_skip_reason() {
+        let m = Metrics::default();
+        m.schedule_fire(SchedulerId::Report, None, false);
+        m.schedule_fire(SchedulerId::Report, None, true);
+        m.schedule_fire(SchedulerId::Report, None, true);
+        m.schedule_fire(SchedulerId::Boefje, Some(FireReason::StillRunning), true);
+        let mut out = Exposition::default();
+        m.write(&mut out);
+        let page = out.finish();
+        let sample = |labels: &str| format!("scheduler_schedule_fires_total{{{labels}}}");
+        for (labels, n) in [
+            (
+                "scheduler_id=\"report\",outcome=\"fired\",reason=\"on_time\"",
+                1,
+            ),
+            (
+                "scheduler_id=\"report\",outcome=\"fired\",reason=\"late\"",
+                2,
+            ),
+            (
+                "scheduler_id=\"boefje\",outcome=\"skipped\",reason=\"still_running\"",
+                1,
+            ),
+            (
+                "scheduler_id=\"report\",outcome=\"skipped\",reason=\"still_running\"",
+                0,
+            ),
+        ] {
+            assert!(
+                page.contains(&format!("{} {n}\n", sample(labels))),
+                "{labels}: {page}"
+            );
+        }
+        assert!(
+            !page.contains("reason=\"octopoes_unavailable\""),
+            "a waiting fire is not a decided one"
+        );
     }
 
     #[test]

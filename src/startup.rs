@@ -176,6 +176,12 @@ fn build_cron(
                 grace: Duration::from_secs(c.grace_period_secs),
                 jitter: Duration::from_secs(c.jitter_secs),
                 scorer: scorer.clone(),
+                // With the ticks off, tests and tools tick by hand: lateness then counts from
+                // the default period.
+                period: Duration::from_secs(match c.tick_secs {
+                    0 => crate::config::DEFAULT_TICK_SECS,
+                    n => n,
+                }),
             });
         }
         let sweep = settings.queue.watchdog_interval_secs;
@@ -206,11 +212,14 @@ fn build_cron(
         {
             table.push(ColdStartResync::new(status.clone()));
         }
-        if c.task_retention_days > 0 {
+        if c.task_retention_days > 0 || c.schedule_history_days > 0 {
+            let days = |d: u64| (d > 0).then(|| Duration::from_secs(d * 86_400));
             table.push(Periodic::new(
                 Prune {
                     pool: pool.clone(),
-                    retention: Duration::from_secs(c.task_retention_days * 86_400),
+                    retention: days(c.task_retention_days),
+                    schedules: schedules.clone(),
+                    history: days(c.schedule_history_days),
                 },
                 PRUNE_EVERY,
                 pool.clone(),
@@ -255,7 +264,7 @@ fn ownership_config(settings: &Settings, port: u16) -> OwnershipConfig {
     }
 }
 
-/// How often finished tasks past their retention are looked for.
+/// How often finished tasks and schedules' fires past their retention are looked for.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 impl Application {

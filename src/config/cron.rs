@@ -15,6 +15,8 @@ pub const DEFAULT_JITTER_SECS: u64 = 0;
 pub const DEFAULT_TASK_RETENTION_DAYS: u64 = 0;
 /// Default seconds between re-scores of waiting work under a time-dependent strategy.
 pub const DEFAULT_RESCORE_SECS: u64 = 600;
+/// Default days a schedule's fire stays in the fire ledger: a month of "did it run?".
+pub const DEFAULT_SCHEDULE_HISTORY_DAYS: u64 = 30;
 
 /// The cron ticks (see [`crate::cron`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +36,9 @@ pub struct CronSettings {
     /// Seconds between re-scores of waiting work, for schedulers whose strategy depends on time
     /// (`grace-period`); 0 turns re-scoring off.
     pub rescore_secs: u64,
+    /// Days a schedule's due fire stays in the fire ledger (`GET /schedules/{id}/history`)
+    /// after it was decided; 0 keeps them.
+    pub schedule_history_days: u64,
 }
 
 impl Default for CronSettings {
@@ -44,6 +49,7 @@ impl Default for CronSettings {
             jitter_secs: DEFAULT_JITTER_SECS,
             task_retention_days: DEFAULT_TASK_RETENTION_DAYS,
             rescore_secs: DEFAULT_RESCORE_SECS,
+            schedule_history_days: DEFAULT_SCHEDULE_HISTORY_DAYS,
         }
     }
 }

@@ -121,6 +121,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "days finished tasks are kept, 0 = forever (default 0)",
     ),
     (
+        "SCHEDULER_SCHEDULE_HISTORY_DAYS",
+        "cron.schedule_history_days",
+        "days a schedule's due fires are kept in its history, 0 = forever (default 30)",
+    ),
+    (
         "SCHEDULER_COLDSTART_INTERVAL",
         "coldstart.interval_secs",
         "seconds between two complete ColdStart passes over an organisation (default 86400)",

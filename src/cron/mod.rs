@@ -8,12 +8,12 @@
 //!
 //! | entry | file | component | what it does |
 //! |---|---|---|---|
-//! | reschedule | [`reschedule`] | boefje, report | turns due schedules into tasks, oldest due first, no cap |
+//! | reschedule | [`reschedule`] | boefje, report | turns due schedules into tasks, oldest due first, no cap; records each due fire's fate |
 //! | lease watchdog | [`watchdog`] | each | re-queues or fails tasks whose lease ended |
 //! | rescore | [`rescore`] | each whose strategy depends on time | gives waiting work the priority its strategy gives now |
 //! | refill | [`refill`] | each | tops the heap up from `pending` when it has room no request filled |
 //! | coldstart | [`coldstart`] | boefje (when Octopoes is configured) | asks ColdStart for a round: at the first tick, then every minute while it is idle |
-//! | prune | [`prune`] | each | deletes finished tasks past their retention |
+//! | prune | [`prune`] | each | deletes finished tasks and schedules' fires past their retention |
 
 pub mod coldstart;
 pub mod prune;

@@ -20,6 +20,13 @@
 //! before the push fires it after the restart. So no fire is skipped and none runs twice.
 //! **No concurrent invocation.** A fire whose previous task (same hash) still waits or runs is
 //! skipped, and the deadline moves on: the schedule is not re-examined every tick until then.
+//!
+//! **Every due fire accounted for.** Each due fire's [`Fate`] (fired with its task, skipped with
+//! the reason, or waiting for what cannot answer yet) goes into the fire ledger in the same
+//! transaction as its schedule's new deadline or disable ([`Schedules::settle`]), with how late
+//! it was decided: a crash cannot record a fire whose schedule did not move on, nor move one on
+//! without its record. A fire pushed before a restart that lost the schedule's update is
+//! recorded `fired` when the next tick meets its task.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
@@ -33,15 +40,16 @@ use super::Tick;
 use super::table::{Entry, Fut, Outcome};
 use crate::clients::catalogue::Catalogue;
 use crate::domain::SchedulerId;
+use crate::domain::fire::{Fate, FireReason};
 use crate::domain::plugin::{Plugin, PluginType};
 use crate::domain::schedule::Cadence;
 use crate::frontier::lookup::{Known, ObjectLookup};
 use crate::planner::rules::boefje_data;
-use crate::queue::{Broker, PushRequest, QueueError};
+use crate::queue::{Broker, PushOutcome, PushRequest, QueueError};
 use crate::schedules::Schedules;
 use crate::scoring::{ScoreInput, Scorer};
 use crate::storage::frontier::FrontierRow;
-use crate::storage::schedules::ScheduleRow;
+use crate::storage::schedules::{Due, FireRow, ScheduleRow};
 
 /// Due schedules handled per page (one read, one push, one write).
 pub const PAGE: usize = 1_000;
@@ -66,25 +74,39 @@ pub struct Reschedule {
     pub jitter: Duration,
     /// Each scheduler's ranking strategy.
     pub scorer: std::sync::Arc<Scorer>,
+    /// The ticks' period: a fire decided more than one period after it was due was late.
+    pub period: Duration,
 }
 
 /// What becomes of one due schedule.
 enum Decision {
-    /// Push this task; then the next deadline.
+    /// Push this task (the fire's own id); then the next deadline.
     Fire {
-        id: String,
+        task: Uuid,
         request: Box<PushRequest>,
         next: Option<NaiveDateTime>,
     },
-    /// Disable it, saying why.
-    Disable { id: String, reason: String },
-    /// Leave it for the next tick (the catalogue cannot answer now).
-    Wait,
-    /// Not now (its strategy says the work ran too recently): only the next deadline.
-    Later {
-        id: String,
-        next: Option<NaiveDateTime>,
-    },
+    /// Not pushed: the fire's fate, and what its schedule does.
+    Hold { fate: Fate, then: Then },
+}
+
+/// What a schedule does once its due fire is decided.
+#[derive(Debug, Clone, PartialEq)]
+enum Then {
+    /// Moves on to this deadline (`None`: a one-off that ran).
+    Advance(Option<NaiveDateTime>),
+    /// Is disabled, saying why.
+    Disable(String),
+    /// Keeps its deadline: the fire is decided on a later tick.
+    Keep,
+}
+
+/// A fire that waits for `reason`: the schedule keeps its deadline.
+fn waiting(reason: FireReason, detail: Option<String>) -> Decision {
+    Decision::Hold {
+        fate: Fate::Waiting { reason, detail },
+        then: Then::Keep,
+    }
 }
 
 /// Counts of one run, for the report.
@@ -122,11 +144,101 @@ pub fn fire_id(schedule: &str, deadline: Option<NaiveDateTime>) -> Uuid {
 enum Verdict<'a> {
     /// Disable it, saying why: its plugin is gone or disabled, its object gone (a frontier row
     /// marked gone, or Octopoes' own "not found"), or no longer permitted.
-    Disable(String),
+    Disable(FireReason, String),
     /// Nothing can say yet whether its object exists: neither fire nor disable.
-    Wait,
+    Wait(FireReason),
     /// Fire it with this plugin, on this object (`None`: a schedule without an object).
     Fire(&'a Plugin, Option<&'a FrontierRow>),
+}
+
+impl<'a> Verdict<'a> {
+    /// The plugin and object to fire with; or, for a verdict that does not fire, what the
+    /// ledger records of the fire and what its schedule does.
+    fn split(self) -> Result<(&'a Plugin, Option<&'a FrontierRow>), (Fate, Then)> {
+        match self {
+            Verdict::Fire(p, object) => Ok((p, object)),
+            Verdict::Disable(reason, why) => Err((
+                Fate::Skipped {
+                    reason,
+                    task: None,
+                    detail: Some(why.clone()),
+                },
+                Then::Disable(why),
+            )),
+            Verdict::Wait(reason) => Err((
+                Fate::Waiting {
+                    reason,
+                    detail: None,
+                },
+                Then::Keep,
+            )),
+        }
+    }
+}
+
+/// What a fire's push made of it: its fate in the ledger and what its schedule does (moving on
+/// to `next`, disabled, or kept due).
+fn pushed(
+    task: Uuid,
+    result: Result<PushOutcome, QueueError>,
+    next: Option<NaiveDateTime>,
+) -> (Fate, Then) {
+    let skipped = |reason, existing| Fate::Skipped {
+        reason,
+        task: Some(existing),
+        detail: None,
+    };
+    match result {
+        // A task of the fire's own id is this fire, pushed now or before a restart.
+        Ok(o) if o.created || o.task.id == task => (Fate::Fired { task }, Then::Advance(next)),
+        Err(QueueError::Duplicate { existing }) if existing == task => {
+            (Fate::Fired { task }, Then::Advance(next))
+        }
+        // The work waits or runs still: the schedule moves on (no concurrent invocation).
+        Ok(o) => (
+            skipped(FireReason::DuplicateQueued, o.task.id),
+            Then::Advance(next),
+        ),
+        Err(QueueError::Duplicate { existing }) => (
+            skipped(FireReason::DuplicateQueued, existing),
+            Then::Advance(next),
+        ),
+        Err(QueueError::InFlight { existing }) => (
+            skipped(FireReason::StillRunning, existing),
+            Then::Advance(next),
+        ),
+        Err(QueueError::QueueFull(s)) => (
+            Fate::Waiting {
+                reason: FireReason::QueueFull,
+                detail: Some(QueueError::QueueFull(s).to_string()),
+            },
+            Then::Keep,
+        ),
+        // Passing: the same fire is pushed again on a later tick.
+        Err(
+            e @ (QueueError::Busy
+            | QueueError::Unavailable(_)
+            | QueueError::Moving(_)
+            | QueueError::Internal(_)),
+        ) => (
+            Fate::Waiting {
+                reason: FireReason::QueueUnavailable,
+                detail: Some(e.to_string()),
+            },
+            Then::Keep,
+        ),
+        Err(e) => {
+            let why = format!("its task is refused: {e}");
+            (
+                Fate::Skipped {
+                    reason: FireReason::TaskRefused,
+                    task: None,
+                    detail: Some(why.clone()),
+                },
+                Then::Disable(why),
+            )
+        }
+    }
 }
 
 fn verdict<'a>(
@@ -136,20 +248,34 @@ fn verdict<'a>(
     known: Option<&'a Known>,
 ) -> Verdict<'a> {
     let p = match plugin {
-        None => return Verdict::Disable(format!("plugin {boefje} is gone from the catalogue")),
-        Some(p) if !p.enabled => return Verdict::Disable(format!("plugin {boefje} is disabled")),
+        None => {
+            return Verdict::Disable(
+                FireReason::PluginGone,
+                format!("plugin {boefje} is gone from the catalogue"),
+            );
+        }
+        Some(p) if !p.enabled => {
+            return Verdict::Disable(
+                FireReason::PluginDisabled,
+                format!("plugin {boefje} is disabled"),
+            );
+        }
         Some(p) => p,
     };
     let Some(reference) = reference else {
         return Verdict::Fire(p, None);
     };
     match known {
-        Some(Known::Gone) => Verdict::Disable(format!("object {reference} is gone")),
+        Some(Known::Gone) => Verdict::Disable(
+            FireReason::ObjectGone,
+            format!("object {reference} is gone"),
+        ),
         Some(Known::Present(o)) => match p.permits(&o.object_type, o.scan_level) {
             Ok(()) => Verdict::Fire(p, Some(o)),
-            Err(why) => Verdict::Disable(why),
+            Err(why) => Verdict::Disable(FireReason::NotPermitted, why),
         },
-        Some(Known::Unavailable | Known::Unverifiable) | None => Verdict::Wait,
+        Some(Known::Unavailable) => Verdict::Wait(FireReason::OctopoesUnavailable),
+        Some(Known::Unverifiable) | None => Verdict::Wait(FireReason::ObjectUnverifiable),
     }
 }
 
@@ -202,14 +328,20 @@ impl Reschedule {
         let mut out: Vec<Option<Decision>> = rows.iter().map(|_| None).collect();
         if !self.catalogue.is_configured() {
             // No catalogue to ask: a plugin it lacks is unknown, not gone.
-            return rows.iter().map(|_| Decision::Wait).collect();
+            return rows
+                .iter()
+                .map(|_| waiting(FireReason::CatalogueUnavailable, None))
+                .collect();
         }
         for (org, idx) in by_org {
             let plugins = match self.catalogue.plugins(org).await {
                 Ok(p) => p,
-                Err(_) => {
+                Err(e) => {
                     for i in idx {
-                        out[i] = Some(Decision::Wait);
+                        out[i] = Some(waiting(
+                            FireReason::CatalogueUnavailable,
+                            Some(e.to_string()),
+                        ));
                     }
                     continue;
                 }
@@ -238,27 +370,25 @@ impl Reschedule {
             let objects: HashMap<String, Known> =
                 match self.lookup.objects(org, &refs, budget).await {
                     Ok(known) => known,
-                    Err(_) => {
+                    Err(e) => {
                         for i in idx {
-                            out[i] = Some(Decision::Wait);
+                            out[i] = Some(waiting(
+                                FireReason::FrontierUnavailable,
+                                Some(e.to_string()),
+                            ));
                         }
                         continue;
                     }
                 };
             for (&i, d) in idx.iter().zip(data) {
                 let row = &rows[i];
-                let disable = |reason: String| Decision::Disable {
-                    id: row.id.clone(),
-                    reason,
-                };
                 let boefje = boefje_id(&d);
                 let plugin = plugin_of(&plugins, &d);
                 let reference = d.get("input_ooi").and_then(Value::as_str);
                 let known = reference.and_then(|r| objects.get(r));
-                out[i] = Some(match verdict(boefje, plugin, reference, known) {
-                    Verdict::Disable(reason) => disable(reason),
-                    Verdict::Wait => Decision::Wait,
-                    Verdict::Fire(p, object) => {
+                out[i] = Some(match verdict(boefje, plugin, reference, known).split() {
+                    Err((fate, then)) => Decision::Hold { fate, then },
+                    Ok((p, object)) => {
                         let data = boefje_data(p, reference.unwrap_or_default(), org);
                         let last = row.hash.as_ref().and_then(|h| history.get(h));
                         let input = ScoreInput {
@@ -278,7 +408,7 @@ impl Reschedule {
             }
         }
         out.into_iter()
-            .map(|d| d.unwrap_or(Decision::Wait))
+            .map(|d| d.unwrap_or_else(|| waiting(FireReason::CatalogueUnavailable, None)))
             .collect()
     }
 
@@ -301,9 +431,14 @@ impl Reschedule {
         tick: &Tick,
     ) -> Decision {
         let Some((priority, why)) = self.scorer.score(tick.component, input) else {
-            return Decision::Later {
-                id: row.id.clone(),
-                next: self.next(row, plugin, tick.at),
+            // Not now: the strategy says the work ran too recently.
+            return Decision::Hold {
+                fate: Fate::Skipped {
+                    reason: FireReason::WithinGracePeriod,
+                    task: None,
+                    detail: None,
+                },
+                then: Then::Advance(self.next(row, plugin, tick.at)),
             };
         };
         let id = fire_id(&row.id, row.deadline_at);
@@ -313,7 +448,7 @@ impl Reschedule {
         };
         data.insert("id".into(), Value::String(id.hyphenated().to_string()));
         Decision::Fire {
-            id: row.id.clone(),
+            task: id,
             request: Box::new(PushRequest {
                 id: Some(id),
                 organisation: row.organisation.clone(),
@@ -342,38 +477,35 @@ impl Reschedule {
                 })
                 .collect(),
         };
+        let now = tick.at.naive_utc();
         let mut p = Prepared::default();
-        for d in decisions {
+        for (row, d) in rows.iter().zip(decisions) {
+            let due = row.due(now);
             match d {
-                Decision::Fire { id, request, next } => {
+                Decision::Fire {
+                    task,
+                    request,
+                    next,
+                } => {
                     p.requests.push(*request);
-                    p.fired.push((id, next));
+                    p.fired.push((due, task, next));
                 }
-                Decision::Disable { id, reason } => p.disable.push((id, reason)),
-                Decision::Wait => p.counts.waiting += 1,
-                Decision::Later { id, next } => {
-                    p.counts.skipped += 1;
-                    p.advance.push((id, next));
+                Decision::Hold { fate, then } => {
+                    p.held.decide(due, fate, then, false, now, self.period);
                 }
             }
         }
         p
     }
 
-    /// Pushes one prepared page's fires at once; answers what the schedules' rows need then.
-    async fn push(&self, p: Prepared, tick: &Tick) -> Result<Pushed, String> {
+    /// Pushes one prepared page's fires at once; answers what the schedules' rows and the
+    /// ledger need then.
+    async fn push(&self, p: Prepared, tick: &Tick) -> Result<Settlement, String> {
         let Prepared {
             requests,
             fired,
-            advance,
-            disable,
-            counts,
+            held: mut out,
         } = p;
-        let mut out = Pushed {
-            advance,
-            disable,
-            counts,
-        };
         if requests.is_empty() {
             return Ok(out);
         }
@@ -382,36 +514,23 @@ impl Reschedule {
             .push_many(tick.component, requests)
             .await
             .map_err(|e| e.to_string())?;
-        for ((id, next), r) in fired.into_iter().zip(results) {
-            match r {
-                Ok(o) if o.created => {
-                    out.counts.fired += 1;
-                    out.advance.push((id, next));
-                }
-                // This fire was pushed before a restart, or the work waits or runs still:
-                // either way the schedule moves on.
-                Ok(_) | Err(QueueError::Duplicate { .. } | QueueError::InFlight { .. }) => {
-                    out.counts.skipped += 1;
-                    out.advance.push((id, next));
-                }
-                Err(
-                    QueueError::QueueFull(_)
-                    | QueueError::Busy
-                    | QueueError::Unavailable(_)
-                    | QueueError::Internal(_),
-                ) => out.counts.waiting += 1,
-                Err(e) => out.disable.push((id, format!("its task is refused: {e}"))),
-            }
+        let now = tick.at.naive_utc();
+        for ((due, task, next), r) in fired.into_iter().zip(results) {
+            let created = matches!(&r, Ok(o) if o.created);
+            let (fate, then) = pushed(task, r, next);
+            out.decide(due, fate, then, created, now, self.period);
         }
         Ok(out)
     }
 
     /// After a page's push committed (its tasks with their explanations): its schedules' new
-    /// deadlines and disables.
-    async fn settle(&self, p: Pushed, tick: &Tick) -> Result<Counts, String> {
-        let Pushed {
+    /// deadlines and disables, and its fires in the ledger, in one transaction.
+    async fn settle(&self, p: Settlement, tick: &Tick) -> Result<Counts, String> {
+        let Settlement {
             advance,
             disable,
+            fires,
+            decided,
             mut counts,
         } = p;
         counts.disabled += disable.len();
@@ -419,10 +538,15 @@ impl Reschedule {
             tracing::info!(schedule.id = %id, reason = %reason, "schedule disabled");
         }
         self.schedules
-            .settle(advance, disable, tick.at.naive_utc())
+            .settle(advance, disable, fires, tick.at.naive_utc())
             .await
-            .map(|()| counts)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        // Counted once committed: a page whose settle failed is decided again on a later tick.
+        let metrics = self.broker.metrics();
+        for (skipped, late) in decided {
+            metrics.schedule_fire(tick.component, skipped, late);
+        }
+        Ok(counts)
     }
 
     /// The next page of due schedules after `after`, prepared; `None` when there is none.
@@ -455,23 +579,60 @@ impl Reschedule {
 struct Prepared {
     /// The fires' tasks, in order.
     requests: Vec<PushRequest>,
-    /// Per fire: its schedule and next deadline.
-    fired: Vec<(String, Option<NaiveDateTime>)>,
-    /// Schedules whose deadline moves without a task.
-    advance: Vec<(String, Option<NaiveDateTime>)>,
-    /// Schedules to disable, with the reason.
-    disable: Vec<(String, String)>,
-    /// What was decided without a write (waiting, later).
-    counts: Counts,
+    /// Per fire, in the same order: which fire it is, its task id and its schedule's next
+    /// deadline.
+    fired: Vec<(Due, Uuid, Option<NaiveDateTime>)>,
+    /// The fires decided without a push (skipped, disabled, waiting).
+    held: Settlement,
 }
 
-/// A page pushed: what its schedules' rows need.
-struct Pushed {
+/// What a page's schedules' rows and the ledger need once its fires are decided.
+#[derive(Default)]
+struct Settlement {
     /// Schedules whose deadline moves.
     advance: Vec<(String, Option<NaiveDateTime>)>,
     /// Schedules to disable, with the reason.
     disable: Vec<(String, String)>,
+    /// The page's due fires, as the ledger records them.
+    fires: Vec<FireRow>,
+    /// The decided ones (not waiting), for the metrics: the skip's reason (`None`: fired), and
+    /// whether it was late.
+    decided: Vec<(Option<FireReason>, bool)>,
     counts: Counts,
+}
+
+impl Settlement {
+    /// Takes one fire's decision, made at `now`; `created` says its push made its task now
+    /// (counted as fired; otherwise a schedule moving on counts as skipped).
+    fn decide(
+        &mut self,
+        due: Due,
+        fate: Fate,
+        then: Then,
+        created: bool,
+        now: NaiveDateTime,
+        period: Duration,
+    ) {
+        let row = FireRow::decided(due, now, period, &fate);
+        match &fate {
+            Fate::Fired { .. } => self.decided.push((None, row.late)),
+            Fate::Skipped { reason, .. } => self.decided.push((Some(*reason), row.late)),
+            Fate::Waiting { .. } => {}
+        }
+        let id = row.schedule_id.clone();
+        self.fires.push(row);
+        match then {
+            Then::Advance(next) => {
+                match created {
+                    true => self.counts.fired += 1,
+                    false => self.counts.skipped += 1,
+                }
+                self.advance.push((id, next));
+            }
+            Then::Disable(why) => self.disable.push((id, why)),
+            Then::Keep => self.counts.waiting += 1,
+        }
+    }
 }
 
 /// A page read and prepared.
@@ -536,6 +697,7 @@ impl Entry for Reschedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::fire::FireOutcome;
 
     fn dns(enabled: bool) -> Plugin {
         Plugin {
@@ -578,24 +740,21 @@ mod tests {
         let present = Known::Present(object(2));
         let too_low = Known::Present(object(1));
         let disabled = |v: Verdict<'_>| match v {
-            Verdict::Disable(why) => why,
+            Verdict::Disable(reason, why) => (reason, why),
             other => panic!("{other:?}"),
         };
-        assert!(
-            disabled(verdict("dns-records", None, REF, Some(&present)))
-                .contains("gone from the catalogue")
-        );
-        assert!(
-            disabled(verdict("dns-records", Some(&off), REF, Some(&present)))
-                .contains("is disabled")
-        );
-        assert!(
-            disabled(verdict("dns-records", Some(&on), REF, Some(&Known::Gone)))
-                .contains("is gone")
-        );
-        assert!(
-            disabled(verdict("dns-records", Some(&on), REF, Some(&too_low))).contains("scan level")
-        );
+        let (reason, why) = disabled(verdict("dns-records", None, REF, Some(&present)));
+        assert_eq!(reason, FireReason::PluginGone);
+        assert!(why.contains("gone from the catalogue"), "{why}");
+        let (reason, why) = disabled(verdict("dns-records", Some(&off), REF, Some(&present)));
+        assert_eq!(reason, FireReason::PluginDisabled);
+        assert!(why.contains("is disabled"), "{why}");
+        let (reason, why) = disabled(verdict("dns-records", Some(&on), REF, Some(&Known::Gone)));
+        assert_eq!(reason, FireReason::ObjectGone);
+        assert!(why.contains("is gone"), "{why}");
+        let (reason, why) = disabled(verdict("dns-records", Some(&on), REF, Some(&too_low)));
+        assert_eq!(reason, FireReason::NotPermitted);
+        assert!(why.contains("scan level"), "{why}");
         match verdict("dns-records", Some(&on), REF, Some(&present)) {
             Verdict::Fire(p, Some(o)) => {
                 assert_eq!((p.id.as_str(), o.scan_level), ("dns-records", Some(2)))
@@ -607,11 +766,244 @@ mod tests {
             Verdict::Fire(_, None)
         ));
         // Unknown is not gone: the frontier lacks it and Octopoes cannot (or was not) asked.
-        for unknown in [Some(&Known::Unavailable), Some(&Known::Unverifiable), None] {
+        assert_eq!(
+            verdict("dns-records", Some(&on), REF, Some(&Known::Unavailable)),
+            Verdict::Wait(FireReason::OctopoesUnavailable)
+        );
+        for unknown in [Some(&Known::Unverifiable), None] {
             assert_eq!(
                 verdict("dns-records", Some(&on), REF, unknown),
-                Verdict::Wait
+                Verdict::Wait(FireReason::ObjectUnverifiable)
             );
         }
+    }
+
+    #[test]
+    fn a_verdict_that_does_not_fire_is_recorded_with_its_reason_and_moves_its_schedule() {
+        let on = dns(true);
+        let present = Known::Present(object(2));
+        let (fate, then) = verdict("dns-records", None, REF, Some(&present))
+            .split()
+            .unwrap_err();
+        let why = "plugin dns-records is gone from the catalogue".to_owned();
+        assert_eq!(
+            fate,
+            Fate::Skipped {
+                reason: FireReason::PluginGone,
+                task: None,
+                detail: Some(why.clone())
+            }
+        );
+        assert_eq!(then, Then::Disable(why), "a skip that disables says why");
+        let (fate, then) = verdict("dns-records", Some(&on), REF, Some(&Known::Unavailable))
+            .split()
+            .unwrap_err();
+        assert_eq!(
+            (fate.outcome(), fate.reason(), then),
+            (
+                FireOutcome::Waiting,
+                Some(FireReason::OctopoesUnavailable),
+                Then::Keep
+            ),
+            "a wait keeps the deadline"
+        );
+        let (p, o) = verdict("dns-records", Some(&on), REF, Some(&present))
+            .split()
+            .unwrap();
+        assert_eq!(
+            (p.id.as_str(), o.map(|o| o.scan_level)),
+            ("dns-records", Some(Some(2)))
+        );
+    }
+
+    fn task(id: Uuid) -> crate::domain::Task {
+        let t = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        crate::domain::Task {
+            id,
+            scheduler_id: SchedulerId::Boefje,
+            schedule_id: None,
+            organisation: "org1".into(),
+            priority: 5,
+            status: crate::domain::TaskStatus::Queued,
+            task_type: "boefje".into(),
+            hash: None,
+            data: serde_json::value::RawValue::from_string("{}".into()).unwrap(),
+            created_at: t,
+            modified_at: t,
+            attempts: 0,
+            lease_expires_at: None,
+            failure_reason: None,
+        }
+    }
+
+    #[test]
+    fn a_push_result_maps_to_the_fate_the_ledger_records() {
+        let (fire, other) = (Uuid::new_v4(), Uuid::new_v4());
+        let next = chrono::DateTime::from_timestamp(1_700_003_600, 0).map(|t| t.naive_utc());
+        let ok = |id, created| {
+            Ok(PushOutcome {
+                task: task(id),
+                created,
+            })
+        };
+        let skipped = |reason, existing| Fate::Skipped {
+            reason,
+            task: Some(existing),
+            detail: None,
+        };
+        assert_eq!(
+            pushed(fire, ok(fire, true), next),
+            (Fate::Fired { task: fire }, Then::Advance(next))
+        );
+        // The same fire met again after a restart lost the schedule's update: it did fire.
+        assert_eq!(
+            pushed(fire, Err(QueueError::Duplicate { existing: fire }), next),
+            (Fate::Fired { task: fire }, Then::Advance(next))
+        );
+        assert_eq!(
+            pushed(fire, Err(QueueError::Duplicate { existing: other }), next),
+            (
+                skipped(FireReason::DuplicateQueued, other),
+                Then::Advance(next)
+            )
+        );
+        assert_eq!(
+            pushed(fire, ok(other, false), next),
+            (
+                skipped(FireReason::DuplicateQueued, other),
+                Then::Advance(next)
+            )
+        );
+        assert_eq!(
+            pushed(fire, Err(QueueError::InFlight { existing: other }), next),
+            (
+                skipped(FireReason::StillRunning, other),
+                Then::Advance(next)
+            )
+        );
+        for (e, reason) in [
+            (
+                QueueError::QueueFull(SchedulerId::Boefje),
+                FireReason::QueueFull,
+            ),
+            (QueueError::Busy, FireReason::QueueUnavailable),
+            (
+                QueueError::Unavailable("down".into()),
+                FireReason::QueueUnavailable,
+            ),
+            (
+                QueueError::Moving(SchedulerId::Boefje),
+                FireReason::QueueUnavailable,
+            ),
+        ] {
+            let (fate, then) = pushed(fire, Err(e), next);
+            assert_eq!(
+                (fate.outcome(), fate.reason(), then),
+                (FireOutcome::Waiting, Some(reason), Then::Keep)
+            );
+        }
+        let (fate, then) = pushed(fire, Err(QueueError::Malformed("no boefje".into())), next);
+        assert_eq!(fate.reason(), Some(FireReason::TaskRefused));
+        assert!(matches!(then, Then::Disable(why) if why.contains("no boefje")));
+    }
+
+    #[test]
+    fn a_settlement_records_every_fire_and_counts_as_the_log_line_does() {
+        let at = |secs: i64| {
+            chrono::DateTime::from_timestamp(1_700_000_000 + secs, 0)
+                .unwrap()
+                .naive_utc()
+        };
+        let due = |id: &str, secs| Due {
+            schedule_id: id.into(),
+            scheduler_id: "boefje".into(),
+            organisation: "org1".into(),
+            due_at: at(secs),
+        };
+        let fire = Uuid::new_v4();
+        let period = Duration::from_secs(1);
+        let mut s = Settlement::default();
+        let now = at(3600);
+        s.decide(
+            due("a", 3600),
+            Fate::Fired { task: fire },
+            Then::Advance(None),
+            true,
+            now,
+            period,
+        );
+        // Pushed before a restart: fired in the ledger, not a new task in the log line.
+        s.decide(
+            due("b", 0),
+            Fate::Fired { task: fire },
+            Then::Advance(None),
+            false,
+            now,
+            period,
+        );
+        s.decide(
+            due("c", 3599),
+            Fate::Waiting {
+                reason: FireReason::OctopoesUnavailable,
+                detail: None,
+            },
+            Then::Keep,
+            false,
+            now,
+            period,
+        );
+        s.decide(
+            due("d", 3000),
+            Fate::Skipped {
+                reason: FireReason::ObjectGone,
+                task: None,
+                detail: Some("object x is gone".into()),
+            },
+            Then::Disable("object x is gone".into()),
+            false,
+            now,
+            period,
+        );
+        let c = &s.counts;
+        assert_eq!((c.fired, c.skipped, c.waiting), (1, 1, 1));
+        assert_eq!(
+            s.disable,
+            vec![("d".to_owned(), "object x is gone".to_owned())]
+        );
+        assert_eq!(
+            s.advance,
+            vec![("a".to_owned(), None), ("b".to_owned(), None)]
+        );
+        let rows: Vec<(&str, &str, Option<&str>, i64, bool)> = s
+            .fires
+            .iter()
+            .map(|r| {
+                (
+                    r.schedule_id.as_str(),
+                    r.outcome.as_str(),
+                    r.reason.as_deref(),
+                    r.late_seconds,
+                    r.late,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("a", "fired", None, 0, false),
+                ("b", "fired", None, 3600, true),
+                ("c", "waiting", Some("octopoes_unavailable"), 1, false),
+                ("d", "skipped", Some("object_gone"), 600, true),
+            ]
+        );
+        assert_eq!(
+            s.decided,
+            vec![
+                (None, false),
+                (None, true),
+                (Some(FireReason::ObjectGone), true)
+            ],
+            "a waiting fire is counted once decided"
+        );
     }
 }

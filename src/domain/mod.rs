@@ -1,7 +1,8 @@
 //! Pure types of the broker: tasks, their statuses and the transitions allowed between them,
 //! scheduler ids, the task hash, task payload rules, the key fields tasks are found by and the
-//! filter language (parsed, planned and evaluated in memory), and cron expressions as Python's
-//! croniter reads and evaluates them.
+//! filter language (parsed, planned and evaluated in memory), cron expressions as Python's
+//! croniter reads and evaluates them, and the fire ledger's terms (what became of a schedule's due
+//! fire).
 //!
 //! Nothing in here does IO or reads the clock; the other layers build on these types.
 
@@ -9,6 +10,7 @@ pub mod auth;
 pub mod cron;
 pub mod event;
 pub mod filter;
+pub mod fire;
 pub mod hash;
 pub mod keys;
 pub mod limits;

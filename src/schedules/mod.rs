@@ -4,7 +4,9 @@
 //! it. The `schedules` table's one writer while the service runs: for the API, for the schedules
 //! of planned and pushed work (the linker) and for rescheduling, which reads the due schedules
 //! and settles a page of fires (next deadlines, disables) here; `import-mula` copies mula's rows
-//! in with the service stopped.
+//! in with the service stopped. Also the one writer of `schedule_fires`, the fire ledger: each
+//! due fire's fate is recorded in the transaction that settles its schedule, shown by
+//! [`Schedules::history`] and pruned past its retention by [`Schedules::prune_history`].
 
 mod linker;
 
@@ -14,10 +16,11 @@ use uuid::Uuid;
 
 use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
+use crate::domain::fire::Fire;
 use crate::domain::limits::Limits;
 use crate::domain::payload::hash_for;
 use crate::domain::schedule::{CronExpr, Schedule};
-use crate::storage::schedules::{self, ScheduleQuery, ScheduleRow};
+use crate::storage::schedules::{self, FireRow, ScheduleQuery, ScheduleRow};
 use crate::storage::{self, DbPool, StorageError};
 
 /// Errors of the schedules layer; `api::error` maps each to one HTTP status.
@@ -423,11 +426,13 @@ impl Schedules {
     }
 
     /// After a page of fires committed: the schedules' new deadlines (`None`: a one-off that
-    /// ran) and the ones to disable with the reason, in one transaction.
+    /// ran), the ones to disable with the reason, and the page's due fires in the ledger, in one
+    /// transaction: a fire is recorded exactly when its schedule's row says it was handled.
     pub async fn settle(
         &self,
         advance: Vec<(String, Option<NaiveDateTime>)>,
         disable: Vec<(String, String)>,
+        fires: Vec<FireRow>,
         now: NaiveDateTime,
     ) -> Result<(), ScheduleError> {
         self.db(move |c| {
@@ -436,13 +441,56 @@ impl Schedules {
                 for (id, reason) in &disable {
                     schedules::disable(c, id, reason, now)?;
                 }
+                schedules::record_fires(c, &fires)?;
                 Ok(())
             })
         })
         .await
     }
 
-    /// Deletes a schedule (a missing one is not an error, as in mula).
+    /// A page of a schedule's due fires, newest due first, with how many it has in all (the
+    /// caller has checked that the schedule exists).
+    pub async fn history(
+        &self,
+        id: Uuid,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(i64, Vec<Fire>), ScheduleError> {
+        self.db(move |c| {
+            let (count, rows) = schedules::fires(c, &id.hyphenated().to_string(), offset, limit)?;
+            let page = rows
+                .into_iter()
+                .map(|r| r.into_fire().map_err(ScheduleError::from))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((count, page))
+        })
+        .await
+    }
+
+    /// Deletes `scheduler`'s fires decided before `before`, `batch` rows a statement, at most
+    /// `batches` statements (the next run takes the rest); answers how many.
+    pub async fn prune_history(
+        &self,
+        scheduler: SchedulerId,
+        before: NaiveDateTime,
+        batch: usize,
+        batches: usize,
+    ) -> Result<usize, ScheduleError> {
+        self.db(move |c| {
+            let mut deleted = 0;
+            for _ in 0..batches {
+                let n = schedules::prune_fires(c, scheduler, before, batch)?;
+                deleted += n;
+                if n < batch {
+                    break;
+                }
+            }
+            Ok(deleted)
+        })
+        .await
+    }
+
+    /// Deletes a schedule and its fires (a missing one is not an error, as in mula).
     pub async fn delete(&self, id: Uuid) -> Result<(), ScheduleError> {
         self.db(move |c| {
             c_transaction(c, |c| {

@@ -1,9 +1,10 @@
-//! Statements on the `schedules` table.
+//! Statements on the `schedules` table, and on `schedule_fires`, the ledger of its due fires
+//! (one owner for both: a schedule's fires are written as it moves on, and go with it).
 
 use chrono::NaiveDateTime;
 use diesel::QueryResult;
 use diesel::QueryableByName;
-use diesel::sql_types::{Bool, Nullable, Text, Timestamp};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -13,6 +14,7 @@ use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend, StorageError};
 use crate::domain::SchedulerId;
 use crate::domain::filter::FilterNode;
+use crate::domain::fire::{Fate, Fire, FireOutcome, Lateness};
 use crate::domain::schedule::Schedule;
 
 /// The column list that decodes into [`ScheduleRow`].
@@ -232,10 +234,13 @@ pub fn by_hash(conn: &mut AnyConnection, hash: &str) -> QueryResult<Option<Sched
     Ok(q.load::<ScheduleRow>(conn)?.into_iter().next())
 }
 
-/// Deletes a schedule; its tasks keep their rows, their `schedule_id` cleared (mula's
-/// `ON DELETE SET NULL`, written out so SQLite needs no foreign-key enforcement). Answers
-/// whether it existed.
+/// Deletes a schedule and its fires; its tasks keep their rows, their `schedule_id` cleared
+/// (mula's `ON DELETE SET NULL`, written out so SQLite needs no foreign-key enforcement).
+/// Answers whether it existed.
 pub fn delete(conn: &mut AnyConnection, id: &str) -> QueryResult<bool> {
+    let mut fires = sql(conn, "DELETE FROM schedule_fires WHERE schedule_id = ");
+    fires.bind(id);
+    fires.execute(conn)?;
     for table in ["tasks", "task_queue"] {
         let mut clear = sql(
             conn,
@@ -428,4 +433,259 @@ pub fn ensure(
         }
     }
     Ok(out)
+}
+
+/// The column list that decodes into [`FireRow`].
+const FIRE_COLUMNS: &str = "schedule_id, due_at, scheduler_id, organisation, decided_at, outcome, \
+     reason, detail, task_id, late_seconds, late";
+
+/// A `schedule_fires` row: one due fire of a schedule and what became of it.
+#[derive(Debug, Clone, PartialEq, QueryableByName)]
+pub struct FireRow {
+    /// The schedule's id.
+    #[diesel(sql_type = Text)]
+    pub schedule_id: String,
+    /// The deadline that came due (UTC).
+    #[diesel(sql_type = Timestamp)]
+    pub due_at: NaiveDateTime,
+    /// The schedule's scheduler.
+    #[diesel(sql_type = Text)]
+    pub scheduler_id: String,
+    /// The schedule's organisation.
+    #[diesel(sql_type = Text)]
+    pub organisation: String,
+    /// When it was decided (UTC); for `waiting`, when it first waited.
+    #[diesel(sql_type = Timestamp)]
+    pub decided_at: NaiveDateTime,
+    /// `fired`, `skipped` or `waiting`.
+    #[diesel(sql_type = Text)]
+    pub outcome: String,
+    /// A [`crate::domain::fire::FireReason`]'s word.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub reason: Option<String>,
+    /// The decision in words.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub detail: Option<String>,
+    /// The fire's task, or the one in its way.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub task_id: Option<String>,
+    /// Whole seconds from `due_at` to `decided_at`.
+    #[diesel(sql_type = BigInt)]
+    pub late_seconds: i64,
+    /// Decided more than one cron tick after it was due.
+    #[diesel(sql_type = Bool)]
+    pub late: bool,
+}
+
+/// Which fire a ledger row is about: a schedule and the deadline that came due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// The schedule's id.
+    pub schedule_id: String,
+    /// The schedule's scheduler.
+    pub scheduler_id: String,
+    /// The schedule's organisation.
+    pub organisation: String,
+    /// The deadline that came due (UTC).
+    pub due_at: NaiveDateTime,
+}
+
+impl ScheduleRow {
+    /// The fire this due schedule stands for (`now` if it has no deadline, which a due one
+    /// always has).
+    pub fn due(&self, now: NaiveDateTime) -> Due {
+        Due {
+            schedule_id: self.id.clone(),
+            scheduler_id: self.scheduler_id.clone(),
+            organisation: self.organisation.clone(),
+            due_at: self.deadline_at.unwrap_or(now),
+        }
+    }
+}
+
+impl FireRow {
+    /// The row of the fire `due`, decided at `decided_at` as `fate`, ticks coming every
+    /// `period`.
+    pub fn decided(
+        due: Due,
+        decided_at: NaiveDateTime,
+        period: std::time::Duration,
+        fate: &Fate,
+    ) -> FireRow {
+        let lateness = Lateness::of(due.due_at.and_utc(), decided_at.and_utc(), period);
+        FireRow {
+            schedule_id: due.schedule_id,
+            due_at: due.due_at,
+            scheduler_id: due.scheduler_id,
+            organisation: due.organisation,
+            decided_at,
+            outcome: fate.outcome().as_str().to_owned(),
+            reason: fate.reason().map(|r| r.as_str().to_owned()),
+            detail: fate.detail().map(str::to_owned),
+            task_id: fate.task().map(|t| t.hyphenated().to_string()),
+            late_seconds: lateness.seconds,
+            late: lateness.late,
+        }
+    }
+
+    /// The row as the API shows it.
+    pub fn into_fire(self) -> Result<Fire, StorageError> {
+        let corrupt = |what: &str| {
+            StorageError::Corrupt(format!(
+                "fire of schedule {} due {}: {what}",
+                self.schedule_id, self.due_at
+            ))
+        };
+        Ok(Fire {
+            schedule_id: Uuid::parse_str(&self.schedule_id)
+                .map_err(|_| corrupt("schedule id is not a UUID"))?,
+            scheduler_id: self
+                .scheduler_id
+                .parse()
+                .map_err(|()| corrupt("unknown scheduler"))?,
+            organisation: self.organisation.clone(),
+            due_at: self.due_at.and_utc(),
+            decided_at: self.decided_at.and_utc(),
+            outcome: self
+                .outcome
+                .parse()
+                .map_err(|()| corrupt("unknown outcome"))?,
+            reason: self
+                .reason
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|()| corrupt("unknown reason"))?,
+            task_id: self
+                .task_id
+                .as_deref()
+                .map(Uuid::parse_str)
+                .transpose()
+                .map_err(|_| corrupt("task id is not a UUID"))?,
+            detail: self.detail,
+            late_seconds: self.late_seconds,
+            late: self.late,
+        })
+    }
+}
+
+/// Rows per multi-row fire INSERT (11 binds each).
+const FIRE_CHUNK: usize = 500;
+
+/// Records fires in the caller's transaction. A decided fire (fired, skipped) replaces what its
+/// row said before (it waited, or, for a deadline set back to a fire's time, an earlier
+/// decision); a fire decided as fired after it waited keeps why it waited. A waiting fire is
+/// written once, when it first waits: ticks that find it still waiting write nothing.
+pub fn record_fires(conn: &mut AnyConnection, rows: &[FireRow]) -> QueryResult<()> {
+    let waiting = FireOutcome::Waiting.as_str();
+    let (waits, decided): (Vec<&FireRow>, Vec<&FireRow>) =
+        rows.iter().partition(|r| r.outcome == waiting);
+    for (rows, conflict) in [
+        (
+            decided,
+            format!(
+                " ON CONFLICT (schedule_id, due_at) DO UPDATE SET decided_at = excluded.decided_at, \
+                 outcome = excluded.outcome, \
+                 reason = CASE WHEN schedule_fires.outcome = '{waiting}' AND excluded.reason IS NULL \
+                 THEN schedule_fires.reason ELSE excluded.reason END, \
+                 detail = CASE WHEN schedule_fires.outcome = '{waiting}' AND excluded.reason IS NULL \
+                 THEN schedule_fires.detail ELSE excluded.detail END, \
+                 task_id = excluded.task_id, late_seconds = excluded.late_seconds, late = excluded.late"
+            ),
+        ),
+        // DO NOTHING, not an update that changes nothing: PostgreSQL locks (and so writes) every
+        // row an ON CONFLICT DO UPDATE meets, and a fire may wait for many ticks.
+        (
+            waits,
+            " ON CONFLICT (schedule_id, due_at) DO NOTHING".to_owned(),
+        ),
+    ] {
+        for chunk in rows.chunks(FIRE_CHUNK) {
+            let mut q = sql(
+                conn,
+                &format!("INSERT INTO schedule_fires ({FIRE_COLUMNS}) VALUES "),
+            );
+            for (i, r) in chunk.iter().enumerate() {
+                q.push(if i == 0 { "(" } else { ", (" })
+                    .bind(r.schedule_id.as_str())
+                    .push(", ")
+                    .bind(r.due_at)
+                    .push(", ")
+                    .bind(r.scheduler_id.as_str())
+                    .push(", ")
+                    .bind(r.organisation.as_str())
+                    .push(", ")
+                    .bind(r.decided_at)
+                    .push(", ")
+                    .bind(r.outcome.as_str())
+                    .push(", ")
+                    .bind(Bind::OptText(r.reason.clone()))
+                    .push(", ")
+                    .bind(Bind::OptText(r.detail.clone()))
+                    .push(", ")
+                    .bind(Bind::OptText(r.task_id.clone()))
+                    .push(", ")
+                    .bind(Bind::BigInt(r.late_seconds))
+                    .push(", ")
+                    .bind(Bind::Bool(r.late))
+                    .push(")");
+            }
+            q.push(&conflict);
+            q.execute(conn)?;
+        }
+    }
+    Ok(())
+}
+
+/// A page of a schedule's fires, newest due first, and how many it has in all.
+pub fn fires(
+    conn: &mut AnyConnection,
+    schedule_id: &str,
+    offset: i64,
+    limit: i64,
+) -> QueryResult<(i64, Vec<FireRow>)> {
+    let mut count = sql(
+        conn,
+        "SELECT COUNT(*) AS count FROM schedule_fires WHERE schedule_id = ",
+    );
+    count.bind(schedule_id);
+    let total = count
+        .load::<CountRow>(conn)?
+        .first()
+        .map(|r| r.count)
+        .unwrap_or(0);
+    if limit == 0 || offset >= total {
+        return Ok((total, Vec::new()));
+    }
+    let mut page = sql(
+        conn,
+        &format!("SELECT {FIRE_COLUMNS} FROM schedule_fires WHERE schedule_id = "),
+    );
+    page.bind(schedule_id)
+        .push(" ORDER BY due_at DESC LIMIT ")
+        .bind(limit)
+        .push(" OFFSET ")
+        .bind(offset);
+    Ok((total, page.load(conn)?))
+}
+
+/// Deletes up to `limit` of `scheduler`'s fires decided before `before`; answers how many.
+pub fn prune_fires(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    before: NaiveDateTime,
+    limit: usize,
+) -> QueryResult<usize> {
+    let mut q = sql(
+        conn,
+        "DELETE FROM schedule_fires WHERE (schedule_id, due_at) IN (SELECT schedule_id, due_at \
+         FROM schedule_fires WHERE scheduler_id = ",
+    );
+    q.bind(scheduler.as_str())
+        .push(" AND decided_at < ")
+        .bind(before)
+        .push(" LIMIT ")
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .push(")");
+    q.execute(conn)
 }

@@ -1,0 +1,2 @@
+DROP INDEX ix_schedule_fires_decided;
+DROP TABLE schedule_fires;
