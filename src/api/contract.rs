@@ -561,13 +561,13 @@ fn parameter(path: &str, name: &str, limits: &Limits) -> Option<Value> {
         }
         // The pattern says it for validators that take `format` as a note only: `search` or
         // `stats` is no id, so `GET /schedules/search` is the concrete path's (405), never an id.
-        (_, "task_id") | ("/schedules/{id}", "id") => {
+        (_, "task_id") | ("/schedules/{id}" | "/schedules/{id}/history", "id") => {
             json!({"type": "string", "format": "uuid", "pattern": UUID})
         }
-        ("/schedules" | "/schedules/search", "limit") => {
+        ("/schedules" | "/schedules/search" | "/schedules/{id}/history", "limit") => {
             json!({"type": "integer", "minimum": 0, "maximum": 1000})
         }
-        ("/schedules" | "/schedules/search", "offset") => {
+        ("/schedules" | "/schedules/search" | "/schedules/{id}/history", "offset") => {
             json!({"type": "integer", "minimum": 0, "maximum": limits.max_offset})
         }
         ("/schedules", "enabled") => json!({"type": "boolean"}),

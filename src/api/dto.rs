@@ -302,7 +302,7 @@ pub struct ScheduleListQuery {
     pub max_created_at: Option<String>,
 }
 
-/// Query of `POST /schedules/search`.
+/// Query of `POST /schedules/search` and `GET /schedules/{id}/history`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
@@ -323,6 +323,19 @@ pub struct PaginatedSchedules {
     pub previous: Option<String>,
     /// This page.
     pub results: Vec<crate::domain::schedule::Schedule>,
+}
+
+/// A page of a schedule's due fires, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PaginatedFires {
+    /// The schedule's fires in all pages.
+    pub count: i64,
+    /// The next page's URL.
+    pub next: Option<String>,
+    /// The previous page's URL.
+    pub previous: Option<String>,
+    /// This page.
+    pub results: Vec<crate::domain::fire::Fire>,
 }
 
 /// Body of `PATCH /schedules/{schedule_id}`: any of these; other keys are ignored.

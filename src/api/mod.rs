@@ -67,6 +67,7 @@ pub fn routes(cfg: &mut ServiceConfig) {
         .service(schedules::create_schedule)
         .service(schedules::search_schedules)
         .service(schedules::get_schedule)
+        .service(schedules::schedule_history)
         .service(schedules::patch_schedule)
         .service(schedules::delete_schedule);
 }
@@ -112,7 +113,7 @@ struct OpenApiDocument(String);
 
 /// The paths the API serves, with the methods each takes: a request for one of them with another
 /// method is a 405 naming the allowed ones, anything else a 404.
-const PATHS: [(&[&str], &str); 16] = [
+const PATHS: [(&[&str], &str); 17] = [
     (&[""], "GET"),
     (&["livez"], "GET"),
     (&["health"], "GET"),
@@ -129,6 +130,7 @@ const PATHS: [(&[&str], &str); 16] = [
     (&["schedules"], "GET, POST"),
     (&["schedules", "search"], "POST"),
     (&["schedules", "*"], "GET, PATCH, DELETE"),
+    (&["schedules", "*", "history"], "GET"),
 ];
 
 /// The answer to a path no handler serves with this method: 405 naming the methods the path

@@ -1,13 +1,14 @@
 //! `/schedules`: mula's schedules API (list, create, read, change, delete, search), as Rocky
-//! calls it for report schedules and its plugin pages.
+//! calls it for report schedules and its plugin pages; and each schedule's history, the fire
+//! ledger's page of it (`/schedules/{id}/history`, not mula's).
 
 use actix_web::{HttpRequest, HttpResponse, delete, get, patch, post, web};
 use serde_json::{Map, Value};
 
 use super::auth::authorize;
 use super::dto::{
-    FilterRequest, PageQuery, PaginatedSchedules, ScheduleCreate, ScheduleListQuery,
-    SchedulePatchBody,
+    FilterRequest, PageQuery, PaginatedFires, PaginatedSchedules, ScheduleCreate,
+    ScheduleListQuery, SchedulePatchBody,
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, non_empty};
@@ -228,12 +229,15 @@ fn schedule_id(raw: &str) -> Result<uuid::Uuid, ApiError> {
     if raw == "search" {
         return Err(ApiError::MethodNotAllowed("POST"));
     }
-    uuid::Uuid::parse_str(raw).map_err(|_| {
-        ApiError::Routing(
-            actix_web::http::StatusCode::NOT_FOUND,
-            "Resource not found: schedule not found; the id is not a UUID",
-        )
-    })
+    uuid::Uuid::parse_str(raw).map_err(|_| not_a_uuid())
+}
+
+/// A path's schedule id that is not a UUID: it names no schedule (404).
+fn not_a_uuid() -> ApiError {
+    ApiError::Routing(
+        actix_web::http::StatusCode::NOT_FOUND,
+        "Resource not found: schedule not found; the id is not a UUID",
+    )
 }
 
 fn schedule_patch(body: &[u8]) -> Result<SchedulePatch, ApiError> {
@@ -350,4 +354,39 @@ pub async fn delete_schedule(
     }
     schedules.delete(id).await?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// A schedule's due fires, newest due first: each fired (with its task), skipped (with the
+/// reason, and the task in its way) or waiting (with what it waits for), when it was decided and
+/// how late. Kept `SCHEDULER_SCHEDULE_HISTORY_DAYS`.
+#[utoipa::path(
+    tag = "schedules",
+    params(("id" = uuid::Uuid, Path, description = "The schedule id"), PageQuery),
+    responses(
+        (status = 200, description = "A page of the schedule's fires", body = PaginatedFires),
+        (status = 404, description = "No such schedule (or not a UUID)", body = ErrorBody)
+    )
+)]
+#[get("/schedules/{id}/history")]
+pub async fn schedule_history(
+    schedules: web::Data<Schedules>,
+    limits: web::Data<Limits>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    // `search` is no id here either: the search has no history.
+    let id = uuid::Uuid::parse_str(&path).map_err(|_| not_a_uuid())?;
+    let q = query.into_inner();
+    let (offset, limit) = page(q.offset, q.limit, &limits)?;
+    let schedule = schedules.get(id).await?;
+    authorize(&req, Action::Schedules, Some(schedule.scheduler_id))?;
+    let (count, results) = schedules.history(id, offset, limit).await?;
+    let (next, previous) = links(&req, offset, limit, count);
+    Ok(HttpResponse::Ok().json(PaginatedFires {
+        count,
+        next,
+        previous,
+        results,
+    }))
 }

@@ -21,6 +21,7 @@ mod cron;
 mod docs;
 mod filtered_pops;
 mod filters;
+mod fire_ledger;
 mod hostile_inputs;
 mod import_mula;
 mod isolation;

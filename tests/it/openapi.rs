@@ -34,7 +34,7 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
             );
         }
     }
-    assert_eq!(operations, 22);
+    assert_eq!(operations, 23);
     for path in [
         "/schedulers/boefje/push",
         "/schedulers/normalizer/push",
@@ -46,6 +46,7 @@ fn every_operation_is_documented_with_an_operation_id_and_responses() {
         "/health",
         "/schedules",
         "/schedules/{id}",
+        "/schedules/{id}/history",
         "/schedules/search",
     ] {
         assert!(paths.contains_key(path), "{path} missing");
