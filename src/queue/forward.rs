@@ -15,7 +15,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::push::PushRequest;
-use super::types::{PushOutcome, QueueError, TaskPatch};
+use super::types::{PushOutcome, QueueError, TaskPatch, Wait};
 use crate::domain::{SchedulerId, Task};
 
 /// The internal route a forwarded command goes to.
@@ -44,6 +44,11 @@ pub enum Forward {
         /// The change.
         patch: TaskPatch,
     },
+    /// [`super::Broker::wait`]
+    Explain {
+        /// The task.
+        id: Uuid,
+    },
     /// [`super::Broker::cancel_object`] on one scheduler
     Cancel {
         /// The organisation.
@@ -65,6 +70,8 @@ pub enum Answer {
     Patched(Task),
     /// To `Cancel`.
     Cancelled(Vec<Uuid>),
+    /// To `Explain`.
+    Explained(Option<Wait>),
 }
 
 /// The client instances forward with.
@@ -147,6 +154,7 @@ macro_rules! answered {
 
 answered!(Vec<Result<PushOutcome, QueueError>>, Pushed);
 answered!(Vec<Task>, Popped);
+answered!(Option<Wait>, Explained);
 answered!(Task, Patched);
 answered!(Vec<Uuid>, Cancelled);
 

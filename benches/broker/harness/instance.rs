@@ -33,8 +33,18 @@ pub fn start_broker(db: &str, maxsize: usize) -> Result<Broker> {
 
 /// [`start_broker`] with another build of the broker (`--vs`).
 pub fn start_broker_bin(bin: &str, db: &str, maxsize: usize) -> Result<Broker> {
+    start_broker_with(bin, db, maxsize, &[])
+}
+
+/// [`start_broker`] with settings of its own in the environment (`env`: name, value).
+pub fn start_broker_env(db: &str, maxsize: usize, env: &[(&str, &str)]) -> Result<Broker> {
+    start_broker_with(env!("CARGO_BIN_EXE_kat-scheduler"), db, maxsize, env)
+}
+
+fn start_broker_with(bin: &str, db: &str, maxsize: usize, env: &[(&str, &str)]) -> Result<Broker> {
     let started = Instant::now();
     let mut child = Command::new(bin)
+        .envs(env.iter().copied())
         .env("SCHEDULER_DB_URI", db)
         .env("SCHEDULER_API_HOST", "127.0.0.1")
         .env("SCHEDULER_API_PORT", "0")
