@@ -8,6 +8,7 @@
 pub mod cron_state;
 pub mod filter_sql;
 pub mod frontier;
+pub mod listing;
 pub mod mula;
 pub mod owners;
 pub mod rows;

@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::filter_sql::push_filter;
-use super::rows::CountRow;
+use super::listing::count_and_page;
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend, StorageError};
 use crate::domain::SchedulerId;
@@ -283,23 +283,8 @@ fn push_conditions(q: &mut Sql, lq: &ScheduleQuery) {
 
 /// A page of schedules, newest first, and how many match in all.
 pub fn list(conn: &mut AnyConnection, lq: &ScheduleQuery) -> QueryResult<(i64, Vec<ScheduleRow>)> {
-    let mut count = sql(conn, "SELECT COUNT(*) AS count FROM schedules");
-    push_conditions(&mut count, lq);
-    let total = count
-        .load::<CountRow>(conn)?
-        .first()
-        .map(|r| r.count)
-        .unwrap_or(0);
-    if lq.limit == 0 || lq.offset >= total {
-        return Ok((total, Vec::new()));
-    }
-    let mut page = sql(conn, &format!("SELECT {COLUMNS} FROM schedules"));
-    push_conditions(&mut page, lq);
-    page.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-        .bind(lq.limit)
-        .push(" OFFSET ")
-        .bind(lq.offset);
-    Ok((total, page.load(conn)?))
+    let conditions = |q: &mut Sql| push_conditions(q, lq);
+    count_and_page(conn, "schedules", COLUMNS, conditions, lq.offset, lq.limit)
 }
 
 /// `scheduler`'s enabled schedules due at `now` (`deadline_at <= now`), oldest due first, at

@@ -24,6 +24,7 @@ use chrono::NaiveDateTime;
 use diesel::QueryResult;
 
 use super::filter_sql::push_filter;
+use super::listing::count_and_page;
 use super::rows::{
     CountRow, HashRow, HeapRow, IdHashRow, PayloadRow, PopKey, SchedulerCount,
     SchedulerStatusCount, StatsRow, TaskRow,

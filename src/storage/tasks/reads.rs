@@ -127,23 +127,8 @@ fn push_list_conditions(q: &mut Sql, lq: &TaskQuery) {
 
 /// The total count and one page, newest first.
 pub fn list(conn: &mut AnyConnection, lq: &TaskQuery) -> QueryResult<(i64, Vec<TaskRow>)> {
-    let mut count = sql(conn, "SELECT COUNT(*) AS count FROM tasks");
-    push_list_conditions(&mut count, lq);
-    let total = count
-        .load::<CountRow>(conn)?
-        .first()
-        .map(|r| r.count)
-        .unwrap_or(0);
-    if lq.limit == 0 || lq.offset >= total {
-        return Ok((total, Vec::new()));
-    }
-    let mut page = sql(conn, &format!("SELECT {COLUMNS} FROM tasks"));
-    push_list_conditions(&mut page, lq);
-    page.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-        .bind(lq.limit)
-        .push(" OFFSET ")
-        .bind(lq.offset);
-    Ok((total, page.load(conn)?))
+    let conditions = |q: &mut Sql| push_list_conditions(q, lq);
+    count_and_page(conn, "tasks", COLUMNS, conditions, lq.offset, lq.limit)
 }
 
 /// Task counts per hour (by `modified_at`) and status since `since`.
