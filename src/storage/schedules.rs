@@ -7,8 +7,7 @@ use diesel::sql_types::{Bool, Nullable, Text, Timestamp};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::filter_sql::push_filter;
-use super::listing::count_and_page;
+use super::listing::{count_and_page, push_created_and_filter, push_where};
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend, StorageError};
 use crate::domain::SchedulerId;
@@ -250,13 +249,7 @@ pub fn delete(conn: &mut AnyConnection, id: &str) -> QueryResult<bool> {
 }
 
 fn push_conditions(q: &mut Sql, lq: &ScheduleQuery) {
-    q.push(" WHERE 1 = 1");
-    if let Some(s) = lq.scheduler_id {
-        q.push(" AND scheduler_id = ").bind(s.as_str());
-    }
-    if let Some(o) = &lq.organisation {
-        q.push(" AND organisation = ").bind(o.as_str());
-    }
+    push_where(q, lq.scheduler_id, lq.organisation.as_deref());
     if let Some(h) = &lq.hash {
         q.push(" AND hash = ").bind(h.as_str());
     }
@@ -269,16 +262,7 @@ fn push_conditions(q: &mut Sql, lq: &ScheduleQuery) {
     if let Some(t) = lq.max_deadline_at {
         q.push(" AND deadline_at <= ").bind(t);
     }
-    if let Some(t) = lq.min_created_at {
-        q.push(" AND created_at >= ").bind(t);
-    }
-    if let Some(t) = lq.max_created_at {
-        q.push(" AND created_at <= ").bind(t);
-    }
-    if let Some(f) = &lq.filter {
-        q.push(" AND ");
-        push_filter(q, f);
-    }
+    push_created_and_filter(q, lq.min_created_at, lq.max_created_at, lq.filter.as_ref());
 }
 
 /// A page of schedules, newest first, and how many match in all.
