@@ -22,7 +22,7 @@
 //! | [`coldstart`] | pages every organisation's objects from Octopoes into the frontier, resumable, marks unseen objects gone |
 //! | [`cron`] | the ticks generator and each scheduler's cron table: rescheduling due schedules, the lease watchdog, re-scoring waiting work, pruning finished tasks; periodic entries persist their next run |
 //! | [`processes`] | the home of background processes: started by startup, stopped in order with a deadline |
-//! | [`api`] | actix-web handlers (the scheduler parsed from the path once, `extract::SchedulerPath`), DTOs, the one error-to-HTTP mapping, paging, what health and metrics observe (`observed.rs`), the OpenAPI document |
+//! | [`api`] | actix-web handlers (the scheduler parsed from the path once, `extract::SchedulerPath`), DTOs, the one error-to-HTTP mapping, listings (`paging.rs`: the parameters both lists take, page bounds, the answer with its links), PATCH bodies read field by field (`patch.rs`), what health and metrics observe (`observed.rs`), the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start; one file per area (`config/api.rs`, `database`, `queue` with the per-scheduler overrides, `cluster`, `listener`, `catalogue`, `clients`, `coldstart`, `cron`, `auth`, `limits`, `logging`), each with its settings, its defaults as `DEFAULT_…` constants and its own validation; `config/env.rs` is the one list of environment variables (with mula's ignored ones); the processes read their defaults from here |
 //! | [`telemetry`] | the tracing subscriber |
 //! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the process' figures, the catalogue of every metric, the text format |
