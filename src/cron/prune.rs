@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Tick;
-use super::table::{Entry, Fut, Outcome};
+use super::table::{CronError, Entry, Fut, Outcome};
 use crate::storage::{self, DbPool, StorageError};
 
 /// Tasks deleted per statement.
@@ -27,9 +27,11 @@ impl Entry for Prune {
 
     fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome> {
         Box::pin(async move {
-            let retention =
-                chrono::Duration::from_std(self.retention).map_err(|e| e.to_string())?;
-            let before = (tick.at - retention).naive_utc();
+            let before = chrono::Duration::from_std(self.retention)
+                .ok()
+                .and_then(|retention| tick.at.checked_sub_signed(retention))
+                .ok_or(CronError::Retention(self.retention))?
+                .naive_utc();
             let s = tick.component;
             let deleted = storage::run(&self.pool, move |conn| {
                 let mut deleted = 0;
@@ -42,8 +44,7 @@ impl Entry for Prune {
                 }
                 Ok::<_, StorageError>(deleted)
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             if deleted > 0 {
                 tracing::info!(scheduler.id = %s, deleted, "finished tasks past their retention deleted");
             }

@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::Tick;
-use super::table::{Entry, Fut, Outcome};
+use super::table::{CronError, Entry, Fut, Outcome};
 use crate::clients::catalogue::Catalogue;
 use crate::domain::SchedulerId;
 use crate::domain::plugin::{Plugin, PluginType};
@@ -361,7 +361,7 @@ impl Reschedule {
     }
 
     /// Pushes one prepared page's fires at once; answers what the schedules' rows need then.
-    async fn push(&self, p: Prepared, tick: &Tick) -> Result<Pushed, String> {
+    async fn push(&self, p: Prepared, tick: &Tick) -> Result<Pushed, CronError> {
         let Prepared {
             requests,
             fired,
@@ -377,11 +377,7 @@ impl Reschedule {
         if requests.is_empty() {
             return Ok(out);
         }
-        let results = self
-            .broker
-            .push_many(tick.component, requests)
-            .await
-            .map_err(|e| e.to_string())?;
+        let results = self.broker.push_many(tick.component, requests).await?;
         for ((id, next), r) in fired.into_iter().zip(results) {
             match r {
                 Ok(o) if o.created => {
@@ -408,7 +404,7 @@ impl Reschedule {
 
     /// After a page's push committed (its tasks with their explanations): its schedules' new
     /// deadlines and disables.
-    async fn settle(&self, p: Pushed, tick: &Tick) -> Result<Counts, String> {
+    async fn settle(&self, p: Pushed, tick: &Tick) -> Result<Counts, CronError> {
         let Pushed {
             advance,
             disable,
@@ -420,9 +416,8 @@ impl Reschedule {
         }
         self.schedules
             .settle(advance, disable, tick.at.naive_utc())
-            .await
-            .map(|()| counts)
-            .map_err(|e| e.to_string())
+            .await?;
+        Ok(counts)
     }
 
     /// The next page of due schedules after `after`, prepared; `None` when there is none.
@@ -431,13 +426,9 @@ impl Reschedule {
         tick: &Tick,
         after: Option<(NaiveDateTime, String)>,
         budget: &AtomicUsize,
-    ) -> Result<Option<Page>, String> {
+    ) -> Result<Option<Page>, CronError> {
         let (s, now) = (tick.component, tick.at.naive_utc());
-        let rows = self
-            .schedules
-            .due(s, now, after, PAGE)
-            .await
-            .map_err(|e| e.to_string())?;
+        let rows = self.schedules.due(s, now, after, PAGE).await?;
         let Some(last) = rows.last() else {
             return Ok(None);
         };
@@ -496,7 +487,7 @@ impl Entry for Reschedule {
         Box::pin(async move {
             let s = tick.component;
             let mut n = Counts::default();
-            let mut settling: Option<Fut<'a, Result<Counts, String>>> = None;
+            let mut settling: Option<Fut<'a, Result<Counts, CronError>>> = None;
             let budget = AtomicUsize::new(self.lookup_budget);
             let mut next = self.next_page(tick, None, &budget).await?;
             while let Some(page) = next {

@@ -74,6 +74,16 @@ pub enum Answer {
     Explained(Option<Wait>),
 }
 
+/// Why forwarding could not be set up. (A forwarded command's own failures are
+/// [`QueueError`]s, the answer its caller gets.)
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The HTTP client could not be built (its TLS backend did not start); the cause is in the
+    /// message, not repeated as `source()`.
+    #[error("cannot build the forwarding client: {0}")]
+    Client(reqwest::Error),
+}
+
 /// The client instances forward with.
 #[derive(Debug, Clone)]
 pub struct Peers {
@@ -84,12 +94,12 @@ pub struct Peers {
 
 impl Peers {
     /// A client whose calls give up after `timeout`.
-    pub fn new(timeout: Duration, token: Option<String>) -> Result<Peers, String> {
+    pub fn new(timeout: Duration, token: Option<String>) -> Result<Peers, ForwardError> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .user_agent(crate::clients::http::USER_AGENT)
             .build()
-            .map_err(|e| format!("cannot build the forwarding client: {e}"))?;
+            .map_err(ForwardError::Client)?;
         Ok(Peers { client, token })
     }
 
