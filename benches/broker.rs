@@ -18,6 +18,10 @@
 //! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
 //! ```
 //!
+//! `KAT_BENCH_BIN=PATH` runs every scenario against another build of the broker (an earlier
+//! commit's `target/release/kat-scheduler`), for a before-and-after with the same harness; the
+//! broker inherits the environment, so `SCHEDULER_*` variables set its settings.
+//!
 //! Options: `--tasks N`, `--rounds R` (≥ 3), `--seconds S` per measurement, `--clients C` (HTTP,
 //! default 64), `--pg-clients P` (baseline, default 8), `--pg URL` (a maintenance database; the
 //! harness creates and drops its own), `--keep` (keep the databases). Scenarios: with none named
