@@ -25,7 +25,7 @@
 //! | [`api`] | actix-web handlers (the scheduler parsed from the path once, `extract::SchedulerPath`), DTOs, the one error-to-HTTP mapping, paging, what health and metrics observe (`observed.rs`), the OpenAPI document |
 //! | [`config`] | typed settings: defaults → file → environment (mula's names), validated at start; one file per area (`config/api.rs`, `database`, `queue` with the per-scheduler overrides, `cluster`, `listener`, `catalogue`, `clients`, `coldstart`, `cron`, `auth`, `limits`, `logging`), each with its settings, its defaults as `DEFAULT_…` constants and its own validation; `config/env.rs` is the one list of environment variables (with mula's ignored ones); the processes read their defaults from here |
 //! | [`telemetry`] | the tracing subscriber |
-//! | [`metrics`] | what `/metrics` serves: counters and histograms recorded as the service runs, the process' figures, the catalogue of every metric, the text format |
+//! | [`metrics`] | what `/metrics` serves, on `prometheus-client`: the registry of counters and histograms recorded as the service runs (handles looked up once; the histograms atomic, its own), the process' figures read at scrape time (`process.rs`), the catalogue every metric is registered from (`catalogue.rs`) |
 //! | [`ownership`] | which instance owns each scheduler's heap on a shared PostgreSQL: lease rows with a fencing epoch, renewed and taken over by a thread of their own; the SQLite lock file |
 //! | [`import`] | `import-mula`: mula's schedules and tasks copied from its PostgreSQL database, in batches, idempotent, every refused row reported; pure conversion rules (`import::rules`); run with the service stopped, writing the tables directly |
 //! | [`startup`] | builds the service and owns the shutdown order |
