@@ -35,12 +35,16 @@ pub async fn page(broker: &Broker, observed: &Arc<Observed>) -> Result<String, s
 /// counters, mula's status counts, the listener, ColdStart, the connection pool, ownership and
 /// the service clients' failures.
 struct Owners {
+    /// The heaps' and engines' published figures, the pool, ownership.
     broker: Broker,
+    /// The listener's and ColdStart's figures.
     observed: Arc<Observed>,
     /// Tasks per scheduler and status as last counted; `None` until a first count succeeds.
     status_counts: Option<PerScheduler<ByStatus>>,
 }
 
+/// The client wants collectors printable; the broker and the observed processes are not, and
+/// what they hold is read, not owned, here.
 impl std::fmt::Debug for Owners {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Owners").finish_non_exhaustive()
