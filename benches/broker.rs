@@ -8,6 +8,7 @@
 //! cargo bench --bench broker -- --workers       # the pops real workers send, at 1e4, 1e5, 1e6 queued
 //! cargo bench --bench broker -- --workers --depths 10000 --seconds 1   # a quick look
 //! cargo bench --bench broker -- --pending       # 1e5 queued over a heap of 1e4
+//! cargo bench --bench broker -- --fairness      # one organisation's flood vs ten quiet ones (broker/fairness.rs)
 //! cargo bench --bench broker -- --ingest        # the listener and ColdStart (broker/ingest.rs)
 //! cargo bench --bench broker -- --ingest --messages 5000 --objects 20000   # a quick look
 //! cargo bench --bench broker -- --cron          # one tick over 1e5 due schedules; re-score of 1e6 (broker/cron.rs)
@@ -16,6 +17,10 @@
 //! cargo bench --bench broker -- --sqlite        # the embedded default: pops and pushes (broker/sqlite.rs)
 //! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
 //! ```
+//!
+//! `KAT_BENCH_BIN=PATH` runs every scenario against another build of the broker (an earlier
+//! commit's `target/release/kat-scheduler`), for a before-and-after with the same harness; the
+//! broker inherits the environment, so `SCHEDULER_*` variables set its settings.
 //!
 //! Options: `--tasks N`, `--rounds R` (≥ 3), `--seconds S` per measurement, `--clients C` (HTTP,
 //! default 64), `--pg-clients P` (baseline, default 8), `--pg URL` (a maintenance database; the
@@ -36,8 +41,9 @@
 //! - `workers.rs` (`--workers`): the pops real workers send, filtered, at several depths;
 //! - `pending.rs` (`--pending`): the same pops on a heap bounded far below the queue, pushes into
 //!   it, and the starvation check;
-//! - `ingest.rs` (`--ingest`), `cron.rs` (`--cron`), `cluster.rs` (`--cluster`) and `sqlite.rs`
-//!   (`--sqlite`).
+//! - `ingest.rs` (`--ingest`), `cron.rs` (`--cron`), `cluster.rs` (`--cluster`), `sqlite.rs`
+//!   (`--sqlite`) and `fairness.rs` (`--fairness`, `--flood F`: the flooding organisation's
+//!   tasks, default 9,000).
 //!
 //! What they share is in `benches/broker/harness/` (its `mod.rs` has the map): statistics, the
 //! PostgreSQL seed and baseline, starting the broker, the HTTP load client, and the worker pops
@@ -51,6 +57,8 @@
 mod cluster;
 #[path = "broker/cron.rs"]
 mod cron;
+#[path = "broker/fairness.rs"]
+mod fairness;
 #[path = "broker/full_load.rs"]
 mod full_load;
 #[path = "broker/harness/mod.rs"]
@@ -111,6 +119,10 @@ struct Options {
     orgs: usize,
     /// Run the SQLite scenario: the broker on its embedded default (`broker/sqlite.rs`).
     sqlite: bool,
+    /// Run the fairness scenario (`broker/fairness.rs`).
+    fairness: bool,
+    /// The flooding organisation's tasks in it.
+    flood: usize,
     /// Another build of the broker to measure side by side in the SQLite scenario.
     vs: Option<String>,
 }
@@ -157,6 +169,8 @@ fn options() -> Result<Options> {
         objects: 100_000,
         orgs: 10,
         sqlite: false,
+        fairness: false,
+        flood: 9_000,
         vs: None,
     };
     let mut args = std::env::args().skip(1);
@@ -193,6 +207,8 @@ fn options() -> Result<Options> {
             "--objects" => o.objects = count(&value()?)?,
             "--orgs" => o.orgs = count(&value()?)?,
             "--sqlite" => o.sqlite = true,
+            "--fairness" => o.fairness = true,
+            "--flood" => o.flood = count(&value()?)?,
             "--vs" => o.vs = Some(value()?),
             "--bench" => {} // cargo bench passes this
             other => {
@@ -210,7 +226,7 @@ fn options() -> Result<Options> {
     if o.vs.is_some() && !o.sqlite {
         return Err("--vs is for the SQLite scenario (--sqlite)".into());
     }
-    if !o.workers && !o.pending && !o.ingest && !o.cron && !o.sqlite && !o.cluster {
+    if !o.workers && !o.pending && !o.ingest && !o.cron && !o.sqlite && !o.cluster && !o.fairness {
         o.default_run = true;
     }
     o.depths.sort_unstable();
@@ -253,6 +269,9 @@ fn main() -> Result<()> {
     }
     if o.cluster {
         line.push(cluster::run_cluster(&o, &base)?);
+    }
+    if o.fairness {
+        line.push(fairness::run_fairness(&o, &base)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {

@@ -144,7 +144,7 @@ async fn migrate(mut settings: Settings) -> anyhow::Result<()> {
     settings.database.migrate = true;
     let (pool, target) = open_database(&settings).await?;
     let mut conn = storage::checkout(&pool)?;
-    let pending = storage::pending_migrations(&mut conn).map_err(anyhow::Error::msg)?;
+    let pending = storage::pending_migrations(&mut conn)?;
     info!(database = %target.display(), pending = pending.len(), "schema is up to date");
     Ok(())
 }

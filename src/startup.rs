@@ -76,7 +76,7 @@ pub struct Application {
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
 pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTarget)> {
-    let target = DbTarget::parse(&settings.database.uri).map_err(|e| anyhow!(e))?;
+    let target = DbTarget::parse(&settings.database.uri)?;
     let db = settings.database.clone();
     let t = target.clone();
     let pool = tokio::task::spawn_blocking(move || -> anyhow::Result<DbPool> {
@@ -84,16 +84,15 @@ pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTar
             &t,
             db.pool_size,
             Duration::from_secs(db.connect_timeout_secs),
-        )
-        .map_err(|e| anyhow!(e))?;
+        )?;
         let mut conn = storage::checkout(&pool)?;
         if db.migrate {
-            let applied = storage::run_migrations(&mut conn).map_err(|e| anyhow!(e))?;
+            let applied = storage::run_migrations(&mut conn)?;
             for m in &applied {
                 info!(migration = %m, "migration applied");
             }
         } else {
-            let pending = storage::pending_migrations(&mut conn).map_err(|e| anyhow!(e))?;
+            let pending = storage::pending_migrations(&mut conn)?;
             if !pending.is_empty() {
                 return Err(anyhow!(
                     "the database schema is out of date ({} pending migrations); run `kat-scheduler migrate` or set SCHEDULER_DB_MIGRATE=true",
@@ -277,7 +276,7 @@ impl Application {
         // SQLite serves one instance: a second one on the same file stops here, before it
         // migrates or reads anything.
         let sqlite_lock = match DbTarget::parse(&settings.database.uri) {
-            Ok(DbTarget::Sqlite(path)) => Some(SqliteLock::acquire(&path).map_err(|e| anyhow!(e))?),
+            Ok(DbTarget::Sqlite(path)) => Some(SqliteLock::acquire(&path)?),
             _ => None,
         };
         let (pool, target) = open_database(&settings).await?;
@@ -295,7 +294,7 @@ impl Application {
                 // One round before the engines start, so each builds the heap it owns at once.
                 let (o, t) = (own.clone(), target.clone());
                 tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-                    let mut conn = storage::open(&t).map_err(|e| anyhow!(e))?;
+                    let mut conn = storage::open(&t)?;
                     o.round(&mut conn, &|_| {})
                         .context("cannot read the scheduler ownership rows")
                 })
@@ -310,8 +309,7 @@ impl Application {
                 let peers = Peers::new(
                     Duration::from_secs(settings.queue.shed_after_secs + FORWARD_MARGIN_SECS),
                     token,
-                )
-                .map_err(|e| anyhow!(e))?;
+                )?;
                 (
                     Cluster {
                         ownership: Some(own.clone()),
@@ -339,9 +337,7 @@ impl Application {
         let ownership = match ownership {
             Some(own) => {
                 let b = broker.clone();
-                let handle = own
-                    .spawn(target.clone(), Box::new(move |s| b.wake(s)))
-                    .map_err(|e| anyhow!(e))?;
+                let handle = own.spawn(target.clone(), Box::new(move |s| b.wake(s)))?;
                 Some((own, handle))
             }
             None => None,

@@ -155,7 +155,7 @@ impl From<SchedulerSnapshot> for SchedulerOut {
 }
 
 /// Query of `GET|POST /tasks`. Unknown parameters are ignored.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct TaskListQuery {
     /// Only this scheduler's tasks.
@@ -190,7 +190,7 @@ pub struct PaginatedTasks {
 }
 
 /// Query of `GET /tasks/stats`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StatsQuery {
     /// Only this scheduler's tasks.
@@ -277,7 +277,7 @@ pub struct ScheduleCreate {
 }
 
 /// Query of `GET /schedules`. Unknown parameters are ignored.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ScheduleListQuery {
     /// Only this scheduler's schedules.
@@ -337,6 +337,33 @@ pub struct PaginatedFires {
     /// This page.
     pub results: Vec<crate::domain::fire::Fire>,
 }
+
+/// Both listings' answers, made by [`super::paging::answer`]: the same four fields.
+macro_rules! paginated {
+    ($answer:ty, $item:ty) => {
+        impl super::paging::Paginated for $answer {
+            type Item = $item;
+
+            fn new(
+                count: i64,
+                next: Option<String>,
+                previous: Option<String>,
+                results: Vec<$item>,
+            ) -> Self {
+                Self {
+                    count,
+                    next,
+                    previous,
+                    results,
+                }
+            }
+        }
+    };
+}
+
+paginated!(PaginatedTasks, Task);
+paginated!(PaginatedSchedules, crate::domain::schedule::Schedule);
+paginated!(PaginatedFires, crate::domain::fire::Fire);
 
 /// Body of `PATCH /schedules/{schedule_id}`: any of these; other keys are ignored.
 #[derive(Debug, Serialize, ToSchema)]

@@ -24,6 +24,7 @@ pub async fn forward(
         Forward::Push { .. } | Forward::Cancel { .. } => Action::Push,
         Forward::Pop { .. } => Action::Pop,
         Forward::Patch { .. } => Action::Patch,
+        Forward::Explain { .. } => Action::Read,
     };
     authorize(&req, action, Some(s))?;
     let local = broker.local_only();
@@ -41,6 +42,7 @@ pub async fn forward(
             }
         }
         Forward::Patch { id, patch } => local.patch(id, patch).await.map(Answer::Patched),
+        Forward::Explain { id } => local.wait(s, id).await.map(Answer::Explained),
         Forward::Cancel {
             organisation,
             reference,

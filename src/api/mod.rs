@@ -11,6 +11,7 @@ pub mod internal;
 pub mod metrics;
 pub mod observed;
 pub mod paging;
+pub mod patch;
 pub mod schedulers;
 pub mod schedules;
 pub mod tasks;

@@ -1,10 +1,20 @@
-//! Pages of a listing (`/tasks`, `/schedules`), as mula pages them: `limit` and `offset` checked
-//! against their bounds, and the `next` and `previous` links of an answer.
+//! Listings (`/tasks`, `/schedules`), as mula pages them: the query parameters both take
+//! (strings within the limits, `scheduler_id`, date-times), `limit` and `offset` checked against
+//! their bounds, and the answer: a page with its `next` and `previous` links.
 
-use actix_web::HttpRequest;
+use std::future::Future;
+
+use actix_web::{HttpRequest, HttpResponse};
+use chrono::NaiveDateTime;
+use serde::Serialize;
+use serde_json::Value;
 
 use super::error::ApiError;
+use super::extract::non_empty;
+use crate::domain::SchedulerId;
+use crate::domain::filter::parse_datetime;
 use crate::domain::limits::Limits;
+use crate::queue::QueueError;
 
 /// Default page size of a listing (mula's).
 pub const DEFAULT_PAGE_LIMIT: i64 = 10;
@@ -52,7 +62,7 @@ fn page_url(req: &HttpRequest, offset: i64, limit: i64) -> String {
 /// The `next` and `previous` links of a page, by mula's rule: a next page whenever
 /// offset + limit <= count (so an exactly full last page still links an empty one), a previous
 /// page whenever offset - limit >= 0.
-pub(crate) fn links(
+fn links(
     req: &HttpRequest,
     offset: i64,
     limit: i64,
@@ -62,4 +72,79 @@ pub(crate) fn links(
         (offset.saturating_add(limit) <= count).then(|| page_url(req, offset + limit, limit));
     let previous = (offset - limit >= 0).then(|| page_url(req, offset - limit, limit));
     (next, previous)
+}
+
+/// Checks every string parameter of a query against the limits, in the order the query declares
+/// them (400 naming the first that is too long or holds a NUL), so a parameter added to a query
+/// is checked without being listed anywhere.
+pub(crate) fn check_texts(limits: &Limits, query: &impl Serialize) -> Result<(), ApiError> {
+    let params = serde_json::to_value(query)
+        .map_err(|e| ApiError::Queue(QueueError::Internal(e.to_string())))?;
+    for (name, value) in params.as_object().into_iter().flatten() {
+        if let Value::String(v) = value {
+            limits.check_text(name, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// A listing's `scheduler_id` parameter: none when absent or empty, 400 when it names no
+/// scheduler.
+pub(crate) fn scheduler_param(value: Option<String>) -> Result<Option<SchedulerId>, ApiError> {
+    non_empty(value)
+        .map(|s| {
+            s.parse::<SchedulerId>().map_err(|()| {
+                ApiError::BadRequest(format!(
+                    "scheduler_id '{s}' is unknown; use boefje, normalizer or report"
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// A listing's date-time parameter `name` (ISO 8601, or a date): none when absent or empty, 400
+/// naming it when it does not parse.
+pub(crate) fn time_param(
+    name: &str,
+    value: Option<String>,
+) -> Result<Option<NaiveDateTime>, ApiError> {
+    non_empty(value)
+        .map(|s| {
+            parse_datetime(&s).ok_or_else(|| {
+                ApiError::BadRequest(format!("{name} '{s}' is not an ISO 8601 date-time or date"))
+            })
+        })
+        .transpose()
+}
+
+/// A listing's answer (`PaginatedTasks`, `PaginatedSchedules`, `PaginatedFires`): one page of its results, how
+/// many match in all, and the links to the pages beside it.
+pub(crate) trait Paginated: Serialize {
+    /// What the listing lists.
+    type Item;
+
+    /// The answer for `results`, a page of `count`.
+    fn new(
+        count: i64,
+        next: Option<String>,
+        previous: Option<String>,
+        results: Vec<Self::Item>,
+    ) -> Self;
+}
+
+/// Answers a listing: the page at `offset` of `limit` rows that `read` gives, with how many match
+/// in all, as `P` with its links.
+pub(crate) async fn answer<P, E>(
+    req: &HttpRequest,
+    offset: i64,
+    limit: i64,
+    read: impl Future<Output = Result<(i64, Vec<P::Item>), E>>,
+) -> Result<HttpResponse, ApiError>
+where
+    P: Paginated,
+    ApiError: From<E>,
+{
+    let (count, results) = read.await?;
+    let (next, previous) = links(req, offset, limit, count);
+    Ok(HttpResponse::Ok().json(P::new(count, next, previous, results)))
 }

@@ -3,7 +3,8 @@
 //! ledger's page of it (`/schedules/{id}/history`, not mula's).
 
 use actix_web::{HttpRequest, HttpResponse, delete, get, patch, post, web};
-use serde_json::{Map, Value};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
 
 use super::auth::authorize;
 use super::dto::{
@@ -12,7 +13,8 @@ use super::dto::{
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
 use super::extract::{Body, json_body, non_empty};
-use super::paging::{links, page};
+use super::paging::{answer, check_texts, page, scheduler_param, time_param};
+use super::patch::{self, PatchBody, wrong_type};
 use crate::domain::SchedulerId;
 use crate::domain::auth::Action;
 use crate::domain::filter::{Table, parse_datetime};
@@ -21,41 +23,10 @@ use crate::domain::schedule::Schedule;
 use crate::schedules::{NewSchedule, SchedulePatch, Schedules};
 use crate::storage::schedules::ScheduleQuery;
 
-fn time(name: &str, v: Option<String>) -> Result<Option<chrono::NaiveDateTime>, ApiError> {
-    non_empty(v)
-        .map(|s| {
-            parse_datetime(&s).ok_or_else(|| {
-                ApiError::BadRequest(format!("{name} '{s}' is not an ISO 8601 date-time or date"))
-            })
-        })
-        .transpose()
-}
-
 fn list_query(q: ScheduleListQuery, limits: &Limits) -> Result<ScheduleQuery, ApiError> {
-    for (name, value) in [
-        ("scheduler_id", &q.scheduler_id),
-        ("organisation", &q.organisation),
-        ("schedule_hash", &q.schedule_hash),
-        ("enabled", &q.enabled),
-        ("min_deadline_at", &q.min_deadline_at),
-        ("max_deadline_at", &q.max_deadline_at),
-        ("min_created_at", &q.min_created_at),
-        ("max_created_at", &q.max_created_at),
-    ] {
-        if let Some(v) = value {
-            limits.check_text(name, v)?;
-        }
-    }
+    check_texts(limits, &q)?;
     let (offset, limit) = page(q.offset, q.limit, limits)?;
-    let scheduler_id = non_empty(q.scheduler_id)
-        .map(|s| {
-            s.parse::<SchedulerId>().map_err(|()| {
-                ApiError::BadRequest(format!(
-                    "scheduler_id '{s}' is unknown; use boefje, normalizer or report"
-                ))
-            })
-        })
-        .transpose()?;
+    let scheduler_id = scheduler_param(q.scheduler_id)?;
     let enabled = non_empty(q.enabled)
         .map(|e| match e.to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Ok(true),
@@ -73,30 +44,25 @@ fn list_query(q: ScheduleListQuery, limits: &Limits) -> Result<ScheduleQuery, Ap
         organisation: non_empty(q.organisation),
         hash: non_empty(q.schedule_hash),
         enabled,
-        min_deadline_at: time("min_deadline_at", q.min_deadline_at)?,
-        max_deadline_at: time("max_deadline_at", q.max_deadline_at)?,
-        min_created_at: time("min_created_at", q.min_created_at)?,
-        max_created_at: time("max_created_at", q.max_created_at)?,
+        min_deadline_at: time_param("min_deadline_at", q.min_deadline_at)?,
+        max_deadline_at: time_param("max_deadline_at", q.max_deadline_at)?,
+        min_created_at: time_param("min_created_at", q.min_created_at)?,
+        max_created_at: time_param("max_created_at", q.max_created_at)?,
         filter: None,
         offset,
         limit,
     })
 }
 
-async fn respond(
-    schedules: &Schedules,
-    req: &HttpRequest,
-    lq: ScheduleQuery,
-) -> Result<HttpResponse, ApiError> {
-    let (offset, limit) = (lq.offset, lq.limit);
-    let (count, results) = schedules.list(lq).await?;
-    let (next, previous) = links(req, offset, limit, count);
-    Ok(HttpResponse::Ok().json(PaginatedSchedules {
-        count,
-        next,
-        previous,
-        results,
-    }))
+/// A `deadline_at` of a body (422 naming it when it does not parse).
+fn deadline(d: &str) -> Result<DateTime<Utc>, ApiError> {
+    parse_datetime(d).map(|t| t.and_utc()).ok_or_else(|| {
+        wrong_type(
+            "datetime_parsing",
+            "deadline_at",
+            format!("'{d}' is not an ISO 8601 date-time or date"),
+        )
+    })
 }
 
 /// Lists schedules, newest first, filtered by the query parameters.
@@ -117,7 +83,7 @@ pub async fn list_schedules(
 ) -> Result<HttpResponse, ApiError> {
     let lq = list_query(query.into_inner(), &limits)?;
     authorize(&req, Action::Schedules, lq.scheduler_id)?;
-    respond(&schedules, &req, lq).await
+    answer::<PaginatedSchedules, _>(&req, lq.offset, lq.limit, schedules.list(lq)).await
 }
 
 /// Lists schedules matching the body's filters, newest first.
@@ -150,7 +116,7 @@ pub async fn search_schedules(
         limit,
         ..ScheduleQuery::default()
     };
-    respond(&schedules, &req, lq).await
+    answer::<PaginatedSchedules, _>(&req, lq.offset, lq.limit, schedules.list(lq)).await
 }
 
 /// Creates a schedule: its hash is its data's (unique); without `deadline_at`, the next fire of
@@ -174,18 +140,7 @@ pub async fn create_schedule(
     let create: ScheduleCreate = json_body(&body.0)?;
     let scheduler = create.scheduler_id.parse::<SchedulerId>().ok();
     authorize(&req, Action::Schedules, scheduler)?;
-    let deadline_at = create
-        .deadline_at
-        .map(|d| {
-            parse_datetime(&d).map(|t| t.and_utc()).ok_or_else(|| {
-                ApiError::validation(
-                    "datetime_parsing",
-                    &["body", "deadline_at"],
-                    format!("'{d}' is not an ISO 8601 date-time or date"),
-                )
-            })
-        })
-        .transpose()?;
+    let deadline_at = create.deadline_at.as_deref().map(deadline).transpose()?;
     let schedule = schedules
         .create(NewSchedule {
             scheduler_id: create.scheduler_id,
@@ -240,63 +195,49 @@ fn not_a_uuid() -> ApiError {
     )
 }
 
-fn schedule_patch(body: &[u8]) -> Result<SchedulePatch, ApiError> {
-    let fields: Map<String, Value> = json_body(body)?;
-    let mut patch = SchedulePatch::default();
-    let text = |key: &str, v: &Value| -> Result<Option<String>, ApiError> {
-        match v {
-            Value::Null => Ok(None),
-            Value::String(s) => Ok(Some(s.clone())),
-            other => Err(ApiError::validation(
-                "string_type",
-                &["body", key],
-                format!("{other} is not a string or null"),
-            )),
-        }
-    };
-    for (key, value) in &fields {
-        match key.as_str() {
-            "data" => match value {
-                Value::Object(map) => patch.data = Some(map.clone()),
-                other => {
-                    return Err(ApiError::validation(
-                        "dict_type",
-                        &["body", "data"],
-                        format!("{other} is not an object"),
-                    ));
-                }
-            },
-            "enabled" => match value {
-                Value::Bool(b) => patch.enabled = Some(*b),
-                other => {
-                    return Err(ApiError::validation(
-                        "bool_type",
-                        &["body", "enabled"],
-                        format!("{other} is not a boolean"),
-                    ));
-                }
-            },
-            "schedule" => patch.schedule = Some(text("schedule", value)?),
-            "deadline_at" => {
-                patch.deadline_at = Some(
-                    text("deadline_at", value)?
-                        .map(|d| {
-                            parse_datetime(&d).map(|t| t.and_utc()).ok_or_else(|| {
-                                ApiError::validation(
-                                    "datetime_parsing",
-                                    &["body", "deadline_at"],
-                                    format!("'{d}' is not an ISO 8601 date-time or date"),
-                                )
-                            })
-                        })
-                        .transpose()?,
-                );
-            }
-            // Other keys are ignored, as mula does (the hash follows the data).
-            _ => {}
-        }
+/// A string or null (422 naming `key` otherwise).
+fn text_or_null(key: &str, value: &Value) -> Result<Option<String>, ApiError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        other => Err(wrong_type(
+            "string_type",
+            key,
+            format!("{other} is not a string or null"),
+        )),
     }
-    Ok(patch)
+}
+
+/// `data`, `enabled`, `schedule`, `deadline_at`; other keys are ignored, as mula does (the hash
+/// follows the data).
+impl PatchBody for SchedulePatch {
+    fn take(&mut self, key: &str, value: &Value) -> Result<bool, ApiError> {
+        match (key, value) {
+            ("data", Value::Object(map)) => self.data = Some(map.clone()),
+            ("data", other) => {
+                return Err(wrong_type(
+                    "dict_type",
+                    key,
+                    format!("{other} is not an object"),
+                ));
+            }
+            ("enabled", Value::Bool(b)) => self.enabled = Some(*b),
+            ("enabled", other) => {
+                return Err(wrong_type(
+                    "bool_type",
+                    key,
+                    format!("{other} is not a boolean"),
+                ));
+            }
+            ("schedule", _) => self.schedule = Some(text_or_null(key, value)?),
+            ("deadline_at", _) => {
+                let d = text_or_null(key, value)?;
+                self.deadline_at = Some(d.as_deref().map(deadline).transpose()?);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 /// Changes a schedule: `data` (its hash follows), `enabled`, `schedule` (the deadline is not
@@ -322,7 +263,7 @@ pub async fn patch_schedule(
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let id = schedule_id(&path)?;
-    let patch = schedule_patch(&body.0)?;
+    let patch: SchedulePatch = patch::read(&body.0)?;
     let current = schedules.get(id).await?;
     authorize(&req, Action::Schedules, Some(current.scheduler_id))?;
     Ok(HttpResponse::Ok().json(schedules.patch(id, patch).await?))
@@ -381,12 +322,5 @@ pub async fn schedule_history(
     let (offset, limit) = page(q.offset, q.limit, &limits)?;
     let schedule = schedules.get(id).await?;
     authorize(&req, Action::Schedules, Some(schedule.scheduler_id))?;
-    let (count, results) = schedules.history(id, offset, limit).await?;
-    let (next, previous) = links(&req, offset, limit, count);
-    Ok(HttpResponse::Ok().json(PaginatedFires {
-        count,
-        next,
-        previous,
-        results,
-    }))
+    answer::<PaginatedFires, _>(&req, offset, limit, schedules.history(id, offset, limit)).await
 }

@@ -8,10 +8,10 @@ use super::dto::{
     FilterRequest, PaginatedTasks, StatsQuery, TaskListQuery, TaskPatchBody, TaskStats,
 };
 use super::error::{ApiError, ErrorBody, ValidationBody};
-use super::extract::{Body, json_body, non_empty, optional_json_body, parse_filters, uuid_path};
-use super::paging::{links, page};
+use super::extract::{Body, non_empty, optional_json_body, parse_filters, uuid_path};
+use super::paging::{answer, check_texts, page, scheduler_param, time_param};
+use super::patch::{self, PatchBody, wrong_type};
 use crate::domain::auth::Action;
-use crate::domain::filter::parse_datetime;
 use crate::domain::limits::Limits;
 use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, Task, TaskStatus};
@@ -34,28 +34,9 @@ const READ_ONLY_KEYS: [&str; 12] = [
 ];
 
 fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuery, ApiError> {
-    for (name, value) in [
-        ("scheduler_id", &q.scheduler_id),
-        ("organisation", &q.organisation),
-        ("task_type", &q.task_type),
-        ("status", &q.status),
-        ("min_created_at", &q.min_created_at),
-        ("max_created_at", &q.max_created_at),
-    ] {
-        if let Some(v) = value {
-            limits.check_text(name, v)?;
-        }
-    }
+    check_texts(limits, &q)?;
     let (offset, limit) = page(q.offset, q.limit, limits)?;
-    let scheduler_id = non_empty(q.scheduler_id)
-        .map(|s| {
-            s.parse::<SchedulerId>().map_err(|()| {
-                ApiError::BadRequest(format!(
-                    "scheduler_id '{s}' is unknown; use boefje, normalizer or report"
-                ))
-            })
-        })
-        .transpose()?;
+    let scheduler_id = scheduler_param(q.scheduler_id)?;
     // Lowercase only, as mula's enum parameter (filter values in bodies are case-insensitive).
     let status = non_empty(q.status)
         .map(|s| {
@@ -71,19 +52,8 @@ fn list_query(q: TaskListQuery, body: &[u8], limits: &Limits) -> Result<TaskQuer
                 })
         })
         .transpose()?;
-    let time = |name: &str, v: Option<String>| {
-        non_empty(v)
-            .map(|s| {
-                parse_datetime(&s).ok_or_else(|| {
-                    ApiError::BadRequest(format!(
-                        "{name} '{s}' is not an ISO 8601 date-time or date"
-                    ))
-                })
-            })
-            .transpose()
-    };
-    let min_created_at = time("min_created_at", q.min_created_at)?;
-    let max_created_at = time("max_created_at", q.max_created_at)?;
+    let min_created_at = time_param("min_created_at", q.min_created_at)?;
+    let max_created_at = time_param("max_created_at", q.max_created_at)?;
     // A window whose start is after its end is empty, not an error (mula answers 400 for
     // min > max): the API document cannot say that one parameter must not exceed another, and
     // every request it allows is answered.
@@ -115,17 +85,7 @@ async fn list(
         Some(s) => authorize(req, Action::Read, Some(s))?,
         None => authorize(req, Action::List, None)?,
     }
-    let (offset, limit) = (lq.offset, lq.limit);
-    let (count, results) = broker.list_tasks(lq).await?;
-    // mula's rule: a next page whenever offset + limit <= count (so an exactly full last page
-    // still links an empty one); a previous page whenever offset - limit >= 0.
-    let (next, previous) = links(req, offset, limit, count);
-    Ok(HttpResponse::Ok().json(PaginatedTasks {
-        count,
-        next,
-        previous,
-        results,
-    }))
+    answer::<PaginatedTasks, _>(req, lq.offset, lq.limit, broker.list_tasks(lq)).await
 }
 
 /// Lists tasks, newest first, filtered by the query parameters.
@@ -185,14 +145,7 @@ pub async fn task_stats(
         Some(s) => authorize(&req, Action::Read, Some(s))?,
         None => authorize(&req, Action::List, None)?,
     }
-    for (name, value) in [
-        ("scheduler_id", &q.scheduler_id),
-        ("organisation_id", &q.organisation_id),
-    ] {
-        if let Some(v) = value {
-            broker.limits().check_text(name, v)?;
-        }
-    }
+    check_texts(broker.limits(), &q)?;
     let hours = broker
         .task_stats(non_empty(q.scheduler_id), non_empty(q.organisation_id))
         .await?;
@@ -252,25 +205,25 @@ pub async fn explain_task(
     Ok(HttpResponse::Ok().json(broker.explain(id).await?))
 }
 
-fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
-    let fields: Map<String, Value> = json_body(body)?;
-    let mut patch = TaskPatch::default();
-    let mut read_only = Vec::new();
-    for (key, value) in &fields {
-        match key.as_str() {
+/// `status` and `priority`; unknown keys are ignored, as mula does, and read-only ones are named
+/// when nothing else was sent.
+impl PatchBody for TaskPatch {
+    fn take(&mut self, key: &str, value: &Value) -> Result<bool, ApiError> {
+        match key {
             "status" => {
                 let status = value
                     .as_str()
                     .and_then(|s| s.parse::<TaskStatus>().ok())
                     .ok_or_else(|| {
                         let known: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-                        ApiError::validation(
+                        let known = known.join(", ");
+                        wrong_type(
                             "enum",
-                            &["body", "status"],
-                            format!("{value} is not a status; use one of {}", known.join(", ")),
+                            key,
+                            format!("{value} is not a status; use one of {known}"),
                         )
                     })?;
-                patch.status = Some(status);
+                self.status = Some(status);
             }
             "priority" => match value.as_number().and_then(super::dto::as_integer) {
                 Some(0) => {
@@ -278,28 +231,34 @@ fn task_patch(body: &[u8]) -> Result<TaskPatch, ApiError> {
                         "priority: 0 is not a valid priority (use a non-zero integer)".into(),
                     ));
                 }
-                Some(p) => patch.priority = Some(p),
+                Some(p) => self.priority = Some(p),
                 None => {
-                    return Err(ApiError::validation(
+                    return Err(wrong_type(
                         "int_type",
-                        &["body", "priority"],
+                        key,
                         format!("{value} is not an integer"),
                     ));
                 }
             },
-            k if READ_ONLY_KEYS.contains(&k) => read_only.push(k.to_owned()),
-            // Unknown keys are ignored, as mula does.
-            _ => {}
+            _ => return Ok(false),
         }
+        Ok(true)
     }
-    if patch == TaskPatch::default() {
+
+    fn finish(self, not_taken: Vec<String>) -> Result<Self, ApiError> {
+        if self != TaskPatch::default() {
+            return Ok(self);
+        }
+        let read_only: Vec<String> = not_taken
+            .into_iter()
+            .filter(|k| READ_ONLY_KEYS.contains(&k.as_str()))
+            .collect();
         let mut msg = "no data to patch; only 'status' and 'priority' can be changed".to_owned();
         if !read_only.is_empty() {
             msg.push_str(&format!(" (read-only: {})", read_only.join(", ")));
         }
-        return Err(ApiError::BadRequest(msg));
+        Err(ApiError::BadRequest(msg))
     }
-    Ok(patch)
 }
 
 /// Changes a task's status (checked against the state machine) and/or priority.
@@ -332,7 +291,7 @@ pub async fn patch_task(
         let s = broker.task_scheduler(id).await?;
         authorize(&req, Action::Patch, Some(s))?;
     }
-    let patch = task_patch(&body.0)?;
+    let patch: TaskPatch = patch::read(&body.0)?;
     Ok(HttpResponse::Ok().json(broker.patch(id, patch).await?))
 }
 
@@ -342,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_patch_with_only_read_only_keys_says_which() {
-        let err = task_patch(br#"{"data": {}, "id": "x"}"#).unwrap_err();
+        let err = patch::read::<TaskPatch>(br#"{"data": {}, "id": "x"}"#).unwrap_err();
         let ApiError::BadRequest(msg) = err else {
             panic!("expected a bad request")
         };
@@ -351,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_patch_takes_status_and_ignores_unknown_keys() {
-        let patch = task_patch(br#"{"status": "running", "colour": 1}"#).unwrap();
+        let patch: TaskPatch = patch::read(br#"{"status": "running", "colour": 1}"#).unwrap();
         assert_eq!(patch.status, Some(TaskStatus::Running));
     }
 }

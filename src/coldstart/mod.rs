@@ -37,6 +37,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::clients::http::ClientError;
 use crate::clients::octopoes::{ObjectPage, Octopoes};
 use crate::clock::SharedClock;
 use crate::config;
@@ -45,6 +46,7 @@ use crate::domain::event::{ObjectEvent, ObjectState};
 use crate::frontier::Frontier;
 use crate::ownership::Ownership;
 use crate::planner::{PlanError, Planner};
+use crate::storage::StorageError;
 use crate::storage::frontier::Progress;
 
 /// How often a running round logs its progress.
@@ -245,10 +247,29 @@ pub struct ColdStart {
     pub ownership: Option<Arc<Ownership>>,
 }
 
+/// Why a step of a pass failed; it is tried again, and after
+/// [`ColdStartConfig::attempts`] the organisation waits for the next round.
+#[derive(Debug, thiserror::Error)]
+pub enum ColdStartError {
+    /// Octopoes did not give the page.
+    #[error(transparent)]
+    Octopoes(#[from] ClientError),
+    /// The frontier could not be read or written.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The page's work could not be planned now (the catalogue or the queue cannot take it).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
 /// How one organisation's pass ended.
 enum PassEnd {
     Complete,
-    Failed(String),
+    /// `what` failed (`the page at offset 2000`, `ending the pass`) with `error`.
+    Failed {
+        what: String,
+        error: ColdStartError,
+    },
     Stopped,
 }
 
@@ -332,9 +353,9 @@ impl ColdStart {
                     let mut f = lock(&self.status.figures);
                     match end {
                         PassEnd::Complete => f.organisations_done += 1,
-                        PassEnd::Failed(why) => {
+                        PassEnd::Failed { what, error } => {
                             f.organisations_failed += 1;
-                            f.failures.push(format!("{org}: {why}"));
+                            f.failures.push(format!("{org}: {what}: {error}"));
                         }
                         PassEnd::Stopped => {}
                     }
@@ -465,7 +486,12 @@ impl ColdStart {
             .await
         {
             Ok(g) => g,
-            Err(e) => return PassEnd::Failed(format!("ending the pass: {e}")),
+            Err(e) => {
+                return PassEnd::Failed {
+                    what: "ending the pass".to_owned(),
+                    error: e.into(),
+                };
+            }
         };
         for reference in &gone {
             if let Err(e) = self.planner.gone(org, reference).await {
@@ -490,7 +516,7 @@ impl ColdStart {
     ) -> Result<T, PassEnd>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, String>>,
+        Fut: Future<Output = Result<T, ColdStartError>>,
     {
         let mut attempt = 0u32;
         loop {
@@ -504,7 +530,10 @@ impl ColdStart {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt >= self.config.attempts => {
                     warn!(organisation = %org, attempts = attempt, error = %e, "ColdStart: {what} failed; organisation left for the next round");
-                    return Err(PassEnd::Failed(format!("{what}: {e}")));
+                    return Err(PassEnd::Failed {
+                        what: what.to_owned(),
+                        error: e,
+                    });
                 }
                 Err(e) => {
                     warn!(organisation = %org, attempt, error = %e, "ColdStart: {what} failed; trying again");
@@ -532,10 +561,10 @@ impl ColdStart {
     ) -> Result<ObjectPage, PassEnd> {
         let what = format!("the page at offset {offset}");
         self.retried(org, &what, token, || async {
-            self.octopoes
+            Ok(self
+                .octopoes
                 .objects(org, offset, self.config.page_size, valid_time)
-                .await
-                .map_err(|e| e.to_string())
+                .await?)
         })
         .await
     }
@@ -562,28 +591,21 @@ impl ColdStart {
         org: &str,
         objects: Vec<(String, ObjectState)>,
         progress: Progress,
-    ) -> Result<(), String> {
-        let changed: Vec<ObjectEvent> = self
-            .frontier
-            .changed(org, &objects)
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> Result<(), ColdStartError> {
+        let changed: Vec<ObjectEvent> = self.frontier.changed(org, &objects).await?;
         let events: Vec<&ObjectEvent> = changed.iter().collect();
         for (event, planned) in events.iter().zip(self.planner.objects(&events).await) {
             match planned {
                 Ok(n) => {
                     self.status.planned.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                Err(PlanError::Passing(why)) => return Err(why),
+                Err(e @ PlanError::Passing(_)) => return Err(e.into()),
                 Err(PlanError::Refused(why)) => {
                     warn!(organisation = %org, object = %event.reference, reason = %why, "ColdStart: work for an object refused; skipped");
                 }
             }
         }
         let now = self.clock.now().naive_utc();
-        self.frontier
-            .load_page(org, objects, progress, now)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(self.frontier.load_page(org, objects, progress, now).await?)
     }
 }

@@ -401,6 +401,66 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "schedulers.report.scoring",
         "report ranking strategy",
     ),
+    (
+        "SCHEDULER_BOEFJE_FAIRNESS",
+        "schedulers.boefje.fairness",
+        "boefje: organisations take turns for automatic work, organisation|off (default organisation)",
+    ),
+    (
+        "SCHEDULER_BOEFJE_FAIRNESS_WEIGHTS",
+        "schedulers.boefje.fairness_weights",
+        "boefje: organisations' weights in their turns, org=weight;... (default 1 each)",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_FAIRNESS",
+        "schedulers.normalizer.fairness",
+        "normalizer: organisations take turns for automatic work, organisation|off (default organisation)",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_FAIRNESS_WEIGHTS",
+        "schedulers.normalizer.fairness_weights",
+        "normalizer: organisations' weights in their turns, org=weight;... (default 1 each)",
+    ),
+    (
+        "SCHEDULER_REPORT_FAIRNESS",
+        "schedulers.report.fairness",
+        "report: organisations take turns for automatic work, organisation|off (default off)",
+    ),
+    (
+        "SCHEDULER_REPORT_FAIRNESS_WEIGHTS",
+        "schedulers.report.fairness_weights",
+        "report: organisations' weights in their turns, org=weight;... (default 1 each)",
+    ),
+    (
+        "SCHEDULER_BOEFJE_RATE_LIMITS",
+        "schedulers.boefje.rate_limits",
+        "boefje: at most N tasks of a key's value dispatched in any S seconds, key=value:N/S;... (default none)",
+    ),
+    (
+        "SCHEDULER_BOEFJE_CONCURRENCY",
+        "schedulers.boefje.concurrency",
+        "boefje: at most N tasks of a key's value dispatched or running at once, key=value:N;... (default none)",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_RATE_LIMITS",
+        "schedulers.normalizer.rate_limits",
+        "normalizer: at most N tasks of a key's value dispatched in any S seconds, key=value:N/S;... (default none)",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_CONCURRENCY",
+        "schedulers.normalizer.concurrency",
+        "normalizer: at most N tasks of a key's value dispatched or running at once, key=value:N;... (default none)",
+    ),
+    (
+        "SCHEDULER_REPORT_RATE_LIMITS",
+        "schedulers.report.rate_limits",
+        "report: at most N tasks of a key's value dispatched in any S seconds, key=value:N/S;... (default none)",
+    ),
+    (
+        "SCHEDULER_REPORT_CONCURRENCY",
+        "schedulers.report.concurrency",
+        "report: at most N tasks of a key's value dispatched or running at once, key=value:N;... (default none)",
+    ),
 ];
 
 /// Settings no variable sets, and why.

@@ -290,6 +290,10 @@ mod tests {
             run_timeout_secs: Some(1),
             max_attempts: Some(1),
             scoring: Some(crate::scoring::Strategy::TimeBased),
+            fairness: Some(crate::queue::fair::Fairness::Organisation),
+            fairness_weights: Some("o=2".into()),
+            rate_limits: Some("boefje.id=x:1/1".into()),
+            concurrency: Some("input_ooi=*:1".into()),
         };
         full.auth.tokens.push(TokenSettings {
             name: "n".into(),

@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, Settings};
+use crate::domain::politeness::{Rule, parse_concurrency, parse_rates};
 use crate::domain::{PerScheduler, SchedulerId};
+use crate::queue::fair::{Fairness, Weights};
 use crate::queue::{QueueConfig, SchedulerLimits, WhenFull};
 use crate::scoring::Strategy;
 
@@ -101,6 +103,41 @@ pub struct SchedulerOverride {
     /// `change-delta`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scoring: Option<Strategy>,
+    /// Whether organisations take turns for automatic work: `organisation` (the default of
+    /// boefje and normalizer) or `off` (report's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<Fairness>,
+    /// Organisations' weights in their turns, `org=weight;org=weight` (default 1 each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness_weights: Option<String>,
+    /// Rate limits, `key=value:N/S;…`: at most N tasks with that value dispatched in any span of
+    /// S seconds (`*`: each value apart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limits: Option<String>,
+    /// Concurrency limits, `key=value:N;…`: at most N tasks with that value dispatched or
+    /// running at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<String>,
+}
+
+impl SchedulerOverride {
+    /// Its rate and concurrency rules; an error names the setting and what is wrong.
+    pub fn politeness(&self, s: SchedulerId) -> Result<Vec<Rule>, ConfigError> {
+        let mut rules = Vec::new();
+        if let Some(spec) = &self.rate_limits {
+            rules
+                .extend(parse_rates(spec).map_err(|e| {
+                    ConfigError::setting(&format!("schedulers.{s}.rate_limits"), e)
+                })?);
+        }
+        if let Some(spec) = &self.concurrency {
+            rules
+                .extend(parse_concurrency(spec).map_err(|e| {
+                    ConfigError::setting(&format!("schedulers.{s}.concurrency"), e)
+                })?);
+        }
+        Ok(rules)
+    }
 }
 
 impl Default for QueueSettings {
@@ -153,6 +190,15 @@ impl SchedulerOverrides {
             run_timeout: Duration::from_secs(o.run_timeout_secs.unwrap_or(queue.run_timeout_secs)),
             unrenewed_run_timeout: Duration::from_secs(queue.unrenewed_run_timeout_secs),
             max_attempts: o.max_attempts.unwrap_or(queue.max_attempts),
+            fairness: o.fairness.unwrap_or(Fairness::default_for(s)),
+            // Checked by `validate`; an unparsable text is refused before any engine starts.
+            weights: o
+                .fairness_weights
+                .as_deref()
+                .and_then(|w| Weights::parse(w).ok())
+                .unwrap_or_default(),
+            // Checked by `validate` too.
+            politeness: o.politeness(s).unwrap_or_default(),
         }
     }
 
@@ -163,6 +209,12 @@ impl SchedulerOverrides {
         for s in SchedulerId::ALL {
             let limits = self.limits(queue, s);
             let o = self.of(s);
+            o.politeness(s)?;
+            if let Some(w) = &o.fairness_weights {
+                Weights::parse(w).map_err(|e| {
+                    ConfigError::setting(&format!("schedulers.{s}.fairness_weights"), &e)
+                })?;
+            }
             let key = |field: &str, overridden: bool| {
                 if overridden {
                     format!("schedulers.{s}.{field}")

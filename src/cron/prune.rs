@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::Tick;
-use super::table::{Entry, Fut, Outcome};
+use super::table::{CronError, Entry, Fut, Outcome};
 use crate::schedules::Schedules;
 use crate::storage::{self, DbPool, StorageError};
 
@@ -28,14 +28,17 @@ pub struct Prune {
 }
 
 /// The time `retention` before the tick: what is older goes.
-fn before(tick: &Tick, retention: Duration) -> Result<chrono::NaiveDateTime, String> {
-    let retention = chrono::Duration::from_std(retention).map_err(|e| e.to_string())?;
-    Ok((tick.at - retention).naive_utc())
+fn before(tick: &Tick, retention: Duration) -> Result<chrono::NaiveDateTime, CronError> {
+    Ok(chrono::Duration::from_std(retention)
+        .ok()
+        .and_then(|r| tick.at.checked_sub_signed(r))
+        .ok_or(CronError::Retention(retention))?
+        .naive_utc())
 }
 
 impl Prune {
     /// Deletes the component's finished tasks past their retention; answers how many.
-    async fn tasks(&self, tick: &Tick, retention: Duration) -> Result<usize, String> {
+    async fn tasks(&self, tick: &Tick, retention: Duration) -> Result<usize, CronError> {
         let before = before(tick, retention)?;
         let s = tick.component;
         let deleted = storage::run(&self.pool, move |conn| {
@@ -49,8 +52,7 @@ impl Prune {
             }
             Ok::<_, StorageError>(deleted)
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         if deleted > 0 {
             tracing::info!(scheduler.id = %s, deleted, "finished tasks past their retention deleted");
         }
@@ -58,13 +60,12 @@ impl Prune {
     }
 
     /// Deletes the component's schedules' fires past the history's retention; answers how many.
-    async fn fires(&self, tick: &Tick, retention: Duration) -> Result<usize, String> {
+    async fn fires(&self, tick: &Tick, retention: Duration) -> Result<usize, CronError> {
         let s = tick.component;
         let deleted = self
             .schedules
             .prune_history(s, before(tick, retention)?, BATCH, BATCHES)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if deleted > 0 {
             tracing::info!(scheduler.id = %s, deleted, "schedule fires past their retention deleted");
         }

@@ -37,11 +37,7 @@ impl Entry for Refill {
         Box::pin(async move {
             let mut moved = 0;
             for _ in 0..REFILLS_PER_TICK {
-                let n = self
-                    .broker
-                    .refill(tick.component)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let n = self.broker.refill(tick.component).await?;
                 moved += n;
                 if n < REFILL_BATCH {
                     break;

@@ -37,7 +37,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::Tick;
-use super::table::{Entry, Fut, Outcome};
+use super::table::{CronError, Entry, Fut, Outcome};
 use crate::clients::catalogue::Catalogue;
 use crate::domain::SchedulerId;
 use crate::domain::fire::{Fate, FireReason};
@@ -500,7 +500,7 @@ impl Reschedule {
 
     /// Pushes one prepared page's fires at once; answers what the schedules' rows and the
     /// ledger need then.
-    async fn push(&self, p: Prepared, tick: &Tick) -> Result<Settlement, String> {
+    async fn push(&self, p: Prepared, tick: &Tick) -> Result<Settlement, CronError> {
         let Prepared {
             requests,
             fired,
@@ -509,11 +509,7 @@ impl Reschedule {
         if requests.is_empty() {
             return Ok(out);
         }
-        let results = self
-            .broker
-            .push_many(tick.component, requests)
-            .await
-            .map_err(|e| e.to_string())?;
+        let results = self.broker.push_many(tick.component, requests).await?;
         let now = tick.at.naive_utc();
         for ((due, task, next), r) in fired.into_iter().zip(results) {
             let created = matches!(&r, Ok(o) if o.created);
@@ -525,7 +521,7 @@ impl Reschedule {
 
     /// After a page's push committed (its tasks with their explanations): its schedules' new
     /// deadlines and disables, and its fires in the ledger, in one transaction.
-    async fn settle(&self, p: Settlement, tick: &Tick) -> Result<Counts, String> {
+    async fn settle(&self, p: Settlement, tick: &Tick) -> Result<Counts, CronError> {
         let Settlement {
             advance,
             disable,
@@ -539,8 +535,7 @@ impl Reschedule {
         }
         self.schedules
             .settle(advance, disable, fires, tick.at.naive_utc())
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         // Counted once committed: a page whose settle failed is decided again on a later tick.
         let metrics = self.broker.metrics();
         for (skipped, late) in decided {
@@ -555,13 +550,9 @@ impl Reschedule {
         tick: &Tick,
         after: Option<(NaiveDateTime, String)>,
         budget: &AtomicUsize,
-    ) -> Result<Option<Page>, String> {
+    ) -> Result<Option<Page>, CronError> {
         let (s, now) = (tick.component, tick.at.naive_utc());
-        let rows = self
-            .schedules
-            .due(s, now, after, PAGE)
-            .await
-            .map_err(|e| e.to_string())?;
+        let rows = self.schedules.due(s, now, after, PAGE).await?;
         let Some(last) = rows.last() else {
             return Ok(None);
         };
@@ -657,7 +648,7 @@ impl Entry for Reschedule {
         Box::pin(async move {
             let s = tick.component;
             let mut n = Counts::default();
-            let mut settling: Option<Fut<'a, Result<Counts, String>>> = None;
+            let mut settling: Option<Fut<'a, Result<Counts, CronError>>> = None;
             let budget = AtomicUsize::new(self.lookup_budget);
             let mut next = self.next_page(tick, None, &budget).await?;
             while let Some(page) = next {

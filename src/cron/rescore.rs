@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::Tick;
-use super::table::{Entry, Fut, Outcome};
+use super::table::{CronError, Entry, Fut, Outcome};
 use uuid::Uuid;
 
 use crate::domain::SchedulerId;
@@ -36,11 +36,8 @@ type Page = (Vec<(Uuid, Explanation, i64)>, Option<String>);
 type Changes = Vec<(Uuid, i64, Explanation)>;
 
 impl Rescore {
-    async fn read(&self, s: SchedulerId, after: String) -> Result<Page, String> {
-        self.broker
-            .waiting_scores(s, after, PAGE)
-            .await
-            .map_err(|e| e.to_string())
+    async fn read(&self, s: SchedulerId, after: String) -> Result<Page, CronError> {
+        Ok(self.broker.waiting_scores(s, after, PAGE).await?)
     }
 
     /// The page's new priorities and explanations, for the tasks whose strategy's priority
@@ -92,12 +89,7 @@ impl Entry for Rescore {
                         None => Ok(None),
                     }
                 };
-                let applying = async {
-                    self.broker
-                        .rescore(s, scores)
-                        .await
-                        .map_err(|e| e.to_string())
-                };
+                let applying = self.broker.rescore(s, scores);
                 let (applied, following) = tokio::join!(applying, reading);
                 applied?;
                 next = following?;

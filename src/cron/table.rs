@@ -15,10 +15,30 @@ use std::time::Instant;
 use super::{EntryReport, Tick, TickReport};
 use crate::clock::SharedClock;
 use crate::metrics::Metrics;
+use crate::queue::QueueError;
+use crate::schedules::ScheduleError;
 use crate::storage::{self, DbPool, StorageError};
 
 /// What an entry's action came to: a summary for logs and tests, or why it failed.
-pub type Outcome = Result<String, String>;
+pub type Outcome = Result<String, CronError>;
+
+/// Why an entry did not run or failed; the table logs it and runs the next entry. The messages
+/// are those of the layer that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CronError {
+    /// An engine refused or could not take the entry's command.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The schedules could not be read or settled.
+    #[error(transparent)]
+    Schedules(#[from] ScheduleError),
+    /// The database could not be read or written (the entry's statements, or `cron_state`).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A retention too long to count back from the tick's time.
+    #[error("retention {0:?} is too long to count back from the tick")]
+    Retention(std::time::Duration),
+}
 
 /// A future an entry returns.
 pub type Fut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -37,7 +57,7 @@ pub trait Entry: Send + Sync {
     fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome>;
 
     /// Called when the rule held, before the action: record what must survive a restart.
-    fn schedule_next<'a>(&'a self, _tick: &'a Tick) -> Fut<'a, Result<(), String>> {
+    fn schedule_next<'a>(&'a self, _tick: &'a Tick) -> Fut<'a, Result<(), CronError>> {
         Box::pin(async { Ok(()) })
     }
 
@@ -133,10 +153,8 @@ impl<E: Entry> Periodic<E> {
     async fn db<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut storage::AnyConnection) -> Result<T, StorageError> + Send + 'static,
-    ) -> Result<T, String> {
-        storage::run(&self.pool, f)
-            .await
-            .map_err(|e: StorageError| e.to_string())
+    ) -> Result<T, StorageError> {
+        storage::run(&self.pool, f).await
     }
 }
 
@@ -163,17 +181,18 @@ impl<E: Entry> Entry for Periodic<E> {
         })
     }
 
-    fn schedule_next<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Result<(), String>> {
+    fn schedule_next<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Result<(), CronError>> {
         Box::pin(async move {
             let (component, entry) = (tick.component.as_str(), self.inner.name());
             let next: DateTime<Utc> = tick.at + self.period;
             let (ran, next) = (tick.at.naive_utc(), next.naive_utc());
-            self.db(move |c| {
-                Ok(storage::cron_state::set_next_run(
-                    c, component, entry, ran, next,
-                )?)
-            })
-            .await
+            Ok(self
+                .db(move |c| {
+                    Ok(storage::cron_state::set_next_run(
+                        c, component, entry, ran, next,
+                    )?)
+                })
+                .await?)
         })
     }
 

@@ -18,11 +18,7 @@ impl Entry for LeaseWatchdog {
 
     fn action<'a>(&'a self, tick: &'a Tick) -> Fut<'a, Outcome> {
         Box::pin(async move {
-            let r = self
-                .broker
-                .expire_leases_of(tick.component)
-                .await
-                .map_err(|e| e.to_string())?;
+            let r = self.broker.expire_leases_of(tick.component).await?;
             if !r.requeued.is_empty() || !r.failed.is_empty() {
                 tracing::info!(scheduler.id = %tick.component, requeued = r.requeued.len(), failed = r.failed.len(), "expired leases handled");
             }

@@ -16,6 +16,7 @@ pub mod keys;
 pub mod limits;
 pub mod payload;
 pub mod plugin;
+pub mod politeness;
 pub mod query;
 pub mod schedule;
 pub mod task;

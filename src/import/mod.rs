@@ -51,7 +51,7 @@ pub struct Options {
 /// import's time, from which imported dispatched and running tasks' leases run.
 pub fn run(settings: &Settings, opts: &Options, clock: &dyn Clock) -> anyhow::Result<Summary> {
     let batch = opts.batch.max(1);
-    let mut source = mula::open(&opts.from).map_err(|e| anyhow!(e))?;
+    let mut source = mula::open(&opts.from)?;
     match mula::revision(&mut source).context("cannot read mula's alembic revision")? {
         Some(r) if r == mula::HEAD_REVISION => {}
         Some(r) => bail!(
@@ -64,7 +64,7 @@ pub fn run(settings: &Settings, opts: &Options, clock: &dyn Clock) -> anyhow::Re
             storage::redact(&opts.from)
         ),
     }
-    let target = DbTarget::parse(&settings.database.uri).map_err(|e| anyhow!(e))?;
+    let target = DbTarget::parse(&settings.database.uri)?;
     let (_lock, mut conn) = if opts.dry_run {
         (None, open_for_reading(&target)?)
     } else {
@@ -139,7 +139,7 @@ fn open_for_writing(target: &DbTarget) -> anyhow::Result<(Option<SqliteLock>, An
         })?),
         DbTarget::Postgres(_) => None,
     };
-    let mut conn = storage::open(target).map_err(|e| anyhow!(e))?;
+    let mut conn = storage::open(target)?;
     // Before the migrations, so a running service's schema is not changed under it. A database
     // without the ownership table (new, or migrated by a version without it) has no lease to
     // check.
@@ -166,7 +166,7 @@ fn open_for_writing(target: &DbTarget) -> anyhow::Result<(Option<SqliteLock>, An
             );
         }
     }
-    let applied = storage::run_migrations(&mut conn).map_err(|e| anyhow!(e))?;
+    let applied = storage::run_migrations(&mut conn)?;
     for m in &applied {
         info!(migration = %m, "migration applied");
     }
@@ -182,7 +182,7 @@ fn open_for_reading(target: &DbTarget) -> anyhow::Result<Option<AnyConnection>> 
         info!(target = %target.display(), "import-mula: the target does not exist yet; it counts as empty");
         return Ok(None);
     }
-    let mut conn = storage::open(target).map_err(|e| anyhow!(e))?;
+    let mut conn = storage::open(target)?;
     if storage::has_schema(&mut conn) {
         Ok(Some(conn))
     } else {

@@ -26,6 +26,63 @@ use tracing::{error, info, warn};
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::storage::{self, AnyConnection, DbTarget, StorageError, owners};
 
+/// Why ownership could not be set up: the SQLite lock, or the ownership thread. Each message
+/// carries its cause, which is not reported again as `source()` (see [`StorageError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum OwnershipError {
+    /// The database's directory could not be created.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The lock file could not be opened.
+    #[error("cannot open the lock file {}: {error}", path.display())]
+    LockFile {
+        /// The lock file.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// Another process holds the lock: a second instance on one SQLite file.
+    #[error(
+        "another kat-scheduler instance is using the SQLite database {} (its lock file {} is held); \
+         SQLite serves one instance: stop the other one, or run several instances on PostgreSQL",
+        database.display(),
+        path.display()
+    )]
+    Locked {
+        /// The database file.
+        database: PathBuf,
+        /// Its lock file.
+        path: PathBuf,
+    },
+    /// The lock could not be taken for another reason than its holder.
+    #[error("cannot lock {}: {error}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// The ownership thread could not be started.
+    #[error("cannot start the ownership thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Why nobody serves a scheduler now (`/health`'s readiness): its requests would be answered 503
+/// until one instance holds its lease and is known here as live.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unserved {
+    /// No ownership round has read the lease rows yet.
+    #[error("no owner yet: the first ownership round has not run")]
+    NoRoundYet,
+    /// The named instance holds a live lease this process does not serve under: its own name's
+    /// (a predecessor's, or a lease just lost); the next round settles it.
+    #[error("changing owner: {0} holds the lease and is not yet known as live here")]
+    ChangingOwner(String),
+    /// The last holder's lease ran out and no instance has taken it.
+    #[error("no owner: the last lease lapsed and nobody has taken it yet")]
+    Lapsed,
+}
+
 /// Who this instance is and how long its leases run.
 #[derive(Debug, Clone)]
 pub struct OwnershipConfig {
@@ -216,17 +273,14 @@ impl Ownership {
     /// Whether every scheduler can be served from here now: owned by this instance, or by
     /// another whose lease runs (requests are forwarded to it). Answers, per scheduler, who
     /// serves it, or why nobody does.
-    pub fn readiness(&self) -> PerScheduler<Result<String, String>> {
+    pub fn readiness(&self) -> PerScheduler<Result<String, Unserved>> {
         PerScheduler::from_fn(|s| match self.route(s) {
             Route::Local(epoch) => Ok(format!("owned here (epoch {epoch})")),
             Route::Remote(address) => Ok(format!("owned by the instance at {address}")),
             Route::Moving => Err(match self.owner(s) {
-                None => "no owner yet: the first ownership round has not run".to_owned(),
-                Some(o) if o.live => format!(
-                    "changing owner: {} holds the lease and is not yet known as live here",
-                    o.instance
-                ),
-                Some(_) => "no owner: the last lease lapsed and nobody has taken it yet".to_owned(),
+                None => Unserved::NoRoundYet,
+                Some(o) if o.live => Unserved::ChangingOwner(o.instance),
+                Some(_) => Unserved::Lapsed,
             }),
         })
     }
@@ -254,7 +308,7 @@ impl Ownership {
         self: &Arc<Self>,
         target: DbTarget,
         changed: Box<dyn Fn(SchedulerId) + Send>,
-    ) -> Result<OwnershipHandle, String> {
+    ) -> Result<OwnershipHandle, OwnershipError> {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let me = self.clone();
         let every = self.config.lease / 3;
@@ -265,9 +319,7 @@ impl Ownership {
                 let mut failing_since: Option<Instant> = None;
                 loop {
                     let fresh = |conn: &mut Option<AnyConnection>| {
-                        storage::open(&target)
-                            .map_err(StorageError::Unavailable)
-                            .and_then(|c| me.round(conn.insert(c), &*changed))
+                        storage::open(&target).and_then(|c| me.round(conn.insert(c), &*changed))
                     };
                     let result = match conn.as_mut() {
                         Some(c) => match me.round(c, &*changed) {
@@ -302,7 +354,7 @@ impl Ownership {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the ownership thread: {e}"))?;
+            .map_err(OwnershipError::Thread)?;
         Ok(OwnershipHandle { stop, join })
     }
 }
@@ -366,7 +418,7 @@ pub struct SqliteLock {
 
 impl SqliteLock {
     /// Takes the lock beside `database` (`<database>.lock`), or says who holds it.
-    pub fn acquire(database: &Path) -> Result<SqliteLock, String> {
+    pub fn acquire(database: &Path) -> Result<SqliteLock, OwnershipError> {
         // The lock is taken before the database is opened, so it is the first thing to need the
         // database's directory.
         crate::storage::create_parent_dir(database)?;
@@ -378,18 +430,17 @@ impl SqliteLock {
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+            .map_err(|error| OwnershipError::LockFile {
+                path: path.clone(),
+                error,
+            })?;
         match file.try_lock() {
             Ok(()) => Ok(SqliteLock { _file: file, path }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(format!(
-                "another kat-scheduler instance is using the SQLite database {} (its lock file {} is held); \
-                 SQLite serves one instance: stop the other one, or run several instances on PostgreSQL",
-                database.display(),
-                path.display()
-            )),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(format!("cannot lock {}: {e}", path.display()))
-            }
+            Err(std::fs::TryLockError::WouldBlock) => Err(OwnershipError::Locked {
+                database: database.to_owned(),
+                path,
+            }),
+            Err(std::fs::TryLockError::Error(error)) => Err(OwnershipError::Lock { path, error }),
         }
     }
 
@@ -408,7 +459,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("scheduler.db");
         let first = SqliteLock::acquire(&db).unwrap();
-        let err = SqliteLock::acquire(&db).unwrap_err();
+        let err = SqliteLock::acquire(&db).unwrap_err().to_string();
         assert!(err.contains("another kat-scheduler instance"), "{err}");
         assert!(err.contains("scheduler.db"), "{err}");
         drop(first);
@@ -482,12 +533,8 @@ mod tests {
                 .unwrap()
                 .contains("http://b:8000")
         );
-        assert!(
-            r[SchedulerId::Report]
-                .as_ref()
-                .unwrap_err()
-                .contains("lapsed")
-        );
+        assert_eq!(r[SchedulerId::Report], Err(Unserved::Lapsed));
+        assert!(Unserved::Lapsed.to_string().contains("lapsed"));
     }
 
     #[test]

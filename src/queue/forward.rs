@@ -15,7 +15,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::push::PushRequest;
-use super::types::{PushOutcome, QueueError, TaskPatch};
+use super::types::{PushOutcome, QueueError, TaskPatch, Wait};
 use crate::domain::{SchedulerId, Task};
 
 /// The internal route a forwarded command goes to.
@@ -44,6 +44,11 @@ pub enum Forward {
         /// The change.
         patch: TaskPatch,
     },
+    /// [`super::Broker::wait`]
+    Explain {
+        /// The task.
+        id: Uuid,
+    },
     /// [`super::Broker::cancel_object`] on one scheduler
     Cancel {
         /// The organisation.
@@ -65,6 +70,18 @@ pub enum Answer {
     Patched(Task),
     /// To `Cancel`.
     Cancelled(Vec<Uuid>),
+    /// To `Explain`.
+    Explained(Option<Wait>),
+}
+
+/// Why forwarding could not be set up. (A forwarded command's own failures are
+/// [`QueueError`]s, the answer its caller gets.)
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// The HTTP client could not be built (its TLS backend did not start); the cause is in the
+    /// message, not repeated as `source()`.
+    #[error("cannot build the forwarding client: {0}")]
+    Client(reqwest::Error),
 }
 
 /// The client instances forward with.
@@ -77,12 +94,12 @@ pub struct Peers {
 
 impl Peers {
     /// A client whose calls give up after `timeout`.
-    pub fn new(timeout: Duration, token: Option<String>) -> Result<Peers, String> {
+    pub fn new(timeout: Duration, token: Option<String>) -> Result<Peers, ForwardError> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .user_agent(crate::clients::http::USER_AGENT)
             .build()
-            .map_err(|e| format!("cannot build the forwarding client: {e}"))?;
+            .map_err(ForwardError::Client)?;
         Ok(Peers { client, token })
     }
 
@@ -147,6 +164,7 @@ macro_rules! answered {
 
 answered!(Vec<Result<PushOutcome, QueueError>>, Pushed);
 answered!(Vec<Task>, Popped);
+answered!(Option<Wait>, Explained);
 answered!(Task, Patched);
 answered!(Vec<Uuid>, Cancelled);
 

@@ -30,7 +30,14 @@ use crate::domain::filter::eval::{Json, Record, json_at};
 use crate::domain::filter::plan::{Lookup, Plan};
 use crate::domain::filter::{Column, FilterNode, eval};
 use crate::domain::keys::{DataKeys, KeyField};
+use crate::domain::politeness::KeyValues;
 use crate::domain::{SchedulerId, USER_PRIORITY_MAX};
+use crate::queue::fair::FairShare;
+
+/// Index entries a fair filtered pop may look at, over every organisation it tries, before it
+/// settles for the heap's order: it bounds the pop's cost when the filter matches little of the
+/// organisations first in turn.
+pub const FAIR_SCAN_BUDGET: usize = 4_096;
 
 /// Where a task ranks: lower is popped first (`priority`, then `created_at`, then `id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -223,6 +230,22 @@ impl KeySet {
         }
     }
 
+    fn first(&self) -> Option<Rank> {
+        match self {
+            Self::One(r) => Some(*r),
+            Self::Few(v) => v.first().copied(),
+            Self::Many(s) => s.first().copied(),
+        }
+    }
+
+    fn last(&self) -> Option<Rank> {
+        match self {
+            Self::One(r) => Some(*r),
+            Self::Few(v) => v.last().copied(),
+            Self::Many(s) => s.last().copied(),
+        }
+    }
+
     fn iter(&self) -> Box<dyn Iterator<Item = Rank> + '_> {
         match self {
             Self::One(r) => Box::new(std::iter::once(*r)),
@@ -275,6 +298,8 @@ pub struct SchedulerHeap {
     /// rank order is by priority first, so the heap itself cannot tell.
     by_age: BTreeSet<(i64, Uuid)>,
     maxsize: usize,
+    /// Whose automatic work is served next, when organisations take turns.
+    fair: FairShare,
 }
 
 /// Builds a heap in bulk from tasks in any order (a rebuild of a million tasks): each index set is
@@ -340,7 +365,32 @@ impl SchedulerHeap {
             keys: Default::default(),
             by_age: BTreeSet::new(),
             maxsize,
+            fair: FairShare::default(),
         }
+    }
+
+    /// Serves organisations in turn through `fair` (built empty, or [`FairShare::emptied`]):
+    /// every organisation with queued work joins it.
+    pub fn with_fairness(mut self, fair: FairShare) -> Self {
+        self.fair = fair;
+        let orgs: Vec<Arc<str>> = self.keys[KeyField::Organisation.index()]
+            .keys()
+            .cloned()
+            .collect();
+        for org in &orgs {
+            self.fair.join(org);
+        }
+        self
+    }
+
+    /// Takes the rotation out (to hand it to a heap rebuilt in this one's place).
+    pub fn take_fairness(&mut self) -> FairShare {
+        std::mem::take(&mut self.fair)
+    }
+
+    /// The rotation of organisations.
+    pub fn fairness(&self) -> &FairShare {
+        &self.fair
     }
 
     /// A builder for a heap filled with about `expected` tasks (sized for them up front: growing
@@ -436,16 +486,26 @@ impl SchedulerHeap {
     }
 
     fn index(&mut self, field: KeyField, value: &Arc<str>, rank: Rank) {
+        let mut new = false;
         self.keys[field.index()]
             .entry(value.clone())
             .and_modify(|set| set.insert(rank))
-            .or_insert(KeySet::One(rank));
+            .or_insert_with(|| {
+                new = true;
+                KeySet::One(rank)
+            });
+        if new && field == KeyField::Organisation {
+            self.fair.join(value);
+        }
     }
 
     fn unindex(&mut self, field: KeyField, value: &Arc<str>, rank: &Rank) {
         let map = &mut self.keys[field.index()];
         if map.get_mut(value).is_some_and(|set| set.remove(rank)) {
             map.remove(value);
+            if field == KeyField::Organisation {
+                self.fair.leave(value);
+            }
         }
     }
 
@@ -517,6 +577,150 @@ impl SchedulerHeap {
     /// The best task, without taking it out.
     pub fn best(&self) -> Option<Rank> {
         self.queue.peek_min().map(|(_, r)| *r)
+    }
+
+    /// The task an unfiltered pop serves next: the best, if it is a user scan or organisations
+    /// do not take turns; else the best of the organisation whose turn it is.
+    pub fn next_fair(&self) -> Option<Rank> {
+        let best = self.best()?;
+        if !self.fair.is_on() || best.is_user() {
+            return Some(best);
+        }
+        self.fair
+            .order()
+            .find_map(|org| self.keys[KeyField::Organisation.index()].get(org)?.first())
+            .or(Some(best))
+    }
+
+    /// The task a full heap moves out to make room for automatic work of `org`, when
+    /// organisations take turns and `org` holds fewer tasks than the one holding most (bar one):
+    /// that organisation's worst. So a flood of one organisation cannot keep another's work out
+    /// of the heap, where turns are taken. O(k) for k organisations in the heap.
+    pub fn fair_victim(&self, org: &str) -> Option<Rank> {
+        if !self.fair.is_on() {
+            return None;
+        }
+        let orgs = &self.keys[KeyField::Organisation.index()];
+        let own = orgs.get(org).map_or(0, KeySet::len);
+        let (_, largest) = orgs.iter().max_by_key(|(_, set)| set.len())?;
+        if own + 1 < largest.len() {
+            largest.last().filter(|r| !r.is_user())
+        } else {
+            None
+        }
+    }
+
+    /// Takes a task out for a pop, charging its organisation's turn when it is automatic work.
+    pub fn take(&mut self, id: &Uuid) -> Option<Rank> {
+        let org = self.key_of(id, KeyField::Organisation);
+        let rank = self.remove(id)?;
+        if let Some(org) = org.filter(|_| !rank.is_user()) {
+            self.fair.charge(&org);
+        }
+        Some(rank)
+    }
+
+    /// A queued task's place among all queued tasks in priority order (1: the best). O(n): the
+    /// heap keeps no order statistics, and only an operator's question asks.
+    pub fn rank_of(&self, id: &Uuid) -> Option<u64> {
+        let me = self.rank(id)?;
+        Some(self.queue.iter().filter(|(_, r)| **r < me).count() as u64 + 1)
+    }
+
+    /// A queued task's organisation and its place among that organisation's queued tasks.
+    pub fn organisation_rank(&self, id: &Uuid) -> Option<(Arc<str>, u64)> {
+        let me = self.rank(id)?;
+        let org = self.key_of(id, KeyField::Organisation)?;
+        let set = self.keys[KeyField::Organisation.index()].get(&org)?;
+        let ahead = set.iter().take_while(|r| *r < me).count() as u64;
+        Some((org, ahead + 1))
+    }
+
+    /// A queued task's values of the keys limits count by.
+    pub fn key_values(&self, id: &Uuid) -> Option<KeyValues<'_>> {
+        let keys = &self.queue.get(id)?.0.keys;
+        let at = |f: KeyField| keys[f.index()].as_deref();
+        Some(KeyValues {
+            plugin_id: at(KeyField::PluginId),
+            oci_image: at(KeyField::OciImage),
+            input_ooi: at(KeyField::InputOoi),
+            organisation: at(KeyField::Organisation),
+        })
+    }
+
+    /// The best task matching `filter` (planned as `plan`, reading no payload) that `admit`
+    /// lets go, in pop order.
+    pub fn first_admitted(
+        &self,
+        filter: &FilterNode,
+        plan: &Plan,
+        admit: &dyn Fn(&Uuid) -> bool,
+    ) -> Option<Uuid> {
+        self.candidates(plan).find(|id| {
+            self.record(id, None)
+                .is_some_and(|r| eval::matches(filter, &r))
+                && admit(id)
+        })
+    }
+
+    /// The task a pop with `filter` (planned as `plan`, reading no payload) serves next, given
+    /// `first`, the best task it matches that `admit` lets go: `first` itself if it is a user
+    /// scan or organisations do not take turns; else the best admitted match of the first
+    /// organisation in turn that has one. An organisation's match is searched through its own
+    /// index or the plan's narrowest lookup, whichever names fewer tasks, within
+    /// [`FAIR_SCAN_BUDGET`] entries over all organisations; past it, `first`.
+    pub fn next_fair_matching(
+        &self,
+        filter: &FilterNode,
+        plan: &Plan,
+        first: Uuid,
+        admit: &dyn Fn(&Uuid) -> bool,
+    ) -> Uuid {
+        let user = self.rank(&first).is_none_or(Rank::is_user);
+        if !self.fair.is_on() || user {
+            return first;
+        }
+        let orgs = &self.keys[KeyField::Organisation.index()];
+        let allowed = plan
+            .lookups
+            .iter()
+            .find(|l| l.field == KeyField::Organisation);
+        let lookup = self.best_lookup(plan);
+        let lookup_size = lookup.map_or(usize::MAX, |l| self.set_size(l));
+        let mut budget = FAIR_SCAN_BUDGET;
+        for org in self.fair.order() {
+            if allowed.is_some_and(|l| !l.values.iter().any(|v| v.as_str() == &**org)) {
+                continue;
+            }
+            let Some(own) = orgs.get(org) else { continue };
+            let walk: Box<dyn Iterator<Item = Rank>> = match lookup {
+                Some(l) if lookup_size < own.len() => {
+                    let map = &self.keys[l.field.index()];
+                    let sets: Vec<&KeySet> = l
+                        .values
+                        .iter()
+                        .filter_map(|v| map.get(v.as_str()))
+                        .collect();
+                    Box::new(Merge::new(sets.into_iter()))
+                }
+                _ => own.iter(),
+            };
+            for r in walk {
+                if budget == 0 {
+                    return first;
+                }
+                budget -= 1;
+                let Some(rec) = self.record(&r.id, None) else {
+                    continue;
+                };
+                let same_org =
+                    rec.fields.keys[KeyField::Organisation.index()].as_ref() == Some(org);
+                if same_org && eval::matches(filter, &rec) && admit(&r.id) {
+                    return r.id;
+                }
+            }
+        }
+        first
     }
 
     /// When the oldest task in the heap was created.
@@ -828,6 +1032,158 @@ mod tests {
             Some(tasks[7].id)
         );
         assert_eq!(ids(&mut bulk), ids(&mut one_by_one));
+    }
+
+    fn fair_heap() -> SchedulerHeap {
+        use crate::queue::fair::{Fairness, Weights};
+        SchedulerHeap::new(SchedulerId::Boefje, 100_000)
+            .with_fairness(FairShare::new(Fairness::Organisation, Weights::default()))
+    }
+
+    /// Pops `n` unfiltered, in turn; answers the organisations served.
+    fn pop_fair(heap: &mut SchedulerHeap, n: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let Some(next) = heap.next_fair() else { break };
+            out.push(
+                heap.key_of(&next.id, KeyField::Organisation)
+                    .unwrap()
+                    .to_string(),
+            );
+            heap.take(&next.id);
+        }
+        out
+    }
+
+    #[test]
+    fn a_flood_of_one_organisation_does_not_hold_the_others_back() {
+        let mut heap = fair_heap();
+        // The big one's tasks are older and more urgent than anything the small ones bring.
+        for i in 0..9_000 {
+            heap.insert(task(50, i, "big", None));
+        }
+        for o in 0..10 {
+            for i in 0..100 {
+                heap.insert(task(90, 10_000 + o * 100 + i, &format!("small{o}"), None));
+            }
+        }
+        let served = pop_fair(&mut heap, 1_100);
+        let small = served.iter().filter(|o| o.starts_with("small")).count();
+        assert_eq!(small, 1_000, "ten pops in eleven are the small ones'");
+        // Within an organisation, the heap's order: small3's first pop is its best task.
+        let mut strict = SchedulerHeap::new(SchedulerId::Boefje, 100_000);
+        strict.insert(task(50, 1, "big", None));
+        strict.insert(task(90, 2, "small", None));
+        assert_eq!(
+            pop_fair(&mut strict, 2),
+            vec!["big", "small"],
+            "off: the heap's order"
+        );
+    }
+
+    #[test]
+    fn user_scans_come_first_and_an_organisation_keeps_its_own_order() {
+        let mut heap = fair_heap();
+        let a_late = task(70, 1, "a", None);
+        let a_soon = task(20, 2, "a", None);
+        let b = task(30, 3, "b", None);
+        let user = task(1, 4, "c", None);
+        for t in [&a_late, &a_soon, &b, &user] {
+            heap.insert(t.clone());
+        }
+        let mut order = Vec::new();
+        while let Some(next) = heap.next_fair() {
+            order.push(next.id);
+            heap.take(&next.id);
+        }
+        assert_eq!(order[0], user.id, "the user's scan first");
+        let pos = |id: Uuid| order.iter().position(|x| *x == id).unwrap();
+        assert!(pos(a_soon.id) < pos(a_late.id), "a's own order stands");
+        assert_eq!(order.len(), 4, "nothing is left behind");
+    }
+
+    #[test]
+    fn a_filtered_pop_takes_turns_among_the_organisations_it_matches() {
+        let mut heap = fair_heap();
+        for i in 0..3_000 {
+            let image = if i % 2 == 0 { "img1" } else { "img2" };
+            heap.insert(task(50, i, "big", Some(image)));
+        }
+        for o in 0..5 {
+            for i in 0..20 {
+                heap.insert(task(
+                    90,
+                    5_000 + o * 100 + i,
+                    &format!("small{o}"),
+                    Some("img1"),
+                ));
+            }
+        }
+        // A runner of img1 only, and one whose organisations exclude the small ones.
+        let img1 = parse_request(&json!({"filters": [
+            {"column": "data", "field": "boefje__oci_image", "operator": "in", "value": ["img1"]}
+        ]}))
+        .unwrap();
+        let big_only = parse_request(&json!({"filters": [
+            {"column": "organisation", "operator": "in", "value": ["big"]}
+        ]}))
+        .unwrap();
+        let p1 = plan(&img1, SchedulerId::Boefje);
+        let pb = plan(&big_only, SchedulerId::Boefje);
+        let mut served = Vec::new();
+        for _ in 0..60 {
+            let first = heap.matching(&img1, &p1, 1)[0];
+            let id = heap.next_fair_matching(&img1, &p1, first, &|_| true);
+            assert_eq!(
+                heap.key_of(&id, KeyField::OciImage).as_deref(),
+                Some("img1")
+            );
+            served.push(
+                heap.key_of(&id, KeyField::Organisation)
+                    .unwrap()
+                    .to_string(),
+            );
+            heap.take(&id);
+        }
+        let small = served.iter().filter(|o| o.starts_with("small")).count();
+        assert_eq!(small, 50, "five of every six img1 pops are the small ones'");
+        let first = heap.matching(&big_only, &pb, 1)[0];
+        let id = heap.next_fair_matching(&big_only, &pb, first, &|_| true);
+        assert_eq!(
+            heap.key_of(&id, KeyField::Organisation).as_deref(),
+            Some("big"),
+            "work-conserving: the only organisation it may take is served, turn or not"
+        );
+    }
+
+    #[test]
+    fn the_turns_survive_a_rebuild_of_the_heap() {
+        let mut heap = fair_heap();
+        for i in 0..10 {
+            heap.insert(task(50, i, "a", None));
+            heap.insert(task(50, 100 + i, "b", None));
+        }
+        assert_eq!(pop_fair(&mut heap, 3), vec!["a", "b", "a"]);
+        let left: Vec<HeapTask> = std::iter::from_fn(|| {
+            let r = heap.best()?;
+            let org = heap.key_of(&r.id, KeyField::Organisation)?;
+            heap.remove(&r.id);
+            let mut t = task(r.priority, r.created_micros, &org, None);
+            t.id = r.id;
+            Some(t)
+        })
+        .collect();
+        let fair = heap.take_fairness().emptied();
+        let mut b = SchedulerHeap::builder(SchedulerId::Boefje, 100, left.len());
+        for t in left {
+            b.push(t);
+        }
+        let mut rebuilt = b.finish().with_fairness(fair);
+        assert_eq!(
+            pop_fair(&mut rebuilt, 2),
+            vec!["b", "a"],
+            "b's turn, as before"
+        );
     }
 
     #[test]

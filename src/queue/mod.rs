@@ -26,6 +26,7 @@
 //! | `engine/` | one thread per scheduler: batches, one file per rule |
 
 mod engine;
+pub mod fair;
 pub mod forward;
 mod gauges;
 pub mod heap;
@@ -316,7 +317,9 @@ impl Broker {
             scheduler,
             filter,
             |f| {
-                let request = PopRequest::new(scheduler, limit, f.map(|f| f.node));
+                let (node, source) = f.map(|f| (f.node, f.source)).unzip();
+                let mut request = PopRequest::new(scheduler, limit, node);
+                request.source = source;
                 self.call_counted(scheduler, Op::Pop, started, request, Command::Pop)
             },
             |f| Forward::Pop {
@@ -340,6 +343,18 @@ impl Broker {
                 self.call_counted(scheduler, Op::Patch, started, request, Command::Patch)
             },
             |patch| Forward::Patch { id, patch },
+        )
+        .await
+    }
+
+    /// Where queued task `id` of `scheduler` stands and what holds it back, as the scheduler's
+    /// owner sees it; `None` if it is not in the heap.
+    pub async fn wait(&self, scheduler: SchedulerId, id: Uuid) -> Result<Option<Wait>, QueueError> {
+        self.routed(
+            scheduler,
+            id,
+            |id| self.call(scheduler, id, Command::Explain),
+            |id| Forward::Explain { id },
         )
         .await
     }

@@ -5,7 +5,7 @@ use chrono::NaiveDateTime;
 use uuid::Uuid;
 
 use super::Broker;
-use super::types::{QueueError, StatusCounts};
+use super::types::{QueueError, StatusCounts, Wait};
 use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, Task, TaskStatus};
 use crate::storage::{self, StorageError};
@@ -80,7 +80,7 @@ impl Broker {
                     .map_err(StorageError::from)?)
             })
             .await?;
-        Ok(stored
+        let mut explanation = stored
             .and_then(|s| serde_json::from_str::<crate::scoring::Explanation>(&s).ok())
             .filter(|e| e.priority == task.priority)
             .unwrap_or_else(|| crate::scoring::Explanation {
@@ -89,7 +89,33 @@ impl Broker {
                 inputs: serde_json::Value::Null,
                 terms: serde_json::json!({"priority_set_by_client": task.priority}),
                 priority: task.priority,
-            }))
+                wait: None,
+            });
+        explanation.wait = match task.status {
+            TaskStatus::Queued => self.wait(task.scheduler_id, id).await?,
+            TaskStatus::Pending => Some(self.pending_wait(task.scheduler_id)),
+            _ => None,
+        };
+        Ok(explanation)
+    }
+
+    /// The wait of a pending task: beyond its scheduler's heap, which holds better work.
+    fn pending_wait(&self, s: SchedulerId) -> Wait {
+        let view = self.snapshot(s);
+        Wait {
+            status: "pending".into(),
+            rank: None,
+            queued: view.qsize,
+            rank_in_organisation: None,
+            organisations_before: None,
+            filters: Vec::new(),
+            held: Vec::new(),
+            reasons: vec![format!(
+                "pending: beyond the {s} scheduler's heap (maxsize {}), whose {} queued tasks rank \
+                 before it; it enters as they are handed out, best pending first",
+                view.maxsize, view.qsize
+            )],
+        }
     }
 
     /// One task.

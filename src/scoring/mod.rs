@@ -167,6 +167,7 @@ impl Scorer {
                 inputs: serde_json::to_value(input).unwrap_or(Value::Null),
                 terms: Value::Object(s.terms),
                 priority,
+                wait: None,
             },
         ))
     }
@@ -186,6 +187,9 @@ pub struct Explanation {
     pub terms: Value,
     /// The priority.
     pub priority: i64,
+    /// For a waiting task: where it stands and what holds it back (absent for others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<crate::queue::Wait>,
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 pub mod cron_state;
 pub mod filter_sql;
 pub mod frontier;
+pub mod listing;
 pub mod mula;
 pub mod owners;
 pub mod rows;
@@ -68,7 +69,11 @@ impl Backend {
     }
 }
 
-/// Errors of the storage layer.
+/// Errors of the storage layer: of statements, and of opening and migrating a database.
+///
+/// A message that wraps a cause (the driver's, the file system's) carries it in its own text, as
+/// an operator reads it in one log line; the cause is kept as a field but not reported again as
+/// `source()`, which would print it twice where the service's stop reason is written as a chain.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// The database cannot be reached (or the pool is exhausted); worth a retry later.
@@ -85,14 +90,72 @@ pub enum StorageError {
     /// committed.
     #[error("scheduler {0} is owned by another instance now")]
     Fenced(crate::domain::SchedulerId),
+    /// `sqlite://` without a file after it.
+    #[error("sqlite:// needs a file path, e.g. sqlite://data/scheduler.db")]
+    NoSqlitePath,
+    /// A database URI of neither form; the URI with its password hidden.
+    #[error(
+        "'{0}' is not a supported database URI; use postgresql://USER@HOST/DB or sqlite://PATH"
+    )]
+    UnsupportedUri(String),
+    /// A connection to the database could not be opened.
+    #[error("cannot open database {target}: {error}")]
+    Open {
+        /// The database, its password hidden.
+        target: String,
+        /// What the driver said.
+        error: ConnectError,
+    },
+    /// The pool could not be built (its first connections did not come in time).
+    #[error("cannot open database {target}: {error}")]
+    Pool {
+        /// The database, its password hidden.
+        target: String,
+        /// What the pool said.
+        error: diesel::r2d2::PoolError,
+    },
+    /// The directory an SQLite file goes in could not be created.
+    #[error("cannot create directory {}: {error}", dir.display())]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// A migration failed to apply.
+    #[error("migration failed: {0}")]
+    Migration(MigrationError),
+    /// The PostgreSQL storage parameters ([`POSTGRES_TABLE_OPTIONS`]) could not be read or set.
+    #[error("cannot set storage parameters: {0}")]
+    TableOptions(diesel::result::Error),
+    /// Which migrations are applied could not be read.
+    #[error("cannot read the migration state: {0}")]
+    MigrationState(MigrationError),
+    /// A migration failed to revert.
+    #[error("revert failed: {0}")]
+    Revert(MigrationError),
+    /// mula's database could not be opened (`import-mula`).
+    #[error("cannot open mula's database {uri}: {error}")]
+    OpenMula {
+        /// mula's database, its password hidden.
+        uri: String,
+        /// What the driver said.
+        error: diesel::ConnectionError,
+    },
+    /// The read-only session on mula's database could not be set up.
+    #[error("cannot set up the session on mula's database: {0}")]
+    MulaSession(diesel::result::Error),
 }
+
+/// What diesel's migration harness fails with.
+pub type MigrationError = Box<dyn std::error::Error + Send + Sync>;
 
 impl StorageError {
     /// Whether the error says the database went away rather than that a statement was wrong.
     pub fn is_unavailable(&self) -> bool {
         use diesel::result::{DatabaseErrorKind, Error};
         match self {
-            Self::Unavailable(_) => true,
+            Self::Unavailable(_) | Self::Open { .. } | Self::Pool { .. } => true,
             Self::Query(Error::DatabaseError(
                 DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
                 _,
@@ -192,20 +255,17 @@ pub enum DbTarget {
 
 impl DbTarget {
     /// Parses a database URI; the error says which forms are accepted.
-    pub fn parse(uri: &str) -> Result<Self, String> {
+    pub fn parse(uri: &str) -> Result<Self, StorageError> {
         if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
             Ok(Self::Postgres(uri.to_owned()))
         } else if let Some(path) = uri.strip_prefix("sqlite://") {
             if path.is_empty() {
-                Err("sqlite:// needs a file path, e.g. sqlite://data/scheduler.db".into())
+                Err(StorageError::NoSqlitePath)
             } else {
                 Ok(Self::Sqlite(PathBuf::from(path)))
             }
         } else {
-            Err(format!(
-                "'{}' is not a supported database URI; use postgresql://USER@HOST/DB or sqlite://PATH",
-                redact(uri)
-            ))
+            Err(StorageError::UnsupportedUri(redact(uri)))
         }
     }
 
@@ -297,16 +357,21 @@ impl ManageConnection for Manager {
 
 /// Opens a pool to `target`, checking one connection first so a wrong URI fails start-up with the
 /// database's own message.
-pub fn connect(target: &DbTarget, pool_size: u32, timeout: Duration) -> Result<DbPool, String> {
+pub fn connect(
+    target: &DbTarget,
+    pool_size: u32,
+    timeout: Duration,
+) -> Result<DbPool, StorageError> {
     if let DbTarget::Sqlite(path) = target {
         create_parent_dir(path)?;
     }
     let manager = Manager {
         target: target.clone(),
     };
-    manager
-        .connect()
-        .map_err(|e| format!("cannot open database {}: {e}", target.display()))?;
+    manager.connect().map_err(|error| StorageError::Open {
+        target: target.display(),
+        error,
+    })?;
     Pool::builder()
         .max_size(pool_size)
         .min_idle(Some(1))
@@ -317,7 +382,10 @@ pub fn connect(target: &DbTarget, pool_size: u32, timeout: Duration) -> Result<D
         .test_on_check_out(true)
         .error_handler(Box::new(PoolErrors))
         .build(manager)
-        .map_err(|e| format!("cannot open database {}: {e}", target.display()))
+        .map_err(|error| StorageError::Pool {
+            target: target.display(),
+            error,
+        })
 }
 
 /// What the pool reports of its connections: one that failed its checkout check (the server
@@ -345,21 +413,27 @@ impl diesel::r2d2::HandleError<ConnectError> for PoolErrors {
 
 /// Creates the directory an SQLite file goes in (`./data/` by default), so a first start on a
 /// fresh machine needs no set-up.
-pub fn create_parent_dir(path: &Path) -> Result<(), String> {
+pub fn create_parent_dir(path: &Path) -> Result<(), StorageError> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create directory {}: {e}", dir.display())),
+            .map_err(|error| StorageError::CreateDir {
+                dir: dir.to_owned(),
+                error,
+            }),
         _ => Ok(()),
     }
 }
 
 /// Opens one connection outside any pool (for a thread that must never wait for the pool).
-pub fn open(target: &DbTarget) -> Result<AnyConnection, String> {
+pub fn open(target: &DbTarget) -> Result<AnyConnection, StorageError> {
     Manager {
         target: target.clone(),
     }
     .connect()
-    .map_err(|e| format!("cannot open database {}: {e}", target.display()))
+    .map_err(|error| StorageError::Open {
+        target: target.display(),
+        error,
+    })
 }
 
 /// Checks a connection out of the pool, mapping a timeout to [`StorageError::Unavailable`].
@@ -460,13 +534,13 @@ pub fn ping(conn: &mut AnyConnection) -> Result<(), StorageError> {
 }
 
 /// Applies every pending migration; returns the names of those applied.
-pub fn run_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, String> {
+pub fn run_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, StorageError> {
     let applied = conn
         .run_pending_migrations(MIGRATIONS)
         .map(|versions| versions.iter().map(ToString::to_string).collect())
-        .map_err(|e| format!("migration failed: {e}"))?;
+        .map_err(StorageError::Migration)?;
     if Backend::of(conn) == Backend::Postgres {
-        tune_postgres(conn).map_err(|e| format!("cannot set storage parameters: {e}"))?;
+        tune_postgres(conn).map_err(StorageError::TableOptions)?;
     }
     Ok(applied)
 }
@@ -520,26 +594,26 @@ pub fn has_schema(conn: &mut AnyConnection) -> bool {
 }
 
 /// The migrations not yet applied.
-pub fn pending_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, String> {
+pub fn pending_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, StorageError> {
     conn.pending_migrations(MIGRATIONS)
         .map(|list| list.iter().map(|m| m.name().to_string()).collect())
-        .map_err(|e| format!("cannot read the migration state: {e}"))
+        .map_err(StorageError::MigrationState)
 }
 
 /// Reverts the last `n` applied migrations (tests of an upgrade from an older schema).
-pub fn revert_last_migrations(conn: &mut AnyConnection, n: usize) -> Result<(), String> {
+pub fn revert_last_migrations(conn: &mut AnyConnection, n: usize) -> Result<(), StorageError> {
     for _ in 0..n {
         conn.revert_last_migration(MIGRATIONS)
-            .map_err(|e| format!("revert failed: {e}"))?;
+            .map_err(StorageError::Revert)?;
     }
     Ok(())
 }
 
 /// Reverts every applied migration (used by the migration round-trip test and for dev resets).
-pub fn revert_all_migrations(conn: &mut AnyConnection) -> Result<usize, String> {
+pub fn revert_all_migrations(conn: &mut AnyConnection) -> Result<usize, StorageError> {
     conn.revert_all_migrations(MIGRATIONS)
         .map(|v| v.len())
-        .map_err(|e| format!("revert failed: {e}"))
+        .map_err(StorageError::Revert)
 }
 
 #[cfg(test)]
@@ -565,6 +639,7 @@ mod tests {
         assert!(
             DbTarget::parse("mysql://x")
                 .unwrap_err()
+                .to_string()
                 .contains("not a supported database URI")
         );
     }

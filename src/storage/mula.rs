@@ -11,6 +11,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamp};
 
+use super::StorageError;
+
 /// The alembic revision these statements are written against.
 pub const HEAD_REVISION: &str = "0010";
 
@@ -89,16 +91,18 @@ pub struct MulaTask {
 }
 
 /// Opens a read-only session on mula's database.
-pub fn open(uri: &str) -> Result<PgConnection, String> {
-    let mut conn = PgConnection::establish(uri)
-        .map_err(|e| format!("cannot open mula's database {}: {e}", super::redact(uri)))?;
+pub fn open(uri: &str) -> Result<PgConnection, StorageError> {
+    let mut conn = PgConnection::establish(uri).map_err(|error| StorageError::OpenMula {
+        uri: super::redact(uri),
+        error,
+    })?;
     // Read only: a mistake here can never change mula's rows; and UTC, so `AT TIME ZONE` below
     // and the session agree.
     conn.batch_execute(
         "SET default_transaction_read_only = on; SET TIME ZONE 'UTC'; \
          SET statement_timeout = 0",
     )
-    .map_err(|e| format!("cannot set up the session on mula's database: {e}"))?;
+    .map_err(StorageError::MulaSession)?;
     Ok(conn)
 }
 

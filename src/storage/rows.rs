@@ -69,6 +69,16 @@ pub struct TaskRow {
 }
 
 impl TaskRow {
+    /// Its values of the keys dispatch limits count by.
+    pub fn key_values(&self) -> crate::domain::politeness::KeyValues<'_> {
+        crate::domain::politeness::KeyValues {
+            plugin_id: self.plugin_id.as_deref(),
+            oci_image: self.oci_image.as_deref(),
+            input_ooi: self.input_ooi.as_deref(),
+            organisation: Some(&self.organisation),
+        }
+    }
+
     /// The decoded scheduler.
     pub fn scheduler(&self) -> Result<SchedulerId, StorageError> {
         self.scheduler_id.parse().map_err(|()| {

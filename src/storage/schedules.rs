@@ -8,7 +8,7 @@ use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::filter_sql::push_filter;
+use super::listing::{count_and_page, push_created_and_filter, push_where};
 use super::rows::CountRow;
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend, StorageError};
@@ -255,13 +255,7 @@ pub fn delete(conn: &mut AnyConnection, id: &str) -> QueryResult<bool> {
 }
 
 fn push_conditions(q: &mut Sql, lq: &ScheduleQuery) {
-    q.push(" WHERE 1 = 1");
-    if let Some(s) = lq.scheduler_id {
-        q.push(" AND scheduler_id = ").bind(s.as_str());
-    }
-    if let Some(o) = &lq.organisation {
-        q.push(" AND organisation = ").bind(o.as_str());
-    }
+    push_where(q, lq.scheduler_id, lq.organisation.as_deref());
     if let Some(h) = &lq.hash {
         q.push(" AND hash = ").bind(h.as_str());
     }
@@ -274,37 +268,13 @@ fn push_conditions(q: &mut Sql, lq: &ScheduleQuery) {
     if let Some(t) = lq.max_deadline_at {
         q.push(" AND deadline_at <= ").bind(t);
     }
-    if let Some(t) = lq.min_created_at {
-        q.push(" AND created_at >= ").bind(t);
-    }
-    if let Some(t) = lq.max_created_at {
-        q.push(" AND created_at <= ").bind(t);
-    }
-    if let Some(f) = &lq.filter {
-        q.push(" AND ");
-        push_filter(q, f);
-    }
+    push_created_and_filter(q, lq.min_created_at, lq.max_created_at, lq.filter.as_ref());
 }
 
 /// A page of schedules, newest first, and how many match in all.
 pub fn list(conn: &mut AnyConnection, lq: &ScheduleQuery) -> QueryResult<(i64, Vec<ScheduleRow>)> {
-    let mut count = sql(conn, "SELECT COUNT(*) AS count FROM schedules");
-    push_conditions(&mut count, lq);
-    let total = count
-        .load::<CountRow>(conn)?
-        .first()
-        .map(|r| r.count)
-        .unwrap_or(0);
-    if lq.limit == 0 || lq.offset >= total {
-        return Ok((total, Vec::new()));
-    }
-    let mut page = sql(conn, &format!("SELECT {COLUMNS} FROM schedules"));
-    push_conditions(&mut page, lq);
-    page.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-        .bind(lq.limit)
-        .push(" OFFSET ")
-        .bind(lq.offset);
-    Ok((total, page.load(conn)?))
+    let conditions = |q: &mut Sql| push_conditions(q, lq);
+    count_and_page(conn, "schedules", COLUMNS, conditions, lq.offset, lq.limit)
 }
 
 /// `scheduler`'s enabled schedules due at `now` (`deadline_at <= now`), oldest due first, at

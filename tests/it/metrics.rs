@@ -29,9 +29,23 @@ fn families(page: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The families the page declares with their type (`# TYPE name kind`).
+fn types(page: &str) -> BTreeSet<(String, String)> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
+        .collect()
+}
+
 async fn metrics(app: &TestApp) -> String {
     let resp = app.get("/metrics").await;
     assert_eq!(resp.status(), reqwest::StatusCode::OK);
+    // Served as the format it is written in, so Prometheus parses it with the right parser.
+    assert_eq!(
+        resp.headers()[reqwest::header::CONTENT_TYPE],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
     resp.text().await.unwrap()
 }
 
@@ -206,12 +220,18 @@ async fn the_page_serves_exactly_the_documented_families(backend: Backend) {
         return;
     };
     app.tick(SchedulerId::Boefje).await;
-    let served = families(&metrics(&app).await);
+    let page = metrics(&app).await;
+    let served = families(&page);
     let catalogue: BTreeSet<String> = kat_scheduler::metrics::CATALOGUE
         .iter()
         .map(|f| f.name.to_owned())
         .collect();
     assert_eq!(served, catalogue);
+    let typed: BTreeSet<(String, String)> = kat_scheduler::metrics::CATALOGUE
+        .iter()
+        .map(|f| (f.name.to_owned(), f.kind.to_string()))
+        .collect();
+    assert_eq!(types(&page), typed, "each family has the catalogue's type");
 }
 
 /// Units Prometheus' conventions replace by a base unit (promtool's lint: seconds and bytes).

@@ -25,16 +25,32 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
     Ok(kb * 1024)
 }
 
+/// The broker binary the scenarios start: this build's, or the one `KAT_BENCH_BIN` names (an
+/// earlier build measured by the same harness, for a before-and-after of a change).
+fn broker_bin() -> String {
+    std::env::var("KAT_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kat-scheduler").into())
+}
+
 /// Starts the release binary on `db` and waits until it listens; reads its JSON log for the port
 /// and the heap rebuild time.
 pub fn start_broker(db: &str, maxsize: usize) -> Result<Broker> {
-    start_broker_bin(env!("CARGO_BIN_EXE_kat-scheduler"), db, maxsize)
+    start_broker_bin(&broker_bin(), db, maxsize)
 }
 
 /// [`start_broker`] with another build of the broker (`--vs`).
 pub fn start_broker_bin(bin: &str, db: &str, maxsize: usize) -> Result<Broker> {
+    start_broker_with(bin, db, maxsize, &[])
+}
+
+/// [`start_broker`] with settings of its own in the environment (`env`: name, value).
+pub fn start_broker_env(db: &str, maxsize: usize, env: &[(&str, &str)]) -> Result<Broker> {
+    start_broker_with(&broker_bin(), db, maxsize, env)
+}
+
+fn start_broker_with(bin: &str, db: &str, maxsize: usize, env: &[(&str, &str)]) -> Result<Broker> {
     let started = Instant::now();
     let mut child = Command::new(bin)
+        .envs(env.iter().copied())
         .env("SCHEDULER_DB_URI", db)
         .env("SCHEDULER_API_HOST", "127.0.0.1")
         .env("SCHEDULER_API_PORT", "0")

@@ -11,7 +11,7 @@ use crate::domain::Task;
 use crate::domain::filter::FilterNode;
 use crate::domain::filter::plan::{Plan, plan};
 use crate::queue::push::NewTask;
-use crate::queue::types::{ExpiryReport, PushOutcome, QueueError, TaskPatch};
+use crate::queue::types::{ExpiryReport, PushOutcome, QueueError, TaskPatch, Wait};
 
 /// Where an answer goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, QueueError>>;
@@ -35,6 +35,9 @@ pub(crate) enum Command {
     /// Give waiting tasks new priorities and explanations (a time-dependent strategy's
     /// re-score), in one transaction; answers how many were still waiting.
     Rescore(Request<Vec<Rescored>, usize>),
+    /// Where a queued task stands and what holds it back (answered from memory, no
+    /// transaction); `None` if it is not in the heap.
+    Explain(Request<Uuid, Option<Wait>>),
     /// Move the best pending tasks into the heap, as far as it has room (a refill runs with
     /// every batch; this one runs when nothing else comes); answers how many moved.
     Refill(Request<(), usize>),
@@ -71,6 +74,8 @@ impl<R, T> Request<R, T> {
 /// A pop's parameters.
 pub(crate) struct PopRequest {
     pub limit: usize,
+    /// The filter as the client sent it, remembered to explain waits by the runners' filters.
+    pub source: Option<serde_json::Value>,
     /// The filter and its plan for the scheduler, made by the caller so the engine's thread does
     /// not spend its time on it.
     pub filter: Option<(FilterNode, Plan)>,
@@ -81,6 +86,7 @@ impl PopRequest {
     pub fn new(scheduler: SchedulerId, limit: usize, filter: Option<FilterNode>) -> Self {
         Self {
             limit,
+            source: None,
             filter: filter.map(|f| {
                 let p = plan(&f, scheduler);
                 (f, p)
@@ -119,6 +125,7 @@ pub(crate) struct Batch {
     pub cancels: Vec<Request<CancelObject, Vec<Uuid>>>,
     pub rescores: Vec<Request<Vec<Rescored>, usize>>,
     pub refills: Vec<Request<(), usize>>,
+    pub explains: Vec<Request<Uuid, Option<Wait>>>,
 }
 
 impl Batch {
@@ -132,6 +139,7 @@ impl Batch {
             Command::Cancel(r) => self.cancels.push(r),
             Command::Rescore(r) => self.rescores.push(r),
             Command::Refill(r) => self.refills.push(r),
+            Command::Explain(r) => self.explains.push(r),
             Command::Wake | Command::Shutdown => {}
         }
     }
@@ -148,6 +156,7 @@ impl Batch {
             + self.cancels.len()
             + self.rescores.len()
             + self.refills.len()
+            + self.explains.len()
     }
 
     /// Whether it holds none.
@@ -186,6 +195,10 @@ impl Batch {
             refills: vec![r],
             ..Default::default()
         }));
+        out.extend(self.explains.into_iter().map(|r| Batch {
+            explains: vec![r],
+            ..Default::default()
+        }));
         out
     }
 
@@ -210,6 +223,9 @@ impl Batch {
             r.answer(Err(err.duplicate()));
         }
         for r in self.refills {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.explains {
             r.answer(Err(err.duplicate()));
         }
     }
@@ -260,6 +276,7 @@ mod tests {
             Request::new(
                 PopRequest {
                     limit: 1,
+                    source: None,
                     filter: None,
                 },
                 tx,

@@ -25,6 +25,7 @@
 mod batch;
 mod cancel;
 pub(crate) mod command;
+mod explain;
 mod flush;
 use self::flush::write_turn;
 mod in_flight;
@@ -141,7 +142,7 @@ pub(crate) fn start_all(
         let (tx, rx) = std::sync::mpsc::sync_channel(config.channel_capacity);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut engine = Engine {
-            state: QueueState::new(s, config.limits[s]),
+            state: QueueState::new(s, config.limits[s].clone()),
             pool: pool.clone(),
             write_lock: write_lock.clone(),
             conn: None,
@@ -152,6 +153,7 @@ pub(crate) fn start_all(
             gauges: gauges.clone(),
             routes: routes.clone(),
             in_flight: InFlight::default(),
+            recent_filters: explain::RecentFilters::default(),
             dirty: true,
             down_since: None,
             undelivered: Vec::new(),
@@ -246,6 +248,8 @@ struct Engine {
     ownership: Option<Arc<Ownership>>,
     /// The epoch the state was built under; 0 while another instance owns the scheduler.
     epoch: i64,
+    /// The filters runners popped with lately, to explain a wait by them.
+    recent_filters: explain::RecentFilters,
 }
 
 /// What a committed batch came to.
@@ -374,7 +378,7 @@ impl Engine {
             self.dirty = true;
             if now == 0 {
                 let s = self.scheduler();
-                self.state = QueueState::new(s, self.state.limits);
+                self.state = QueueState::new(s, self.state.limits.clone());
                 self.in_flight.clear();
                 self.undelivered.clear();
                 self.publish();
@@ -504,6 +508,21 @@ impl Engine {
         if self.down_since.take().is_some() {
             info!(scheduler.id = %self.scheduler(), "database reachable again");
         }
+        // Read-only questions, answered from the state as it stands; the pops of this batch
+        // teach which filters runners send.
+        let now = self.clock.now();
+        for r in std::mem::take(&mut batch.explains) {
+            let w = explain::wait(&self.state, &self.recent_filters, r.body, now);
+            r.answer(Ok(w));
+        }
+        for r in &batch.pops {
+            if let (Some(source), Some((node, plan))) = (&r.body.source, &r.body.filter) {
+                self.recent_filters.saw(source, node, plan);
+            }
+        }
+        if batch.is_empty() && self.undelivered.is_empty() {
+            return;
+        }
         let mut conn = match self.connection() {
             Ok(c) => c,
             Err(e) => {
@@ -542,6 +561,9 @@ impl Engine {
                     self.state
                         .in_flight
                         .record(*id, row.hash.as_deref(), row.status);
+                    if !matches!(row.status, TaskStatus::Dispatched | TaskStatus::Running) {
+                        self.state.throttle.released(id);
+                    }
                 }
                 self.answer(batch, decisions, rows);
             }

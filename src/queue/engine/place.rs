@@ -4,7 +4,10 @@
 //! into a full heap only if it ranks before the heap's worst task, which then moves out to the
 //! pending backlog; otherwise it waits as pending itself. So whatever waits as pending ranks after
 //! everything in the heap, and pops take from the backlog only what the heap cannot give them
-//! (the one exception: a `PATCH` that makes a queued task less urgent leaves it in the heap).
+//! (the exceptions: a `PATCH` that makes a queued task less urgent leaves it in the heap; and
+//! where organisations take turns, a full heap makes room for automatic work of an organisation
+//! that holds fewer of its tasks than the largest by moving the largest one's worst task out, so
+//! a flood of one organisation cannot keep the others out of the heap, where turns are taken).
 //!
 //! A scheduler configured to refuse (`when_full = reject`) answers a *new* automatic push 429
 //! instead, when the heap is full; user scans and work already accepted are always placed.
@@ -99,6 +102,13 @@ pub(crate) fn place(
         st.heap.insert(task);
         return Ok(Placement::Heap);
     }
+    if !rank.is_user()
+        && let Some(victim) = st.heap.fair_victim(&task.organisation)
+    {
+        evict(st, rows, victim)?;
+        st.heap.insert(task);
+        return Ok(Placement::Heap);
+    }
     st.pending.add(row.hash.as_deref());
     Ok(Placement::Backlog)
 }
@@ -163,6 +173,54 @@ mod tests {
         );
         assert_eq!(st.pending.count(), 2);
         assert!(st.pending.may_hold(rd.hash.as_deref().unwrap()));
+    }
+
+    #[test]
+    fn a_full_heap_makes_room_for_an_organisation_a_flood_would_keep_out() {
+        use crate::queue::engine::state::QueueState;
+        use crate::queue::fair::Fairness;
+        let mut fair = limits(4, WhenFull::Pending);
+        fair.fairness = Fairness::Organisation;
+        let mut st = QueueState::new(crate::domain::SchedulerId::Boefje, fair);
+        let mut rows = BatchRows::default();
+        let mut big = Vec::new();
+        for i in 0..4 {
+            let (id, r) = row(10 + i, i);
+            place(&mut st, &mut rows, id, &r, Admission::New).unwrap();
+            big.push(id);
+        }
+        // Worse than everything held, but its organisation holds nothing: the flood's worst
+        // makes room.
+        let (q, mut rq) = row(50, 10);
+        rq.organisation = "quiet".into();
+        assert_eq!(
+            place(&mut st, &mut rows, q, &rq, Admission::New).unwrap(),
+            Placement::Heap
+        );
+        assert_eq!(
+            rows.evicted,
+            vec![big[3]],
+            "the largest organisation's worst"
+        );
+        // Two each minus one: the quiet one may not push the flood below itself.
+        let (q2, mut rq2) = row(50, 11);
+        rq2.organisation = "quiet".into();
+        place(&mut st, &mut rows, q2, &rq2, Admission::New).unwrap();
+        let (q3, mut rq3) = row(50, 12);
+        rq3.organisation = "quiet".into();
+        assert_eq!(
+            place(&mut st, &mut rows, q3, &rq3, Admission::New).unwrap(),
+            Placement::Backlog
+        );
+        assert_eq!(st.pending.count(), 3);
+        // Off: the heap's order alone.
+        let mut st = state(1, WhenFull::Pending);
+        let (a, ra) = row(10, 1);
+        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
+        assert_eq!(
+            place(&mut st, &mut rows, q, &rq, Admission::New).unwrap(),
+            Placement::Backlog
+        );
     }
 
     #[test]

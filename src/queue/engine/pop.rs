@@ -74,10 +74,10 @@ pub(crate) fn pop(
         None => (&every, None),
     };
     if st.scheduler != SchedulerId::Boefje {
-        let chosen = pop_matching(st, rows, reads, filter, plan, req.limit, now)?;
+        let chosen = pop_matching(st, rows, reads, filter, plan, req.limit, true, now)?;
         return Ok(chosen.into_iter().map(|(id, _)| id).collect());
     }
-    let chosen = pop_matching(st, rows, reads, filter, plan, req.limit.min(1), now)?;
+    let chosen = pop_matching(st, rows, reads, filter, plan, req.limit.min(1), true, now)?;
     let mut out = Vec::with_capacity(chosen.len());
     let mut groups_done: Vec<Arc<str>> = Vec::new();
     for (id, key) in chosen {
@@ -94,7 +94,17 @@ pub(crate) fn pop(
             FilterNode::equals(Column::Data, DEDUP_PATH, &key),
         ]);
         let group_plan = plan_filter(&group, st.scheduler);
-        let siblings = pop_matching(st, rows, reads, &group, Some(&group_plan), GROUP_MAX, now)?;
+        // Every sibling goes, whose turn it is does not choose among them.
+        let siblings = pop_matching(
+            st,
+            rows,
+            reads,
+            &group,
+            Some(&group_plan),
+            GROUP_MAX,
+            false,
+            now,
+        )?;
         out.extend(siblings.into_iter().map(|(id, _)| id));
     }
     Ok(out)
@@ -105,7 +115,12 @@ type Taken = (Uuid, Option<Arc<str>>);
 
 /// Takes up to `limit` tasks matching `filter` (planned as `plan`; `None`: unfiltered), best
 /// first, heap before backlog, and marks them dispatched; answers each with its de-duplication
-/// key.
+/// key. A `leader` pop is held to the scheduler's rules on whom to serve: automatic work in the
+/// organisations' turn (see [`crate::queue::fair`]) and the dispatch limits (see
+/// [`crate::domain::politeness`]: a held task is skipped, never dropped, and the next one that
+/// may go is taken). A boefje group's siblings are no leader: they go with theirs, and run no
+/// scan of their own. A filter that reads payload fields is served in the heap's order.
+#[allow(clippy::too_many_arguments)]
 fn pop_matching(
     st: &mut QueueState,
     rows: &mut BatchRows,
@@ -113,38 +128,70 @@ fn pop_matching(
     filter: &FilterNode,
     plan: Option<&Plan>,
     limit: usize,
+    leader: bool,
     now: DateTime<Utc>,
 ) -> Result<Vec<Taken>, StorageError> {
-    let mut chosen: Vec<Taken> = match &plan {
-        // Unfiltered: the heap's best.
+    let polite = leader && st.throttle.is_active();
+    let fair = leader && st.heap.fairness().is_on();
+    let mut chosen: Vec<Taken> = Vec::new();
+    let mut take = |st: &mut QueueState, id: Uuid| {
+        let key = st.heap.key_of(&id, KeyField::DedupKey);
+        if polite && let Some(k) = st.heap.key_values(&id) {
+            st.throttle.dispatched(id, &k, now, true);
+        }
+        st.heap.take(&id);
+        chosen.push((id, key));
+    };
+    // Unfiltered pops walk the whole heap when a held task must be skipped.
+    let everything;
+    let plan = match plan {
+        None if polite => {
+            everything = plan_filter(filter, st.scheduler);
+            Some(&everything)
+        }
+        p => p,
+    };
+    match plan {
         None => {
-            let mut out = Vec::new();
-            while out.len() < limit {
-                let Some(best) = st.heap.best() else { break };
-                let key = st.heap.key_of(&best.id, KeyField::DedupKey);
-                st.heap.pop_best();
-                out.push((best.id, key));
+            for _ in 0..limit {
+                let next = if fair {
+                    st.heap.next_fair()
+                } else {
+                    st.heap.best()
+                };
+                let Some(next) = next else { break };
+                take(st, next.id);
             }
-            out
+        }
+        Some(p) if p.nothing => {}
+        Some(p) if p.needs_payload => {
+            let admitted = |id: &Uuid| admits(st, id, polite, now);
+            let found = matching_with_payloads(&st.heap, filter, p, limit, reads, &admitted)?;
+            for id in found {
+                take(st, id);
+            }
+        }
+        Some(p) if fair || polite => {
+            for _ in 0..limit {
+                let next = {
+                    let admitted = |id: &Uuid| admits(st, id, polite, now);
+                    st.heap
+                        .first_admitted(filter, p, &admitted)
+                        .map(|first| match fair {
+                            true => st.heap.next_fair_matching(filter, p, first, &admitted),
+                            false => first,
+                        })
+                };
+                let Some(id) = next else { break };
+                take(st, id);
+            }
         }
         Some(p) => {
-            let found = if p.nothing {
-                Vec::new()
-            } else if p.needs_payload {
-                matching_with_payloads(&st.heap, filter, p, limit, reads)?
-            } else {
-                st.heap.matching(filter, p, limit)
-            };
-            found
-                .into_iter()
-                .map(|id| {
-                    let key = st.heap.key_of(&id, KeyField::DedupKey);
-                    st.heap.remove(&id);
-                    (id, key)
-                })
-                .collect()
+            for id in st.heap.matching(filter, p, limit) {
+                take(st, id);
+            }
         }
-    };
+    }
     for (id, _) in &chosen {
         dispatch(st, rows, *id, None, now)?;
     }
@@ -167,8 +214,22 @@ fn pop_matching(
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
         });
         found.dedup_by(|a, b| a.id == b.id);
-        found.truncate(want);
+        let mut admitted = Vec::with_capacity(want);
         for row in found {
+            if admitted.len() == want {
+                break;
+            }
+            if polite {
+                if !st.throttle.admits(&row.key_values(), now) {
+                    continue;
+                }
+                // Counted at once: the next row of the same value may be held by this one.
+                let id = row.uuid()?;
+                st.throttle.dispatched(id, &row.key_values(), now, true);
+            }
+            admitted.push(row);
+        }
+        for row in admitted {
             let id = row.uuid()?;
             st.pending.remove(row.hash.as_deref());
             let key = row.deduplication_key.as_deref().map(Arc::from);
@@ -206,13 +267,24 @@ fn dispatch(
     Ok(())
 }
 
-/// The heap's candidates for `filter` in pop order, their payloads read a page at a time.
+/// Whether the dispatch limits let a heap task go now (always, when the pop is not held to them).
+fn admits(st: &QueueState, id: &Uuid, polite: bool, now: DateTime<Utc>) -> bool {
+    !polite
+        || st
+            .heap
+            .key_values(id)
+            .is_none_or(|k| st.throttle.admits(&k, now))
+}
+
+/// The heap's candidates for `filter` that `admitted` lets go, in pop order, their payloads read
+/// a page at a time.
 fn matching_with_payloads(
     heap: &SchedulerHeap,
     filter: &FilterNode,
     plan: &Plan,
     limit: usize,
     reads: &mut dyn Reads,
+    admitted: &dyn Fn(&Uuid) -> bool,
 ) -> Result<Vec<Uuid>, StorageError> {
     let mut out = Vec::new();
     let mut candidates = heap.candidates(plan);
@@ -230,6 +302,7 @@ fn matching_with_payloads(
             if heap
                 .record(&id, Some(&data))
                 .is_some_and(|r| eval::matches(filter, &r))
+                && admitted(&id)
             {
                 out.push(id);
                 if out.len() == limit {

@@ -92,7 +92,8 @@ pub(crate) fn rebuild(
         }
     }
     let t = std::time::Instant::now();
-    st.heap = heap.finish();
+    let fair = st.heap.take_fairness().emptied();
+    st.heap = heap.finish().with_fairness(fair);
     tracing::debug!(scheduler.id = %s, duration_ms = t.elapsed().as_millis() as u64, "heap finished");
     // The hashes are read before the refill takes some of them out of the backlog.
     let hashes = if pending <= PENDING_HASHES_MAX as u64 {
@@ -107,6 +108,18 @@ pub(crate) fn rebuild(
         None
     };
     st.pending = PendingSet::with(pending, hashes);
+    st.throttle = st.throttle.emptied();
+    if let Some(span) = st.throttle.longest_span() {
+        let since = now - span;
+        for row in tasks::dispatched_since(c, s, since)? {
+            let Ok(id) = row.uuid() else { continue };
+            let in_flight = matches!(row.status, TaskStatus::Dispatched | TaskStatus::Running);
+            // The last change is never earlier than the dispatch: a span counted from it ends no
+            // sooner than the real one.
+            let at = row.modified_at.and_utc();
+            st.throttle.dispatched(id, &row.key_values(), at, in_flight);
+        }
+    }
     st.in_flight = InFlightHashes::default();
     for row in tasks::in_flight_hashes(c, s)? {
         if let Ok(id) = uuid::Uuid::parse_str(&row.id) {

@@ -7,7 +7,9 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use uuid::Uuid;
 
+use crate::domain::politeness::Throttle;
 use crate::domain::{SchedulerId, TaskStatus};
+use crate::queue::fair::FairShare;
 use crate::queue::heap::{SchedulerHeap, hash_bytes};
 use crate::queue::types::SchedulerLimits;
 
@@ -27,6 +29,8 @@ pub(crate) struct QueueState {
     /// many as there are tasks in flight: workers times their local queues, plus what leases
     /// hold for dead workers until the watchdog takes it back.
     pub in_flight: InFlightHashes,
+    /// The dispatch limits and what counts against them.
+    pub throttle: Throttle,
     /// The last `created_at` handed out, in microseconds: creation times are strictly
     /// increasing, so pop order among equal priorities is push order even within a microsecond.
     last_created: i64,
@@ -37,8 +41,10 @@ impl QueueState {
     pub fn new(scheduler: SchedulerId, limits: SchedulerLimits) -> Self {
         Self {
             scheduler,
+            heap: SchedulerHeap::new(scheduler, limits.maxsize)
+                .with_fairness(FairShare::new(limits.fairness, limits.weights.clone())),
+            throttle: Throttle::new(limits.politeness.clone()),
             limits,
-            heap: SchedulerHeap::new(scheduler, limits.maxsize),
             pending: PendingSet::default(),
             in_flight: InFlightHashes::default(),
             last_created: i64::MIN,

@@ -35,6 +35,9 @@ pub fn limits(maxsize: usize, when_full: WhenFull) -> SchedulerLimits {
         run_timeout: Duration::from_secs(600),
         unrenewed_run_timeout: Duration::from_secs(3600),
         max_attempts: 3,
+        fairness: crate::queue::fair::Fairness::Off,
+        weights: Default::default(),
+        politeness: Vec::new(),
     }
 }
 

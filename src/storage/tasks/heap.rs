@@ -373,3 +373,25 @@ pub fn in_flight_hashes(
     q.bind(scheduler.as_str());
     q.load(conn)
 }
+
+/// `scheduler`'s tasks that count against its dispatch limits after a rebuild: those in flight
+/// (`dispatched`, `running`), and those finished since `since` (the start of the longest rate
+/// span). Like [`in_flight_hashes`], a scan, read once per rebuild and only when limits are set.
+pub fn dispatched_since(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    since: NaiveDateTime,
+) -> QueryResult<Vec<TaskRow>> {
+    let mut q = sql(
+        conn,
+        &format!("SELECT {COLUMNS} FROM tasks WHERE scheduler_id = "),
+    );
+    q.bind(scheduler.as_str());
+    q.push(
+        " AND (status IN ('dispatched', 'running') \
+         OR (status IN ('completed', 'failed', 'cancelled') AND modified_at > ",
+    );
+    q.bind(since);
+    q.push("))");
+    q.load(conn)
+}

@@ -24,6 +24,7 @@ use chrono::NaiveDateTime;
 use diesel::QueryResult;
 
 use super::filter_sql::push_filter;
+use super::listing::{count_and_page, push_created_and_filter, push_where};
 use super::rows::{
     CountRow, HashRow, HeapRow, IdHashRow, PayloadRow, PopKey, SchedulerCount,
     SchedulerStatusCount, StatsRow, TaskRow,

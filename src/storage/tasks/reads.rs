@@ -100,50 +100,20 @@ pub fn count_by_scheduler_and_status(
 }
 
 fn push_list_conditions(q: &mut Sql, lq: &TaskQuery) {
-    q.push(" WHERE 1 = 1");
-    if let Some(s) = lq.scheduler_id {
-        q.push(" AND scheduler_id = ").bind(s.as_str());
-    }
-    if let Some(o) = &lq.organisation {
-        q.push(" AND organisation = ").bind(o.as_str());
-    }
+    push_where(q, lq.scheduler_id, lq.organisation.as_deref());
     if let Some(t) = &lq.task_type {
         q.push(" AND type = ").bind(t.as_str());
     }
     if let Some(s) = lq.status {
         q.push(" AND status = ").bind(s.as_str());
     }
-    if let Some(t) = lq.min_created_at {
-        q.push(" AND created_at >= ").bind(t);
-    }
-    if let Some(t) = lq.max_created_at {
-        q.push(" AND created_at <= ").bind(t);
-    }
-    if let Some(f) = &lq.filter {
-        q.push(" AND ");
-        push_filter(q, f);
-    }
+    push_created_and_filter(q, lq.min_created_at, lq.max_created_at, lq.filter.as_ref());
 }
 
 /// The total count and one page, newest first.
 pub fn list(conn: &mut AnyConnection, lq: &TaskQuery) -> QueryResult<(i64, Vec<TaskRow>)> {
-    let mut count = sql(conn, "SELECT COUNT(*) AS count FROM tasks");
-    push_list_conditions(&mut count, lq);
-    let total = count
-        .load::<CountRow>(conn)?
-        .first()
-        .map(|r| r.count)
-        .unwrap_or(0);
-    if lq.limit == 0 || lq.offset >= total {
-        return Ok((total, Vec::new()));
-    }
-    let mut page = sql(conn, &format!("SELECT {COLUMNS} FROM tasks"));
-    push_list_conditions(&mut page, lq);
-    page.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-        .bind(lq.limit)
-        .push(" OFFSET ")
-        .bind(lq.offset);
-    Ok((total, page.load(conn)?))
+    let conditions = |q: &mut Sql| push_list_conditions(q, lq);
+    count_and_page(conn, "tasks", COLUMNS, conditions, lq.offset, lq.limit)
 }
 
 /// Task counts per hour (by `modified_at`) and status since `since`.
