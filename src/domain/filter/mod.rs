@@ -614,6 +614,23 @@ pub fn as_integer(n: &serde_json::Number) -> Option<i64> {
     })
 }
 
+#[cfg(test)]
+mod integer_tests {
+    use super::as_integer;
+
+    #[test]
+    fn an_integer_written_with_a_fraction_is_read_exactly() {
+        // Without serde_json's correctly rounded parsing this one reads back half a unit off
+        // (-3972287107741433.5), and a schema-valid priority would be refused.
+        let n: serde_json::Number = serde_json::from_str("-3972287107741434.0").unwrap();
+        assert_eq!(as_integer(&n), Some(-3_972_287_107_741_434));
+        let n: serde_json::Number = serde_json::from_str("-3.972287107741434e15").unwrap();
+        assert_eq!(as_integer(&n), Some(-3_972_287_107_741_434));
+        let n: serde_json::Number = serde_json::from_str("2.5").unwrap();
+        assert_eq!(as_integer(&n), None);
+    }
+}
+
 /// Parses the date-times clients send: RFC 3339 (any offset, turned into UTC), a naive
 /// `YYYY-MM-DD[T ]HH:MM:SS[.f]` taken as UTC, or a bare date (midnight UTC).
 pub fn parse_datetime(s: &str) -> Option<NaiveDateTime> {
