@@ -5,14 +5,14 @@
 //! runs are held by the same limits (`boefje.id=shodan:10/60` rate, `host=*:2` concurrency).
 //!
 //! ```sh
-//! cargo bench --bench simulate                  # a day of 1,440 minutes, 20,000 + 3 × 1,000 + 10 × 50 objects
+//! cargo bench --bench simulate                  # a day of 1,440 minutes, 8,000 + 3 × 800 + 10 × 50 objects
 //! cargo bench --bench simulate -- --quick       # a shorter, smaller day for a smoke run
 //! cargo bench --bench simulate -- --seed 7 --out /tmp/day
 //! ```
 //!
 //! Options: `--orgs SPEC` (objects per organisation, `SIZE` or `SIZExCOUNT`, comma-separated;
-//! default `20000,1000x3,50x10`), `--minutes M` (default 1440), `--workers W` (boefje runners,
-//! default 160; a quarter as many normalizer runners beside them), `--seed S` (default 1),
+//! default `8000,800x3,50x10`), `--minutes M` (default 1440), `--workers W` (boefje runners,
+//! default 80; a quarter as many normalizer runners beside them), `--seed S` (default 1),
 //! `--out DIR` (the SVG figures, default `docs/scheduling`), `--pg URL` (a maintenance database;
 //! the run creates and drops its own), `--keep` (keep the databases), `--quick` (`--minutes 480
 //! --orgs 4000,200x3,20x10 --workers 60` unless given).
@@ -110,7 +110,7 @@ fn main() -> Result<()> {
     let o = options()?;
     let (orgs, minutes, workers) = match o.quick {
         true => ("4000,200x3,20x10", 480, 60),
-        false => ("20000,1000x3,50x10", 1_440, 160),
+        false => ("8000,800x3,50x10", 1_440, 80),
     };
     let orgs = workload::orgs(o.orgs.as_deref().unwrap_or(orgs))?;
     let minutes = o.minutes.unwrap_or(minutes).max(60);
