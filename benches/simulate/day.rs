@@ -384,7 +384,7 @@ impl Run<'_> {
         let raws = std::mem::take(&mut self.raw_files);
         for answer in waves(
             raws.iter()
-                .map(|b| svc.expect(Method::POST, "/schedulers/normalizer/push", Some(b), 201))
+                .map(|b| svc.call_ok(Method::POST, "/schedulers/normalizer/push", Some(b), 201))
                 .collect(),
         )
         .await
@@ -418,7 +418,7 @@ impl Run<'_> {
         for answer in waves(
             patches
                 .iter()
-                .map(|(path, body)| svc.expect(Method::PATCH, path, Some(body), 200))
+                .map(|(path, body)| svc.call_ok(Method::PATCH, path, Some(body), 200))
                 .collect(),
         )
         .await
@@ -447,7 +447,7 @@ impl Run<'_> {
                 let n = idle.len().min(IN_FLIGHT);
                 let answers = waves(
                     (0..n)
-                        .map(|_| svc.expect(Method::POST, path, filter.as_ref(), 200))
+                        .map(|_| svc.call_ok(Method::POST, path, filter.as_ref(), 200))
                         .collect(),
                 )
                 .await;
@@ -524,7 +524,7 @@ impl Run<'_> {
         for answer in join_all(
             paths
                 .iter()
-                .map(|path| svc.expect(Method::PATCH, path, Some(&start), 200)),
+                .map(|path| svc.call_ok(Method::PATCH, path, Some(&start), 200)),
         )
         .await
         {
@@ -535,7 +535,10 @@ impl Run<'_> {
         worker.done += 1;
         let (minutes, fail) = match pool {
             Pool::Normalizer => (1, false),
-            _ => (1 + (draw % 5) as usize, (draw >> 8).is_multiple_of(FAIL_ONE_IN)),
+            _ => (
+                1 + (draw % 5) as usize,
+                (draw >> 8).is_multiple_of(FAIL_ONE_IN),
+            ),
         };
         worker.job = Some(Job {
             ids,
@@ -568,7 +571,7 @@ impl Run<'_> {
         let mut out = [0; 2];
         for (i, s) in ["boefje", "normalizer"].iter().enumerate() {
             let v = svc
-                .expect(Method::GET, &format!("/schedulers/{s}"), None, 200)
+                .call_ok(Method::GET, &format!("/schedulers/{s}"), None, 200)
                 .await?;
             out[i] = v["qsize"].as_u64().unwrap_or(0) + v["pending"].as_u64().unwrap_or(0);
         }
@@ -619,7 +622,7 @@ impl Run<'_> {
             let body = json!({"scheduler_id": "boefje", "organisation": org, "schedule": s.cron,
                 "data": {"boefje": {"id": s.boefje}, "organization": org}});
             let made = svc
-                .expect(Method::POST, "/schedules", Some(&body), 201)
+                .call_ok(Method::POST, "/schedules", Some(&body), 201)
                 .await?;
             let id = made["id"]
                 .as_str()

@@ -104,7 +104,7 @@ impl Service {
     }
 
     /// A call that must answer `want`.
-    pub async fn expect(
+    pub async fn call_ok(
         &self,
         method: reqwest::Method,
         path: &str,
