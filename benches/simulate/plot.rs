@@ -42,6 +42,7 @@ fn chart<DB: DrawingBackend>(
     hours: f64,
     y_max: f64,
     lines: Vec<Line>,
+    legend: SeriesLabelPosition,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -71,7 +72,7 @@ where
             });
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(legend)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
@@ -122,6 +123,7 @@ fn queue_depth(day: &Day, records: &[(Mode, Record)], path: &Path) -> Result<()>
             hours(day),
             top,
             lines,
+            SeriesLabelPosition::UpperRight,
         )?;
     }
     root.present().map_err(|e| e.to_string())?;
@@ -170,6 +172,7 @@ fn wait_by_org(day: &Day, records: &[(Mode, Record)], path: &Path) -> Result<()>
             hours(day),
             top,
             lines,
+            SeriesLabelPosition::UpperRight,
         )?;
     }
     root.present().map_err(|e| e.to_string())?;
@@ -224,6 +227,8 @@ fn fires(day: &Day, records: &[(Mode, Record)], path: &Path) -> Result<()> {
         hours(day),
         top,
         lines,
+        // The top right is where the strict skipped line ends; the morning is empty.
+        SeriesLabelPosition::UpperLeft,
     )?;
     root.present().map_err(|e| e.to_string())?;
     Ok(())
@@ -261,6 +266,7 @@ fn held(day: &Day, records: &[(Mode, Record)], path: &Path) -> Result<()> {
             hours(day),
             top,
             lines,
+            SeriesLabelPosition::UpperRight,
         )?;
     }
     root.present().map_err(|e| e.to_string())?;
