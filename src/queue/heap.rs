@@ -665,10 +665,8 @@ impl SchedulerHeap {
 
     /// The task a pop with `filter` (planned as `plan`, reading no payload) serves next, given
     /// `first`, the best task it matches that `admit` lets go: `first` itself if it is a user
-    /// scan or organisations do not take turns; else the best admitted match of the first
-    /// organisation in turn that has one. An organisation's match is searched through its own
-    /// index or the plan's narrowest lookup, whichever names fewer tasks, within
-    /// [`FAIR_SCAN_BUDGET`] entries over all organisations; past it, `first`.
+    /// scan or organisations do not take turns; else [`Self::fair_match`], or `first` past its
+    /// budget.
     pub fn next_fair_matching(
         &self,
         filter: &FilterNode,
@@ -680,6 +678,25 @@ impl SchedulerHeap {
         if !self.fair.is_on() || user {
             return first;
         }
+        self.fair_match(filter, plan, admit).unwrap_or(first)
+    }
+
+    /// Whether a user scan is queued (the best task is one): only then must a fair pop look for
+    /// the best match in priority order before it asks whose turn it is.
+    pub fn user_waits(&self) -> bool {
+        self.best().is_some_and(Rank::is_user)
+    }
+
+    /// The best match of `filter` that `admit` lets go of the first organisation in turn that has
+    /// one, searched through the organisation's own index or the plan's narrowest lookup,
+    /// whichever names fewer tasks, within [`FAIR_SCAN_BUDGET`] entries over all organisations;
+    /// `None` past the budget or when no organisation has one.
+    pub fn fair_match(
+        &self,
+        filter: &FilterNode,
+        plan: &Plan,
+        admit: &dyn Fn(&Uuid) -> bool,
+    ) -> Option<Uuid> {
         let orgs = &self.keys[KeyField::Organisation.index()];
         let allowed = plan
             .lookups
@@ -707,7 +724,7 @@ impl SchedulerHeap {
             };
             for r in walk {
                 if budget == 0 {
-                    return first;
+                    return None;
                 }
                 budget -= 1;
                 let Some(rec) = self.record(&r.id, None) else {
@@ -716,11 +733,11 @@ impl SchedulerHeap {
                 let same_org =
                     rec.fields.keys[KeyField::Organisation.index()].as_ref() == Some(org);
                 if same_org && eval::matches(filter, &rec) && admit(&r.id) {
-                    return r.id;
+                    return Some(r.id);
                 }
             }
         }
-        first
+        None
     }
 
     /// When the oldest task in the heap was created.

@@ -175,12 +175,20 @@ fn pop_matching(
             for _ in 0..limit {
                 let next = {
                     let admitted = |id: &Uuid| admits(st, id, polite, now);
-                    st.heap
-                        .first_admitted(filter, p, &admitted)
-                        .map(|first| match fair {
-                            true => st.heap.next_fair_matching(filter, p, first, &admitted),
-                            false => first,
-                        })
+                    if fair && !st.heap.user_waits() {
+                        // No user scan is queued: whose turn it is decides, in one walk; the
+                        // best match in priority order only past the turns' budget.
+                        st.heap
+                            .fair_match(filter, p, &admitted)
+                            .or_else(|| st.heap.first_admitted(filter, p, &admitted))
+                    } else {
+                        st.heap
+                            .first_admitted(filter, p, &admitted)
+                            .map(|first| match fair {
+                                true => st.heap.next_fair_matching(filter, p, first, &admitted),
+                                false => first,
+                            })
+                    }
                 };
                 let Some(id) = next else { break };
                 take(st, id);
