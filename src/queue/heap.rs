@@ -14,6 +14,12 @@
 //!
 //! Key-field values are shared (`Arc<str>`) between a task and its index entry, so a value held
 //! by many tasks is stored once.
+//!
+//! When organisations take turns, each organisation also keeps its own sets of the few-valued
+//! fields runners filter on (plugin and image, [`PER_ORGANISATION`]): a fair pop for one image
+//! serves the organisation in turn from the first entry of that organisation's set of the image,
+//! as a strict pop takes the first entry of the image's set, instead of walking the
+//! organisation's tasks past every other image ranked ahead of it.
 
 use std::borrow::{Borrow, Cow};
 use std::cell::Cell;
@@ -38,6 +44,21 @@ use crate::queue::fair::FairShare;
 /// settles for the heap's order: it bounds the pop's cost when the filter matches little of the
 /// organisations first in turn.
 pub const FAIR_SCAN_BUDGET: usize = 4_096;
+
+/// The key fields each organisation keeps its own sets of, when organisations take turns: the
+/// fields the runners filter on that have few values (a handful of images, tens of plugins), so
+/// the sets cost one entry per task each and no more than a few maps per organisation. Object
+/// references and de-duplication keys name so few tasks each that their global sets are already
+/// small.
+pub const PER_ORGANISATION: [KeyField; 2] = [KeyField::PluginId, KeyField::OciImage];
+
+/// The slot of a field in [`PER_ORGANISATION`].
+fn per_org_slot(field: KeyField) -> Option<usize> {
+    PER_ORGANISATION.iter().position(|f| *f == field)
+}
+
+/// One organisation's sets of the [`PER_ORGANISATION`] fields: value → its tasks in pop order.
+type OrgSets = [HashMap<Arc<str>, KeySet>; PER_ORGANISATION.len()];
 
 /// Where a task ranks: lower is popped first (`priority`, then `created_at`, then `id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -300,6 +321,9 @@ pub struct SchedulerHeap {
     maxsize: usize,
     /// Whose automatic work is served next, when organisations take turns.
     fair: FairShare,
+    /// Per organisation, its own sets of the [`PER_ORGANISATION`] fields; kept only while
+    /// organisations take turns (only fair pops read them).
+    by_org: HashMap<Arc<str>, OrgSets>,
 }
 
 /// Builds a heap in bulk from tasks in any order (a rebuild of a million tasks): each index set is
@@ -366,6 +390,7 @@ impl SchedulerHeap {
             by_age: BTreeSet::new(),
             maxsize,
             fair: FairShare::default(),
+            by_org: HashMap::new(),
         }
     }
 
@@ -380,7 +405,65 @@ impl SchedulerHeap {
         for org in &orgs {
             self.fair.join(org);
         }
+        self.by_org.clear();
+        if self.fair.is_on() {
+            let entries: Vec<([Option<Arc<str>>; KeyField::COUNT], Rank)> = self
+                .queue
+                .iter()
+                .map(|(e, r)| (e.keys.clone(), *r))
+                .collect();
+            for (keys, rank) in &entries {
+                self.index_by_org(keys, *rank, KeySet::append);
+            }
+            for map in self.by_org.values_mut().flatten() {
+                map.values_mut().for_each(KeySet::settle);
+            }
+        }
         self
+    }
+
+    /// Adds a task to its organisation's sets (with `add`: an insert, or an append to settle).
+    fn index_by_org(
+        &mut self,
+        keys: &[Option<Arc<str>>; KeyField::COUNT],
+        rank: Rank,
+        add: fn(&mut KeySet, Rank),
+    ) {
+        if !self.fair.is_on() {
+            return;
+        }
+        let Some(org) = &keys[KeyField::Organisation.index()] else {
+            return;
+        };
+        let sets = self.by_org.entry(org.clone()).or_default();
+        for (slot, field) in PER_ORGANISATION.iter().enumerate() {
+            if let Some(v) = &keys[field.index()] {
+                sets[slot]
+                    .entry(v.clone())
+                    .and_modify(|set| add(set, rank))
+                    .or_insert(KeySet::One(rank));
+            }
+        }
+    }
+
+    /// Takes a task out of its organisation's sets.
+    fn unindex_by_org(&mut self, keys: &[Option<Arc<str>>; KeyField::COUNT], rank: &Rank) {
+        let Some(org) = &keys[KeyField::Organisation.index()] else {
+            return;
+        };
+        let Some(sets) = self.by_org.get_mut(org) else {
+            return;
+        };
+        for (slot, field) in PER_ORGANISATION.iter().enumerate() {
+            if let Some(v) = &keys[field.index()]
+                && sets[slot].get_mut(v).is_some_and(|set| set.remove(rank))
+            {
+                sets[slot].remove(v);
+            }
+        }
+        if sets.iter().all(HashMap::is_empty) {
+            self.by_org.remove(org);
+        }
     }
 
     /// Takes the rotation out (to hand it to a heap rebuilt in this one's place).
@@ -522,6 +605,7 @@ impl SchedulerHeap {
         if let Some(h) = entry.hash {
             self.by_hash.insert(h, entry.id);
         }
+        self.index_by_org(&entry.keys, rank, KeySet::insert);
         self.by_age.insert((rank.created_micros, entry.id));
         self.queue.push(entry, rank);
     }
@@ -545,6 +629,7 @@ impl SchedulerHeap {
                 self.unindex(field, v, rank);
             }
         }
+        self.unindex_by_org(&entry.keys, rank);
     }
 
     /// Gives a queued task a new priority (and records when it changed); false if the task is
@@ -563,6 +648,8 @@ impl SchedulerHeap {
                 self.index(field, v, rank);
             }
         }
+        self.unindex_by_org(&keys, &old);
+        self.index_by_org(&keys, rank, KeySet::insert);
         self.queue.change_priority(id, rank);
         true
     }
@@ -688,9 +775,11 @@ impl SchedulerHeap {
     }
 
     /// The best match of `filter` that `admit` lets go of the first organisation in turn that has
-    /// one, searched through the organisation's own index or the plan's narrowest lookup,
-    /// whichever names fewer tasks, within [`FAIR_SCAN_BUDGET`] entries over all organisations;
-    /// `None` past the budget or when no organisation has one.
+    /// one, searched through whichever names fewest tasks: the organisation's own sets of a
+    /// looked-up plugin or image, the plan's narrowest lookup, or all the organisation's tasks;
+    /// within [`FAIR_SCAN_BUDGET`] entries over all organisations. `None` past the budget or when
+    /// no organisation has one. An organisation with no task of a looked-up plugin or image is
+    /// passed over without a look at its tasks.
     pub fn fair_match(
         &self,
         filter: &FilterNode,
@@ -710,8 +799,15 @@ impl SchedulerHeap {
                 continue;
             }
             let Some(own) = orgs.get(org) else { continue };
-            let walk: Box<dyn Iterator<Item = Rank>> = match lookup {
-                Some(l) if lookup_size < own.len() => {
+            let mine = self.org_lookup(org, plan);
+            if mine.as_ref().is_some_and(|(_, n)| *n == 0) {
+                continue;
+            }
+            let walk: Box<dyn Iterator<Item = Rank>> = match (mine, lookup) {
+                (Some((sets, n)), _) if n <= lookup_size.min(own.len()) => {
+                    Box::new(Merge::new(sets.into_iter()))
+                }
+                (_, Some(l)) if lookup_size < own.len() => {
                     let map = &self.keys[l.field.index()];
                     let sets: Vec<&KeySet> = l
                         .values
@@ -748,6 +844,29 @@ impl SchedulerHeap {
     /// The worst task, the one a better newcomer pushes out of a full heap.
     pub fn worst(&self) -> Option<Rank> {
         self.queue.peek_max().map(|(_, r)| *r)
+    }
+
+    /// The sets of `org` that a lookup of `plan` on a [`PER_ORGANISATION`] field names, with how
+    /// many tasks they hold (0: the organisation has no candidate); the lookup naming fewest.
+    /// `None` when the plan looks up no such field or organisations do not take turns.
+    fn org_lookup(&self, org: &str, plan: &Plan) -> Option<(Vec<&KeySet>, usize)> {
+        if !self.fair.is_on() {
+            return None;
+        }
+        let sets = self.by_org.get(org);
+        plan.lookups
+            .iter()
+            .filter_map(|l| {
+                let slot = per_org_slot(l.field)?;
+                let found: Vec<&KeySet> = l
+                    .values
+                    .iter()
+                    .filter_map(|v| sets?[slot].get(v.as_str()))
+                    .collect();
+                let n = found.iter().map(|s| s.len()).sum::<usize>();
+                Some((found, n))
+            })
+            .min_by_key(|(_, n)| *n)
     }
 
     fn set_size(&self, lookup: &Lookup) -> usize {
@@ -874,6 +993,7 @@ mod tests {
     use super::*;
     use crate::domain::filter::parse_request;
     use crate::domain::filter::plan::plan;
+    use crate::queue::fair::{Fairness, Weights};
     use serde_json::json;
 
     fn t(n: i64) -> NaiveDateTime {
@@ -1171,6 +1291,111 @@ mod tests {
             Some("big"),
             "work-conserving: the only organisation it may take is served, turn or not"
         );
+    }
+
+    #[test]
+    fn an_organisation_in_turn_is_served_its_image_past_any_number_of_other_images() {
+        // "big" holds far more work of another image, ranked ahead of its img1 tasks, than a
+        // fair pop may walk; its img1 tasks are still its turn's answer, and no task is walked.
+        let mut heap = fair_heap();
+        for i in 0..(FAIR_SCAN_BUDGET as i64 + 1_000) {
+            heap.insert(task(10, i, "big", Some("img2")));
+        }
+        let big_img1: Vec<Uuid> = (0..5)
+            .map(|i| {
+                let t = task(90, 10_000 + i, "big", Some("img1"));
+                heap.insert(t.clone());
+                t.id
+            })
+            .collect();
+        for i in 0..5 {
+            heap.insert(task(50, 20_000 + i, "small", Some("img1")));
+        }
+        let img1 = parse_request(&json!({"filters": [
+            {"column": "data", "field": "boefje__oci_image", "operator": "in", "value": ["img1"]}
+        ]}))
+        .unwrap();
+        let p1 = plan(&img1, SchedulerId::Boefje);
+        let mut served = Vec::new();
+        for _ in 0..10 {
+            let id = heap.fair_match(&img1, &p1, &|_| true).unwrap();
+            served.push(
+                heap.key_of(&id, KeyField::Organisation)
+                    .unwrap()
+                    .to_string(),
+            );
+            if served.last().map(String::as_str) == Some("big") {
+                assert!(big_img1.contains(&id), "big's img1 work, in its own order");
+            }
+            heap.take(&id);
+        }
+        assert_eq!(
+            served,
+            ["big", "small"].repeat(5),
+            "the organisations alternate although big's img1 tasks rank behind its img2 flood"
+        );
+        assert!(
+            heap.fair_match(&img1, &p1, &|_| true).is_none(),
+            "no img1 left"
+        );
+    }
+
+    #[test]
+    fn the_organisations_own_sets_follow_every_way_in_and_out() {
+        let mut tasks: Vec<HeapTask> = (0..300)
+            .map(|i| {
+                task(
+                    i % 9 + 2,
+                    i,
+                    &format!("org{}", i % 4),
+                    Some(&format!("img{}", i % 3)),
+                )
+            })
+            .collect();
+        let mut builder = SchedulerHeap::builder(SchedulerId::Boefje, 1000, 300);
+        for t in &tasks {
+            builder.push(t.clone());
+        }
+        let mut heap = builder
+            .finish()
+            .with_fairness(FairShare::new(Fairness::Organisation, Weights::default()));
+        // A re-rank moves a task within its organisation's sets: org1's best img2 task becomes
+        // the worst.
+        let moved = tasks
+            .iter()
+            .filter(|t| {
+                t.organisation == "org1" && t.data_keys.oci_image.as_deref() == Some("img2")
+            })
+            .min_by_key(|t| t.rank())
+            .unwrap()
+            .id;
+        assert!(heap.rerank(&moved, 1_000, t(0)));
+        for t in tasks.iter_mut().filter(|t| t.id == moved) {
+            t.priority = 1_000;
+        }
+        let img2 = parse_request(&json!({"filters": [
+            {"column": "data", "field": "boefje__oci_image", "operator": "in", "value": ["img2"]}
+        ]}))
+        .unwrap();
+        let p2 = plan(&img2, SchedulerId::Boefje);
+        // Each answer is the best img2 task of the organisation it names, which is what the
+        // organisation's own sets must give.
+        while let Some(id) = heap.fair_match(&img2, &p2, &|_| true) {
+            let org = heap.key_of(&id, KeyField::Organisation).unwrap();
+            let best = tasks
+                .iter()
+                .filter(|t| {
+                    *t.organisation == *org
+                        && t.data_keys.oci_image.as_deref() == Some("img2")
+                        && heap.contains(&t.id)
+                })
+                .min_by_key(|t| t.rank())
+                .unwrap();
+            assert_eq!(id, best.id);
+            heap.take(&id);
+        }
+        while heap.pop_best().is_some() {}
+        assert!(heap.by_org.is_empty(), "no empty sets left behind");
     }
 
     #[test]
