@@ -43,7 +43,8 @@
 //!   it, and the starvation check;
 //! - `ingest.rs` (`--ingest`), `cron.rs` (`--cron`), `cluster.rs` (`--cluster`), `sqlite.rs`
 //!   (`--sqlite`) and `fairness.rs` (`--fairness`, `--flood F`: the flooding organisation's
-//!   tasks, default 9,000).
+//!   tasks, default 9,000), with `fair_heap.rs`: the turns' cost to image pops in the heap alone
+//!   (`--tasks` queued).
 //!
 //! What they share is in `benches/broker/harness/` (its `mod.rs` has the map): statistics, the
 //! PostgreSQL seed and baseline, starting the broker, the HTTP load client, and the worker pops
@@ -57,6 +58,8 @@
 mod cluster;
 #[path = "broker/cron.rs"]
 mod cron;
+#[path = "broker/fair_heap.rs"]
+mod fair_heap;
 #[path = "broker/fairness.rs"]
 mod fairness;
 #[path = "broker/full_load.rs"]
@@ -272,6 +275,7 @@ fn main() -> Result<()> {
     }
     if o.fairness {
         line.push(fairness::run_fairness(&o, &base)?);
+        line.push(fair_heap::run_fair_heap(&o)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {
