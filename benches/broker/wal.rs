@@ -22,7 +22,7 @@
 //! physical replication slot, made for the run and dropped after it, keeps the log from being
 //! recycled by a checkpoint before it is read.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
 
 use diesel::sql_types::{BigInt, Text};
@@ -374,6 +374,17 @@ pub fn run_wal(o: &Options, base: &str) -> Result<String> {
                     l = waldump(&dir, major, db_oid, &marks)?;
                 }
             }
+            let steps = |w: &[Wal]| {
+                w.iter()
+                    .map(|s| format!("{:.0}", per(s.bytes, jobs)))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            eprintln!(
+                "round {round}: broker push / pop / running / completed {} B per job; baseline insert / delete {} B",
+                steps(&b),
+                steps(&l)
+            );
             rounds.push((b, l));
         }
         stop_broker(broker)?;
@@ -441,18 +452,23 @@ pub fn run_wal(o: &Options, base: &str) -> Result<String> {
             .iter()
             .zip(&b)
         {
-            let mut rels: BTreeMap<i64, String> = BTreeMap::new();
-            for (rel, (bytes, fpi)) in &w.by_rel {
-                let name = names
-                    .get(rel)
-                    .cloned()
-                    .unwrap_or_else(|| format!("relfilenode {rel}"));
-                rels.insert(
-                    -(*bytes as i64),
-                    format!("{name} {:.0} ({:.0})", per(*bytes, jobs), per(*fpi, jobs)),
-                );
-            }
-            let list: Vec<String> = rels.into_values().collect();
+            // Largest first (two indexes of the same key types write the same bytes).
+            let mut rels: Vec<(u64, String)> = w
+                .by_rel
+                .iter()
+                .map(|(rel, (bytes, fpi))| {
+                    let name = names
+                        .get(rel)
+                        .cloned()
+                        .unwrap_or_else(|| format!("relfilenode {rel}"));
+                    (
+                        *bytes,
+                        format!("{name} {:.0} ({:.0})", per(*bytes, jobs), per(*fpi, jobs)),
+                    )
+                })
+                .collect();
+            rels.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            let list: Vec<String> = rels.into_iter().map(|(_, r)| r).collect();
             println!(
                 "  {step}: {}; commits {:.0}",
                 list.join(", "),
