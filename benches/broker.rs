@@ -50,7 +50,8 @@
 //!   commits at `--pg-clients`, alternating rounds, on their own (without the 1e6 seed);
 //! - `wal.rs` (`--wal`, `--jobs N` default 5,000, `--pg-wal DIR`): the write-ahead log of a job's
 //!   life (push, pop, running, completed) per step, read with `pg_waldump`, against a minimal
-//!   SQL job queue in the same run.
+//!   SQL job queue in the same run; `broker/graphile_wal.sh` measures Graphile Worker (installed
+//!   from npm) the same way on the same server.
 //!
 //! What they share is in `benches/broker/harness/` (its `mod.rs` has the map): statistics, the
 //! PostgreSQL seed and baseline, starting the broker, the HTTP load client, and the worker pops

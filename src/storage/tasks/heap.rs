@@ -229,9 +229,10 @@ pub enum Keyset<'a> {
     Before(&'a PopKey),
 }
 
-/// The next `limit` waiting tasks of `scheduler` in `status` (`queued` or `pending`) in pop
-/// order from `from`, as a heap holds them: a keyset page, so a rebuild of millions of rows never
-/// holds more than one page at once, and the pending rows that rank before a heap's worst task.
+/// The next `limit` waiting tasks of `scheduler` in `status` in pop order from `from`, as a heap
+/// holds them (a keyset page): the pending rows that rank before a heap's worst task, at a
+/// rebuild. Only pending rows are indexed in pop order (`ix_task_queue_pending_rank`); a page of
+/// queued rows is a scan.
 pub fn waiting_page(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
