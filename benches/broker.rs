@@ -15,6 +15,8 @@
 //! cargo bench --bench broker -- --cluster --tasks 100000 --seconds 2   # one instance vs three; 10 takeovers (broker/cluster.rs)
 //! cargo bench --bench broker -- --cron --due 10000 --rescore-tasks 100000   # a quick look
 //! cargo bench --bench broker -- --sqlite        # the embedded default: pops and pushes (broker/sqlite.rs)
+//! cargo bench --bench broker -- --pushes        # pushes at 64 clients ÷ INSERT commits (broker/pushes.rs)
+//! cargo bench --bench broker -- --wal --jobs 5000   # WAL per job's life, per step (broker/wal.rs)
 //! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
 //! ```
 //!
@@ -44,7 +46,13 @@
 //! - `ingest.rs` (`--ingest`), `cron.rs` (`--cron`), `cluster.rs` (`--cluster`), `sqlite.rs`
 //!   (`--sqlite`) and `fairness.rs` (`--fairness`, `--flood F`: the flooding organisation's
 //!   tasks, default 9,000), with `fair_heap.rs`: the turns' cost to image pops in the heap alone
-//!   (`--tasks` queued).
+//!   (`--tasks` queued);
+//! - `pushes.rs` (`--pushes`): pushes of new tasks at `--clients` against single-row INSERT
+//!   commits at `--pg-clients`, alternating rounds, on their own (without the 1e6 seed);
+//! - `wal.rs` (`--wal`, `--jobs N` default 5,000, `--pg-wal DIR`): the write-ahead log of a job's
+//!   life (push, pop, running, completed) per step, read with `pg_waldump`, against a minimal
+//!   SQL job queue in the same run; `broker/graphile_wal.sh` measures Graphile Worker (installed
+//!   from npm) the same way on the same server.
 //!
 //! What they share is in `benches/broker/harness/` (its `mod.rs` has the map): statistics, the
 //! PostgreSQL seed and baseline, starting the broker, the HTTP load client, and the worker pops
@@ -70,8 +78,12 @@ mod harness;
 mod ingest;
 #[path = "broker/pending.rs"]
 mod pending;
+#[path = "broker/pushes.rs"]
+mod pushes;
 #[path = "broker/sqlite.rs"]
 mod sqlite;
+#[path = "broker/wal.rs"]
+mod wal;
 #[path = "broker/workers.rs"]
 mod workers;
 
@@ -128,6 +140,14 @@ struct Options {
     flood: usize,
     /// Another build of the broker to measure side by side in the SQLite scenario.
     vs: Option<String>,
+    /// Run the pushes scenario (`broker/pushes.rs`).
+    pushes: bool,
+    /// Run the WAL scenario (`broker/wal.rs`).
+    wal: bool,
+    /// Jobs per side and round in it.
+    jobs: usize,
+    /// The server's `pg_wal` directory, when not `data_directory`/pg_wal.
+    pg_wal: Option<String>,
 }
 
 /// A count like `100000`, `100_000` or `1e5`.
@@ -175,6 +195,10 @@ fn options() -> Result<Options> {
         fairness: false,
         flood: 9_000,
         vs: None,
+        pushes: false,
+        wal: false,
+        jobs: 5_000,
+        pg_wal: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -213,6 +237,10 @@ fn options() -> Result<Options> {
             "--fairness" => o.fairness = true,
             "--flood" => o.flood = count(&value()?)?,
             "--vs" => o.vs = Some(value()?),
+            "--pushes" => o.pushes = true,
+            "--wal" => o.wal = true,
+            "--jobs" => o.jobs = count(&value()?)?,
+            "--pg-wal" => o.pg_wal = Some(value()?),
             "--bench" => {} // cargo bench passes this
             other => {
                 return Err(
@@ -229,7 +257,16 @@ fn options() -> Result<Options> {
     if o.vs.is_some() && !o.sqlite {
         return Err("--vs is for the SQLite scenario (--sqlite)".into());
     }
-    if !o.workers && !o.pending && !o.ingest && !o.cron && !o.sqlite && !o.cluster && !o.fairness {
+    if !o.workers
+        && !o.pending
+        && !o.ingest
+        && !o.cron
+        && !o.sqlite
+        && !o.cluster
+        && !o.fairness
+        && !o.pushes
+        && !o.wal
+    {
         o.default_run = true;
     }
     o.depths.sort_unstable();
@@ -276,6 +313,12 @@ fn main() -> Result<()> {
     if o.fairness {
         line.push(fairness::run_fairness(&o, &base)?);
         line.push(fair_heap::run_fair_heap(&o)?);
+    }
+    if o.pushes {
+        line.push(pushes::run_pushes(&o, &base)?);
+    }
+    if o.wal {
+        line.push(wal::run_wal(&o, &base)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {

@@ -35,6 +35,7 @@ mod operable;
 mod outage;
 mod politeness;
 mod process;
+mod push_sets;
 mod queue_rules;
 mod recovery;
 mod schedules;

@@ -57,8 +57,19 @@ pub(crate) struct Writes {
 }
 
 impl Writes {
-    /// How many statements these writes take (with the chunk sizes of inserts and updates).
-    pub fn statements(&self, insert_chunk: usize, update_chunk: usize) -> usize {
+    /// How many statements these writes take (with the chunk sizes of inserts and updates;
+    /// `scores_with_rows`: the created tasks' explanations go in the statements of their rows).
+    pub fn statements(
+        &self,
+        insert_chunk: usize,
+        update_chunk: usize,
+        scores_with_rows: bool,
+    ) -> usize {
+        let scores = if scores_with_rows && !self.inserts.is_empty() {
+            0
+        } else {
+            self.scores.len().div_ceil(insert_chunk.max(1))
+        };
         self.inserts.len().div_ceil(insert_chunk.max(1))
             + self.updates.len().div_ceil(update_chunk.max(1))
             + usize::from(!self.evicted.is_empty())
@@ -66,7 +77,7 @@ impl Writes {
             + usize::from(!self.dispatched.is_empty())
             + self.reprioritised.len().div_ceil(update_chunk.max(1))
             + self.explained.len().div_ceil(update_chunk.max(1))
-            + self.scores.len().div_ceil(insert_chunk.max(1))
+            + scores
             + usize::from(self.refill > 0)
     }
 

@@ -159,6 +159,18 @@ impl Batch {
             + self.explains.len()
     }
 
+    /// Commands (a push of several tasks is one): what [`Batch::into_singles`] splits into.
+    pub fn commands(&self) -> usize {
+        self.pushes.len()
+            + self.pops.len()
+            + self.patches.len()
+            + self.expiries.len()
+            + self.cancels.len()
+            + self.rescores.len()
+            + self.refills.len()
+            + self.explains.len()
+    }
+
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

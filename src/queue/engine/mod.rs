@@ -595,7 +595,10 @@ impl Engine {
                 } else if e.is_unavailable() || e.is_connection_lost() {
                     warn!(scheduler.id = %self.scheduler(), operation = "batch", size = batch.len(), error = %e, "the database connection failed with the batch's outcome unknown; answering 503, the heap is rebuilt from the table");
                     batch.fail(&QueueError::Unavailable(e.client_text().into()));
-                } else if batch.len() > 1 {
+                } else if batch.commands() > 1 {
+                    // By command, not by task: one push of several tasks is one transaction
+                    // whatever happens, and split it could not be (retrying it as it is would
+                    // fail again, without end).
                     warn!(scheduler.id = %self.scheduler(), error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
                     for single in batch.into_singles() {
                         self.process(single);
@@ -710,7 +713,11 @@ impl Engine {
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
 
         // 3. Write, in one transaction unless one statement does it.
-        let statements = writes.statements(tasks::INSERT_CHUNK, tasks::UPDATE_CHUNK);
+        let statements = writes.statements(
+            tasks::INSERT_CHUNK,
+            tasks::UPDATE_CHUNK,
+            tasks::explanations_with_rows(Backend::of(conn)),
+        );
         let lock = self.write_lock.clone();
         let _turn = write_turn(lock.as_ref());
         let lease = self.state.lease(now, TaskStatus::Dispatched);
@@ -872,9 +879,9 @@ fn write(
 ) -> Result<(HashMap<Uuid, TaskRow>, usize), StorageError> {
     let at = now.naive_utc();
     if !w.inserts.is_empty() {
-        tasks::insert(c, &w.inserts)?;
-    }
-    if !w.scores.is_empty() {
+        // The explanations are those of created tasks: written with them.
+        tasks::insert_explained(c, &w.inserts, &w.scores)?;
+    } else if !w.scores.is_empty() {
         tasks::insert_scores(c, &w.scores)?;
     }
     if !w.updates.is_empty() {

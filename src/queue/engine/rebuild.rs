@@ -1,11 +1,11 @@
 //! Rebuilding a scheduler's state from the table, at start and after a failed batch: the heap
-//! from the queued rows (read in the table's order and sorted in memory when they all fit; else
-//! the best `maxsize` read in pop order in keyset pages, so the excess never sits in memory, and
-//! the rest moved to pending), the heap refilled from pending and, if
+//! from the queued rows (read in the table's order and sorted in memory; when more are queued
+//! than fit, the best `maxsize` kept as they are read, so the excess never sits in memory, and the
+//! rest moved to pending), the heap refilled from pending and, if
 //! pending rows rank before the heap's worst (written by an older version, or `maxsize` changed),
 //! swapped in, so the heap again holds the best waiting tasks. Then the pending hashes.
 
-use std::collections::HashSet;
+use std::collections::{BinaryHeap, HashSet};
 
 use chrono::NaiveDateTime;
 use tracing::info;
@@ -14,12 +14,32 @@ use super::place::heap_task_of;
 use super::refill::{REFILL_BATCH, refilled, wanted};
 use super::state::{InFlightHashes, PENDING_HASHES_MAX, PendingSet, QueueState};
 use crate::domain::TaskStatus;
-use crate::queue::heap::{SchedulerHeap, hash_bytes};
+use crate::queue::heap::{HeapTask, SchedulerHeap, hash_bytes};
 use crate::storage::rows::PopKey;
 use crate::storage::{AnyConnection, StorageError, tasks};
 
-/// Queued rows read per page.
-const REBUILD_PAGE: usize = 10_000;
+/// A heap task ordered by its rank, for keeping the best `maxsize` of more.
+struct ByRank(HeapTask);
+
+impl PartialEq for ByRank {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.rank() == other.0.rank()
+    }
+}
+
+impl Eq for ByRank {}
+
+impl PartialOrd for ByRank {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByRank {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.rank().cmp(&other.0.rank())
+    }
+}
 
 fn corrupt(e: crate::queue::QueueError) -> StorageError {
     StorageError::Corrupt(e.to_string())
@@ -56,39 +76,41 @@ pub(crate) fn rebuild(
         }
         tracing::debug!(scheduler.id = %s, duration_ms = t.elapsed().as_millis() as u64, "queued rows read");
     } else {
-        // More than fit (maxsize was lowered): the best maxsize in pop order, a page at a time,
-        // so the excess never sits in memory; the rest waits as pending.
-        let mut last: Option<PopKey> = None;
-        loop {
-            let want = REBUILD_PAGE.min(maxsize - heap.len());
-            if want == 0 {
-                if let Some(last) = &last {
-                    let moved = tasks::demote_after(c, s, last, now)?;
-                    if moved > 0 {
-                        pending += moved as u64;
-                        info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
-                    }
+        // More than fit (maxsize was lowered): one pass in the table's order keeps the best
+        // `maxsize` (the worst of them on top, so the excess never sits in memory), and the rest
+        // waits as pending. The queue table has no index of queued rows in pop order to page
+        // through: it would cost every push into the heap, and every refill, an index entry, for
+        // this one rare start.
+        let mut best: BinaryHeap<ByRank> = BinaryHeap::with_capacity(maxsize.saturating_add(1));
+        let mut bad = None;
+        tasks::queued_all(c, s, |row| match heap_task_of(row) {
+            Ok(task) => {
+                best.push(ByRank(task));
+                if best.len() > maxsize {
+                    best.pop();
                 }
-                break;
             }
-            let from = last
-                .as_ref()
-                .map_or(tasks::Keyset::First, tasks::Keyset::After);
-            let page = tasks::waiting_page(c, s, TaskStatus::Queued, from, want)?;
-            let got = page.len();
-            if let Some(row) = page.last() {
-                last = Some(PopKey {
-                    priority: row.priority,
-                    created_at: row.created_at,
-                    id: row.id.clone(),
-                });
+            Err(e) => {
+                bad.get_or_insert(e);
             }
-            for row in page {
-                heap.push(heap_task_of(row).map_err(corrupt)?);
+        })?;
+        if let Some(e) = bad {
+            return Err(corrupt(e));
+        }
+        if let Some(ByRank(worst)) = best.peek() {
+            let last = PopKey {
+                priority: worst.priority,
+                created_at: worst.created_at,
+                id: worst.id.to_string(),
+            };
+            let moved = tasks::demote_after(c, s, &last, now)?;
+            if moved > 0 {
+                pending += moved as u64;
+                info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
             }
-            if got < want {
-                break;
-            }
+        }
+        for ByRank(task) in best.into_vec() {
+            heap.push(task);
         }
     }
     let t = std::time::Instant::now();

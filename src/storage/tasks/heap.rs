@@ -41,13 +41,15 @@ pub fn count_waiting(
     scheduler: SchedulerId,
     status: TaskStatus,
 ) -> QueryResult<u64> {
+    // The status in the text, as in [`waiting_page`]: pending rows are counted in their index.
     let mut q = sql(
         conn,
-        "SELECT COUNT(*) AS count FROM task_queue WHERE scheduler_id = ",
+        &format!(
+            "SELECT COUNT(*) AS count FROM task_queue WHERE status = '{}' AND scheduler_id = ",
+            status.as_str()
+        ),
     );
-    q.bind(scheduler.as_str())
-        .push(" AND status = ")
-        .bind(status.as_str());
+    q.bind(scheduler.as_str());
     Ok(q.load::<CountRow>(conn)?
         .first()
         .map(|r| u64::try_from(r.count).unwrap_or(0))
@@ -227,9 +229,10 @@ pub enum Keyset<'a> {
     Before(&'a PopKey),
 }
 
-/// The next `limit` waiting tasks of `scheduler` in `status` (`queued` or `pending`) in pop
-/// order from `from`, as a heap holds them: a keyset page, so a rebuild of millions of rows never
-/// holds more than one page at once, and the pending rows that rank before a heap's worst task.
+/// The next `limit` waiting tasks of `scheduler` in `status` in pop order from `from`, as a heap
+/// holds them (a keyset page): the pending rows that rank before a heap's worst task, at a
+/// rebuild. Only pending rows are indexed in pop order (`ix_task_queue_pending_rank`); a page of
+/// queued rows is a scan.
 pub fn waiting_page(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -237,13 +240,17 @@ pub fn waiting_page(
     from: Keyset<'_>,
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
+    // The status is written into the text, not bound: the indexes of `task_queue` in pop order
+    // are partial (pending rows), and a planner uses one only for a condition it can see implies
+    // the index's (SQLite never for a bound value).
     let mut q = sql(
         conn,
-        &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = "),
+        &format!(
+            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = '{}' AND scheduler_id = ",
+            status.as_str()
+        ),
     );
-    q.bind(status.as_str())
-        .push(" AND scheduler_id = ")
-        .bind(scheduler.as_str());
+    q.bind(scheduler.as_str());
     match from {
         Keyset::First => {}
         Keyset::After(k) => push_ranked(&mut q, k, false),

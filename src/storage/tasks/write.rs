@@ -12,9 +12,10 @@ const INSERT_RECORD: &str = "id text, scheduler_id text, schedule_id text, organ
      type text, hash text, priority bigint, data text, status text, attempts integer, \
      lease_expires_at timestamp, failure_reason text, created_at timestamp, \
      modified_at timestamp, plugin_id text, oci_image text, input_ooi text, \
-     deduplication_key text";
+     deduplication_key text, explanation text";
 
-/// A row as `json_to_recordset` reads it.
+/// A row as `json_to_recordset` reads it, with the explanation of its priority when the planner
+/// gave one (for `task_scores`).
 #[derive(serde::Serialize)]
 struct InsertRecord<'a> {
     id: &'a str,
@@ -36,13 +37,42 @@ struct InsertRecord<'a> {
     oci_image: Option<&'a str>,
     input_ooi: Option<&'a str>,
     deduplication_key: Option<&'a str>,
+    explanation: Option<&'a str>,
 }
 
-/// Inserts new rows. On PostgreSQL the rows travel as one JSON document into a fixed statement
-/// (`json_to_recordset`): one bind instead of 18 per row, and a statement PostgreSQL parses and
-/// plans in the same short time whatever the number of rows.
+/// Inserts new rows (no explanations); see [`insert_explained`].
 pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
+    insert_explained(conn, rows, &[])
+}
+
+/// Whether [`insert_explained`] writes the explanations in the statements of the rows (so a
+/// batch of pushes with explanations takes no statement of its own for them).
+pub fn explanations_with_rows(backend: Backend) -> bool {
+    backend == Backend::Postgres
+}
+
+/// Inserts new rows, their `task_queue` rows and the explanations of their priorities (`(task id,
+/// explanation)`, for rows among `rows`): a push batch's rows as sets, never a statement per row.
+///
+/// On PostgreSQL the rows travel as one JSON document into one fixed statement per
+/// [`INSERT_CHUNK`] rows (`json_to_recordset`, whose CTE writes `tasks`, `task_queue` and
+/// `task_scores`): one bind instead of 18 per row, a statement text the connection keeps prepared
+/// and PostgreSQL plans in the same short time whatever the number of rows, and one statement for
+/// the whole batch, so the engine sends it autocommitted, without `BEGIN` and `COMMIT` round trips.
+/// (Arrays through `unnest` would do the same, but the storage layer binds only the types both
+/// backends share; a JSON text is one of them.) On SQLite: multi-row `VALUES` of [`INSERT_CHUNK`]
+/// rows (18 binds each, well under its limit of 32,766), the queue rows copied from them by id, the
+/// explanations in multi-row `VALUES`, in the caller's transaction.
+pub fn insert_explained(
+    conn: &mut AnyConnection,
+    rows: &[TaskRow],
+    scores: &[(String, String)],
+) -> QueryResult<()> {
     if Backend::of(conn) == Backend::Postgres {
+        let explained: std::collections::HashMap<&str, &str> = scores
+            .iter()
+            .map(|(id, e)| (id.as_str(), e.as_str()))
+            .collect();
         for chunk in rows.chunks(INSERT_CHUNK) {
             let records: Vec<InsertRecord<'_>> = chunk
                 .iter()
@@ -65,15 +95,20 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
                     oci_image: r.oci_image.as_deref(),
                     input_ooi: r.input_ooi.as_deref(),
                     deduplication_key: r.deduplication_key.as_deref(),
+                    explanation: explained.get(r.id.as_str()).copied(),
                 })
                 .collect();
             let json = serde_json::to_string(&records)
                 .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-            // One statement writes both tables: the rows are read once, as `x`.
+            // One statement writes the three tables: the rows are read once, as `x`. The
+            // explanations' foreign key is checked at the end of the statement, when the tasks
+            // are in.
             let mut q = sql(conn, "WITH x AS (SELECT * FROM json_to_recordset(");
             q.bind(json).push(&format!(
                 "::json) AS x({INSERT_RECORD})), \
-                 t AS (INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} FROM x) \
+                 t AS (INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} FROM x), \
+                 s AS (INSERT INTO task_scores (task_id, explanation) SELECT id, explanation \
+                 FROM x WHERE explanation IS NOT NULL ON CONFLICT (task_id) DO NOTHING) \
                  INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM x \
                  WHERE status IN ('pending', 'queued')"
             ));
@@ -129,7 +164,8 @@ pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
         }
         q.execute(conn)?;
     }
-    sync_queue(conn, rows.iter().map(|r| (r.id.as_str(), r.status)))
+    sync_queue(conn, rows.iter().map(|r| (r.id.as_str(), r.status)))?;
+    insert_scores(conn, scores)
 }
 
 /// Brings the `task_queue` rows of these tasks (id and the status just written) in step with
