@@ -90,9 +90,16 @@ pub(crate) fn place(
 ) -> Result<Placement, QueueError> {
     let task = heap_task(id, row)?;
     let rank = task.rank();
+    // A heap with room while tasks are pending is waiting for its refill ahead (see
+    // [`super::refill`]): a task that ranks after its worst may rank after pending ones too, so it
+    // waits as pending, and the refill brings the best of them in, in order.
     if !st.heap.is_full() {
-        st.heap.insert(task);
-        return Ok(Placement::Heap);
+        if st.pending.count() == 0 || st.heap.worst().is_some_and(|w| rank < w) {
+            st.heap.insert(task);
+            return Ok(Placement::Heap);
+        }
+        st.pending.add(row.hash.as_deref());
+        return Ok(Placement::Backlog);
     }
     if admission == Admission::New && !rank.is_user() && st.limits.when_full == WhenFull::Reject {
         return Err(QueueError::QueueFull(st.scheduler));
