@@ -183,6 +183,33 @@ mod tests {
     }
 
     #[test]
+    fn a_heap_waiting_for_its_refill_takes_only_what_ranks_before_its_worst() {
+        let mut st = state(3, WhenFull::Reject);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row(10, 1);
+        let (b, rb) = row(20, 2);
+        for (id, r) in [(a, &ra), (b, &rb)] {
+            place(&mut st, &mut rows, id, r, Admission::New).unwrap();
+        }
+        // Something waits as pending (ranked after 20): the room is the refill's to fill.
+        st.pending.add(None);
+        let (c, rc) = row(30, 3);
+        assert_eq!(
+            place(&mut st, &mut rows, c, &rc, Admission::New).unwrap(),
+            Placement::Backlog,
+            "may rank after a pending task; not refused either, the heap is not full"
+        );
+        let (d, rd) = row(15, 4);
+        assert_eq!(
+            place(&mut st, &mut rows, d, &rd, Admission::New).unwrap(),
+            Placement::Heap,
+            "ranks before the heap's worst, so before every pending task"
+        );
+        assert_eq!(st.pending.count(), 2);
+        assert!(rows.evicted.is_empty(), "nothing moved out");
+    }
+
+    #[test]
     fn a_full_heap_makes_room_for_an_organisation_a_flood_would_keep_out() {
         use crate::queue::engine::state::QueueState;
         use crate::queue::fair::Fairness;
