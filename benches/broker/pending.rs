@@ -1,11 +1,17 @@
 //! `--pending`: two databases with Q queued boefje tasks (and Q/10 of each other kind). A broker
 //! with `SCHEDULER_PQ_MAXSIZE` = M on the first (at its start, queued rows beyond M become
 //! `pending`; the harness reports the table's counts), a broker with room on the second. The
-//! same pop bodies as `--workers` on the full heap, then pushes (64 clients) into the full heap
-//! against pushes into the broker with room, alternating, and the ratio. Last, the starvation
-//! check: K tasks of an image no other task has (`ghcr.io/minvws/openkat/rare:latest`), ranked
-//! after everything waiting, are pushed into the full heap, and one worker pops that image until
-//! it has them all or gets nothing for 3 s: `rare_image_popped=<n>/<K>`.
+//! first database's planner statistics are dropped before its broker starts, so its tables are
+//! as never analysed (a fresh database, PostgreSQL with `autovacuum = off`, or any server
+//! between a bulk load and its next analyse). The same pop bodies as `--workers` on the full
+//! heap, so the pops run over the backlog beyond it (a burst pops up to Q/4), then on the broker
+//! with room, and each body's ratio: `pending_vs_room_<body>=` (target ≥ 0.8). Then pushes (64
+//! clients) into the full heap against pushes into the broker with room, alternating, and the
+//! ratio. Last, the starvation check: K tasks of an image no other task has
+//! (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything waiting, are pushed into the
+//! full heap, and one worker pops that image until it has them all or gets nothing for 3 s:
+//! `rare_image_popped=<n>/<K>`, and `rare_empty_answers=<e>`, the empty answers it got while
+//! some of them still waited (target 0: each sends a real runner to sleep for 10 s).
 //!
 //! How long (this project's 2 shared CPUs): `--pending --seconds 1` about 50 s, at 5 s about 3
 //! minutes.
@@ -16,11 +22,11 @@ use std::time::{Duration, Instant};
 use super::harness::http::{Http, current_thread, pop_request_with, send_all};
 use super::harness::instance::{Broker, start_broker, stop_broker};
 use super::harness::postgres::{
-    BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, seed_tasks,
+    BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, pg_exec, seed_tasks,
 };
 use super::harness::stats::{Figure, median_figure, thousands};
 use super::harness::worker_pops::{
-    BodyFigure, Role, Tally, Want, body_pairs, boefje_push, burst, check_table, image_filter,
+    Body, BodyFigure, Role, Tally, Want, body_pairs, boefje_push, burst, check_table, image_filter,
     measure_bodies, print_bodies, steady,
 };
 use super::{Options, Result};
@@ -48,6 +54,7 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         seed_tasks(db, rows, &BOEFJE_HEAVY, &cols)?;
     }
     let boefje = count_tasks(full_db, "boefje", "'queued'")? as usize;
+    forget_statistics(full_db)?;
     let full = start_broker(full_db, m)?;
     let room = match start_broker(room_db, room_maxsize) {
         Ok(r) => r,
@@ -72,7 +79,13 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         p.rare_popped,
         p.completed,
     )?;
-    let checks_room = check_table(room_db, &p.acked_room, boefje + p.acked_room.len(), 0, 0)?;
+    let checks_room = check_table(
+        room_db,
+        &p.acked_room,
+        boefje + p.room_pushed,
+        0,
+        p.room_completed,
+    )?;
 
     println!();
     println!(
@@ -82,7 +95,32 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         thousands(at_start.0),
         thousands(at_start.1)
     );
+    println!(
+        "pops over the backlog beyond the heap (tables never analysed when the broker started):"
+    );
     print_bodies(&p.figs, None);
+    println!("the same pops on the broker with room in its heap:");
+    print_bodies(&p.room_figs, None);
+    println!(
+        "{:<44} {:>10} {:>10} {:>9}",
+        "pops over the backlog ÷ pops with room", "backlog/s", "room/s", "ratio"
+    );
+    let mut ratios = Vec::new();
+    for body in Body::ALL {
+        let (b, r) = (
+            p.figs[body.index()].pops.ops_per_sec,
+            p.room_figs[body.index()].pops.ops_per_sec,
+        );
+        println!(
+            "{:<44} {:>10.0} {:>10.0} {:>9.2}",
+            body.label(),
+            b,
+            r,
+            b / r
+        );
+        ratios.push(format!("pending_vs_room_{}={:.3}", body.key(), b / r));
+    }
+    println!("(target ≥ 0.8 for every body)");
     let (pf, pr) = (p.push_full, p.push_room);
     println!(
         "{:<44} {:>10.0} {:>9.0} {:>9.0}",
@@ -96,11 +134,12 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     println!("pushes into pending ÷ pushes with room: {push_ratio:.2} (target ≥ 0.5)");
     println!(
         "starvation: {} tasks of an image no other task has, pushed into the full heap ({} stored as pending): \
-         a worker popping that image got {} of them in {:.1} s",
+         a worker popping that image got {} of them in {:.1} s, and {} empty answers while some waited",
         p.rare_ids.len(),
         p.rare_pending,
         p.rare_popped,
-        p.rare_s
+        p.rare_s,
+        p.rare_empty
     );
     println!(
         "checks: no task popped twice, every popped task matched its filter; full heap: {checks_full}; with room: {checks_room}"
@@ -115,6 +154,8 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         format!("queued_rows_at_start={}", at_start.0),
     ];
     kv.extend(body_pairs("pending", &p.figs, None));
+    kv.extend(body_pairs("room", &p.room_figs, None));
+    kv.extend(ratios);
     kv.push(format!("pending_pushes_per_s={:.0}", pf.ops_per_sec));
     kv.push(format!("pending_push_p99_us={:.0}", pf.p99_us));
     kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));
@@ -125,13 +166,31 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         p.rare_popped,
         p.rare_ids.len()
     ));
+    kv.push(format!("rare_empty_answers={}", p.rare_empty));
     kv.push(format!("rare_image_pending_when_pushed={}", p.rare_pending));
     kv.push(format!("pending_wall_s={wall_s:.0}"));
     Ok(kv.join(" "))
 }
 
+/// Drops the planner's statistics of the queue tables and their indexes, so PostgreSQL plans
+/// from its defaults as on tables never analysed (needs a superuser, as the harness is).
+fn forget_statistics(db: &str) -> Result<()> {
+    pg_exec(
+        db,
+        "DELETE FROM pg_statistic WHERE starelid IN ('tasks'::regclass, 'task_queue'::regclass);
+         UPDATE pg_class SET reltuples = -1, relpages = 0, relallvisible = 0
+          WHERE oid IN ('tasks'::regclass, 'task_queue'::regclass)
+             OR oid IN (SELECT indexrelid FROM pg_index
+                         WHERE indrelid IN ('tasks'::regclass, 'task_queue'::regclass));",
+    )
+}
+
 struct PendingFigures {
     figs: [BodyFigure; 5],
+    room_figs: [BodyFigure; 5],
+    room_pushed: usize,
+    room_completed: usize,
+    rare_empty: usize,
     push_full: Figure,
     push_room: Figure,
     acked_full: Vec<String>,
@@ -155,6 +214,8 @@ fn pending_measurements(
     let budget = (boefje / 4).max(o.clients * 8);
     let (figs, _, mut acked_full, completed) =
         measure_bodies(o, full.port, budget, None, "pending")?;
+    let (room_figs, _, mut acked_room, room_completed) =
+        measure_bodies(o, room.port, budget, None, "room")?;
     let rt = current_thread()?;
     let pushers = vec![
         Role::Push {
@@ -164,8 +225,8 @@ fn pending_measurements(
     ];
     let mut full_rounds = Vec::new();
     let mut room_rounds = Vec::new();
-    let mut acked_room = Vec::new();
     let mut full_pushed = 0;
+    let mut room_pushed = 0;
     for round in 0..o.rounds {
         eprintln!("pending: push round {}/{}…", round + 1, o.rounds);
         for turn in 0..2 {
@@ -187,6 +248,7 @@ fn pending_measurements(
                 acked_full.extend(b.pushes);
                 full_rounds.push(f);
             } else {
+                room_pushed += b.pushes.len();
                 acked_room.extend(b.pushes);
                 room_rounds.push(f);
             }
@@ -203,10 +265,14 @@ fn pending_measurements(
     acked_full.extend(rare_ids.iter().cloned());
     let rare_pending = count_ids(full_db, &rare_ids, "status = 'pending'")?;
     let started = Instant::now();
-    let rare_popped = rt.block_on(rare_worker(full.port, &rare_ids))?;
+    let (rare_popped, rare_empty) = rt.block_on(rare_worker(full.port, &rare_ids))?;
     let rare_s = started.elapsed().as_secs_f64();
     Ok(PendingFigures {
         figs,
+        room_figs,
+        room_pushed,
+        room_completed,
+        rare_empty,
         push_full: median_figure(&full_rounds),
         push_room: median_figure(&room_rounds),
         acked_full,
@@ -224,7 +290,8 @@ const RARE_IMAGE: &str = "ghcr.io/minvws/openkat/rare:latest";
 
 /// One worker popping only the rare image, as the runner does: until it has them all, or until
 /// 3 s pass without a task (polling every 20 ms; the real runner waits 10 s), or 120 s in all.
-async fn rare_worker(port: u16, ids: &[String]) -> Result<usize> {
+/// Answers how many it got, and how many empty answers it got while some still waited.
+async fn rare_worker(port: u16, ids: &[String]) -> Result<(usize, usize)> {
     let wanted: HashSet<&str> = ids.iter().map(String::as_str).collect();
     let mut got: HashSet<String> = HashSet::new();
     let mut http = Http::connect(port).await?;
@@ -233,6 +300,7 @@ async fn rare_worker(port: u16, ids: &[String]) -> Result<usize> {
     let mut body = Vec::new();
     let start = Instant::now();
     let mut last = Instant::now();
+    let mut empty = 0;
     while got.len() < wanted.len()
         && last.elapsed() < Duration::from_secs(3)
         && start.elapsed() < Duration::from_secs(120)
@@ -247,6 +315,8 @@ async fn rare_worker(port: u16, ids: &[String]) -> Result<usize> {
         }
         let v: serde_json::Value = serde_json::from_slice(&body)?;
         let Some(task) = v["results"].as_array().and_then(|r| r.first()) else {
+            // Every one of them was pushed before the first pop: one is still waiting.
+            empty += 1;
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         };
@@ -259,5 +329,5 @@ async fn rare_worker(port: u16, ids: &[String]) -> Result<usize> {
         }
         last = Instant::now();
     }
-    Ok(got.len())
+    Ok((got.len(), empty))
 }

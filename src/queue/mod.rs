@@ -399,8 +399,9 @@ impl Broker {
     }
 
     /// Moves `scheduler`'s best pending tasks into its heap as far as it has room, at most
-    /// [`REFILL_BATCH`] in one transaction; answers how many moved. Every
-    /// batch of requests refills the heap as it drains; this is for when no requests come.
+    /// [`REFILL_BATCH`] in one transaction; answers how many moved. After every batch of
+    /// requests the engine refills ahead once the heap's room reaches a tenth of its bound; this
+    /// is for smaller room, and for when no requests come.
     pub async fn refill(&self, scheduler: SchedulerId) -> Result<usize, QueueError> {
         self.owner_only(scheduler)?;
         self.call(scheduler, (), Command::Refill).await

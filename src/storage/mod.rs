@@ -474,7 +474,31 @@ where
 pub struct WriterConn {
     conn: DbConn,
     unsynced: bool,
+    /// The index-only planner settings ([`INDEX_PLANS`]) are on and must be taken back.
+    index_plans: bool,
 }
+
+/// The planner settings of a queue engine's connection on PostgreSQL, and how to take them back.
+///
+/// Every statement an engine sends is shaped to walk one index: a key range in pop order with a
+/// `LIMIT` (the refill, the pending backlog a filtered pop searches, rebuild pages), lookups by
+/// primary key or hash (reads, pushes' de-duplication, every transition and `PATCH`). The
+/// planner's only job is to pick that index, and it weighs it against a bitmap scan plus a sort,
+/// or a hash join over a full scan, by its row estimates. On a table never analysed (PostgreSQL
+/// with `autovacuum = off`, as CI's, or any server between a bulk load, an import or a
+/// ColdStart and its next analyse) those estimates are defaults and the planner picked a
+/// bitmap scan and a sort of all 100,000 pending rows for a refill of 1,000 (58 ms instead of
+/// 2 ms) and a hash join over all of `tasks` for a `PATCH`. Disabling those alternatives on the
+/// engine's own connection leaves the index walk as the cheapest plan whatever the statistics
+/// say; a statement with no index to walk (the rebuild's read of every queued row, in the
+/// table's order) still gets its sequential scan, which stays enabled. The API's connections
+/// (listings, counts, statistics) keep the planner's full choice; [`analyse`] keeps their
+/// statistics current after the engine's bulk changes.
+const INDEX_PLANS: (&str, &str) = (
+    "SET enable_bitmapscan = off; SET enable_sort = off; SET enable_hashjoin = off; \
+     SET enable_mergejoin = off",
+    "RESET enable_bitmapscan; RESET enable_sort; RESET enable_hashjoin; RESET enable_mergejoin",
+);
 
 impl WriterConn {
     /// Checks a connection out of `pool` for a writer.
@@ -483,8 +507,36 @@ impl WriterConn {
         if unsynced {
             conn.batch_execute(commit_mode(Backend::of(&conn)).0)?;
         }
-        Ok(WriterConn { conn, unsynced })
+        Ok(WriterConn {
+            conn,
+            unsynced,
+            index_plans: false,
+        })
     }
+
+    /// Checks a connection out for a queue engine: a writer's, planned to walk the indexes its
+    /// statements are shaped for (on PostgreSQL; see [`INDEX_PLANS`]).
+    pub fn checkout_engine(pool: &DbPool, unsynced: bool) -> Result<WriterConn, StorageError> {
+        let mut w = Self::checkout(pool, unsynced)?;
+        if Backend::of(&w.conn) == Backend::Postgres {
+            w.conn.batch_execute(INDEX_PLANS.0)?;
+            w.index_plans = true;
+        }
+        Ok(w)
+    }
+}
+
+/// Refreshes the planner's statistics of the queue table after a bulk change (PostgreSQL's
+/// `ANALYZE`, which reads a sample of at most 30,000 rows, so its cost does not grow with the
+/// backlog). Only `task_queue`: its status and rank are what bulk changes move, while `tasks`
+/// is indexed by columns that never change after the insert. The engines' own statements do
+/// not depend on it ([`INDEX_PLANS`]); the API's counts and listings of waiting work, planned
+/// with the full choice, do. SQLite plans by its indexes' shapes without statistics.
+pub fn analyse(conn: &mut AnyConnection) -> Result<(), StorageError> {
+    if Backend::of(conn) == Backend::Postgres {
+        conn.batch_execute("ANALYZE task_queue")?;
+    }
+    Ok(())
 }
 
 /// The statements that make a connection commit without waiting for the disk, and back.
@@ -511,6 +563,11 @@ impl std::ops::DerefMut for WriterConn {
 
 impl Drop for WriterConn {
     fn drop(&mut self) {
+        if self.index_plans
+            && let Err(e) = self.conn.batch_execute(INDEX_PLANS.1)
+        {
+            tracing::debug!(error = %e, "could not give a returned connection the planner's full choice again");
+        }
         if self.unsynced {
             let (_, back) = commit_mode(Backend::of(&self.conn));
             if let Err(e) = self.conn.batch_execute(back) {

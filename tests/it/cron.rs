@@ -596,24 +596,37 @@ async fn the_refill_entry_tops_up_room_no_request_filled(backend: Backend) {
         let s = app.broker.snapshot(SchedulerId::Boefje);
         (s.qsize, s.pending)
     };
-    // The heap holds 1,500 urgent tasks on one object; 2,500 others wait pending.
-    push_boefjes(&app, 1500, |_| "Hostname|internet|gone.nl".into(), 2).await;
-    push_boefjes(&app, 2500, |i| format!("Hostname|internet|h{i}.nl"), 50).await;
+    // The heap holds 1,500 urgent tasks, 1,000 of them on one object and 100 on another; 2,500
+    // others wait pending.
+    push_boefjes(&app, 1000, |_| "Hostname|internet|gone.nl".into(), 2).await;
+    push_boefjes(&app, 100, |_| "Hostname|internet|small.nl".into(), 2).await;
+    push_boefjes(&app, 400, |i| format!("Hostname|internet|h{i}.nl"), 3).await;
+    push_boefjes(&app, 2500, |i| format!("Hostname|internet|p{i}.nl"), 50).await;
     assert_eq!(figures(&app), (1500, 2500));
     let quiet = app.tick(SchedulerId::Boefje).await;
     assert!(!quiet.entries["refill"].ran, "a full heap needs nothing");
-    // The object is deleted: its 1,500 tasks are cancelled in one batch, whose refill moves
-    // at most 1,000; nothing else comes.
+    // The small object is deleted: its 100 tasks are cancelled in one batch. Room for 100 is
+    // below a tenth of the heap, so the engine does not refill ahead; nothing else comes.
+    let cancelled = app
+        .broker
+        .cancel_object("org1", "Hostname|internet|small.nl")
+        .await
+        .unwrap();
+    assert_eq!(cancelled.len(), 100);
+    assert_eq!(figures(&app), (1400, 2500));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(report.entries["refill"].summary, "moved 100");
+    assert_eq!(figures(&app), (1500, 2400));
+    // The large one is deleted: room for 1,000, which the engine refills ahead right after it
+    // answered the cancellation. A refill asked for afterwards finds the heap full.
     let cancelled = app
         .broker
         .cancel_object("org1", "Hostname|internet|gone.nl")
         .await
         .unwrap();
-    assert_eq!(cancelled.len(), 1500);
-    assert_eq!(figures(&app), (1000, 1500));
-    let report = app.tick(SchedulerId::Boefje).await;
-    assert_eq!(report.entries["refill"].summary, "moved 500");
-    assert_eq!(figures(&app), (1500, 1000));
+    assert_eq!(cancelled.len(), 1000);
+    assert_eq!(app.broker.refill(SchedulerId::Boefje).await.unwrap(), 0);
+    assert_eq!(figures(&app), (1500, 1400));
     let page: Value = app
         .get("/tasks?scheduler_id=boefje&status=queued&limit=1")
         .await

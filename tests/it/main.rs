@@ -33,6 +33,7 @@ mod migrations;
 mod openapi;
 mod operable;
 mod outage;
+mod pending_backlog;
 mod politeness;
 mod process;
 mod push_sets;

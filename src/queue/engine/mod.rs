@@ -10,11 +10,14 @@
 //!    tasks or payloads through [`pop::Reads`]. The rules change the state and record what became
 //!    of each row in [`batch::BatchRows`]; they never write;
 //! 3. **write** what the batch decided (one statement per kind of write: inserts, updates, the
-//!    heap tasks dispatched), plus a [`refill`] from pending, in one transaction (or one
-//!    autocommitted statement when that is all it takes);
+//!    heap tasks dispatched), in one transaction (or one autocommitted statement when that is
+//!    all it takes);
 //! 4. **answer** each caller, only after the commit is durable: with
 //!    `database.flush_barrier`, the commit does not wait for the disk and the answers wait for
-//!    a flush barrier shared by all engines ([`flush`]) while the engine goes on.
+//!    a flush barrier shared by all engines ([`flush`]) while the engine goes on;
+//! 5. **upkeep**, off the callers' path: a recount of the pending backlog after drift, a
+//!    [`refill`] of the heap ahead of need in a transaction of its own, `ANALYZE` after bulk
+//!    changes.
 //!
 //! Requests that arrive while a commit is in flight wait in the channel and form the next batch,
 //! so commits are grouped without any timer. If a batch fails, the state may hold changes that
@@ -82,6 +85,14 @@ const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 /// restart, a failover or an administrator's `pg_terminate_backend` closes idle connections, and
 /// a dead one found this way costs no request. A busy engine never pays for the check.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Queue rows an engine writes (inserted, moved, handed out) before it refreshes the planner's
+/// statistics of the queue tables, or a fifth of its scheduler's waiting tasks when that is
+/// more: a bulk push, an import, a ColdStart batch, a rebuild or a long run of refills changes
+/// what the API's listings and counts are planned from (the engine's own statements do not
+/// depend on it: see `storage::WriterConn::checkout_engine`). PostgreSQL's autovacuum, where it
+/// runs, analyses after a tenth of a table changed, but only on its next round.
+const ANALYSE_AFTER: u64 = 20_000;
 
 /// How often an engine with nothing to do looks for tasks whose pop answers went undelivered
 /// after a flush barrier.
@@ -161,6 +172,7 @@ pub(crate) fn start_all(
             given_back: Arc::default(),
             ownership: ownership.cloned(),
             epoch: 0,
+            changed_since_analyse: 0,
         };
         let join = std::thread::Builder::new()
             .name(format!("engine-{s}"))
@@ -250,6 +262,8 @@ struct Engine {
     epoch: i64,
     /// The filters runners popped with lately, to explain a wait by them.
     recent_filters: explain::RecentFilters,
+    /// Queue rows written since the planner's statistics were last refreshed ([`ANALYSE_AFTER`]).
+    changed_since_analyse: u64,
 }
 
 /// What a committed batch came to.
@@ -405,11 +419,11 @@ impl Engine {
                 Err(e) => {
                     info!(scheduler.id = %self.scheduler(), error = %e, idle_ms = idle.as_millis() as u64, "the kept database connection was closed while idle; a fresh one replaces it");
                     drop(c);
-                    WriterConn::checkout(&self.pool, self.flush.is_some())
+                    WriterConn::checkout_engine(&self.pool, self.flush.is_some())
                 }
             },
             Some(c) => Ok(c),
-            None => WriterConn::checkout(&self.pool, self.flush.is_some()),
+            None => WriterConn::checkout_engine(&self.pool, self.flush.is_some()),
         }
     }
 
@@ -430,6 +444,9 @@ impl Engine {
         self.conn = Some(conn);
         self.dirty = false;
         self.publish();
+        // What the table went through before (a load, an import, another instance's work) is
+        // not known: the whole backlog counts as changed, so a large one is analysed.
+        self.changed_since_analyse = self.waiting();
         info!(
             scheduler.id = %self.scheduler(),
             queued = self.state.heap.len(),
@@ -439,6 +456,109 @@ impl Engine {
             "heaps rebuilt from the tasks table"
         );
         Ok(())
+    }
+
+    /// Tasks waiting in the heap and as pending.
+    fn waiting(&self) -> u64 {
+        self.state.heap.len() as u64 + self.state.pending.count()
+    }
+
+    /// What an engine does after it has answered a batch, off its callers' path: reads the
+    /// pending count again after drift, refills the heap ahead of need, and refreshes the
+    /// planner's statistics after bulk changes. A failure leaves the state to be rebuilt
+    /// before the next batch, as a failed batch does.
+    fn upkeep(&mut self) {
+        if self.dirty || !self.owned() {
+            return;
+        }
+        let s = self.scheduler();
+        if self.state.pending.needs_recount() {
+            let counted = self.on_connection("recount", |c, _| {
+                Ok(tasks::count_waiting(c, s, TaskStatus::Pending)?)
+            });
+            if let Some(n) = counted {
+                warn!(scheduler.id = %s, pending = n, "pending tasks found that the count did not hold (rows changed outside the scheduler); counted again");
+                self.state.pending = state::PendingSet::recounted(n);
+                self.publish();
+            }
+        }
+        let n = refill::ahead(&self.state);
+        if n > 0 {
+            self.refill_ahead(n);
+        }
+        if self.changed_since_analyse >= ANALYSE_AFTER.max(self.waiting() / 5) {
+            let began = Instant::now();
+            if self
+                .on_connection("analyse", |c, _| storage::analyse(c))
+                .is_some()
+            {
+                debug!(scheduler.id = %s, rows = self.changed_since_analyse, duration_ms = began.elapsed().as_millis() as u64, "queue tables analysed after bulk changes");
+                self.changed_since_analyse = 0;
+            }
+        }
+    }
+
+    /// Moves the best `n` pending tasks into the heap, in a transaction of its own.
+    fn refill_ahead(&mut self, n: usize) {
+        let s = self.scheduler();
+        let now = self.clock.now().naive_utc();
+        let fence = self.fence();
+        let lock = self.write_lock.clone();
+        let _turn = write_turn(lock.as_ref());
+        let moved = self.on_connection("refill", |c, st| {
+            c.transaction::<_, StorageError, _>(|c| {
+                if let Some((own, epoch)) = &fence
+                    && !owners::holds(c, s, own.instance(), *epoch)?
+                {
+                    return Err(StorageError::Fenced(s));
+                }
+                let rows = tasks::refill(c, s, n, now)?;
+                refill::refilled(st, rows, n).map_err(|e| StorageError::Corrupt(e.to_string()))
+            })
+        });
+        if let Some(k) = moved {
+            let mut by = ByStatus::default();
+            by[status_slot(TaskStatus::Queued)] = k as u64;
+            self.gauges.metrics.transitions(s, &by);
+            self.changed_since_analyse += k as u64;
+            self.publish();
+        }
+    }
+
+    /// Runs `f` on the engine's connection; `None` after a failure, which is logged and leaves
+    /// the state to be rebuilt (it may hold what was not committed).
+    fn on_connection<T>(
+        &mut self,
+        operation: &str,
+        f: impl FnOnce(&mut AnyConnection, &mut QueueState) -> Result<T, StorageError>,
+    ) -> Option<T> {
+        let mut conn = match self.connection() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(scheduler.id = %self.scheduler(), operation, error = %e, "no connection for the engine's upkeep; tried again after the next batch");
+                return None;
+            }
+        };
+        match f(&mut conn, &mut self.state) {
+            Ok(v) => {
+                self.conn = Some(conn);
+                Some(v)
+            }
+            Err(StorageError::Fenced(s)) => {
+                self.conn = Some(conn);
+                if let Some(own) = &self.ownership {
+                    own.lost(s, self.epoch);
+                }
+                self.owned();
+                None
+            }
+            Err(e) => {
+                drop(conn);
+                self.dirty = true;
+                warn!(scheduler.id = %self.scheduler(), operation, error = %e, "the engine's upkeep failed; the heap is rebuilt from the table before the next batch");
+                None
+            }
+        }
     }
 
     fn publish(&self) {
@@ -565,7 +685,9 @@ impl Engine {
                         self.state.throttle.released(id);
                     }
                 }
+                self.changed_since_analyse += moved.iter().sum::<u64>();
                 self.answer(batch, decisions, rows);
+                self.upkeep();
             }
             Err(StorageError::Fenced(s)) => {
                 // Another instance took the scheduler: nothing was written; its owner serves
@@ -655,7 +777,7 @@ impl Engine {
         let read = match read(conn) {
             Err(e) if e.is_connection_lost() => {
                 warn!(scheduler.id = %s, operation = "read", attempt = 1, error = %e, "the database connection broke; reading again on a fresh one");
-                WriterConn::checkout(&self.pool, self.flush.is_some())
+                WriterConn::checkout_engine(&self.pool, self.flush.is_some())
                     .and_then(|fresh| {
                         *conn = fresh;
                         read(conn)
@@ -704,7 +826,12 @@ impl Engine {
                     .push(pop::pop(st, &mut rows, &mut reads, &r.body, now)?);
             }
         }
-        let refill = refill::wanted(st);
+        // The heap is refilled ahead, after the batch is answered (`upkeep`); an explicit
+        // refill request is served in its batch.
+        let refill = match batch.refills.is_empty() {
+            true => 0,
+            false => refill::wanted(st),
+        };
         let writes = rows.writes(refill);
 
         self.gauges
@@ -754,7 +881,7 @@ impl Engine {
                 // changes it only after its last statement, the refill, has run.)
                 Err(e) if !statements_ran && e.is_connection_lost() => {
                     warn!(scheduler.id = %s, operation = "write", attempt = 1, error = %e, "the database connection broke before the commit; writing the batch again on a fresh one");
-                    *conn = WriterConn::checkout(&pool, unsynced)?;
+                    *conn = WriterConn::checkout_engine(&pool, unsynced)?;
                     transaction(conn, state, &mut false)?
                 }
                 other => other?,

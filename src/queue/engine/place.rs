@@ -90,9 +90,16 @@ pub(crate) fn place(
 ) -> Result<Placement, QueueError> {
     let task = heap_task(id, row)?;
     let rank = task.rank();
+    // A heap with room while tasks are pending is waiting for its refill ahead (see
+    // [`super::refill`]): a task that ranks after its worst may rank after pending ones too, so it
+    // waits as pending, and the refill brings the best of them in, in order.
     if !st.heap.is_full() {
-        st.heap.insert(task);
-        return Ok(Placement::Heap);
+        if st.pending.count() == 0 || st.heap.worst().is_some_and(|w| rank < w) {
+            st.heap.insert(task);
+            return Ok(Placement::Heap);
+        }
+        st.pending.add(row.hash.as_deref());
+        return Ok(Placement::Backlog);
     }
     if admission == Admission::New && !rank.is_user() && st.limits.when_full == WhenFull::Reject {
         return Err(QueueError::QueueFull(st.scheduler));
@@ -173,6 +180,33 @@ mod tests {
         );
         assert_eq!(st.pending.count(), 2);
         assert!(st.pending.may_hold(rd.hash.as_deref().unwrap()));
+    }
+
+    #[test]
+    fn a_heap_waiting_for_its_refill_takes_only_what_ranks_before_its_worst() {
+        let mut st = state(3, WhenFull::Reject);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row(10, 1);
+        let (b, rb) = row(20, 2);
+        for (id, r) in [(a, &ra), (b, &rb)] {
+            place(&mut st, &mut rows, id, r, Admission::New).unwrap();
+        }
+        // Something waits as pending (ranked after 20): the room is the refill's to fill.
+        st.pending.add(None);
+        let (c, rc) = row(30, 3);
+        assert_eq!(
+            place(&mut st, &mut rows, c, &rc, Admission::New).unwrap(),
+            Placement::Backlog,
+            "may rank after a pending task; not refused either, the heap is not full"
+        );
+        let (d, rd) = row(15, 4);
+        assert_eq!(
+            place(&mut st, &mut rows, d, &rd, Admission::New).unwrap(),
+            Placement::Heap,
+            "ranks before the heap's worst, so before every pending task"
+        );
+        assert_eq!(st.pending.count(), 2);
+        assert!(rows.evicted.is_empty(), "nothing moved out");
     }
 
     #[test]

@@ -1,18 +1,52 @@
 //! Refill: as the heap drains, the best pending tasks move into it, so the heap keeps holding the
 //! best waiting tasks and the backlog flows back, best first.
+//!
+//! The refill runs ahead of need and off the pops' path: once the heap has room for a tenth of
+//! its bound ([`ahead`]), the engine moves that many of the best pending tasks in with one
+//! set-based statement, in a transaction of its own after it has answered the batch that made
+//! the room. A refill per batch cost a statement per batch whatever it moved (a few rows, for
+//! the pops of one batch), and the pops of that batch waited for it. While the heap has room
+//! and tasks are pending, a new task that ranks after the heap's worst waits as pending too
+//! (see [`super::place`]), so whatever is pending still ranks after everything in the heap,
+//! and a pop whose match the heap lacks searches the pending backlog itself ([`super::pop`]):
+//! no pop needs the refill to be served.
 
 use super::place::heap_task_of;
 use super::state::QueueState;
 use crate::queue::types::QueueError;
 use crate::storage::rows::HeapRow;
 
-/// Pending tasks moved into a heap per batch at most.
+/// Pending tasks moved into a heap per statement at most by an explicit refill and at a
+/// rebuild.
 pub const REFILL_BATCH: usize = 1_000;
+
+/// Pending tasks moved into a heap by one refill ahead at most: one statement, about 10 ms of
+/// PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
+/// bounded time.
+pub const REFILL_AHEAD_MAX: usize = 10_000;
 
 /// How many pending tasks the heap should take in now.
 pub(crate) fn wanted(st: &QueueState) -> usize {
     let pending = usize::try_from(st.pending.count()).unwrap_or(usize::MAX);
     st.heap.room().min(pending).min(REFILL_BATCH)
+}
+
+/// The room at which a heap of `maxsize` is refilled ahead: a tenth of it (between one task and
+/// [`REFILL_BATCH`]), so a refill moves many rows in one statement and the heap never runs dry
+/// while the backlog has work.
+pub(crate) fn refill_at(maxsize: usize) -> usize {
+    (maxsize / 10).clamp(1, REFILL_BATCH)
+}
+
+/// How many pending tasks a refill ahead should move now: none until the heap's room reaches
+/// [`refill_at`], then as many as it has room for, up to [`REFILL_AHEAD_MAX`].
+pub(crate) fn ahead(st: &QueueState) -> usize {
+    let pending = usize::try_from(st.pending.count()).unwrap_or(usize::MAX);
+    let room = st.heap.room();
+    if pending == 0 || room < refill_at(st.limits.maxsize) {
+        return 0;
+    }
+    room.min(pending).min(REFILL_AHEAD_MAX)
 }
 
 /// Takes in the rows a refill of `wanted` moved to `queued`; answers how many.
@@ -56,5 +90,27 @@ mod tests {
         assert_eq!(st.heap.len(), 2);
         assert_eq!(st.pending.count(), 0, "the table had only two");
         assert_eq!(wanted(&st), 0);
+    }
+
+    #[test]
+    fn a_refill_ahead_waits_for_a_tenth_of_the_heap_and_then_moves_all_it_has_room_for() {
+        let mut st = state(100, WhenFull::Pending);
+        for _ in 0..500 {
+            st.pending.add(None);
+        }
+        let fill = |st: &mut QueueState, n: usize| {
+            let rows = (0..n).map(|i| heap_row(i as i64 + 1)).collect();
+            refilled(st, rows, n).unwrap();
+        };
+        fill(&mut st, 91);
+        assert_eq!(ahead(&st), 0, "room for 9: below a tenth, no refill yet");
+        st.heap.take(&st.heap.best().unwrap().id);
+        assert_eq!(ahead(&st), 10, "room for a tenth: refill all the room");
+        let mut few = state(100, WhenFull::Pending);
+        few.pending.add(None);
+        few.pending.add(None);
+        assert_eq!(ahead(&few), 2, "no more than are pending");
+        assert_eq!(refill_at(3), 1, "a small heap refills at every free place");
+        assert_eq!(refill_at(1_000_000), REFILL_BATCH);
     }
 }

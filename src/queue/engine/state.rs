@@ -99,6 +99,11 @@ pub(crate) struct PendingSet {
     count: u64,
     /// `None`: not known (too many, or not loaded); pushes must ask the table.
     hashes: Option<HashSet<[u8; 16]>>,
+    /// A task left the backlog that the count did not hold: rows changed behind the engine's
+    /// back (by hand, a restore, another tool), so the count is low and must be read again
+    /// ([`Self::needs_recount`]). A low count would stop the refill early and leave pending
+    /// work only a filtered pop's search of the table can find.
+    drifted: bool,
 }
 
 impl Default for PendingSet {
@@ -106,6 +111,7 @@ impl Default for PendingSet {
         Self {
             count: 0,
             hashes: Some(HashSet::new()),
+            drifted: false,
         }
     }
 }
@@ -113,9 +119,24 @@ impl Default for PendingSet {
 impl PendingSet {
     /// A backlog of `count` tasks with these hashes (`None`: unknown).
     pub fn with(count: u64, hashes: Option<HashSet<[u8; 16]>>) -> Self {
-        let mut set = Self { count, hashes };
+        let mut set = Self {
+            count,
+            hashes,
+            drifted: false,
+        };
         set.settle();
         set
+    }
+
+    /// The count as the table has it now, after drift. The hashes of rows that appeared behind
+    /// the engine's back are not known: pushes ask the table until the backlog has drained.
+    pub fn recounted(count: u64) -> Self {
+        Self::with(count, None)
+    }
+
+    /// Whether the count was found low and must be read from the table again.
+    pub fn needs_recount(&self) -> bool {
+        self.drifted
     }
 
     /// Tasks waiting as pending.
@@ -136,6 +157,10 @@ impl PendingSet {
 
     /// A task left pending.
     pub fn remove(&mut self, hash: Option<&str>) {
+        if self.count == 0 {
+            // The table held one more than counted.
+            self.drifted = true;
+        }
         self.count = self.count.saturating_sub(1);
         if let (Some(set), Some(h)) = (self.hashes.as_mut(), hash.and_then(hash_bytes)) {
             set.remove(&h);
@@ -216,6 +241,24 @@ mod tests {
         assert!(unknown.may_hold(&other), "unknown: ask the table");
         unknown.correct(0);
         assert!(!unknown.may_hold(&other), "an empty backlog is known");
+    }
+
+    #[test]
+    fn a_task_leaving_a_backlog_counted_empty_marks_the_count_for_a_recount() {
+        let h = format!("{:032x}", 7u128);
+        let mut set = PendingSet::default();
+        set.add(Some(&h));
+        set.remove(Some(&h));
+        assert!(!set.needs_recount(), "counted, so no drift");
+        set.remove(None);
+        assert!(set.needs_recount(), "one more left than the count held");
+        let again = PendingSet::recounted(4);
+        assert!(!again.needs_recount());
+        assert_eq!(again.count(), 4);
+        assert!(
+            again.may_hold(&h),
+            "hashes unknown after drift: ask the table"
+        );
     }
 
     #[test]

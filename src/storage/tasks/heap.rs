@@ -167,7 +167,9 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 
 /// Moves the best `limit` pending tasks of `scheduler` to `queued` and returns them as a heap
 /// holds them. On PostgreSQL one statement: the picks are materialised first, then each task
-/// moves only if it is still pending.
+/// moves only if it is still pending, and its queue row (which the pick read, so it exists)
+/// with it by a plain `UPDATE`: the upsert the other writes share would first try an insert and
+/// meet the conflict on every row, and a refill moves a tenth of a heap at a time.
 pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -189,9 +191,10 @@ pub fn refill(
             .bind(now)
             .push(
                 " FROM best WHERE tasks.id = best.task_id AND tasks.status = 'pending' \
-                 RETURNING tasks.*)",
+                 RETURNING tasks.*), \
+                 kept AS (UPDATE task_queue SET status = 'queued', modified_at = moved.modified_at \
+                 FROM moved WHERE task_queue.task_id = moved.id) ",
             )
-            .push(&pg_sync())
             .push(&format!("SELECT {HEAP_COLUMNS} FROM moved"));
         return q.load(conn);
     }

@@ -1,0 +1,209 @@
+//! A filtered pop finds every task the pending backlog holds for it: a runner popping an image
+//! that only pending tasks have gets each one, and never an empty answer while one waits (an
+//! empty answer sends a runner to sleep for its poll interval). Also when the engine's count of
+//! pending tasks is wrong: rows changed behind its back, either way, and after a restart.
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection, SqliteConnection};
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+const MAXSIZE: usize = 8;
+const RARE: &str = "ghcr.io/minvws/openkat/rare-scanner:latest";
+
+fn rare_filter() -> Value {
+    json!({"filters": [{"column": "data", "field": "boefje__oci_image", "operator": "in",
+        "value": [RARE]}]})
+}
+
+/// Runs `sql` on the app's database, as an administrator or a restore would: behind its back.
+fn behind_its_back(backend: Backend, uri: &str, sql: &str) {
+    match backend {
+        Backend::Postgres => PgConnection::establish(uri)
+            .expect("connect")
+            .batch_execute(sql)
+            .expect("sql"),
+        Backend::Sqlite => {
+            let path = uri.strip_prefix("sqlite://").expect("sqlite uri");
+            SqliteConnection::establish(path)
+                .expect("connect")
+                .batch_execute(sql)
+                .expect("sql")
+        }
+    }
+}
+
+fn id_list(ids: &[String]) -> String {
+    ids.iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Fills the heap (and more) with common work, then pushes `n` tasks of the rare image ranked
+/// after all of it: every one of them waits as pending. Answers their ids.
+async fn common_then_rare(app: &TestApp, common: usize, n: usize) -> Vec<String> {
+    for i in 0..common {
+        app.push_ok(
+            "boefje",
+            &boefje_push(&format!("org{}", i % 3), "nmap", Some(&format!("h{i}")), 5),
+        )
+        .await;
+    }
+    let mut rare = Vec::new();
+    for i in 0..n {
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push(
+                    &format!("org{}", i % 3),
+                    "rare-scanner",
+                    Some(&format!("r{i}")),
+                    500 + i as i64,
+                ),
+            )
+            .await;
+        assert_eq!(t["status"], "pending", "ranked after a full heap");
+        rare.push(id_of(&t));
+    }
+    rare
+}
+
+/// Pops the rare image one task at a time until the answer is empty; asserts that the answer is
+/// never empty while one of `waiting` has not been handed out. Answers the ids in pop order.
+async fn drain_rare(app: &TestApp, waiting: &[String]) -> Vec<String> {
+    let mut got: Vec<String> = Vec::new();
+    loop {
+        let popped = app.pop_ok("boefje", 1, Some(&rare_filter())).await;
+        let Some(t) = popped.first() else {
+            let left: Vec<&String> = waiting.iter().filter(|id| !got.contains(id)).collect();
+            assert!(
+                left.is_empty(),
+                "an empty answer while {} rare tasks wait: {left:?}",
+                left.len()
+            );
+            return got;
+        };
+        assert_eq!(t["data"]["boefje"]["oci_image"], RARE);
+        let id = id_of(t);
+        assert!(!got.contains(&id), "task {id} popped twice");
+        got.push(id);
+        assert!(
+            got.len() <= waiting.len(),
+            "more rare tasks than were pushed"
+        );
+    }
+}
+
+async fn every_pending_only_task_is_popped_and_no_answer_is_empty_while_one_waits(
+    backend: Backend,
+) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = MAXSIZE).await else {
+        return;
+    };
+    let rare = common_then_rare(&app, 3 * MAXSIZE, 5 * MAXSIZE).await;
+    // Common pops between the rare ones make room, and the refill ahead moves pending tasks in:
+    // the rare ones still come out, in pop order, from wherever they wait.
+    let mut got = Vec::new();
+    let mut common = 0;
+    for round in 0.. {
+        let popped = app.pop_ok("boefje", 1, Some(&rare_filter())).await;
+        let Some(t) = popped.first() else { break };
+        got.push(id_of(t));
+        if round % 3 == 0 {
+            common += app.pop_ok("boefje", 1, None).await.len();
+        }
+    }
+    assert_eq!(got, rare, "every rare task, best first, none missing");
+    // What is left is common work: the heap full, the rest pending, as counted.
+    let left = 3 * MAXSIZE - common;
+    let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+    assert_eq!(
+        (s["qsize"].as_u64(), s["pending"].as_u64()),
+        (Some(MAXSIZE as u64), Some((left - MAXSIZE) as u64)),
+        "{s}"
+    );
+}
+
+async fn pending_rows_the_count_does_not_hold_are_found(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = MAXSIZE).await else {
+        return;
+    };
+    let rare = common_then_rare(&app, 2 * MAXSIZE, 20).await;
+    // Half of them cancelled through the API (the count follows) …
+    for id in &rare[10..] {
+        let r = app.patch_task(id, &json!({"status": "cancelled"})).await;
+        assert!(r.status().is_success());
+    }
+    // … and put back by hand: pending again in the table, unknown to the count.
+    let back = id_list(&rare[10..]);
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "UPDATE tasks SET status = 'pending' WHERE id IN ({back});
+             INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at,
+                 modified_at, hash, schedule_id, organisation, plugin_id, oci_image, input_ooi,
+                 deduplication_key)
+             SELECT id, scheduler_id, 'pending', priority, created_at, modified_at, hash,
+                 schedule_id, organisation, plugin_id, oci_image, input_ooi, deduplication_key
+             FROM tasks WHERE id IN ({back});"
+        ),
+    );
+    let got = drain_rare(&app, &rare).await;
+    assert_eq!(
+        got, rare,
+        "the ten counted and the ten put back by hand, in pop order"
+    );
+    // The count was read again: the common work that waits as pending flows into the heap.
+    let common = app.pop_ids("boefje", 10 * MAXSIZE).await;
+    assert_eq!(common.len(), 2 * MAXSIZE, "every common task popped");
+    let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+    assert_eq!(
+        (s["qsize"].as_u64(), s["pending"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
+async fn pending_rows_gone_behind_its_back_leave_no_pop_stuck(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = MAXSIZE).await else {
+        return;
+    };
+    let rare = common_then_rare(&app, 2 * MAXSIZE, 20).await;
+    // Ten pending tasks finished by hand: the count holds ten that are not there.
+    let gone = id_list(&rare[..10]);
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "UPDATE tasks SET status = 'cancelled' WHERE id IN ({gone});
+             DELETE FROM task_queue WHERE task_id IN ({gone});"
+        ),
+    );
+    let got = drain_rare(&app, &rare[10..]).await;
+    assert_eq!(got, rare[10..].to_vec());
+    let common = app.pop_ids("boefje", 10 * MAXSIZE).await;
+    assert_eq!(common.len(), 2 * MAXSIZE, "every common task popped");
+}
+
+async fn after_a_restart_the_pending_backlog_is_found(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = MAXSIZE).await else {
+        return;
+    };
+    let rare = common_then_rare(&app, 3 * MAXSIZE, 3 * MAXSIZE).await;
+    let first = app.pop_ok("boefje", 1, Some(&rare_filter())).await;
+    assert_eq!(id_of(&first[0]), rare[0]);
+    let app = app.restart().await;
+    let got = drain_rare(&app, &rare[1..]).await;
+    assert_eq!(got, rare[1..].to_vec());
+    let common = app.pop_ids("boefje", 10 * MAXSIZE).await;
+    assert_eq!(common.len(), 3 * MAXSIZE, "every common task popped");
+}
+
+crate::backend_tests!(
+    every_pending_only_task_is_popped_and_no_answer_is_empty_while_one_waits,
+    pending_rows_the_count_does_not_hold_are_found,
+    pending_rows_gone_behind_its_back_leave_no_pop_stuck,
+    after_a_restart_the_pending_backlog_is_found,
+);
