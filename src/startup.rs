@@ -25,7 +25,6 @@ use crate::cron::coldstart::ColdStartResync;
 use crate::cron::prune::Prune;
 use crate::cron::refill::Refill;
 use crate::cron::reschedule::Reschedule;
-use crate::cron::rescore::Rescore;
 use crate::cron::table::{CronTable, Periodic};
 use crate::cron::watchdog::LeaseWatchdog;
 use crate::domain::schedule::Cadence;
@@ -146,7 +145,7 @@ struct CronParts<'a> {
 }
 
 /// Each component's cron table, in the order its entries run: rescheduling (boefje, report),
-/// the lease watchdog, the re-score, refill, the ColdStart resync (boefje, when ColdStart is on),
+/// the lease watchdog, refill, the ColdStart resync (boefje, when ColdStart is on),
 /// pruning.
 fn build_cron(
     settings: &Settings,
@@ -163,6 +162,16 @@ fn build_cron(
         schedules,
     } = parts;
     let c = &settings.cron;
+    if c.rescore_secs != crate::config::DEFAULT_RESCORE_SECS {
+        // A setting an upgrade carries over from when it set the periodic re-score's period:
+        // it still parses (a deployment is not broken by it), and says it does nothing now.
+        warn!(
+            cron.rescore_secs = c.rescore_secs,
+            "cron.rescore_secs (SCHEDULER_RESCORE_INTERVAL) has no effect: priorities no longer \
+             age, so there is no periodic re-score; a waiting task is re-scored when an event \
+             changes its inputs. The setting can be removed."
+        );
+    }
     let tables = PerScheduler::from_fn(|s| {
         let mut table = CronTable::default();
         if s != SchedulerId::Normalizer {
@@ -190,16 +199,6 @@ fn build_cron(
                     broker: broker.clone(),
                 },
                 Duration::from_secs(sweep),
-                pool.clone(),
-            ));
-        }
-        if c.rescore_secs > 0 && scorer.depends_on_time(s) {
-            table.push(Periodic::new(
-                Rescore {
-                    broker: broker.clone(),
-                    scorer: scorer.clone(),
-                },
-                Duration::from_secs(c.rescore_secs),
                 pool.clone(),
             ));
         }

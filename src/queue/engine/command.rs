@@ -102,9 +102,11 @@ pub(crate) struct CancelObject {
     pub reference: String,
 }
 
-/// A task's new priority and the explanation (JSON) that goes with it.
+/// A task's new priority and the explanation (JSON) that goes with it, given while it had
+/// priority `was`.
 pub(crate) struct Rescored {
     pub id: Uuid,
+    pub was: i64,
     pub priority: i64,
     pub explanation: String,
 }
