@@ -71,6 +71,8 @@ pub struct Application {
     ownership: Option<(Arc<Ownership>, OwnershipHandle)>,
     /// The lock that keeps a second instance off the SQLite file, held until the end.
     sqlite_lock: Option<SqliteLock>,
+    /// The planner the listener and ColdStart hand their objects to.
+    planner: Planner,
 }
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
@@ -496,6 +498,7 @@ impl Application {
             coldstart_status,
             ownership,
             sqlite_lock,
+            planner,
         })
     }
 
@@ -522,6 +525,11 @@ impl Application {
     /// The queue, for in-process callers and tests.
     pub fn broker(&self) -> &Broker {
         &self.broker
+    }
+
+    /// The planner, for in-process callers (benchmarks hand it events as the listener does).
+    pub fn planner(&self) -> Planner {
+        self.planner.clone()
     }
 
     /// Serves until `shutdown` is cancelled, then stops in order.
