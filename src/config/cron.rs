@@ -24,7 +24,7 @@ pub const DEFAULT_SCHEDULE_HISTORY_DAYS: u64 = 30;
 #[serde(default)]
 pub struct CronSettings {
     /// Seconds between ticks; 0 turns the ticks (and so rescheduling, the lease watchdog,
-    /// re-scores, refills, ColdStart's rounds and pruning) off.
+    /// refills, ColdStart's rounds and pruning) off.
     pub tick_secs: u64,
     /// Seconds before a boefje schedule without cron runs again when its plugin names no
     /// interval (mula's grace period).
