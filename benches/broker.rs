@@ -11,7 +11,7 @@
 //! cargo bench --bench broker -- --fairness      # one organisation's flood vs ten quiet ones (broker/fairness.rs)
 //! cargo bench --bench broker -- --ingest        # the listener and ColdStart (broker/ingest.rs)
 //! cargo bench --bench broker -- --ingest --messages 5000 --objects 20000   # a quick look
-//! cargo bench --bench broker -- --cron          # one tick over 1e5 due schedules; re-score of 1e6 (broker/cron.rs)
+//! cargo bench --bench broker -- --cron          # one tick over 1e5 due schedules; an hour and an object change at 1e6 waiting (broker/cron.rs)
 //! cargo bench --bench broker -- --cluster --tasks 100000 --seconds 2   # one instance vs three; 10 takeovers (broker/cluster.rs)
 //! cargo bench --bench broker -- --cron --due 10000 --rescore-tasks 100000   # a quick look
 //! cargo bench --bench broker -- --sqlite        # the embedded default: pops and pushes (broker/sqlite.rs)
@@ -116,7 +116,8 @@ struct Options {
     rare: usize,
     /// Run the ingest scenario: the listener and ColdStart (see `broker/ingest.rs`).
     ingest: bool,
-    /// Run the cron scenario: one tick over `due` schedules, one re-score (`broker/cron.rs`).
+    /// Run the cron scenario: one tick over `due` schedules; an hour passing and one object
+    /// changing over `rescore_tasks` waiting tasks (`broker/cron.rs`).
     cron: bool,
     /// Run the cluster scenario: one instance against three, takeovers (`broker/cluster.rs`).
     cluster: bool,
@@ -124,7 +125,7 @@ struct Options {
     kills: usize,
     /// Due boefje schedules for the tick.
     due: usize,
-    /// Waiting tasks for the re-score.
+    /// Waiting tasks for the hour and the object change.
     rescore_tasks: usize,
     /// Object events per listener round.
     messages: usize,

@@ -25,7 +25,6 @@ use crate::cron::coldstart::ColdStartResync;
 use crate::cron::prune::Prune;
 use crate::cron::refill::Refill;
 use crate::cron::reschedule::Reschedule;
-use crate::cron::rescore::Rescore;
 use crate::cron::table::{CronTable, Periodic};
 use crate::cron::watchdog::LeaseWatchdog;
 use crate::domain::schedule::Cadence;
@@ -72,6 +71,8 @@ pub struct Application {
     ownership: Option<(Arc<Ownership>, OwnershipHandle)>,
     /// The lock that keeps a second instance off the SQLite file, held until the end.
     sqlite_lock: Option<SqliteLock>,
+    /// The planner the listener and ColdStart hand their objects to.
+    planner: Planner,
 }
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
@@ -146,7 +147,7 @@ struct CronParts<'a> {
 }
 
 /// Each component's cron table, in the order its entries run: rescheduling (boefje, report),
-/// the lease watchdog, the re-score, refill, the ColdStart resync (boefje, when ColdStart is on),
+/// the lease watchdog, refill, the ColdStart resync (boefje, when ColdStart is on),
 /// pruning.
 fn build_cron(
     settings: &Settings,
@@ -163,6 +164,16 @@ fn build_cron(
         schedules,
     } = parts;
     let c = &settings.cron;
+    if c.rescore_secs != crate::config::DEFAULT_RESCORE_SECS {
+        // A setting an upgrade carries over from when it set the periodic re-score's period:
+        // it still parses (a deployment is not broken by it), and says it does nothing now.
+        warn!(
+            cron.rescore_secs = c.rescore_secs,
+            "cron.rescore_secs (SCHEDULER_RESCORE_INTERVAL) has no effect: priorities no longer \
+             age, so there is no periodic re-score; a waiting task is re-scored when an event \
+             changes its inputs. The setting can be removed."
+        );
+    }
     let tables = PerScheduler::from_fn(|s| {
         let mut table = CronTable::default();
         if s != SchedulerId::Normalizer {
@@ -190,16 +201,6 @@ fn build_cron(
                     broker: broker.clone(),
                 },
                 Duration::from_secs(sweep),
-                pool.clone(),
-            ));
-        }
-        if c.rescore_secs > 0 && scorer.depends_on_time(s) {
-            table.push(Periodic::new(
-                Rescore {
-                    broker: broker.clone(),
-                    scorer: scorer.clone(),
-                },
-                Duration::from_secs(c.rescore_secs),
                 pool.clone(),
             ));
         }
@@ -497,6 +498,7 @@ impl Application {
             coldstart_status,
             ownership,
             sqlite_lock,
+            planner,
         })
     }
 
@@ -523,6 +525,11 @@ impl Application {
     /// The queue, for in-process callers and tests.
     pub fn broker(&self) -> &Broker {
         &self.broker
+    }
+
+    /// The planner, for in-process callers (benchmarks hand it events as the listener does).
+    pub fn planner(&self) -> Planner {
+        self.planner.clone()
     }
 
     /// Serves until `shutdown` is cancelled, then stops in order.

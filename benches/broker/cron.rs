@@ -1,19 +1,28 @@
-//! `--cron`: what one cron tick costs at depth.
+//! `--cron`: what one cron tick costs at depth, and what time and events cost a deep backlog.
 //!
 //! - **Reschedule**: `--due` D boefje schedules (default 100,000) over 10 organisations, all
 //!   due, each on its own object in the frontier, its plugin in the catalogue: the time of one
 //!   tick of the boefje cron table, which turns every one into a task (checked: "fired D").
 //!   Baseline: the writes that tick cannot avoid, as set statements on one connection (D task
 //!   rows and their queue rows inserted from the schedules, D deadlines moved), rolled back.
-//! - **Re-score**: `--rescore-tasks` T waiting boefje tasks (default 1,000,000; the heap holds
-//!   its default 100,000, the rest are pending), each with a `grace-period` explanation: the time
-//!   of one `rescore` entry run an hour later, which gives every one its new priority (heap and
-//!   table) and its new explanation (checked: how many changed). Baseline: the same writes as
-//!   set statements (every priority, in `tasks` and `task_queue`, and every explanation
-//!   updated), rolled back.
+//! - **Time and events over T waiting tasks**: `--rescore-tasks` T waiting boefje tasks (default
+//!   1,000,000; the heap holds its default 100,000, the rest are pending), each with a
+//!   `grace-period` explanation and its priority (the moment it became due, overdue by 0–5
+//!   days). Baseline: what a re-score of all of them writes, as set statements (every priority,
+//!   in `tasks` and `task_queue`, and every explanation updated), rolled back; that is what the
+//!   periodic re-score did every 10 minutes before priorities stopped aging (293.7 s at 1e6).
+//!   - **An hour passes**: the service starts under `grace-period` and its boefje cron table
+//!     runs a tick an hour later: its time, checked to contain no re-score and to leave every
+//!     priority as it was.
+//!   - **One object changes**: the service starts under `change-delta` with a catalogue of
+//!     [`PLUGINS`] boefjes on the object's type; one object gets a task of each (planned,
+//!     completed, planned again at scan level 1), then one event raises its scan level to 2,
+//!     handed to the planner as the listener does: its time (the event's whole handling:
+//!     catalogue, history, push of the duplicates, the re-score), checked to re-score the
+//!     object's tasks and no other; beside it, the same event again (nothing to re-score) and
+//!     the bare writes of those tasks' re-score (rolled back).
 //!
 //! Each round seeds a fresh database with SQL; baseline and service alternate; medians.
-
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,16 +30,39 @@ use chrono::{DateTime, Duration, Utc};
 use kat_scheduler::clock::ManualClock;
 use kat_scheduler::config::Settings;
 use kat_scheduler::cron::Tick;
-use kat_scheduler::domain::SchedulerId;
+use kat_scheduler::domain::event::{ObjectEvent, ObjectState, Operation};
+use kat_scheduler::domain::{SchedulerId, TaskStatus};
+use kat_scheduler::queue::TaskPatch;
+use kat_scheduler::queue::fair::Fairness;
+use kat_scheduler::scoring::Strategy;
 use kat_scheduler::startup::Application;
 use tokio_util::sync::CancellationToken;
 
-use super::harness::postgres::{pg_exec, with_db};
+use super::harness::postgres::{pg_exec, pg_number, with_db};
 use super::harness::stats::median;
 use super::{Options, Result};
 
 const ORGS: usize = 10;
-const CATALOGUE: &str = "[[plugins]]\nid = \"dns-records\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\nscan_level = 1\nenabled = true\ninterval = 60\n";
+/// Boefjes on a Hostname: the tasks one object's change concerns.
+const PLUGINS: usize = 10;
+/// The object whose scan level changes.
+const CHANGED: &str = "Hostname|internet|changed.example.com";
+
+/// `dns-records` (the schedules' boefje) and `PLUGINS − 1` more on the same type.
+fn catalogue_toml() -> String {
+    (0..PLUGINS)
+        .map(|i| {
+            let id = if i == 0 {
+                "dns-records".to_owned()
+            } else {
+                format!("hostname-{i}")
+            };
+            format!(
+                "[[plugins]]\nid = \"{id}\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\nscan_level = 1\nenabled = true\ninterval = 60\n"
+            )
+        })
+        .collect()
+}
 
 fn migrate(db: &str) -> Result<()> {
     use diesel::Connection;
@@ -81,7 +113,7 @@ fn vacuum(db: &str, tables: &[&str]) -> Result<()> {
 
 /// T waiting boefje tasks, all `queued` in the table (the rebuild moves what the heap cannot
 /// hold to `pending`), each with a grace-period explanation whose priority it has: overdue by
-/// 0–5 days, so priorities spread over 290–1000.
+/// 0–5 days, so priorities (due moments, Unix seconds) spread over five days.
 fn seed_scored(db: &str, t: usize, now: DateTime<Utc>) -> Result<()> {
     let at = sql_time(now);
     let iso = now.format("%Y-%m-%dT%H:%M:%S%.6fZ");
@@ -96,7 +128,7 @@ fn seed_scored(db: &str, t: usize, now: DateTime<Utc>) -> Result<()> {
              INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, hash, priority, data,
                status, attempts, created_at, modified_at, plugin_id, oci_image, input_ooi)
              SELECT id, 'boefje', NULL, org, 'boefje', md5(id),
-               GREATEST(3, LEAST(1000, round(3 + 997 * (1 - overdue / 604800.0))))::bigint,
+               floor(extract(epoch FROM {at}))::bigint - overdue,
                json_build_object('boefje', json_build_object('id', 'dns-records', 'oci_image',
                  'ghcr.io/minvws/openkat/dns-records:latest'), 'input_ooi', ooi, 'organization', org,
                  'id', id)::text,
@@ -110,7 +142,7 @@ fn seed_scored(db: &str, t: usize, now: DateTime<Utc>) -> Result<()> {
                  'last_failed', false, 'findings_changed', false, 'scan_level', NULL,
                  'grace_secs', 86400),
                'terms', json_build_object('seconds_overdue', overdue),
-               'priority', GREATEST(3, LEAST(1000, round(3 + 997 * (1 - overdue / 604800.0))))::bigint)::text
+               'priority', floor(extract(epoch FROM {at}))::bigint - overdue)::text
              FROM seed;"
         ),
     )?;
@@ -118,10 +150,41 @@ fn seed_scored(db: &str, t: usize, now: DateTime<Utc>) -> Result<()> {
     super::harness::postgres::fill_queue(db)
 }
 
-/// Seconds `sql` takes on one connection.
+/// The changed object's waiting tasks, as an SQL list of literals.
+fn changed_ids(db: &str) -> Result<String> {
+    use diesel::{Connection, RunQueryDsl};
+    #[derive(diesel::QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        id: String,
+    }
+    let mut conn = diesel::PgConnection::establish(db)?;
+    let ids: Vec<Id> = diesel::sql_query(format!(
+        "SELECT id FROM tasks WHERE input_ooi = '{CHANGED}' AND status IN ('pending', 'queued')"
+    ))
+    .load(&mut conn)?;
+    if ids.len() != PLUGINS {
+        return Err(format!(
+            "the object has {} waiting tasks, expected {PLUGINS}",
+            ids.len()
+        )
+        .into());
+    }
+    Ok(ids
+        .iter()
+        .map(|i| format!("'{}'", i.id))
+        .collect::<Vec<_>>()
+        .join(", "))
+}
+
+/// Seconds `sql` takes on one connection (opened before the clock starts).
 fn timed(db: &str, sql: &str) -> Result<f64> {
+    use diesel::Connection;
+    use diesel::connection::SimpleConnection;
+    // Connected first: a baseline of a few rows is not the connection's setup.
+    let mut conn = diesel::PgConnection::establish(db)?;
     let started = Instant::now();
-    pg_exec(db, sql)?;
+    conn.batch_execute(sql)?;
     Ok(started.elapsed().as_secs_f64())
 }
 
@@ -138,13 +201,12 @@ fn settings(db: &str, catalogue: &std::path::Path) -> Settings {
 }
 
 /// Starts the service on `db`, runs one boefje tick at `at`, stops it; answers the seconds the
-/// tick took and its report of `entry`.
+/// tick took and its report.
 async fn one_tick(
     settings: Settings,
     start: DateTime<Utc>,
     at: DateTime<Utc>,
-    entry: &str,
-) -> Result<(f64, String)> {
+) -> Result<(f64, kat_scheduler::cron::TickReport)> {
     let clock = Arc::new(ManualClock::new(start));
     let app = Application::build(settings, clock.clone()).await?;
     let cron = app.cron();
@@ -162,12 +224,113 @@ async fn one_tick(
     let secs = started.elapsed().as_secs_f64();
     token.cancel();
     join.await??;
-    let summary = report
+    Ok((secs, report))
+}
+
+fn summary(report: &kat_scheduler::cron::TickReport, entry: &str) -> String {
+    report
         .entries
         .get(entry)
         .map(|r| r.summary.clone())
-        .unwrap_or_default();
-    Ok((secs, summary))
+        .unwrap_or_default()
+}
+
+/// The changed object's event at `level`, as the listener hands it to the planner.
+fn event(operation: Operation, level: i64) -> ObjectEvent {
+    ObjectEvent {
+        operation,
+        organisation: "org-changed".into(),
+        reference: CHANGED.into(),
+        object: Some(ObjectState {
+            object_type: "Hostname".into(),
+            scan_level: Some(level),
+            scan_profile_type: Some("declared".into()),
+        }),
+    }
+}
+
+/// What one object's change cost: the event that re-scores its tasks, the same event again
+/// (nothing to re-score), in seconds.
+struct ObjectChange {
+    rescoring: f64,
+    unchanged: f64,
+}
+
+/// Starts the service under `change-delta` on `db` (T tasks waiting), gives the changed object
+/// a task of each plugin with a history (planned, completed, planned again at level 1), then
+/// times the event that raises its level to 2, and the same event again.
+async fn object_change(db: &str, settings: Settings, start: DateTime<Utc>) -> Result<ObjectChange> {
+    let clock = Arc::new(ManualClock::new(start));
+    let app = Application::build(settings, clock.clone()).await?;
+    let planner = app.planner();
+    let broker = app.broker().clone();
+    let token = CancellationToken::new();
+    let join = tokio::spawn(app.run_until_stopped(token.clone()));
+    let plan = |operation, level| {
+        let planner = planner.clone();
+        async move {
+            let e = event(operation, level);
+            let started = Instant::now();
+            let planned = planner.objects(&[&e]).await;
+            let secs = started.elapsed().as_secs_f64();
+            match planned.into_iter().next() {
+                Some(Ok(n)) => Ok((n, secs)),
+                other => Err(format!("the event was not planned: {other:?}")),
+            }
+        }
+    };
+    let (created, _) = plan(Operation::Create, 1).await?;
+    if created != PLUGINS {
+        return Err(format!("the create planned {created}, expected {PLUGINS}").into());
+    }
+    // Never ran: 2, before all the seeded work (the heap's order: fairness is off); one at a
+    // time, as politeness lets one object's tasks run.
+    for _ in 0..PLUGINS {
+        let popped = broker.pop(SchedulerId::Boefje, 1, None).await?;
+        let Some(t) = popped.first() else {
+            return Err("the object's task was not popped".into());
+        };
+        if t.organisation != "org-changed" {
+            return Err(format!("popped another organisation's task: {}", t.organisation).into());
+        }
+        let done = TaskPatch {
+            status: Some(TaskStatus::Completed),
+            priority: None,
+        };
+        broker.patch(t.id, done).await?;
+    }
+    clock.advance(Duration::hours(1));
+    let (again, _) = plan(Operation::Update, 1).await?;
+    if again != PLUGINS {
+        return Err(format!("the update planned {again}, expected {PLUGINS}").into());
+    }
+    let before = pg_number(
+        db,
+        "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM task_queue",
+    )?;
+    clock.advance(Duration::minutes(5));
+    let (_, rescoring) = plan(Operation::Update, 2).await?;
+    let (_, unchanged) = plan(Operation::Update, 2).await?;
+    let after = pg_number(
+        db,
+        "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM task_queue",
+    )?;
+    token.cancel();
+    join.await??;
+    // Level 1 → 2 under change-delta: 40 sooner each, and nothing else moved.
+    let expected = before - 40 * PLUGINS as i64;
+    if after != expected {
+        return Err(format!(
+            "the change moved the priorities by {}, expected {}",
+            after - before,
+            expected - before
+        )
+        .into());
+    }
+    Ok(ObjectChange {
+        rescoring,
+        unchanged,
+    })
 }
 
 pub fn run_cron(o: &Options, base: &str) -> Result<String> {
@@ -176,14 +339,15 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
         .build()?;
     let dir = tempfile::tempdir()?;
     let catalogue = dir.path().join("cron.toml");
-    std::fs::write(&catalogue, CATALOGUE)?;
+    std::fs::write(&catalogue, catalogue_toml())?;
     let (d, t) = (o.due, o.rescore_tasks);
     println!(
-        "cron: one tick over {d} due boefje schedules; one re-score of {t} waiting tasks (grace-period); {} rounds",
+        "cron: one tick over {d} due boefje schedules; an hour passing and one object changing over {t} waiting tasks; {} rounds",
         o.rounds
     );
-    let (mut tick, mut tick_base, mut rescore, mut rescore_base) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut tick, mut tick_base) = (Vec::new(), Vec::new());
+    let (mut hour, mut full_base) = (Vec::new(), Vec::new());
+    let (mut change, mut unchanged, mut change_base) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..o.rounds {
         let now = Utc::now();
         with_db(o, base, &format!("_cron{r}"), |db| {
@@ -211,11 +375,11 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
                 ),
             )?;
             vacuum(db, &["tasks", "schedules"])?;
-            let (secs, summary) =
-                rt.block_on(one_tick(settings(db, &catalogue), now, now, "reschedule"))?;
-            if !summary.starts_with(&format!("fired {d},")) {
+            let (secs, report) = rt.block_on(one_tick(settings(db, &catalogue), now, now))?;
+            let fired = summary(&report, "reschedule");
+            if !fired.starts_with(&format!("fired {d},")) {
                 return Err(
-                    format!("round {r}: the tick did {summary:?}, expected {d} fired").into(),
+                    format!("round {r}: the tick did {fired:?}, expected {d} fired").into(),
                 );
             }
             println!(
@@ -239,43 +403,76 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
                  ROLLBACK;",
             )?;
             vacuum(db, &["tasks", "task_scores"])?;
+            // An hour passes under grace-period: the tick rewrites nothing.
+            let sum = "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM task_queue";
+            let before = pg_number(db, sum)?;
             let mut s = settings(db, &catalogue);
-            s.schedulers.boefje.scoring = Some(kat_scheduler::scoring::Strategy::GracePeriod);
-            let (secs, summary) =
-                rt.block_on(one_tick(s, now, now + Duration::hours(1), "rescore"))?;
-            let changed: usize = summary
-                .strip_prefix("re-scored ")
-                .and_then(|s| s.split(' ').next())
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| format!("round {r}: the re-score did {summary:?}"))?;
-            if changed < t / 2 {
-                return Err(format!("round {r}: the re-score did {summary:?}").into());
+            s.schedulers.boefje.scoring = Some(Strategy::GracePeriod);
+            let (secs, report) = rt.block_on(one_tick(s, now, now + Duration::hours(1)))?;
+            if report.entries.contains_key("rescore") || pg_number(db, sum)? != before {
+                return Err(format!("round {r}: the hour's tick re-scored: {report:?}").into());
             }
             println!(
-                "  round {r}: re-score {secs:.2} s ({summary}, {:.0} tasks/s); baseline {b:.2} s",
-                changed as f64 / secs
+                "  round {r}: an hour later, the boefje tick {:.1} ms (entries: {}); a full re-score's bare writes {b:.2} s",
+                secs * 1e3,
+                report
+                    .entries
+                    .keys()
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
-            rescore.push(secs);
-            rescore_base.push(b);
+            hour.push(secs);
+            full_base.push(b);
+            // One object changes under change-delta.
+            let mut s = settings(db, &catalogue);
+            s.schedulers.boefje.scoring = Some(Strategy::ChangeDelta);
+            s.schedulers.boefje.fairness = Some(Fairness::Off);
+            let c = rt.block_on(object_change(db, s, now + Duration::hours(1)))?;
+            // The ids are known to the re-score (the push's duplicates): so they are here.
+            let ids = changed_ids(db)?;
+            let ob = timed(
+                db,
+                &format!(
+                    "BEGIN;
+                     UPDATE tasks SET priority = priority - 40 WHERE id IN ({ids});
+                     UPDATE task_queue SET priority = priority - 40 WHERE task_id IN ({ids});
+                     UPDATE task_scores SET explanation = replace(explanation, '\"strategy\"', '\"strategy\" ')
+                       WHERE task_id IN ({ids});
+                     ROLLBACK;"
+                ),
+            )?;
+            println!(
+                "  round {r}: one object's change ({PLUGINS} waiting tasks re-scored) {:.1} ms; the same event again (nothing to re-score) {:.1} ms; bare writes {:.1} ms",
+                c.rescoring * 1e3,
+                c.unchanged * 1e3,
+                ob * 1e3
+            );
+            change.push(c.rescoring);
+            unchanged.push(c.unchanged);
+            change_base.push(ob);
             Ok(())
         })?;
     }
-    let (tm, tb, rm, rb) = (
-        median(tick),
-        median(tick_base),
-        median(rescore),
-        median(rescore_base),
-    );
+    let (tm, tb) = (median(tick), median(tick_base));
+    let (hm, fb) = (median(hour), median(full_base));
+    let (cm, um, cb) = (median(change), median(unchanged), median(change_base));
     println!(
         "cron: one tick over {d} due schedules {tm:.3} s (target ≤ 1 s), baseline {tb:.3} s, ratio {:.2}×",
         tm / tb
     );
     println!(
-        "cron: re-score of {t} waiting tasks {rm:.2} s ({:.0} tasks/s), baseline {rb:.2} s, ratio {:.2}×",
-        t as f64 / rm,
-        rm / rb
+        "cron: an hour passing over {t} waiting tasks: the tick {:.1} ms, no re-score; a full re-score's bare writes {fb:.2} s (ratio {:.4}×)",
+        hm * 1e3,
+        hm / fb
+    );
+    println!(
+        "cron: one object's change at {t} waiting: {:.1} ms ({PLUGINS} tasks re-scored), the same event with nothing to re-score {:.1} ms, bare writes of the {PLUGINS} {:.1} ms",
+        cm * 1e3,
+        um * 1e3,
+        cb * 1e3
     );
     Ok(format!(
-        "cron_due={d} cron_tick_s={tm:.3} cron_tick_base_s={tb:.3} rescore_tasks={t} rescore_s={rm:.2} rescore_base_s={rb:.2}"
+        "cron_due={d} cron_tick_s={tm:.3} cron_tick_base_s={tb:.3} rescore_tasks={t} hour_tick_s={hm:.4} full_rescore_base_s={fb:.2} object_change_s={cm:.4} object_unchanged_s={um:.4} object_base_s={cb:.4}"
     ))
 }

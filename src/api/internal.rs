@@ -21,7 +21,7 @@ pub async fn forward(
 ) -> Result<HttpResponse, ApiError> {
     let command: Forward = json_body(&body.0)?;
     let action = match &command {
-        Forward::Push { .. } | Forward::Cancel { .. } => Action::Push,
+        Forward::Push { .. } | Forward::Cancel { .. } | Forward::Rescore { .. } => Action::Push,
         Forward::Pop { .. } => Action::Pop,
         Forward::Patch { .. } => Action::Patch,
         Forward::Explain { .. } => Action::Read,
@@ -43,6 +43,7 @@ pub async fn forward(
         }
         Forward::Patch { id, patch } => local.patch(id, patch).await.map(Answer::Patched),
         Forward::Explain { id } => local.wait(s, id).await.map(Answer::Explained),
+        Forward::Rescore { scores } => local.rescore(s, scores).await.map(Answer::Rescored),
         Forward::Cancel {
             organisation,
             reference,

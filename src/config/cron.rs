@@ -13,7 +13,7 @@ pub const DEFAULT_GRACE_PERIOD_SECS: u64 = 86_400;
 pub const DEFAULT_JITTER_SECS: u64 = 0;
 /// Default days a finished task is kept: 0, forever.
 pub const DEFAULT_TASK_RETENTION_DAYS: u64 = 0;
-/// Default seconds between re-scores of waiting work under a time-dependent strategy.
+/// The default of [`CronSettings::rescore_secs`], which no longer does anything.
 pub const DEFAULT_RESCORE_SECS: u64 = 600;
 /// Default days a schedule's fire stays in the fire ledger: a month of "did it run?".
 pub const DEFAULT_SCHEDULE_HISTORY_DAYS: u64 = 30;
@@ -24,7 +24,7 @@ pub const DEFAULT_SCHEDULE_HISTORY_DAYS: u64 = 30;
 #[serde(default)]
 pub struct CronSettings {
     /// Seconds between ticks; 0 turns the ticks (and so rescheduling, the lease watchdog,
-    /// re-scores, refills, ColdStart's rounds and pruning) off.
+    /// refills, ColdStart's rounds and pruning) off.
     pub tick_secs: u64,
     /// Seconds before a boefje schedule without cron runs again when its plugin names no
     /// interval (mula's grace period).
@@ -33,8 +33,10 @@ pub struct CronSettings {
     pub jitter_secs: u64,
     /// Days a finished task is kept before it is deleted; 0 keeps them.
     pub task_retention_days: u64,
-    /// Seconds between re-scores of waiting work, for schedulers whose strategy depends on time
-    /// (`grace-period`); 0 turns re-scoring off.
+    /// No longer has an effect (accepted so configurations from before still load; a warning
+    /// at start says so when it is not the default). It was the period of the re-score of all
+    /// waiting work under `grace-period`, whose priorities now do not age (see
+    /// [`crate::scoring`]).
     pub rescore_secs: u64,
     /// Days a schedule's due fire stays in the fire ledger (`GET /schedules/{id}/history`)
     /// after it was decided; 0 keeps them.
@@ -55,7 +57,7 @@ impl Default for CronSettings {
 }
 
 impl CronSettings {
-    /// Every value is usable: 0 turns the ticks, re-scoring or pruning off, and a zero grace
+    /// Every value is usable: 0 turns the ticks or pruning off, and a zero grace
     /// period or jitter is what it says.
     pub fn validate(&self) -> Result<(), ConfigError> {
         Ok(())

@@ -113,7 +113,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_RESCORE_INTERVAL",
         "cron.rescore_secs",
-        "seconds between re-scores of waiting work under a time-dependent strategy, 0 = off (default 600)",
+        "no longer has an effect: priorities do not age, so there is no periodic re-score (accepted, with a warning when set)",
     ),
     (
         "SCHEDULER_TASK_RETENTION_DAYS",

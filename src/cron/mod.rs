@@ -10,16 +10,19 @@
 //! |---|---|---|---|
 //! | reschedule | [`reschedule`] | boefje, report | turns due schedules into tasks, oldest due first, no cap; records each due fire's fate |
 //! | lease watchdog | [`watchdog`] | each | re-queues or fails tasks whose lease ended |
-//! | rescore | [`rescore`] | each whose strategy depends on time | gives waiting work the priority its strategy gives now |
 //! | refill | [`refill`] | each | tops the heap up from `pending` when it has room no request filled |
 //! | coldstart | [`coldstart`] | boefje (when Octopoes is configured) | asks ColdStart for a round: at the first tick, then every minute while it is idle |
 //! | prune | [`prune`] | each | deletes finished tasks and schedules' fires past their retention |
+//!
+//! There is no re-score entry: priorities do not age (see [`crate::scoring`]), so nothing is
+//! rewritten as time passes; a waiting task is re-scored only on the event that changed its
+//! inputs (`planner/rescore.rs`). `cron.rescore_secs`, which set the old entry's period, is
+//! accepted and has no effect (a warning at start says so when it is set).
 
 pub mod coldstart;
 pub mod prune;
 pub mod refill;
 pub mod reschedule;
-pub mod rescore;
 pub mod table;
 pub mod ticks;
 pub mod watchdog;

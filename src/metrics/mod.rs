@@ -70,7 +70,8 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 ];
 /// Group-commit batch sizes, in commands per transaction.
 pub const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0];
-/// Cron entry durations, in seconds: a watchdog sweep to a re-score of a deep backlog.
+/// Cron entry durations, in seconds: a watchdog sweep to a tick over a deep backlog of due
+/// schedules.
 pub const CRON_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0];
 
 /// A count per task status, in [`TaskStatus::ALL`] order.

@@ -5,10 +5,13 @@
 //! batch of events costs one transaction, and a task never waits in the queue while the same
 //! work is still dispatched or running (no concurrent invocation).
 //!
-//! Priorities are time-based (mula's ranker): the task's creation time in seconds, so older work
-//! goes first and anything a user pushes (priority 1) goes before all of it.
+//! Priorities are the scheduler's strategy's ([`crate::scoring`]; time-based by default, mula's
+//! ranker: the task's creation time in seconds), so anything a user pushes (priority 1) goes
+//! before all of it. Work that already waits is re-scored when the event changed what its
+//! strategy reads ([`rescore`]).
 
 mod post_push;
+mod rescore;
 pub mod rules;
 
 pub use post_push::PushLinker;
@@ -152,36 +155,55 @@ impl Planner {
             levels.extend(std::iter::repeat_n(level, planned.len()));
             requests.extend(planned);
         }
-        if let Err(e) = self
+        let inputs = match self
             .score(&mut requests, &mut owners, &mut cadences, &levels)
             .await
         {
-            for &i in &owners {
-                merge(&mut results[i], e.clone());
+            Ok(inputs) => inputs,
+            Err(e) => {
+                for &i in &owners {
+                    merge(&mut results[i], e.clone());
+                }
+                return results;
             }
-            return results;
-        }
+        };
         if let Err(e) = self.link(&mut requests, cadences).await {
             for &i in &owners {
                 merge(&mut results[i], e.clone());
             }
             return results;
         }
-        self.push(SchedulerId::Boefje, requests, &owners, &mut results)
+        let waiting = self
+            .push(SchedulerId::Boefje, requests, &owners, &mut results)
             .await;
+        // The work that already waits: re-scored if this event changed what its strategy reads.
+        let mut rescore = Vec::new();
+        let mut rescore_owners = Vec::new();
+        for ((existing, input), &i) in waiting.into_iter().zip(inputs).zip(&owners) {
+            if let Some(id) = existing {
+                rescore.push((id, input));
+                rescore_owners.push(i);
+            }
+        }
+        if let Err(e) = self.rescore_waiting(SchedulerId::Boefje, rescore).await {
+            // Handed back: the same event again finds the same tasks and re-scores them.
+            for i in rescore_owners {
+                merge(&mut results[i], e.clone());
+            }
+        }
         results
     }
 
     /// Ranks planned boefje work by the boefje scheduler's strategy: sets each task's priority
     /// and the explanation stored with it, and drops the work the strategy does not schedule now
-    /// (inside its grace period).
+    /// (inside its grace period). Answers the kept work's inputs, in order.
     async fn score(
         &self,
         requests: &mut Vec<PushRequest>,
         owners: &mut Vec<usize>,
         plans: &mut Vec<Option<(Option<String>, Option<chrono::Duration>)>>,
         levels: &[Option<i64>],
-    ) -> Result<(), PlanError> {
+    ) -> Result<Vec<ScoreInput>, PlanError> {
         let now = self.clock.now();
         let grace = self.schedules.as_ref().map(|(_, c)| c.grace).unwrap_or(
             std::time::Duration::from_secs(crate::config::DEFAULT_GRACE_PERIOD_SECS),
@@ -199,6 +221,7 @@ impl Planner {
             HashMap::new()
         };
         let mut keep = Vec::with_capacity(requests.len());
+        let mut inputs = Vec::with_capacity(requests.len());
         for (i, r) in requests.iter_mut().enumerate() {
             let wait = plans[i]
                 .as_ref()
@@ -222,6 +245,7 @@ impl Planner {
                     r.priority = Some(priority);
                     r.explanation = serde_json::to_string(&e).ok();
                     keep.push(true);
+                    inputs.push(input);
                 }
                 None => keep.push(false),
             }
@@ -232,7 +256,7 @@ impl Planner {
         owners.retain(|_| *k.next().unwrap_or(&true));
         let mut k = keep.iter();
         plans.retain(|_| *k.next().unwrap_or(&true));
-        Ok(())
+        Ok(inputs)
     }
 
     /// Links each task to the schedule of its hash, making one that is due next (`None` in
@@ -382,19 +406,24 @@ impl Planner {
     }
 
     /// Pushes `requests` in one command; each result counts for the event `owners` names.
+    /// Answers, per request, the task that already waited with the same work (a duplicate).
     async fn push(
         &self,
         scheduler: SchedulerId,
         requests: Vec<PushRequest>,
         owners: &[usize],
         results: &mut [Planned],
-    ) {
+    ) -> Vec<Option<uuid::Uuid>> {
+        let mut waiting = vec![None; requests.len()];
         if requests.is_empty() {
-            return;
+            return waiting;
         }
         match self.broker.push_many(scheduler, requests).await {
             Ok(outcomes) => {
-                for (outcome, &i) in outcomes.into_iter().zip(owners) {
+                for (k, (outcome, &i)) in outcomes.into_iter().zip(owners).enumerate() {
+                    if let Err(QueueError::Duplicate { existing }) = &outcome {
+                        waiting[k] = Some(*existing);
+                    }
                     match outcome {
                         Ok(o) => {
                             if o.created
@@ -419,5 +448,6 @@ impl Planner {
                 }
             }
         }
+        waiting
     }
 }

@@ -1,4 +1,4 @@
-//! Forwarding: a scheduler's pushes, pops, patches and cancellations go to the instance that owns
+//! Forwarding: a scheduler's pushes, pops, patches, re-scores and cancellations go to the instance that owns
 //! it, so any instance serves any request and clients need no change.
 //!
 //! One internal route takes them all (`POST /internal/forward/{scheduler_id}`, not in the public
@@ -49,6 +49,11 @@ pub enum Forward {
         /// The task.
         id: Uuid,
     },
+    /// [`super::Broker::rescore`]
+    Rescore {
+        /// `(task, priority it had, new priority, explanation)`.
+        scores: Vec<(Uuid, i64, i64, crate::scoring::Explanation)>,
+    },
     /// [`super::Broker::cancel_object`] on one scheduler
     Cancel {
         /// The organisation.
@@ -72,6 +77,8 @@ pub enum Answer {
     Cancelled(Vec<Uuid>),
     /// To `Explain`.
     Explained(Option<Wait>),
+    /// To `Rescore`: how many were waiting.
+    Rescored(usize),
 }
 
 /// Why forwarding could not be set up. (A forwarded command's own failures are
@@ -164,6 +171,7 @@ macro_rules! answered {
 
 answered!(Vec<Result<PushOutcome, QueueError>>, Pushed);
 answered!(Vec<Task>, Popped);
+answered!(usize, Rescored);
 answered!(Option<Wait>, Explained);
 answered!(Task, Patched);
 answered!(Vec<Uuid>, Cancelled);

@@ -374,28 +374,38 @@ impl Broker {
         .map_err(|()| QueueError::Internal(format!("task {id} has an unknown scheduler")))
     }
 
-    /// Gives `scheduler`'s waiting tasks new priorities and their explanations (a
-    /// time-dependent strategy's re-score), in one transaction; tasks no longer waiting are left
-    /// alone. Answers how many were waiting.
+    /// Gives `scheduler`'s waiting tasks new priorities and their explanations (`(id, was,
+    /// priority, explanation)`: an event changed what their strategy reads), in one
+    /// transaction, on the instance that owns `scheduler`; tasks no longer waiting, and queued
+    /// ones whose priority is no longer `was` (a client changed it since), are left alone.
+    /// Answers how many were waiting.
     pub async fn rescore(
         &self,
         scheduler: SchedulerId,
-        scores: Vec<(Uuid, i64, crate::scoring::Explanation)>,
+        scores: Vec<(Uuid, i64, i64, crate::scoring::Explanation)>,
     ) -> Result<usize, QueueError> {
         if scores.is_empty() {
             return Ok(0);
         }
-        self.owner_only(scheduler)?;
-        // Serialised here, off the engine's thread.
-        let priorities: Vec<Rescored> = scores
-            .into_iter()
-            .map(|(id, priority, e)| Rescored {
-                id,
-                priority,
-                explanation: serde_json::to_string(&e).unwrap_or_default(),
-            })
-            .collect();
-        self.call(scheduler, priorities, Command::Rescore).await
+        self.routed(
+            scheduler,
+            scores,
+            |scores| {
+                // Serialised here, off the engine's thread.
+                let priorities: Vec<Rescored> = scores
+                    .into_iter()
+                    .map(|(id, was, priority, e)| Rescored {
+                        id,
+                        was,
+                        priority,
+                        explanation: serde_json::to_string(&e).unwrap_or_default(),
+                    })
+                    .collect();
+                self.call(scheduler, priorities, Command::Rescore)
+            },
+            |scores| Forward::Rescore { scores },
+        )
+        .await
     }
 
     /// Moves `scheduler`'s best pending tasks into its heap as far as it has room, at most

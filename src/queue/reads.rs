@@ -36,28 +36,21 @@ impl Broker {
             .await
     }
 
-    /// A page of `scheduler`'s waiting tasks with a recorded explanation, after task id `after`:
-    /// `(id, explanation, priority)`, and the page's last id (`None`: no more).
+    /// Of these tasks of `scheduler`, those still waiting with a recorded explanation:
+    /// `(id, explanation, priority)`.
     pub async fn waiting_scores(
         &self,
         scheduler: SchedulerId,
-        after: String,
-        limit: usize,
-    ) -> Result<
-        (
-            Vec<(Uuid, crate::scoring::Explanation, i64)>,
-            Option<String>,
-        ),
-        QueueError,
-    > {
+        ids: Vec<Uuid>,
+    ) -> Result<Vec<(Uuid, crate::scoring::Explanation, i64)>, QueueError> {
+        let ids: Vec<String> = ids.iter().map(|i| i.hyphenated().to_string()).collect();
         let rows = self
             .read(move |c| {
-                Ok(storage::tasks::waiting_scores(c, scheduler, &after, limit)
+                Ok(storage::tasks::waiting_scores(c, scheduler, &ids)
                     .map_err(StorageError::from)?)
             })
             .await?;
-        let last = rows.last().map(|(id, _, _)| id.clone());
-        let page = rows
+        Ok(rows
             .into_iter()
             .filter_map(|(id, e, p)| {
                 Some((
@@ -66,12 +59,11 @@ impl Broker {
                     p,
                 ))
             })
-            .collect();
-        Ok((page, last))
+            .collect())
     }
 
-    /// Why a task has its priority: the strategy's explanation the planner recorded, or the
-    /// client that set it.
+    /// Why a task has its priority: the strategy's explanation from the inputs the planner
+    /// recorded, its terms computed at the time asked; or the client that set it.
     pub async fn explain(&self, id: Uuid) -> Result<crate::scoring::Explanation, QueueError> {
         let task = self.get_task(id).await?;
         let stored = self
@@ -80,9 +72,13 @@ impl Broker {
                     .map_err(StorageError::from)?)
             })
             .await?;
+        let now = self.inner.clock.now();
         let mut explanation = stored
             .and_then(|s| serde_json::from_str::<crate::scoring::Explanation>(&s).ok())
             .filter(|e| e.priority == task.priority)
+            // The terms as they stand now (how long overdue), from the recorded inputs; as
+            // recorded when they cannot be computed again.
+            .map(|e| crate::scoring::explain_at(&e, now).unwrap_or(e))
             .unwrap_or_else(|| crate::scoring::Explanation {
                 // Pushed by a client, or its priority changed since it was planned.
                 strategy: "client".into(),

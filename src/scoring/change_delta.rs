@@ -4,6 +4,12 @@
 //!
 //! Priority = [`BASE`] − [`CHANGED`] (findings changed) − [`FAILED`] (last run failed) −
 //! [`PER_LEVEL`] × scan level, at least 3; never ran → 2.
+//!
+//! It reads nothing that moves with time, so a waiting task's priority changes only when an
+//! event changes its inputs: its object's scan level or findings (the planner re-scores the
+//! object's waiting tasks then, see `planner/rescore.rs`).
+
+use chrono::{DateTime, Utc};
 
 use super::{CalculateScore, Score, ScoreInput};
 
@@ -24,7 +30,7 @@ impl CalculateScore for ChangeDelta {
         "change-delta"
     }
 
-    fn score(&self, input: &ScoreInput) -> Score {
+    fn score_at(&self, input: &ScoreInput, _at: DateTime<Utc>) -> Score {
         if input.last_run.is_none() {
             return Score {
                 priority: Some(2),
@@ -55,7 +61,7 @@ impl CalculateScore for ChangeDelta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{Duration, TimeZone, Utc};
+    use chrono::{Duration, TimeZone};
 
     fn input(changed: bool, failed: bool, level: i64) -> ScoreInput {
         let now = Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap();

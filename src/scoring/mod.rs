@@ -3,13 +3,23 @@
 //! changed, the scan level) into a priority, or into "not now" (inside its grace period), and
 //! says which terms gave that result, so `GET /tasks/{id}/explain` can show them.
 //!
-//! Strategies are pure functions of their inputs and the time they are given. Every priority a
-//! strategy gives is at least [`AUTOMATIC_MIN`], so a user's push (priority 1) always goes first.
+//! Strategies are pure functions of their inputs. Every priority a strategy gives is at least
+//! [`AUTOMATIC_MIN`], so a user's push (priority 1) always goes first.
+//!
+//! **Priorities do not age.** A priority is an ordering key fixed when the work is planned: it
+//! never changes while the work waits, however much time passes, so nothing is rewritten as time
+//! passes (before, `grace-period` re-scored every waiting task every 10 minutes: 293.7 s for a
+//! million). A strategy whose urgency grows with time expresses it as the moment the work became
+//! due: every waiting task's urgency grows at the same rate, so the order among them is the order
+//! of those moments (see [`grace_period`]). Only what a strategy reads of the work's inputs can
+//! change its priority, and only on the event that changed them (an object's scan level or
+//! findings: the planner, `planner/rescore.rs`). Terms that do move with time (how long overdue)
+//! are computed when asked ([`Scorer::explain_at`]), from the inputs recorded with the task.
 //!
 //! | strategy | file | order |
 //! |---|---|---|
-//! | `time-based` | [`time_based`] | older work first (mula's current ranker) |
-//! | `grace-period` | [`grace_period`] | never run first; inside the grace period not at all; then the longer since the last run, the sooner (mula's 2024 ranker, without its seconds-of-day bug) |
+//! | `time-based` | [`time_based`] | older work first (mula's current ranker): the creation moment |
+//! | `grace-period` | [`grace_period`] | never run first; inside the grace period not at all; then the longer overdue, the sooner: the moment it became due |
 //! | `change-delta` | [`change_delta`] | work whose object's findings changed, or whose last run failed, sooner; a higher scan level sooner |
 
 pub mod change_delta;
@@ -83,18 +93,20 @@ pub trait CalculateScore: Send + Sync {
     /// Its name in settings and explanations.
     fn name(&self) -> &'static str;
 
-    /// The score of work with `input`.
-    fn score(&self, input: &ScoreInput) -> Score;
+    /// The score of work planned with `input` (at `input.now`).
+    fn score(&self, input: &ScoreInput) -> Score {
+        self.score_at(input, input.now)
+    }
+
+    /// The score of work planned with `input`, as it stands at `at` (not before `input.now`):
+    /// the same priority whenever it is asked (priorities do not age, see the module doc), with
+    /// the terms that move with time (how long overdue) as of `at`. `None` (not now) only
+    /// before the work is due.
+    fn score_at(&self, input: &ScoreInput, at: DateTime<Utc>) -> Score;
 
     /// Whether it reads the work's history (its last run); when not, nobody looks it up.
     fn needs_history(&self) -> bool {
         true
-    }
-
-    /// Whether the same inputs give another priority later (its `now` is the time of scoring,
-    /// not of planning): waiting work is then re-scored on the cron's `rescore` entry.
-    fn depends_on_time(&self) -> bool {
-        false
     }
 }
 
@@ -118,6 +130,11 @@ impl Strategy {
             Strategy::GracePeriod => Box::new(grace_period::GracePeriod),
             Strategy::ChangeDelta => Box::new(change_delta::ChangeDelta),
         }
+    }
+
+    /// The strategy an explanation names (its `strategy`), if it is one.
+    pub fn named(name: &str) -> Option<Strategy> {
+        serde_json::from_value(Value::String(name.to_owned())).ok()
     }
 }
 
@@ -146,31 +163,73 @@ impl Scorer {
         self.by[scheduler].needs_history()
     }
 
-    /// Whether `scheduler`'s strategy gives waiting work another priority as time passes.
-    pub fn depends_on_time(&self, scheduler: crate::domain::SchedulerId) -> bool {
-        self.by[scheduler].depends_on_time()
-    }
-
     /// `scheduler`'s score of `input`, with its explanation when it gives a priority.
     pub fn score(
         &self,
         scheduler: crate::domain::SchedulerId,
         input: &ScoreInput,
     ) -> Option<(i64, Explanation)> {
-        let c = &self.by[scheduler];
-        let s = c.score(input);
-        let priority = s.priority?;
-        Some((
-            priority,
-            Explanation {
-                strategy: c.name().to_owned(),
-                inputs: serde_json::to_value(input).unwrap_or(Value::Null),
-                terms: Value::Object(s.terms),
-                priority,
-                wait: None,
-            },
-        ))
+        explained(self.by[scheduler].as_ref(), input, input.now)
     }
+
+    /// A waiting task's score after an event changed its inputs (`now`: the inputs as the event
+    /// gives them; the moment it was planned stays the recorded one, so a creation-time priority
+    /// does not move): its new priority and explanation, or `None` when nothing it reads
+    /// changed, its strategy gives the same priority, or gives none (work inside its grace
+    /// period stays as it was planned). `was` is the explanation recorded with the task; the
+    /// caller checks it still matches the task's priority (otherwise a client set it).
+    pub fn rescore(
+        &self,
+        scheduler: crate::domain::SchedulerId,
+        was: &Explanation,
+        now: &ScoreInput,
+    ) -> Option<(i64, Explanation)> {
+        let recorded = serde_json::from_value::<ScoreInput>(was.inputs.clone()).ok()?;
+        let input = ScoreInput {
+            now: recorded.now,
+            ..now.clone()
+        };
+        if input == recorded && was.strategy == self.by[scheduler].name() {
+            return None;
+        }
+        self.score(scheduler, &input)
+            .filter(|(p, _)| *p != was.priority)
+    }
+}
+
+/// A recorded explanation as it stands at `at`: the terms computed again from its recorded
+/// inputs by the strategy it names (terms that move with time, such as how long overdue,
+/// as of `at`). `None` when it cannot be (no recorded inputs, a strategy no longer known, or
+/// a priority from before priorities stopped aging): the caller shows it as recorded.
+pub fn explain_at(was: &Explanation, at: DateTime<Utc>) -> Option<Explanation> {
+    let strategy = Strategy::named(&was.strategy)?.calculator();
+    let input = serde_json::from_value::<ScoreInput>(was.inputs.clone()).ok()?;
+    let (priority, mut e) = explained(strategy.as_ref(), &input, at.max(input.now))?;
+    if priority != was.priority {
+        return None;
+    }
+    e.wait = was.wait.clone();
+    Some(e)
+}
+
+/// `c`'s score of `input` as it stands at `at`, with its explanation when it gives a priority.
+fn explained(
+    c: &dyn CalculateScore,
+    input: &ScoreInput,
+    at: DateTime<Utc>,
+) -> Option<(i64, Explanation)> {
+    let s = c.score_at(input, at);
+    let priority = s.priority?;
+    Some((
+        priority,
+        Explanation {
+            strategy: c.name().to_owned(),
+            inputs: serde_json::to_value(input).unwrap_or(Value::Null),
+            terms: Value::Object(s.terms),
+            priority,
+            wait: None,
+        },
+    ))
 }
 
 /// Why a task has its priority: the strategy, what it was given and the terms (or the client
@@ -300,7 +359,7 @@ mod tests {
     }
 
     #[test]
-    fn property_grace_period_longer_overdue_is_never_later_and_waiting_only_climbs() {
+    fn property_grace_period_longer_overdue_is_never_later() {
         let mut g = Gen(0x2545_f491_4f6c_dd1d);
         for _ in 0..CASES {
             let a = g.input();
@@ -318,39 +377,138 @@ mod tests {
                 (None, Some(_)) => panic!("earlier run inside the grace period for {a:?}"),
                 _ => {}
             }
-            // The same waiting work scored later never goes back (what the re-score relies on),
-            // and two pieces of work never swap places as time passes.
-            let later = ScoreInput {
-                now: a.now + Duration::seconds(g.below(86_400 * 3)),
-                ..a.clone()
-            };
-            let b = ScoreInput {
-                last_run: Some(last - Duration::seconds(g.below(86_400 * 5))),
-                ..a.clone()
-            };
-            let b_later = ScoreInput {
-                now: later.now,
-                ..b.clone()
-            };
-            if let (Some(p), Some(q)) = (
-                priority(Strategy::GracePeriod, &a),
-                priority(Strategy::GracePeriod, &later),
-            ) {
-                assert!(q <= p, "climbed back from {p} to {q} for {a:?}");
+        }
+    }
+
+    /// mula's grace-period number at `at` (the score that used to be re-scored every 10
+    /// minutes): 2 for work that never ran, else `3 + 997 · (1 − overdue / 7 days)` in 3–1000.
+    fn mulas_number(input: &ScoreInput, at: DateTime<Utc>) -> i64 {
+        match input.last_run {
+            None => grace_period::NEVER_RAN,
+            Some(last) => grace_period::overdue_score(
+                (at - last - Duration::seconds(input.grace_secs)).num_seconds(),
+            ),
+        }
+    }
+
+    /// Planned grace-period work: inputs its strategy schedules at their `now`.
+    fn due_work(g: &mut Gen) -> (ScoreInput, i64) {
+        loop {
+            let i = g.input();
+            if let Some(p) = priority(Strategy::GracePeriod, &i) {
+                return (i, p);
             }
-            if let (Some(pa), Some(pb), Some(qa), Some(qb)) = (
-                priority(Strategy::GracePeriod, &a),
-                priority(Strategy::GracePeriod, &b),
-                priority(Strategy::GracePeriod, &later),
-                priority(Strategy::GracePeriod, &b_later),
-            ) && pb < pa
-            {
-                assert!(
-                    qb <= qa,
-                    "swapped: {pb} < {pa} became {qb} > {qa} for {a:?}"
+        }
+    }
+
+    /// The stored priority (the due moment) orders waiting work as mula's number, recomputed
+    /// at any later instant, does: it never puts two tasks the other way round, and ties only
+    /// two due moments within one second. Where mula's number ties (its clamps and steps) the
+    /// due moment decides.
+    #[test]
+    fn property_the_stored_priority_orders_as_mulas_number_at_any_later_instant() {
+        let mut g = Gen(0x6a09_e667_f3bc_c908);
+        for _ in 0..CASES {
+            let ((a, ka), (b, kb)) = (due_work(&mut g), due_work(&mut g));
+            let at = a.now.max(b.now) + Duration::seconds(g.below(86_400 * 30));
+            let (ma, mb) = (mulas_number(&a, at), mulas_number(&b, at));
+            assert!(!(ma < mb && ka > kb), "inverted at {at}: {a:?} {b:?}");
+            assert!(!(ka < kb && ma > mb), "inverted at {at}: {a:?} {b:?}");
+            if ka == kb && a.last_run.is_some() && b.last_run.is_some() {
+                let due = |i: &ScoreInput| {
+                    i.last_run
+                        .map(|l| (l + Duration::seconds(i.grace_secs)).timestamp())
+                };
+                assert_eq!(
+                    due(&a),
+                    due(&b),
+                    "a tie only within one second: {a:?} {b:?}"
                 );
             }
         }
+        // Whole backlogs: sorted by the stored priority, mula's number at a later instant never
+        // goes down from one priority to the next.
+        for _ in 0..200 {
+            let mut waiting: Vec<(ScoreInput, i64)> = (0..50).map(|_| due_work(&mut g)).collect();
+            waiting.sort_by_key(|(_, k)| *k);
+            let latest = waiting.iter().map(|(i, _)| i.now).max().unwrap();
+            let at = latest + Duration::seconds(g.below(86_400 * 14));
+            for pair in waiting.windows(2) {
+                let ((a, ka), (b, kb)) = (&pair[0], &pair[1]);
+                if ka < kb {
+                    assert!(
+                        mulas_number(a, at) <= mulas_number(b, at),
+                        "{a:?} {b:?} at {at}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// No strategy's priority moves while the work waits: asked at any later instant, the same
+    /// priority (what lets the periodic re-score go).
+    #[test]
+    fn property_no_priority_ages() {
+        let mut g = Gen(0xbb67_ae85_84ca_a73b);
+        for s in [
+            Strategy::TimeBased,
+            Strategy::GracePeriod,
+            Strategy::ChangeDelta,
+        ] {
+            let c = s.calculator();
+            for _ in 0..CASES {
+                let i = g.input();
+                let later = i.now + Duration::seconds(g.below(86_400 * 365));
+                let planned = c.score(&i).priority;
+                if planned.is_some() {
+                    assert_eq!(c.score_at(&i, later).priority, planned, "{s:?}: {i:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_explanation_is_computed_again_when_asked_and_a_rescore_changes_only_what_moved() {
+        let scorer = Scorer::new(crate::domain::PerScheduler::from_fn(|_| {
+            Strategy::ChangeDelta
+        }));
+        let boefje = crate::domain::SchedulerId::Boefje;
+        let input = ScoreInput {
+            last_run: Some(now() - Duration::days(2)),
+            scan_level: Some(1),
+            ..ScoreInput::fresh(now(), Duration::days(1))
+        };
+        let (p, was) = scorer.score(boefje, &input).unwrap();
+        // The same event again, a day later: nothing it reads changed.
+        let again = ScoreInput {
+            now: now() + Duration::days(1),
+            ..input.clone()
+        };
+        assert_eq!(scorer.rescore(boefje, &was, &again), None);
+        // The object's scan level went up: sooner, the planning moment kept.
+        let higher = ScoreInput {
+            scan_level: Some(3),
+            ..again.clone()
+        };
+        let (q, e) = scorer.rescore(boefje, &was, &higher).unwrap();
+        assert_eq!(q, p - 2 * change_delta::PER_LEVEL);
+        assert_eq!(e.inputs["now"], serde_json::to_value(now()).unwrap());
+        assert_eq!(e.inputs["scan_level"], 3);
+        // Grace-period: asked a week later, the same priority, the overdue terms of that day.
+        let grace = Scorer::new(crate::domain::PerScheduler::from_fn(|_| {
+            Strategy::GracePeriod
+        }));
+        let (p, was) = grace.score(boefje, &input).unwrap();
+        let asked = explain_at(&was, now() + Duration::days(7)).unwrap();
+        assert_eq!(asked.priority, p);
+        assert_eq!(asked.terms["seconds_overdue"], 8 * 86_400);
+        // A recorded priority the inputs no longer give (one from before priorities stopped
+        // aging) is not explained again.
+        let legacy = Explanation {
+            priority: 512,
+            ..was.clone()
+        };
+        assert_eq!(explain_at(&legacy, now()), None);
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! `time-based`: mula's current ranker. The priority is the work's creation time in seconds, so
-//! older work goes first and anything a user pushes (priority 1) before all of it.
+//! older work goes first and anything a user pushes (priority 1) before all of it. It reads no
+//! input that changes while the work waits, and does not age: nothing is ever re-scored.
+
+use chrono::{DateTime, Utc};
 
 use super::{AUTOMATIC_MIN, CalculateScore, Score, ScoreInput};
 
@@ -15,7 +18,7 @@ impl CalculateScore for TimeBased {
         false
     }
 
-    fn score(&self, input: &ScoreInput) -> Score {
+    fn score_at(&self, input: &ScoreInput, _at: DateTime<Utc>) -> Score {
         let created = input.now.timestamp();
         Score {
             priority: Some(created.max(AUTOMATIC_MIN)),
@@ -28,7 +31,7 @@ impl CalculateScore for TimeBased {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{Duration, TimeZone, Utc};
+    use chrono::{Duration, TimeZone};
 
     #[test]
     fn older_work_ranks_first() {

@@ -488,10 +488,12 @@ async fn each_task_explains_its_priority(backend: Backend) {
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
 
-/// `grace-period` gives waiting work a better priority the longer it is overdue: the re-score
-/// entry gives queued work the priority of the tick's time (heap and table), replaces its
-/// explanation, and leaves a priority a client set alone.
-async fn waiting_work_is_rescored_as_it_grows_overdue(backend: Backend) {
+/// `grace-period` ranks waiting work by the moment it became due (the longer overdue, the
+/// sooner): a priority that does not age, so no tick rewrites it, while `GET /tasks/{id}/explain`
+/// tells how long overdue the work is at the time asked; a priority a client set stands.
+async fn grace_period_work_waits_by_its_due_moment_and_is_explained_as_of_the_time_asked(
+    backend: Backend,
+) {
     let dir = tempfile::tempdir().unwrap();
     let catalogue = dir.path().join("catalogue.toml");
     std::fs::write(&catalogue, CATALOGUE).unwrap();
@@ -499,13 +501,17 @@ async fn waiting_work_is_rescored_as_it_grows_overdue(backend: Backend) {
     let Some(app) = spawn_app_with(backend, move |s| {
         s.catalogue.file = c;
         s.schedulers.boefje.scoring = Some(kat_scheduler::scoring::Strategy::GracePeriod);
+        // A setting from before: accepted, and it does nothing.
+        s.cron.rescore_secs = 60;
+        // The heap's order alone (the organisations' turns would interleave them).
+        s.schedulers.boefje.fairness = Some(kat_scheduler::queue::fair::Fairness::Off);
     })
     .await
     else {
         return;
     };
     app.clock.set(midnight());
-    for org in ["org1", "org2"] {
+    for org in ["org1", "org2", "org3"] {
         create_schedule(
             &app,
             json!({"scheduler_id": "boefje", "organisation": org,
@@ -514,16 +520,20 @@ async fn waiting_work_is_rescored_as_it_grows_overdue(backend: Backend) {
         )
         .await;
     }
-    // First runs: never ran, so 2; both finish at midnight.
+    // First runs: never ran, so 2. org2's finishes at midnight, org1's at 00:30, org3's at
+    // 00:40.
     app.tick(SchedulerId::Boefje).await;
-    for t in app.pop_many("boefje", 2, None).await {
+    let mut first = app.pop_many("boefje", 3, None).await;
+    first.sort_by_key(|t| t["organisation"].as_str().unwrap().to_owned());
+    for (t, at) in first.iter().zip([30, 0, 40]) {
         assert_eq!(t["priority"], 2);
+        app.clock.set(midnight() + Duration::minutes(at));
         let done = app
-            .patch_task(&id_of(&t), &json!({"status": "completed"}))
+            .patch_task(&id_of(t), &json!({"status": "completed"}))
             .await;
         assert_eq!(done.status(), StatusCode::OK);
     }
-    // 02:00: due again (interval 60 min); an hour past the plugin's interval.
+    // 02:00: due again (interval 60 min), org2's since 01:00, org1's since 01:30.
     app.clock.set(midnight() + Duration::hours(2));
     app.tick(SchedulerId::Boefje).await;
     let page: Value = app
@@ -532,35 +542,62 @@ async fn waiting_work_is_rescored_as_it_grows_overdue(backend: Backend) {
         .json()
         .await
         .unwrap();
-    let queued = page["results"].as_array().unwrap().clone();
-    assert_eq!(queued.len(), 2);
-    let expected = |overdue: i64| 3 + (997.0 * (1.0 - overdue as f64 / 604_800.0)).round() as i64;
-    let (mut a, mut b) = (queued[0].clone(), queued[1].clone());
-    if a["organisation"] != "org1" {
-        std::mem::swap(&mut a, &mut b);
-    }
-    assert_eq!(a["priority"], expected(3_600));
-    // A client makes org2's work more urgent than org1's.
-    let patched = app.patch_task(&id_of(&b), &json!({"priority": 900})).await;
+    let mut queued = page["results"].as_array().unwrap().clone();
+    queued.sort_by_key(|t| t["organisation"].as_str().unwrap().to_owned());
+    assert_eq!(queued.len(), 3);
+    let due = |minutes: i64| (midnight() + Duration::minutes(minutes)).timestamp();
+    let priorities: Vec<i64> = queued
+        .iter()
+        .map(|t| t["priority"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        priorities,
+        vec![due(90), due(60), due(100)],
+        "the due moments"
+    );
+    // A client makes org3's work the most urgent of the three.
+    let patched = app
+        .patch_task(&id_of(&queued[2]), &json!({"priority": 900}))
+        .await;
     assert_eq!(patched.status(), StatusCode::OK);
-    // A day later org1's work is 25 hours overdue: re-scored past the client's 900.
+    // A day later nothing was rewritten: no tick re-scores.
     app.clock.set(midnight() + Duration::hours(26));
     let report = app.tick(SchedulerId::Boefje).await;
-    assert_eq!(report.entries["rescore"].summary, "re-scored 1 of 2");
-    let a_now = app.task(&id_of(&a)).await;
-    assert_eq!(a_now["priority"], expected(90_000));
-    assert_eq!(app.task(&id_of(&b)).await["priority"], 900);
+    assert!(!report.entries.contains_key("rescore"), "{report:?}");
+    for (t, p) in queued.iter().zip([due(90), due(60), 900]) {
+        assert_eq!(app.task(&id_of(t)).await["priority"], p);
+    }
+    for t in &queued[..2] {
+        assert_eq!(
+            app.task(&id_of(t)).await["modified_at"],
+            t["modified_at"],
+            "not rewritten"
+        );
+    }
+    // The explanation is of the time asked: org2's work is 25 hours overdue now.
+    let expected = |overdue: i64| 3 + (997.0 * (1.0 - overdue as f64 / 604_800.0)).round() as i64;
     let why: Value = app
-        .get(&format!("/tasks/{}/explain", id_of(&a)))
+        .get(&format!("/tasks/{}/explain", id_of(&queued[1])))
         .await
         .json()
         .await
         .unwrap();
     assert_eq!(why["strategy"], "grace-period");
-    assert_eq!(why["priority"], expected(90_000));
+    assert_eq!(why["priority"], due(60));
     assert_eq!(why["terms"]["seconds_overdue"], 90_000);
-    // The heap follows: org1's work comes first now.
-    assert_eq!(app.pop_ids("boefje", 1).await, vec![id_of(&a)]);
+    assert_eq!(why["terms"]["overdue_score"], expected(90_000));
+    let why: Value = app
+        .get(&format!("/tasks/{}/explain", id_of(&queued[2])))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(why["strategy"], "client");
+    // The heap's order: the client's 900, then the longest overdue.
+    assert_eq!(
+        app.pop_ids("boefje", 3).await,
+        vec![id_of(&queued[2]), id_of(&queued[1]), id_of(&queued[0])]
+    );
 }
 
 /// Pushes `n` boefje tasks of `org1` straight to the broker, 500 per transaction.
@@ -638,7 +675,7 @@ async fn the_refill_entry_tops_up_room_no_request_filled(backend: Backend) {
 }
 
 crate::backend_tests!(
-    waiting_work_is_rescored_as_it_grows_overdue,
+    grace_period_work_waits_by_its_due_moment_and_is_explained_as_of_the_time_asked,
     each_task_explains_its_priority,
     a_fire_pushed_just_before_a_crash_is_not_run_again,
     a_day_of_schedules_fires_each_once_per_cron_fire_across_restarts,

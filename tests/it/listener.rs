@@ -681,7 +681,101 @@ async fn organisations_sharing_a_boefje_get_one_group_popped_together(backend: B
     s.cleanup().await;
 }
 
+/// The queued boefje tasks by object: `(id, priority, modified_at)`.
+async fn queued_by_object(
+    app: &TestApp,
+) -> std::collections::BTreeMap<String, (String, i64, Value)> {
+    let page: Value = app
+        .get("/tasks?scheduler_id=boefje&status=queued&limit=100")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for t in page["results"].as_array().unwrap() {
+        out.insert(
+            t["data"]["input_ooi"].as_str().unwrap().to_owned(),
+            (
+                id_of(t),
+                t["priority"].as_i64().unwrap(),
+                t["modified_at"].clone(),
+            ),
+        );
+    }
+    out
+}
+
+/// Priorities do not age, so waiting work is re-scored only on the event that changed what its
+/// strategy reads: under `change-delta`, an object's new scan level re-scores that object's
+/// waiting tasks and no other; a priority a client set stands.
+async fn an_object_change_rescores_only_that_objects_waiting_tasks(backend: Backend) {
+    let Some(s) = Setup::with(backend, 100, |s| {
+        s.schedulers.boefje.scoring = Some(kat_scheduler::scoring::Strategy::ChangeDelta);
+    })
+    .await
+    else {
+        return;
+    };
+    let (a, b) = ("Hostname|internet|a.nl", "Hostname|internet|b.nl");
+    // First runs (never ran: 2), finished, so the next planning has a history.
+    for r in [a, b] {
+        s.mutation(object("create", "org1", r, "Hostname", 1)).await;
+    }
+    s.handled(2).await;
+    for t in s.app.pop_many("boefje", 4, None).await {
+        assert_eq!(t["priority"], 2);
+        let done = s
+            .app
+            .patch_task(&id_of(&t), &json!({"status": "completed"}))
+            .await;
+        assert_eq!(done.status(), reqwest::StatusCode::OK);
+    }
+    s.app.advance(chrono::Duration::hours(1));
+    for r in [a, b] {
+        s.mutation(object("update", "org1", r, "Hostname", 1)).await;
+    }
+    s.handled(4).await;
+    let before = queued_by_object(&s.app).await;
+    // Findings changed since the last run (−500), level 1 (−40).
+    assert_eq!(before[a].1, 460);
+    assert_eq!(before[b].1, 460);
+    // a's scan level goes up: a's task comes sooner; b's is not touched.
+    s.app.advance(chrono::Duration::minutes(5));
+    s.mutation(object("update", "org1", a, "Hostname", 2)).await;
+    s.handled(5).await;
+    let after = queued_by_object(&s.app).await;
+    assert_eq!(after[a].0, before[a].0, "the same task, re-scored");
+    assert_eq!(after[a].1, 420);
+    assert_eq!(
+        after[b], before[b],
+        "another object's task is left as it was"
+    );
+    let why: Value = s
+        .app
+        .get(&format!("/tasks/{}/explain", after[a].0))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(why["strategy"], "change-delta");
+    assert_eq!(why["priority"], 420);
+    assert_eq!(why["inputs"]["scan_level"], 2);
+    assert_eq!(why["terms"]["scan_level"], -80);
+    assert_eq!(s.app.pop_ids("boefje", 1).await, vec![after[a].0.clone()]);
+    // A client's priority stands when the object changes again.
+    let patched = s
+        .app
+        .patch_task(&before[b].0, &json!({"priority": 700}))
+        .await;
+    assert_eq!(patched.status(), reqwest::StatusCode::OK);
+    s.mutation(object("update", "org1", b, "Hostname", 2)).await;
+    s.handled(6).await;
+    assert_eq!(s.app.task(&before[b].0).await["priority"], 700);
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
+    an_object_change_rescores_only_that_objects_waiting_tasks,
     the_planner_waits_for_the_previous_run_of_the_same_work_to_finish,
     katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_events,
     organisations_sharing_a_boefje_get_one_group_popped_together,

@@ -32,8 +32,8 @@ pub(crate) enum Command {
     Expire(Request<Vec<Uuid>, ExpiryReport>),
     /// An object was deleted: cancel its organisation's waiting tasks for it.
     Cancel(Request<CancelObject, Vec<Uuid>>),
-    /// Give waiting tasks new priorities and explanations (a time-dependent strategy's
-    /// re-score), in one transaction; answers how many were still waiting.
+    /// Give waiting tasks new priorities and explanations (an event changed what their
+    /// strategy reads), in one transaction; answers how many were still waiting.
     Rescore(Request<Vec<Rescored>, usize>),
     /// Where a queued task stands and what holds it back (answered from memory, no
     /// transaction); `None` if it is not in the heap.
@@ -102,9 +102,11 @@ pub(crate) struct CancelObject {
     pub reference: String,
 }
 
-/// A task's new priority and the explanation (JSON) that goes with it.
+/// A task's new priority and the explanation (JSON) that goes with it, given while it had
+/// priority `was`.
 pub(crate) struct Rescored {
     pub id: Uuid,
+    pub was: i64,
     pub priority: i64,
     pub explanation: String,
 }

@@ -1,10 +1,11 @@
-//! A time-dependent strategy's re-score: waiting tasks get new priorities. A queued task is
-//! re-ranked in the heap and its row updated only while it is still queued; a pending one has
-//! its row updated only while it is still pending (it enters the heap by priority as the heap
+//! A re-score: waiting tasks get new priorities, when an event changed what their strategy
+//! reads (`planner/rescore.rs`; priorities do not age, so time alone never re-scores). A queued
+//! task is re-ranked in the heap and its row updated only while it is still queued with the
+//! priority the new one was computed from (a client's change in between stands); a pending one
+//! has its row updated only while it is still pending (it enters the heap by priority as the heap
 //! drains). A task handed out since the scores were computed is left alone. Each new priority's
 //! explanation is written in the same transaction: an explanation that disagreed with its task's
-//! priority (after a crash between two commits) would read as a client's choice and end the
-//! task's re-scores.
+//! priority (after a crash between two commits) would read as a client's choice.
 
 use chrono::{DateTime, Utc};
 
@@ -27,7 +28,9 @@ pub(crate) fn rescore(
         let (id, priority) = (r.id, r.priority);
         if let Some(row) = rows.get(&id).cloned() {
             // Read by another command of this batch: change it where it is.
-            if matches!(row.status, TaskStatus::Queued | TaskStatus::Pending) {
+            if matches!(row.status, TaskStatus::Queued | TaskStatus::Pending)
+                && row.priority == r.was
+            {
                 if row.status == TaskStatus::Queued {
                     st.heap.rerank(&id, priority, at);
                 }
@@ -40,7 +43,11 @@ pub(crate) fn rescore(
             }
             continue;
         }
-        if st.heap.rerank(&id, priority, at) {
+        if let Some(now) = st.heap.rank(&id).map(|k| k.priority) {
+            if now != r.was || !st.heap.rerank(&id, priority, at) {
+                // A client gave it another priority since it was read: that one stands.
+                continue;
+            }
             rows.reprioritised.push((id, TaskStatus::Queued, priority));
         } else {
             // Not in the heap: pending, or no longer waiting, which the update's condition
@@ -63,7 +70,7 @@ mod tests {
     use uuid::Uuid;
 
     #[test]
-    fn a_queued_task_is_reranked_and_its_row_updated_only_while_queued() {
+    fn a_queued_task_is_reranked_and_its_row_updated_only_while_queued_as_it_was_read() {
         let mut st = state(10, WhenFull::Pending);
         let mut rows = BatchRows::default();
         let (a, ra) = row(500, 1);
@@ -73,15 +80,20 @@ mod tests {
         assert_eq!(st.heap.best().map(|r| r.id), Some(b));
         let mut rows = BatchRows::default();
         let other = Uuid::new_v4();
-        let rescored = |id, priority| Rescored {
+        let rescored = |id, was, priority| Rescored {
             id,
+            was,
             priority,
             explanation: format!("{{\"priority\": {priority}}}"),
         };
         let n = rescore(
             &mut st,
             &mut rows,
-            &[rescored(a, 3), rescored(other, 7)],
+            &[
+                rescored(a, 500, 3),
+                rescored(other, 9, 7),
+                rescored(b, 401, 1),
+            ],
             now(),
         );
         assert_eq!(
@@ -90,6 +102,11 @@ mod tests {
             "a is now the most urgent"
         );
         assert_eq!(st.heap.rank(&a).map(|r| r.priority), Some(3));
+        assert_eq!(
+            st.heap.rank(&b).map(|r| r.priority),
+            Some(400),
+            "b's priority changed since it was read: it stands"
+        );
         assert_eq!(n, 2);
         assert_eq!(
             rows.reprioritised,

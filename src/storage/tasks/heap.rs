@@ -56,43 +56,6 @@ pub fn count_waiting(
         .unwrap_or(0))
 }
 
-/// Waiting tasks of `scheduler` with a recorded explanation, after `after` in id order: `(id,
-/// explanation, priority)`, at most `limit` (a re-score pages through them).
-pub fn waiting_scores(
-    conn: &mut AnyConnection,
-    scheduler: SchedulerId,
-    after: &str,
-    limit: usize,
-) -> QueryResult<Vec<(String, String, i64)>> {
-    #[derive(diesel::QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        task_id: String,
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        explanation: String,
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        priority: i64,
-    }
-    let mut q = sql(
-        conn,
-        "SELECT s.task_id, s.explanation, t.priority FROM task_scores s \
-         JOIN task_queue t ON t.task_id = s.task_id WHERE s.task_id > ",
-    );
-    // The same bound on both sides of the join, so each side's index scan starts at `after`
-    // (without it PostgreSQL merges from the first task on every page: quadratic in the backlog).
-    q.bind(after)
-        .push(" AND t.task_id > ")
-        .bind(after)
-        .push(" AND t.scheduler_id = ")
-        .bind(scheduler.as_str())
-        .push(" ORDER BY s.task_id LIMIT ")
-        .bind(Bind::BigInt(i64::try_from(limit).unwrap_or(i64::MAX)));
-    Ok(q.load::<Row>(conn)?
-        .into_iter()
-        .map(|r| (r.task_id, r.explanation, r.priority))
-        .collect())
-}
-
 /// Appends `AND (priority, created_at, task_id) > (key)` (or `<` with `before`): every queue row
 /// ranked after (before) `key` in pop order.
 fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {

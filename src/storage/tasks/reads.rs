@@ -74,6 +74,42 @@ pub fn score(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<String>> 
         .map(|r| r.explanation))
 }
 
+/// Of these tasks of `scheduler`, those waiting (queued or pending) with a recorded
+/// explanation: `(id, explanation, priority)`. An event's re-score reads only the tasks it
+/// concerns, each by its primary keys in `task_scores` and `task_queue`.
+pub fn waiting_scores(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    ids: &[String],
+) -> QueryResult<Vec<(String, String, i64)>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        task_id: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        explanation: String,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        priority: i64,
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        let mut q = sql(
+            conn,
+            "SELECT s.task_id, s.explanation, t.priority FROM task_scores s \
+             JOIN task_queue t ON t.task_id = s.task_id WHERE s.task_id IN ",
+        );
+        q.bind_list(chunk.iter().map(String::as_str))
+            .push(" AND t.scheduler_id = ")
+            .bind(scheduler.as_str());
+        out.extend(
+            q.load::<Row>(conn)?
+                .into_iter()
+                .map(|r| (r.task_id, r.explanation, r.priority)),
+        );
+    }
+    Ok(out)
+}
+
 /// Tasks per scheduler in `status`.
 pub fn count_by_scheduler(
     conn: &mut AnyConnection,
