@@ -122,7 +122,8 @@ fn run_mode(n: usize, fair: bool, filters: &[(FilterNode, Plan)]) -> Result<[f64
                 heap.first_admitted(f, p, &admit)
             };
             let id = found.ok_or("a pop found nothing in a full heap")?;
-            heap.take(&id).ok_or("the popped task was not in the heap")?;
+            heap.take(&id)
+                .ok_or("the popped task was not in the heap")?;
             heap.insert(task(seq, 2 + (rng.next() % 1000) as i64));
             seq += 1;
         }
