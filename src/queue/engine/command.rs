@@ -148,17 +148,9 @@ impl Batch {
 
     /// How much work it holds: a command each, a push of several tasks one per task.
     pub fn len(&self) -> usize {
-        self.pushes
-            .iter()
-            .map(|r| r.body.len().max(1))
-            .sum::<usize>()
-            + self.pops.len()
-            + self.patches.len()
-            + self.expiries.len()
-            + self.cancels.len()
-            + self.rescores.len()
-            + self.refills.len()
-            + self.explains.len()
+        // A push of several tasks counts each.
+        let pushed: usize = self.pushes.iter().map(|r| r.body.len().max(1)).sum();
+        self.commands() - self.pushes.len() + pushed
     }
 
     /// Commands (a push of several tasks is one): what [`Batch::into_singles`] splits into.
