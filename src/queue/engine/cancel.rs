@@ -43,7 +43,11 @@ pub(crate) fn cancel_object(
             None => rows.cancelled.push(*id),
         }
     }
-    if st.pending.count() > 0 {
+    // The backlog is searched whatever the pending count says: the count misses rows written
+    // behind the engine's back (by hand, a restore), and those tasks must not run against a
+    // deleted object. One probe of the pending `input_ooi` index; a row the count did not hold
+    // marks it for a recount (`PendingSet::remove`).
+    {
         let values = [target.reference.clone()];
         let skip = rows.left_pending();
         for mut row in reads.pending_matching(
@@ -100,5 +104,36 @@ mod tests {
         assert_eq!(got, vec![ids[0]]);
         assert_eq!(rows.cancelled, vec![ids[0]]);
         assert_eq!(st.heap.len(), 2);
+    }
+
+    #[test]
+    fn pending_tasks_the_count_does_not_hold_are_cancelled_too() {
+        let mut st = crate::queue::engine::testing::state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        // Written behind the engine's back: the count says nothing is pending.
+        let (mine, mut r) = row(5, 1);
+        r.organisation = "org1".into();
+        r.input_ooi = Some("h1".into());
+        r.data = r#"{"boefje": {"id": "b1"}, "input_ooi": "h1"}"#.into();
+        r.status = TaskStatus::Pending;
+        let (other, mut o) = row(5, 2);
+        o.organisation = "org2".into();
+        o.input_ooi = Some("h1".into());
+        o.data = r#"{"boefje": {"id": "b1"}, "input_ooi": "h1"}"#.into();
+        o.status = TaskStatus::Pending;
+        let mut table = FakeTable {
+            pending: vec![r, o],
+            ..Default::default()
+        };
+        assert_eq!(st.pending.count(), 0);
+        let target = CancelObject {
+            organisation: "org1".into(),
+            reference: "h1".into(),
+        };
+        let got = cancel_object(&mut st, &mut rows, &mut table, &target, now()).unwrap();
+        assert_eq!(got, vec![mine], "only org1's task for the deleted object");
+        assert_eq!(rows.get(&mine).unwrap().status, TaskStatus::Cancelled);
+        assert!(!rows.contains(&other));
+        assert!(st.pending.needs_recount(), "the count is read again");
     }
 }
