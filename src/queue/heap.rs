@@ -60,6 +60,28 @@ fn per_org_slot(field: KeyField) -> Option<usize> {
 /// One organisation's sets of the [`PER_ORGANISATION`] fields: value → its tasks in pop order.
 type OrgSets = [HashMap<Arc<str>, KeySet>; PER_ORGANISATION.len()];
 
+/// Adds a task to its organisation's sets in `by_org` (with `add`: an insert, or an append to
+/// settle after a bulk load).
+fn add_by_org(
+    by_org: &mut HashMap<Arc<str>, OrgSets>,
+    keys: &[Option<Arc<str>>; KeyField::COUNT],
+    rank: Rank,
+    add: fn(&mut KeySet, Rank),
+) {
+    let Some(org) = &keys[KeyField::Organisation.index()] else {
+        return;
+    };
+    let sets = by_org.entry(org.clone()).or_default();
+    for (slot, field) in PER_ORGANISATION.iter().enumerate() {
+        if let Some(v) = &keys[field.index()] {
+            sets[slot]
+                .entry(v.clone())
+                .and_modify(|set| add(set, rank))
+                .or_insert(KeySet::One(rank));
+        }
+    }
+}
+
 /// Where a task ranks: lower is popped first (`priority`, then `created_at`, then `id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Rank {
@@ -407,13 +429,8 @@ impl SchedulerHeap {
         }
         self.by_org.clear();
         if self.fair.is_on() {
-            let entries: Vec<([Option<Arc<str>>; KeyField::COUNT], Rank)> = self
-                .queue
-                .iter()
-                .map(|(e, r)| (e.keys.clone(), *r))
-                .collect();
-            for (keys, rank) in &entries {
-                self.index_by_org(keys, *rank, KeySet::append);
+            for (entry, rank) in self.queue.iter() {
+                add_by_org(&mut self.by_org, &entry.keys, *rank, KeySet::append);
             }
             for map in self.by_org.values_mut().flatten() {
                 map.values_mut().for_each(KeySet::settle);
@@ -422,27 +439,10 @@ impl SchedulerHeap {
         self
     }
 
-    /// Adds a task to its organisation's sets (with `add`: an insert, or an append to settle).
-    fn index_by_org(
-        &mut self,
-        keys: &[Option<Arc<str>>; KeyField::COUNT],
-        rank: Rank,
-        add: fn(&mut KeySet, Rank),
-    ) {
-        if !self.fair.is_on() {
-            return;
-        }
-        let Some(org) = &keys[KeyField::Organisation.index()] else {
-            return;
-        };
-        let sets = self.by_org.entry(org.clone()).or_default();
-        for (slot, field) in PER_ORGANISATION.iter().enumerate() {
-            if let Some(v) = &keys[field.index()] {
-                sets[slot]
-                    .entry(v.clone())
-                    .and_modify(|set| add(set, rank))
-                    .or_insert(KeySet::One(rank));
-            }
+    /// Adds a task to its organisation's sets, while organisations take turns.
+    fn index_by_org(&mut self, keys: &[Option<Arc<str>>; KeyField::COUNT], rank: Rank) {
+        if self.fair.is_on() {
+            add_by_org(&mut self.by_org, keys, rank, KeySet::insert);
         }
     }
 
@@ -605,7 +605,7 @@ impl SchedulerHeap {
         if let Some(h) = entry.hash {
             self.by_hash.insert(h, entry.id);
         }
-        self.index_by_org(&entry.keys, rank, KeySet::insert);
+        self.index_by_org(&entry.keys, rank);
         self.by_age.insert((rank.created_micros, entry.id));
         self.queue.push(entry, rank);
     }
@@ -649,7 +649,7 @@ impl SchedulerHeap {
             }
         }
         self.unindex_by_org(&keys, &old);
-        self.index_by_org(&keys, rank, KeySet::insert);
+        self.index_by_org(&keys, rank);
         self.queue.change_priority(id, rank);
         true
     }
