@@ -17,6 +17,7 @@
 //! cargo bench --bench broker -- --sqlite        # the embedded default: pops and pushes (broker/sqlite.rs)
 //! cargo bench --bench broker -- --pushes        # pushes at 64 clients ÷ INSERT commits (broker/pushes.rs)
 //! cargo bench --bench broker -- --wal --jobs 5000   # WAL per job's life, per step (broker/wal.rs)
+//! cargo bench --bench broker -- --memory        # resident bytes per queued task at 1e5 and 1e6 (broker/memory.rs)
 //! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
 //! ```
 //!
@@ -52,7 +53,9 @@
 //! - `wal.rs` (`--wal`, `--jobs N` default 5,000, `--pg-wal DIR`): the write-ahead log of a job's
 //!   life (push, pop, running, completed) per step, read with `pg_waldump`, against a minimal
 //!   SQL job queue in the same run; `broker/graphile_wal.sh` measures Graphile Worker (installed
-//!   from npm) the same way on the same server.
+//!   from npm) the same way on the same server;
+//! - `memory.rs` (`--memory`, `--memory-depths D,D,…` default `1e5,1e6`): resident memory per
+//!   queued task after a heap rebuild, against PostgreSQL's bytes per row of the same tasks.
 //!
 //! What they share is in `benches/broker/harness/` (its `mod.rs` has the map): statistics, the
 //! PostgreSQL seed and baseline, starting the broker, the HTTP load client, and the worker pops
@@ -76,6 +79,8 @@ mod full_load;
 mod harness;
 #[path = "broker/ingest.rs"]
 mod ingest;
+#[path = "broker/memory.rs"]
+mod memory;
 #[path = "broker/pending.rs"]
 mod pending;
 #[path = "broker/pushes.rs"]
@@ -149,6 +154,9 @@ struct Options {
     jobs: usize,
     /// The server's `pg_wal` directory, when not `data_directory`/pg_wal.
     pg_wal: Option<String>,
+    /// Run the memory scenario (`broker/memory.rs`) at each of `memory_depths`.
+    memory: bool,
+    memory_depths: Vec<usize>,
 }
 
 /// A count like `100000`, `100_000` or `1e5`.
@@ -200,6 +208,8 @@ fn options() -> Result<Options> {
         wal: false,
         jobs: 5_000,
         pg_wal: None,
+        memory: false,
+        memory_depths: vec![100_000, 1_000_000],
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -242,6 +252,13 @@ fn options() -> Result<Options> {
             "--wal" => o.wal = true,
             "--jobs" => o.jobs = count(&value()?)?,
             "--pg-wal" => o.pg_wal = Some(value()?),
+            "--memory" => o.memory = true,
+            "--memory-depths" => {
+                o.memory_depths = value()?
+                    .split(',')
+                    .map(|d| count(d.trim()))
+                    .collect::<Result<_>>()?;
+            }
             "--bench" => {} // cargo bench passes this
             other => {
                 return Err(
@@ -267,6 +284,7 @@ fn options() -> Result<Options> {
         && !o.fairness
         && !o.pushes
         && !o.wal
+        && !o.memory
     {
         o.default_run = true;
     }
@@ -320,6 +338,9 @@ fn main() -> Result<()> {
     }
     if o.wal {
         line.push(wal::run_wal(&o, &base)?);
+    }
+    if o.memory {
+        line.push(memory::run_memory(&o, &base)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {

@@ -12,6 +12,9 @@ pub struct Broker {
     pub child: Child,
     pub port: u16,
     pub rebuild_ms: f64,
+    /// What the heaps hold on the allocator's heap after the rebuild, summed over the schedulers
+    /// (from the rebuild's log lines; NaN for a build that does not log it).
+    pub heap_bytes: f64,
     pub ready_after: Duration,
 }
 
@@ -77,6 +80,10 @@ fn start_broker_with(bin: &str, db: &str, maxsize: usize, env: &[(&str, &str)]) 
                     "rebuild",
                     v["duration_ms"].as_f64().unwrap_or(f64::NAN).to_string(),
                 ));
+                let _ = tx.send((
+                    "heap_bytes",
+                    v["heap_bytes"].as_f64().unwrap_or(f64::NAN).to_string(),
+                ));
             } else if msg == "listening" {
                 let _ = tx.send((
                     "listening",
@@ -88,18 +95,21 @@ fn start_broker_with(bin: &str, db: &str, maxsize: usize, env: &[(&str, &str)]) 
         }
     });
     let mut rebuild_ms = f64::NAN;
+    let mut heap_bytes = 0.0;
     loop {
         let (kind, value) = rx
             .recv_timeout(Duration::from_secs(600))
             .map_err(|_| "the broker did not start (see its log above)")?;
         match kind {
             "rebuild" => rebuild_ms = value.parse().unwrap_or(f64::NAN),
+            "heap_bytes" => heap_bytes += value.parse().unwrap_or(f64::NAN),
             _ => {
                 let port = value.rsplit(':').next().ok_or("no port")?.parse()?;
                 return Ok(Broker {
                     child,
                     port,
                     rebuild_ms,
+                    heap_bytes,
                     ready_after: started.elapsed(),
                 });
             }

@@ -452,6 +452,7 @@ impl Engine {
             queued = self.state.heap.len(),
             pending = self.state.pending.count(),
             in_flight = self.state.in_flight.len(),
+            heap_bytes = self.state.heap.heap_bytes(),
             duration_ms = started.elapsed().as_millis() as u64,
             "heaps rebuilt from the tasks table"
         );

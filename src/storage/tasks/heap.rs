@@ -72,20 +72,51 @@ fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
     .push(")");
 }
 
+/// Rows a rebuild reads from its cursor at a time on PostgreSQL.
+const REBUILD_FETCH: usize = 2_000;
+
 /// Every queued task of `scheduler`, one by one in no particular order: a rebuild that expects
 /// all of them to fit reads them in the queue table's own order and sorts them in memory, since
 /// reading them in pop order through an index visits the table's pages at random.
+///
+/// On PostgreSQL through a cursor, [`REBUILD_FETCH`] rows at a time, inside the caller's
+/// transaction: libpq holds a statement's whole result in memory, so a million rows read at
+/// once took about 300 MB for the rebuild's length, allocated between the heap's own growing
+/// tables, and the allocator could not give it back afterwards (it stayed resident, about as
+/// large again as the heap). SQLite steps through its rows already.
 pub fn queued_all(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    each: impl FnMut(HeapRow),
+    mut each: impl FnMut(HeapRow),
 ) -> QueryResult<()> {
-    let mut q = sql(
-        conn,
-        &format!(
-            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued' AND scheduler_id = "
-        ),
+    let select = format!(
+        "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued' AND scheduler_id = "
     );
+    if Backend::of(conn) == Backend::Postgres {
+        // A utility statement takes no binds: the scheduler id is one of three fixed names.
+        sql(
+            conn,
+            &format!(
+                "DECLARE heap_rebuild NO SCROLL CURSOR FOR {select}'{}'",
+                scheduler.as_str()
+            ),
+        )
+        .execute(conn)?;
+        loop {
+            let rows: Vec<HeapRow> = sql(
+                conn,
+                &format!("FETCH FORWARD {REBUILD_FETCH} FROM heap_rebuild"),
+            )
+            .load(conn)?;
+            let last = rows.len() < REBUILD_FETCH;
+            rows.into_iter().for_each(&mut each);
+            if last {
+                break;
+            }
+        }
+        return sql(conn, "CLOSE heap_rebuild").execute(conn).map(drop);
+    }
+    let mut q = sql(conn, &select);
     q.bind(scheduler.as_str());
     q.for_each(conn, each)
 }

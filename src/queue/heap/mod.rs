@@ -6,30 +6,38 @@
 //! and to evaluate any filter that reads no payload field other than the key fields
 //! (see [`crate::domain::keys`]).
 //!
-//! Beside the min-max heap it keeps, per key field, an index from each value to the ordered set
-//! of the tasks that have it. A pop with `data.boefje.oci_image in [a, b]` walks the sets of `a`
-//! and `b` in merged pop order and stops at its limit: O(k·log n) for k values, whatever the
-//! depth of the queue. A filter with no usable lookup walks the organisation index merged over
-//! all its values, which is the whole heap in pop order, still stopping at the limit.
-//!
-//! Key-field values are shared (`Arc<str>`) between a task and its index entry, so a value held
-//! by many tasks is stored once.
+//! Beside the tasks it keeps, per key field, each value with the ordered set of the tasks that
+//! have it. A pop with `data.boefje.oci_image in [a, b]` walks the sets of `a` and `b` in merged
+//! pop order and stops at its limit: O(k·log n) for k values, whatever the depth of the queue.
+//! A filter with no usable lookup walks the organisation sets merged over all their values,
+//! which is the whole heap in pop order, still stopping at the limit. The best and the worst
+//! task of the whole heap are the best of the organisations' firsts and the worst of their
+//! lasts, kept in two priority queues over the organisations (few), so no order of every task
+//! is kept beside the organisations' own.
 //!
 //! When organisations take turns, each organisation also keeps its own sets of the few-valued
 //! fields runners filter on (plugin and image, [`PER_ORGANISATION`]): a fair pop for one image
 //! serves the organisation in turn from the first entry of that organisation's set of the image,
 //! as a strict pop takes the first entry of the image's set, instead of walking the
 //! organisation's tasks past every other image ranked ahead of it.
+//!
+//! Memory is what bounds how much of a queue a heap can hold, so the layout is compact
+//! (docs/BENCHMARKS.md has the figures): a task is one fixed-size slot in a slab
+//! ([`slots`]), every other structure names it by its 4-byte slot number, key-field values are
+//! interned once per field with their text in one buffer ([`values`]), and the ordered sets
+//! hold slot numbers in sorted runs that read a slot's rank when they compare ([`ordered`]).
 
-use std::borrow::{Borrow, Cow};
-use std::cell::Cell;
+mod ordered;
+mod slots;
+mod values;
+
+use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
-use std::hash::{Hash, Hasher};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime};
-use priority_queue::DoublePriorityQueue;
+use priority_queue::PriorityQueue;
 use uuid::Uuid;
 
 use crate::domain::filter::eval::{Json, Record, json_at};
@@ -39,6 +47,9 @@ use crate::domain::keys::{DataKeys, KeyField};
 use crate::domain::politeness::KeyValues;
 use crate::domain::{SchedulerId, USER_PRIORITY_MAX};
 use crate::queue::fair::FairShare;
+use ordered::Ordered;
+use slots::{NONE, Slot, Slots};
+use values::Values;
 
 /// Index entries a fair filtered pop may look at, over every organisation it tries, before it
 /// settles for the heap's order: it bounds the pop's cost when the filter matches little of the
@@ -57,30 +68,11 @@ fn per_org_slot(field: KeyField) -> Option<usize> {
     PER_ORGANISATION.iter().position(|f| *f == field)
 }
 
-/// One organisation's sets of the [`PER_ORGANISATION`] fields: value → its tasks in pop order.
-type OrgSets = [HashMap<Arc<str>, KeySet>; PER_ORGANISATION.len()];
+/// One organisation's sets of the [`PER_ORGANISATION`] fields: value number → its tasks in pop
+/// order.
+type OrgSets = [HashMap<u32, Ordered<Rank>>; PER_ORGANISATION.len()];
 
-/// Adds a task to its organisation's sets in `by_org` (with `add`: an insert, or an append to
-/// settle after a bulk load).
-fn add_by_org(
-    by_org: &mut HashMap<Arc<str>, OrgSets>,
-    keys: &[Option<Arc<str>>; KeyField::COUNT],
-    rank: Rank,
-    add: fn(&mut KeySet, Rank),
-) {
-    let Some(org) = &keys[KeyField::Organisation.index()] else {
-        return;
-    };
-    let sets = by_org.entry(org.clone()).or_default();
-    for (slot, field) in PER_ORGANISATION.iter().enumerate() {
-        if let Some(v) = &keys[field.index()] {
-            sets[slot]
-                .entry(v.clone())
-                .and_modify(|set| add(set, rank))
-                .or_insert(KeySet::One(rank));
-        }
-    }
-}
+const ORG: usize = KeyField::Organisation as usize;
 
 /// Where a task ranks: lower is popped first (`priority`, then `created_at`, then `id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -127,6 +119,10 @@ pub fn hash_bytes(hash: &str) -> Option<[u8; 16]> {
         .map(u128::to_be_bytes)
 }
 
+fn hash_text(h: [u8; 16]) -> String {
+    format!("{:032x}", u128::from_be_bytes(h))
+}
+
 /// A queued task as the heap takes it in.
 #[derive(Debug, Clone)]
 pub struct HeapTask {
@@ -155,248 +151,115 @@ impl HeapTask {
     }
 }
 
-/// A queued task as the heap holds it: the queue's item, keyed by task id alone, carrying every
-/// column but the rank (the queue's priority), the payload and the lease. Keeping it inside the
-/// priority queue, rather than in a map beside it, saves a second table of task ids.
-#[derive(Debug)]
-struct Entry {
-    id: Uuid,
-    /// Changes when a queued task is re-ranked; the rest never does while it is queued.
-    modified_micros: Cell<i64>,
-    hash: Option<[u8; 16]>,
-    schedule_id: Option<Uuid>,
-    /// Values by [`KeyField::index`]; the organisation is always there.
-    keys: [Option<Arc<str>>; KeyField::COUNT],
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.id == other.id
-    }
-}
-
-impl Eq for Entry {}
-
-impl Hash for Entry {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // The same as the id's own hash, so the queue can be searched by id (`Borrow`).
-        self.id.hash(state);
-    }
-}
-
-impl Borrow<Uuid> for Entry {
-    fn borrow(&self) -> &Uuid {
-        &self.id
-    }
-}
-
-/// The ordered set of the tasks that share one key-field value. Most values of a
-/// high-cardinality field (an object reference) have one task or a handful, for which an inline
-/// rank or a sorted vector is far smaller than a B-tree; a set grows into one past [`FEW_MAX`].
-#[derive(Debug)]
-enum KeySet {
-    One(Rank),
-    Few(Vec<Rank>),
-    Many(BTreeSet<Rank>),
-}
-
-const FEW_MAX: usize = 32;
-
-impl KeySet {
-    fn insert(&mut self, r: Rank) {
-        match self {
-            Self::One(only) if *only == r => {}
-            Self::One(only) => {
-                let mut v = vec![*only, r];
-                v.sort_unstable();
-                *self = Self::Few(v);
-            }
-            Self::Few(v) => {
-                if let Err(at) = v.binary_search(&r) {
-                    v.insert(at, r);
-                }
-                if v.len() > FEW_MAX {
-                    *self = Self::Many(v.drain(..).collect());
-                }
-            }
-            Self::Many(s) => {
-                s.insert(r);
-            }
-        }
-    }
-
-    /// Adds a rank, leaving the set unsorted until [`KeySet::settle`] (appending to a vector and
-    /// building the tree from it once is twice as fast as growing the tree).
-    fn append(&mut self, r: Rank) {
-        match self {
-            Self::One(only) => *self = Self::Few(vec![*only, r]),
-            Self::Few(v) => v.push(r),
-            Self::Many(s) => {
-                s.insert(r);
-            }
-        }
-    }
-
-    /// Sorts a set built by [`KeySet::append`], and turns a long one into a tree (built in one
-    /// pass from the sorted ranks).
-    fn settle(&mut self) {
-        if let Self::Few(v) = self {
-            v.sort_unstable();
-            if v.len() > FEW_MAX {
-                *self = Self::Many(std::mem::take(v).into_iter().collect());
-            }
-        }
-    }
-
-    /// Removes a rank; true when the set is left empty.
-    fn remove(&mut self, r: &Rank) -> bool {
-        match self {
-            Self::One(only) => only == r,
-            Self::Few(v) => {
-                if let Ok(at) = v.binary_search(r) {
-                    v.remove(at);
-                }
-                v.is_empty()
-            }
-            Self::Many(s) => {
-                s.remove(r);
-                s.is_empty()
-            }
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Self::One(_) => 1,
-            Self::Few(v) => v.len(),
-            Self::Many(s) => s.len(),
-        }
-    }
-
-    fn first(&self) -> Option<Rank> {
-        match self {
-            Self::One(r) => Some(*r),
-            Self::Few(v) => v.first().copied(),
-            Self::Many(s) => s.first().copied(),
-        }
-    }
-
-    fn last(&self) -> Option<Rank> {
-        match self {
-            Self::One(r) => Some(*r),
-            Self::Few(v) => v.last().copied(),
-            Self::Many(s) => s.last().copied(),
-        }
-    }
-
-    fn iter(&self) -> Box<dyn Iterator<Item = Rank> + '_> {
-        match self {
-            Self::One(r) => Box::new(std::iter::once(*r)),
-            Self::Few(v) => Box::new(v.iter().copied()),
-            Self::Many(s) => Box::new(s.iter().copied()),
-        }
-    }
-}
-
-/// Several ordered sets walked as one, in pop order.
+/// Several ordered sets of slots walked as one, in pop order.
 struct Merge<'a> {
-    iters: Vec<Box<dyn Iterator<Item = Rank> + 'a>>,
-    heads: BinaryHeap<Reverse<(Rank, usize)>>,
+    slots: &'a Slots,
+    iters: Vec<Box<dyn Iterator<Item = u32> + 'a>>,
+    heads: BinaryHeap<Reverse<(Rank, usize, u32)>>,
 }
 
 impl<'a> Merge<'a> {
-    fn new(sets: impl Iterator<Item = &'a KeySet>) -> Self {
-        let mut iters: Vec<Box<dyn Iterator<Item = Rank> + 'a>> = sets.map(KeySet::iter).collect();
-        let mut heads = BinaryHeap::with_capacity(iters.len());
-        for (i, it) in iters.iter_mut().enumerate() {
-            if let Some(r) = it.next() {
-                heads.push(Reverse((r, i)));
-            }
+    fn new(slots: &'a Slots, iters: Vec<Box<dyn Iterator<Item = u32> + 'a>>) -> Self {
+        let mut merge = Self {
+            slots,
+            heads: BinaryHeap::with_capacity(iters.len()),
+            iters,
+        };
+        for i in 0..merge.iters.len() {
+            merge.advance(i);
         }
-        Self { iters, heads }
+        merge
+    }
+
+    fn advance(&mut self, i: usize) {
+        if let Some(s) = self.iters.get_mut(i).and_then(Iterator::next) {
+            self.heads.push(Reverse((self.slots.rank(s), i, s)));
+        }
     }
 }
 
 impl Iterator for Merge<'_> {
-    type Item = Rank;
+    type Item = u32;
 
-    fn next(&mut self) -> Option<Rank> {
-        let Reverse((r, i)) = self.heads.pop()?;
-        if let Some(next) = self.iters.get_mut(i).and_then(Iterator::next) {
-            self.heads.push(Reverse((next, i)));
-        }
-        Some(r)
+    fn next(&mut self) -> Option<u32> {
+        let Reverse((_, i, s)) = self.heads.pop()?;
+        self.advance(i);
+        Some(s)
     }
 }
 
-/// A bounded min-max heap of queued tasks, with an index by hash and one per key field.
+/// A bounded heap of queued tasks, with an index by hash and one per key field.
 #[derive(Debug)]
 pub struct SchedulerHeap {
     scheduler: SchedulerId,
-    queue: DoublePriorityQueue<Entry, Rank>,
-    by_hash: HashMap<[u8; 16], Uuid>,
-    /// Per key field ([`KeyField::index`]): value → its tasks in pop order.
-    keys: [HashMap<Arc<str>, KeySet>; KeyField::COUNT],
+    slots: Slots,
+    /// Per key field ([`KeyField::index`]): each value with its tasks in pop order.
+    values: [Values; KeyField::COUNT],
+    /// Each organisation's best task, the best of them on top: the heap's best.
+    firsts: PriorityQueue<u32, Reverse<Rank>>,
+    /// Each organisation's worst task, the worst of them on top: the heap's worst, the one a
+    /// better newcomer pushes out of a full heap.
+    lasts: PriorityQueue<u32, Rank>,
     /// Every task by creation time, for the age of the oldest (a metric operators alert on);
-    /// rank order is by priority first, so the heap itself cannot tell.
-    by_age: BTreeSet<(i64, Uuid)>,
+    /// rank order is by priority first, so the other sets cannot tell.
+    by_age: Ordered<(i64, u32)>,
     maxsize: usize,
     /// Whose automatic work is served next, when organisations take turns.
     fair: FairShare,
-    /// Per organisation, its own sets of the [`PER_ORGANISATION`] fields; kept only while
-    /// organisations take turns (only fair pops read them).
-    by_org: HashMap<Arc<str>, OrgSets>,
+    /// Per organisation (value number), its own sets of the [`PER_ORGANISATION`] fields; kept
+    /// only while organisations take turns (only fair pops read them).
+    by_org: HashMap<u32, OrgSets>,
 }
 
-/// Builds a heap in bulk from tasks in any order (a rebuild of a million tasks): each index set is
-/// appended to and sorted once at the end, and the priority queue is made in one pass.
+/// Builds a heap in bulk from tasks in any order (a rebuild of a million tasks): each set is
+/// appended to and sorted once at the end.
 pub struct HeapBuilder {
     heap: SchedulerHeap,
-    entries: Vec<(Entry, Rank)>,
 }
 
 impl HeapBuilder {
     /// Adds a task (each once).
     pub fn push(&mut self, task: HeapTask) {
-        let rank = task.rank();
-        let entry = self.heap.entry_of(task);
+        let heap = &mut self.heap;
+        if heap.slots.find(&task.id).is_some() {
+            return;
+        }
+        let at = heap.store(task);
+        let slot = *heap.slots.get(at);
+        let rank = slot.rank();
+        let slots = &heap.slots;
+        let key = |s: u32| slots.rank(s);
         for field in KeyField::ALL {
-            if let Some(v) = &entry.keys[field.index()] {
-                self.heap.keys[field.index()]
-                    .entry(v.clone())
-                    .and_modify(|set| set.append(rank))
-                    .or_insert(KeySet::One(rank));
+            if let Some(v) = slot.key(field) {
+                heap.values[field.index()].append(v, at, rank, key);
             }
         }
-        if let Some(h) = entry.hash {
-            self.heap.by_hash.insert(h, entry.id);
-        }
-        self.entries.push((entry, rank));
+        heap.by_age.append(at, (slot.created, at));
     }
 
     /// Tasks added so far.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.heap.len()
     }
 
     /// Whether none were added.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.heap.is_empty()
     }
 
     /// The heap.
     pub fn finish(mut self) -> SchedulerHeap {
-        for map in &mut self.heap.keys {
-            map.values_mut().for_each(KeySet::settle);
-            map.shrink_to_fit();
+        let heap = &mut self.heap;
+        let slots = &heap.slots;
+        let key = |s: u32| slots.rank(s);
+        for values in &mut heap.values {
+            values.settle(key);
         }
-        self.heap.by_hash.shrink_to_fit();
-        self.heap.by_age = self
-            .entries
-            .iter()
-            .map(|(e, r)| (r.created_micros, e.id))
-            .collect();
-        self.heap.queue = self.entries.into_iter().collect();
+        heap.by_age.settle(|s| (slots.get(s).created, s));
+        let orgs: Vec<u32> = heap.values[ORG].all().collect();
+        for org in orgs {
+            heap.touch_org(org);
+        }
         self.heap
     }
 }
@@ -406,10 +269,17 @@ impl SchedulerHeap {
     pub fn new(scheduler: SchedulerId, maxsize: usize) -> Self {
         Self {
             scheduler,
-            queue: DoublePriorityQueue::new(),
-            by_hash: HashMap::new(),
-            keys: Default::default(),
-            by_age: BTreeSet::new(),
+            slots: Slots::default(),
+            values: [
+                Values::shared(),
+                Values::default(),
+                Values::default(),
+                Values::default(),
+                Values::default(),
+            ],
+            firsts: PriorityQueue::new(),
+            lasts: PriorityQueue::new(),
+            by_age: Ordered::default(),
             maxsize,
             fair: FairShare::default(),
             by_org: HashMap::new(),
@@ -420,50 +290,35 @@ impl SchedulerHeap {
     /// every organisation with queued work joins it.
     pub fn with_fairness(mut self, fair: FairShare) -> Self {
         self.fair = fair;
-        let orgs: Vec<Arc<str>> = self.keys[KeyField::Organisation.index()]
-            .keys()
-            .cloned()
+        let orgs: Vec<Arc<str>> = self.values[ORG]
+            .all()
+            .filter_map(|v| self.values[ORG].arc(v).cloned())
             .collect();
         for org in &orgs {
             self.fair.join(org);
         }
         self.by_org.clear();
         if self.fair.is_on() {
-            for (entry, rank) in self.queue.iter() {
-                add_by_org(&mut self.by_org, &entry.keys, *rank, KeySet::append);
+            let slots = &self.slots;
+            for (at, slot) in slots.iter() {
+                let sets = self.by_org.entry(slot.keys[ORG]).or_default();
+                for (i, field) in PER_ORGANISATION.iter().enumerate() {
+                    if let Some(v) = slot.key(*field) {
+                        sets[i].entry(v).or_default().append(at, slot.rank());
+                    }
+                }
             }
-            for map in self.by_org.values_mut().flatten() {
-                map.values_mut().for_each(KeySet::settle);
+            let key = |s: u32| slots.rank(s);
+            for set in self
+                .by_org
+                .values_mut()
+                .flatten()
+                .flat_map(HashMap::values_mut)
+            {
+                set.settle(key);
             }
         }
         self
-    }
-
-    /// Adds a task to its organisation's sets, while organisations take turns.
-    fn index_by_org(&mut self, keys: &[Option<Arc<str>>; KeyField::COUNT], rank: Rank) {
-        if self.fair.is_on() {
-            add_by_org(&mut self.by_org, keys, rank, KeySet::insert);
-        }
-    }
-
-    /// Takes a task out of its organisation's sets.
-    fn unindex_by_org(&mut self, keys: &[Option<Arc<str>>; KeyField::COUNT], rank: &Rank) {
-        let Some(org) = &keys[KeyField::Organisation.index()] else {
-            return;
-        };
-        let Some(sets) = self.by_org.get_mut(org) else {
-            return;
-        };
-        for (slot, field) in PER_ORGANISATION.iter().enumerate() {
-            if let Some(v) = &keys[field.index()]
-                && sets[slot].get_mut(v).is_some_and(|set| set.remove(rank))
-            {
-                sets[slot].remove(v);
-            }
-        }
-        if sets.iter().all(HashMap::is_empty) {
-            self.by_org.remove(org);
-        }
     }
 
     /// Takes the rotation out (to hand it to a heap rebuilt in this one's place).
@@ -477,16 +332,13 @@ impl SchedulerHeap {
     }
 
     /// A builder for a heap filled with about `expected` tasks (sized for them up front: growing
-    /// maps of a million entries rehashes them several times).
+    /// tables of a million entries rehashes them several times).
     pub fn builder(scheduler: SchedulerId, maxsize: usize, expected: usize) -> HeapBuilder {
         let mut heap = Self::new(scheduler, maxsize);
-        heap.by_hash.reserve(expected);
+        heap.slots.reserve(expected);
         // Object references are nearly one per task; the other fields have few values.
-        heap.keys[KeyField::InputOoi.index()].reserve(expected);
-        HeapBuilder {
-            heap,
-            entries: Vec::with_capacity(expected),
-        }
+        heap.values[KeyField::InputOoi.index()].reserve(expected);
+        HeapBuilder { heap }
     }
 
     /// The bound.
@@ -496,174 +348,262 @@ impl SchedulerHeap {
 
     /// Queued tasks held.
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.slots.len()
     }
 
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.slots.len() == 0
     }
 
     /// Whether the bound is reached.
     pub fn is_full(&self) -> bool {
-        self.queue.len() >= self.maxsize
+        self.len() >= self.maxsize
     }
 
     /// Room left before the bound.
     pub fn room(&self) -> usize {
-        self.maxsize.saturating_sub(self.queue.len())
+        self.maxsize.saturating_sub(self.len())
+    }
+
+    /// Bytes the heap holds on the allocator's heap (its tables and sets; not the allocator's
+    /// own overhead), for the figure of memory per queued task.
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.heap_bytes()
+            + self.values.iter().map(Values::heap_bytes).sum::<usize>()
+            + self.by_age.heap_bytes()
+            + (self.firsts.capacity() + self.lasts.capacity()) * 64
+            + self
+                .by_org
+                .values()
+                .flatten()
+                .flat_map(HashMap::values)
+                .map(|s| 48 + s.heap_bytes())
+                .sum::<usize>()
     }
 
     /// A task's rank, if it is in the heap.
     pub fn rank(&self, id: &Uuid) -> Option<Rank> {
-        self.queue.get_priority(id).copied()
+        self.slots.find(id).map(|s| self.slots.rank(s))
     }
 
     /// Whether a task is in the heap.
     pub fn contains(&self, id: &Uuid) -> bool {
-        self.queue.get_priority(id).is_some()
+        self.slots.find(id).is_some()
     }
 
     /// A queued task's hash.
     pub fn hash_of(&self, id: &Uuid) -> Option<String> {
-        self.queue
-            .get(id)?
-            .0
-            .hash
-            .map(|h| format!("{:032x}", u128::from_be_bytes(h)))
+        self.slots
+            .find(id)
+            .and_then(|s| self.slots.get(s).hash())
+            .map(hash_text)
     }
 
     /// A queued task's value of a key field.
     pub fn key_of(&self, id: &Uuid, field: KeyField) -> Option<Arc<str>> {
-        self.queue.get(id)?.0.keys[field.index()].clone()
+        let v = self.slots.get(self.slots.find(id)?).key(field)?;
+        let values = &self.values[field.index()];
+        Some(
+            values
+                .arc(v)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(values.text(v))),
+        )
     }
 
     /// The queued task with this hash, if any.
     pub fn find_hash(&self, hash: &str) -> Option<Uuid> {
-        self.by_hash.get(&hash_bytes(hash)?).copied()
+        let s = self.slots.find_hash(&hash_bytes(hash)?)?;
+        Some(self.slots.get(s).id)
     }
 
-    fn intern(&self, field: KeyField, value: &str) -> Arc<str> {
-        match self.keys[field.index()].get_key_value(value) {
-            Some((k, _)) => k.clone(),
-            None => Arc::from(value),
-        }
-    }
-
-    fn entry_of(&self, task: HeapTask) -> Entry {
-        let mut keys: [Option<Arc<str>>; KeyField::COUNT] = Default::default();
-        keys[KeyField::Organisation.index()] =
-            Some(self.intern(KeyField::Organisation, &task.organisation));
+    /// Stores a task in a new slot, its key values interned (not yet in any set).
+    fn store(&mut self, task: HeapTask) -> u32 {
+        let mut keys = [NONE; KeyField::COUNT];
+        keys[ORG] = self.values[ORG].intern(&task.organisation);
         for field in KeyField::ALL {
             if let Some(v) = task.data_keys.get(field) {
-                keys[field.index()] = Some(self.intern(field, v));
+                keys[field.index()] = self.values[field.index()].intern(v);
             }
         }
-        Entry {
-            id: task.id,
-            modified_micros: Cell::new(micros(task.modified_at)),
-            hash: task.hash.as_deref().and_then(hash_bytes),
-            schedule_id: task.schedule_id,
+        self.slots.insert(Slot::new(
+            task.id,
+            (
+                task.priority,
+                micros(task.created_at),
+                micros(task.modified_at),
+            ),
+            task.hash.as_deref().and_then(hash_bytes),
+            task.schedule_id,
             keys,
-        }
+        ))
     }
 
-    fn index(&mut self, field: KeyField, value: &Arc<str>, rank: Rank) {
-        let mut new = false;
-        self.keys[field.index()]
-            .entry(value.clone())
-            .and_modify(|set| set.insert(rank))
-            .or_insert_with(|| {
-                new = true;
-                KeySet::One(rank)
-            });
-        if new && field == KeyField::Organisation {
-            self.fair.join(value);
-        }
-    }
-
-    fn unindex(&mut self, field: KeyField, value: &Arc<str>, rank: &Rank) {
-        let map = &mut self.keys[field.index()];
-        if map.get_mut(value).is_some_and(|set| set.remove(rank)) {
-            map.remove(value);
-            if field == KeyField::Organisation {
-                self.fair.leave(value);
+    /// Brings an organisation's entries in [`Self::firsts`] and [`Self::lasts`] up to date
+    /// after its set changed.
+    fn touch_org(&mut self, org: u32) {
+        let tasks = self.values[ORG].tasks(org);
+        match (tasks.first(), tasks.last()) {
+            (Some(first), Some(last)) => {
+                self.firsts.push(org, Reverse(self.slots.rank(first)));
+                self.lasts.push(org, self.slots.rank(last));
             }
+            _ => {
+                self.firsts.remove(&org);
+                self.lasts.remove(&org);
+            }
+        }
+    }
+
+    /// Adds a task to every set it belongs in (its slot filled, its values interned).
+    fn index(&mut self, at: u32) {
+        let slot = *self.slots.get(at);
+        let rank = slot.rank();
+        let slots = &self.slots;
+        let key = |s: u32| slots.rank(s);
+        for field in KeyField::ALL {
+            if let Some(v) = slot.key(field)
+                && self.values[field.index()].add(v, at, rank, key)
+                && field == KeyField::Organisation
+                && let Some(org) = self.values[ORG].arc(v)
+            {
+                self.fair.join(org);
+            }
+        }
+        self.by_age
+            .insert(at, (slot.created, at), |s| (slots.get(s).created, s));
+        self.attach_by_org(at);
+        self.touch_org(slot.keys[ORG]);
+    }
+
+    /// Takes a task out of every set it is in (its slot still filled); values left with no task
+    /// are freed, and an organisation left with none leaves the turns.
+    fn unindex(&mut self, at: u32) {
+        let slot = *self.slots.get(at);
+        let rank = slot.rank();
+        self.detach_by_org(at);
+        let slots = &self.slots;
+        let key = |s: u32| slots.rank(s);
+        let org = self.values[ORG].arc(slot.keys[ORG]).cloned();
+        for field in KeyField::ALL {
+            if let Some(v) = slot.key(field)
+                && self.values[field.index()].remove(v, at, rank, key)
+                && field == KeyField::Organisation
+                && let Some(org) = &org
+            {
+                self.fair.leave(org);
+            }
+        }
+        self.by_age
+            .remove(at, (slot.created, at), |s| (slots.get(s).created, s));
+        self.touch_org(slot.keys[ORG]);
+    }
+
+    /// Adds a task to its organisation's sets, while organisations take turns.
+    fn attach_by_org(&mut self, at: u32) {
+        if !self.fair.is_on() {
+            return;
+        }
+        let slot = self.slots.get(at);
+        let (rank, slots) = (slot.rank(), &self.slots);
+        let sets = self.by_org.entry(slot.keys[ORG]).or_default();
+        for (i, field) in PER_ORGANISATION.iter().enumerate() {
+            if let Some(v) = slot.key(*field) {
+                sets[i]
+                    .entry(v)
+                    .or_default()
+                    .insert(at, rank, |s| slots.rank(s));
+            }
+        }
+    }
+
+    /// Takes a task out of its organisation's sets.
+    fn detach_by_org(&mut self, at: u32) {
+        let slot = self.slots.get(at);
+        let Some(sets) = self.by_org.get_mut(&slot.keys[ORG]) else {
+            return;
+        };
+        let (rank, slots) = (slot.rank(), &self.slots);
+        for (i, field) in PER_ORGANISATION.iter().enumerate() {
+            if let Some(v) = slot.key(*field)
+                && let Some(set) = sets[i].get_mut(&v)
+            {
+                set.remove(at, rank, |s| slots.rank(s));
+                if set.is_empty() {
+                    sets[i].remove(&v);
+                }
+            }
+        }
+        if sets.iter().all(HashMap::is_empty) {
+            self.by_org.remove(&slot.keys[ORG]);
         }
     }
 
     /// Adds a task (the caller checks the bound first); a task already held is replaced.
     pub fn insert(&mut self, task: HeapTask) {
         self.remove(&task.id);
-        let rank = task.rank();
-        let entry = self.entry_of(task);
-        for field in KeyField::ALL {
-            if let Some(v) = entry.keys[field.index()].clone() {
-                self.index(field, &v, rank);
-            }
-        }
-        if let Some(h) = entry.hash {
-            self.by_hash.insert(h, entry.id);
-        }
-        self.index_by_org(&entry.keys, rank);
-        self.by_age.insert((rank.created_micros, entry.id));
-        self.queue.push(entry, rank);
+        let at = self.store(task);
+        self.index(at);
     }
 
     /// Removes a task; returns its rank if it was there.
     pub fn remove(&mut self, id: &Uuid) -> Option<Rank> {
-        let (entry, rank) = self.queue.remove(id)?;
-        self.forget(&entry, &rank);
-        Some(rank)
+        let at = self.slots.find(id)?;
+        Some(self.remove_at(at))
     }
 
-    fn forget(&mut self, entry: &Entry, rank: &Rank) {
-        self.by_age.remove(&(rank.created_micros, entry.id));
-        if let Some(h) = entry.hash
-            && self.by_hash.get(&h) == Some(&entry.id)
-        {
-            self.by_hash.remove(&h);
-        }
-        for field in KeyField::ALL {
-            if let Some(v) = &entry.keys[field.index()] {
-                self.unindex(field, v, rank);
-            }
-        }
-        self.unindex_by_org(&entry.keys, rank);
+    fn remove_at(&mut self, at: u32) -> Rank {
+        self.unindex(at);
+        self.slots.remove(at).rank()
     }
 
     /// Gives a queued task a new priority (and records when it changed); false if the task is
     /// not in the heap.
     pub fn rerank(&mut self, id: &Uuid, priority: i64, modified_at: NaiveDateTime) -> bool {
-        let Some((entry, old)) = self.queue.get(id) else {
+        let Some(at) = self.slots.find(id) else {
             return false;
         };
-        let old = *old;
-        entry.modified_micros.set(micros(modified_at));
-        let keys = entry.keys.clone();
-        let rank = Rank { priority, ..old };
-        for field in KeyField::ALL {
-            if let Some(v) = &keys[field.index()] {
-                self.unindex(field, v, &old);
-                self.index(field, v, rank);
+        // Out of every set under the old rank, then back under the new one; the values and the
+        // organisation's place in the turns stay as they are.
+        let slot = *self.slots.get(at);
+        let old = slot.rank();
+        self.detach_by_org(at);
+        {
+            let slots = &self.slots;
+            for field in KeyField::ALL {
+                if let Some(v) = slot.key(field) {
+                    self.values[field.index()].detach(v, at, old, |s| slots.rank(s));
+                }
             }
         }
-        self.unindex_by_org(&keys, &old);
-        self.index_by_org(&keys, rank);
-        self.queue.change_priority(id, rank);
+        let changed = self.slots.get_mut(at);
+        changed.priority = priority;
+        changed.modified = micros(modified_at);
+        let rank = self.slots.rank(at);
+        {
+            let slots = &self.slots;
+            for field in KeyField::ALL {
+                if let Some(v) = slot.key(field) {
+                    self.values[field.index()].attach(v, at, rank, |s| slots.rank(s));
+                }
+            }
+        }
+        self.attach_by_org(at);
+        self.touch_org(slot.keys[ORG]);
         true
     }
 
     /// Takes the best task out.
     pub fn pop_best(&mut self) -> Option<Uuid> {
-        let (entry, rank) = self.queue.pop_min()?;
-        self.forget(&entry, &rank);
-        Some(entry.id)
+        let best = self.best()?;
+        self.remove(&best.id);
+        Some(best.id)
     }
 
     /// The best task, without taking it out.
     pub fn best(&self) -> Option<Rank> {
-        self.queue.peek_min().map(|(_, r)| *r)
+        self.firsts.peek().map(|(_, Reverse(r))| *r)
     }
 
     /// The task an unfiltered pop serves next: the best, if it is a user scan or organisations
@@ -673,9 +613,11 @@ impl SchedulerHeap {
         if !self.fair.is_on() || best.is_user() {
             return Some(best);
         }
+        let orgs = &self.values[ORG];
         self.fair
             .order()
-            .find_map(|org| self.keys[KeyField::Organisation.index()].get(org)?.first())
+            .find_map(|org| orgs.tasks(orgs.find(org)?).first())
+            .map(|s| self.slots.rank(s))
             .or(Some(best))
     }
 
@@ -687,11 +629,14 @@ impl SchedulerHeap {
         if !self.fair.is_on() {
             return None;
         }
-        let orgs = &self.keys[KeyField::Organisation.index()];
-        let own = orgs.get(org).map_or(0, KeySet::len);
-        let (_, largest) = orgs.iter().max_by_key(|(_, set)| set.len())?;
-        if own + 1 < largest.len() {
-            largest.last().filter(|r| !r.is_user())
+        let orgs = &self.values[ORG];
+        let own = orgs.find(org).map_or(0, |v| orgs.count(v));
+        let largest = orgs.all().max_by_key(|v| orgs.count(*v))?;
+        if own + 1 < orgs.count(largest) {
+            orgs.tasks(largest)
+                .last()
+                .map(|s| self.slots.rank(s))
+                .filter(|r| !r.is_user())
         } else {
             None
         }
@@ -699,8 +644,9 @@ impl SchedulerHeap {
 
     /// Takes a task out for a pop, charging its organisation's turn when it is automatic work.
     pub fn take(&mut self, id: &Uuid) -> Option<Rank> {
-        let org = self.key_of(id, KeyField::Organisation);
-        let rank = self.remove(id)?;
+        let at = self.slots.find(id)?;
+        let org = self.values[ORG].arc(self.slots.get(at).keys[ORG]).cloned();
+        let rank = self.remove_at(at);
         if let Some(org) = org.filter(|_| !rank.is_user()) {
             self.fair.charge(&org);
         }
@@ -708,25 +654,30 @@ impl SchedulerHeap {
     }
 
     /// A queued task's place among all queued tasks in priority order (1: the best). O(n): the
-    /// heap keeps no order statistics, and only an operator's question asks.
+    /// heap keeps no order of every task, and only an operator's question asks.
     pub fn rank_of(&self, id: &Uuid) -> Option<u64> {
         let me = self.rank(id)?;
-        Some(self.queue.iter().filter(|(_, r)| **r < me).count() as u64 + 1)
+        Some(self.slots.iter().filter(|(_, s)| s.rank() < me).count() as u64 + 1)
     }
 
     /// A queued task's organisation and its place among that organisation's queued tasks.
     pub fn organisation_rank(&self, id: &Uuid) -> Option<(Arc<str>, u64)> {
-        let me = self.rank(id)?;
-        let org = self.key_of(id, KeyField::Organisation)?;
-        let set = self.keys[KeyField::Organisation.index()].get(&org)?;
-        let ahead = set.iter().take_while(|r| *r < me).count() as u64;
-        Some((org, ahead + 1))
+        let at = self.slots.find(id)?;
+        let slot = self.slots.get(at);
+        let me = slot.rank();
+        let orgs = &self.values[ORG];
+        let org = orgs.arc(slot.keys[ORG])?.clone();
+        let ahead = match orgs.tasks(slot.keys[ORG]) {
+            values::Tasks::One(_) => 0,
+            values::Tasks::Many(set) => set.count_before(&me, |s| self.slots.rank(s)),
+        };
+        Some((org, ahead as u64 + 1))
     }
 
     /// A queued task's values of the keys limits count by.
     pub fn key_values(&self, id: &Uuid) -> Option<KeyValues<'_>> {
-        let keys = &self.queue.get(id)?.0.keys;
-        let at = |f: KeyField| keys[f.index()].as_deref();
+        let slot = self.slots.get(self.slots.find(id)?);
+        let at = |f: KeyField| slot.key(f).map(|v| self.values[f.index()].text(v));
         Some(KeyValues {
             plugin_id: at(KeyField::PluginId),
             oci_image: at(KeyField::OciImage),
@@ -743,10 +694,9 @@ impl SchedulerHeap {
         plan: &Plan,
         admit: &dyn Fn(&Uuid) -> bool,
     ) -> Option<Uuid> {
-        self.candidates(plan).find(|id| {
-            self.record(id, None)
-                .is_some_and(|r| eval::matches(filter, &r))
-                && admit(id)
+        self.candidate_slots(plan).find_map(|s| {
+            let id = self.slots.get(s).id;
+            (eval::matches(filter, &self.record_at(s, None)) && admit(&id)).then_some(id)
         })
     }
 
@@ -786,7 +736,7 @@ impl SchedulerHeap {
         plan: &Plan,
         admit: &dyn Fn(&Uuid) -> bool,
     ) -> Option<Uuid> {
-        let orgs = &self.keys[KeyField::Organisation.index()];
+        let orgs = &self.values[ORG];
         let allowed = plan
             .lookups
             .iter()
@@ -798,38 +748,33 @@ impl SchedulerHeap {
             if allowed.is_some_and(|l| !l.values.iter().any(|v| v.as_str() == &**org)) {
                 continue;
             }
-            let Some(own) = orgs.get(org) else { continue };
-            let mine = self.org_lookup(org, plan);
+            let Some(own) = orgs.find(org) else { continue };
+            let own_len = orgs.count(own);
+            let mine = self.org_lookup(own, plan);
             if mine.as_ref().is_some_and(|(_, n)| *n == 0) {
                 continue;
             }
-            let walk: Box<dyn Iterator<Item = Rank>> = match (mine, lookup) {
-                (Some((sets, n)), _) if n <= lookup_size.min(own.len()) => {
-                    Box::new(Merge::new(sets.into_iter()))
-                }
-                (_, Some(l)) if lookup_size < own.len() => {
-                    let map = &self.keys[l.field.index()];
-                    let sets: Vec<&KeySet> = l
-                        .values
-                        .iter()
-                        .filter_map(|v| map.get(v.as_str()))
-                        .collect();
-                    Box::new(Merge::new(sets.into_iter()))
-                }
-                _ => own.iter(),
+            let walk: Box<dyn Iterator<Item = u32>> = match (mine, lookup) {
+                (Some((sets, n)), _) if n <= lookup_size.min(own_len) => Box::new(Merge::new(
+                    &self.slots,
+                    sets.into_iter()
+                        .map(|s| Box::new(s.iter()) as Box<dyn Iterator<Item = u32>>)
+                        .collect(),
+                )),
+                (_, Some(l)) if lookup_size < own_len => Box::new(self.lookup_walk(l)),
+                _ => orgs.tasks(own).iter(),
             };
-            for r in walk {
+            for s in walk {
                 if budget == 0 {
                     return None;
                 }
                 budget -= 1;
-                let Some(rec) = self.record(&r.id, None) else {
-                    continue;
-                };
-                let same_org =
-                    rec.fields.keys[KeyField::Organisation.index()].as_ref() == Some(org);
-                if same_org && eval::matches(filter, &rec) && admit(&r.id) {
-                    return Some(r.id);
+                let slot = self.slots.get(s);
+                if slot.keys[ORG] == own
+                    && eval::matches(filter, &self.record_at(s, None))
+                    && admit(&slot.id)
+                {
+                    return Some(slot.id);
                 }
             }
         }
@@ -838,30 +783,34 @@ impl SchedulerHeap {
 
     /// When the oldest task in the heap was created.
     pub fn oldest_created(&self) -> Option<NaiveDateTime> {
-        self.by_age.first().map(|(c, _)| from_micros(*c))
+        self.by_age
+            .first()
+            .map(|s| from_micros(self.slots.get(s).created))
     }
 
     /// The worst task, the one a better newcomer pushes out of a full heap.
     pub fn worst(&self) -> Option<Rank> {
-        self.queue.peek_max().map(|(_, r)| *r)
+        self.lasts.peek().map(|(_, r)| *r)
     }
 
-    /// The sets of `org` that a lookup of `plan` on a [`PER_ORGANISATION`] field names, with how
-    /// many tasks they hold (0: the organisation has no candidate); the lookup naming fewest.
-    /// `None` when the plan looks up no such field or organisations do not take turns.
-    fn org_lookup(&self, org: &str, plan: &Plan) -> Option<(Vec<&KeySet>, usize)> {
+    /// The sets of organisation `org` (its value number) that a lookup of `plan` on a
+    /// [`PER_ORGANISATION`] field names, with how many tasks they hold (0: the organisation has
+    /// no candidate); the lookup naming fewest. `None` when the plan looks up no such field or
+    /// organisations do not take turns.
+    fn org_lookup(&self, org: u32, plan: &Plan) -> Option<(Vec<&Ordered<Rank>>, usize)> {
         if !self.fair.is_on() {
             return None;
         }
-        let sets = self.by_org.get(org);
+        let sets = self.by_org.get(&org);
         plan.lookups
             .iter()
             .filter_map(|l| {
                 let slot = per_org_slot(l.field)?;
-                let found: Vec<&KeySet> = l
+                let values = &self.values[l.field.index()];
+                let found: Vec<&Ordered<Rank>> = l
                     .values
                     .iter()
-                    .filter_map(|v| sets?[slot].get(v.as_str()))
+                    .filter_map(|v| sets?[slot].get(&values.find(v.as_str())?))
                     .collect();
                 let n = found.iter().map(|s| s.len()).sum::<usize>();
                 Some((found, n))
@@ -870,12 +819,26 @@ impl SchedulerHeap {
     }
 
     fn set_size(&self, lookup: &Lookup) -> usize {
-        let map = &self.keys[lookup.field.index()];
+        let values = &self.values[lookup.field.index()];
         lookup
             .values
             .iter()
-            .map(|v| map.get(v.as_str()).map_or(0, KeySet::len))
+            .map(|v| values.find(v.as_str()).map_or(0, |v| values.count(v)))
             .sum()
+    }
+
+    /// The tasks of a lookup's values, merged in pop order.
+    fn lookup_walk(&self, lookup: &Lookup) -> Merge<'_> {
+        let values = &self.values[lookup.field.index()];
+        Merge::new(
+            &self.slots,
+            lookup
+                .values
+                .iter()
+                .filter_map(|v| values.find(v.as_str()))
+                .map(|v| values.tasks(v).iter())
+                .collect(),
+        )
     }
 
     /// The lookup of `plan` that names the fewest tasks in this heap.
@@ -883,38 +846,39 @@ impl SchedulerHeap {
         plan.lookups.iter().min_by_key(|l| self.set_size(l))
     }
 
-    /// The tasks a filter planned as `plan` can match, in pop order: through its narrowest
+    /// The slots a filter planned as `plan` can match, in pop order: through its narrowest
     /// lookup, else the whole heap.
-    pub fn candidates<'a>(&'a self, plan: &Plan) -> Box<dyn Iterator<Item = Uuid> + 'a> {
+    fn candidate_slots<'a>(&'a self, plan: &Plan) -> Box<dyn Iterator<Item = u32> + 'a> {
         if plan.nothing {
             return Box::new(std::iter::empty());
         }
-        let merge = match self.best_lookup(plan) {
-            Some(lookup) => {
-                let map = &self.keys[lookup.field.index()];
-                let sets: Vec<&KeySet> = lookup
-                    .values
-                    .iter()
-                    .filter_map(|v| map.get(v.as_str()))
-                    .collect();
-                Merge::new(sets.into_iter())
-            }
-            // Every queued task has an organisation: that index over all its values is the
+        match self.best_lookup(plan) {
+            Some(lookup) => Box::new(self.lookup_walk(lookup)),
+            // Every queued task has an organisation: those sets over all their values are the
             // whole heap.
-            None => Merge::new(self.keys[KeyField::Organisation.index()].values()),
-        };
-        Box::new(merge.map(|r| r.id))
+            None => {
+                let orgs = &self.values[ORG];
+                Box::new(Merge::new(
+                    &self.slots,
+                    orgs.all().map(|v| orgs.tasks(v).iter()).collect(),
+                ))
+            }
+        }
+    }
+
+    /// The tasks a filter planned as `plan` can match, in pop order: through its narrowest
+    /// lookup, else the whole heap.
+    pub fn candidates<'a>(&'a self, plan: &Plan) -> Box<dyn Iterator<Item = Uuid> + 'a> {
+        Box::new(self.candidate_slots(plan).map(|s| self.slots.get(s).id))
     }
 
     /// The first `limit` tasks matching `filter`, in pop order, for a filter that reads no
     /// payload (`!plan.needs_payload`). They stay in the heap.
     pub fn matching(&self, filter: &FilterNode, plan: &Plan, limit: usize) -> Vec<Uuid> {
-        self.candidates(plan)
-            .filter(|id| {
-                self.record(id, None)
-                    .is_some_and(|r| eval::matches(filter, &r))
-            })
+        self.candidate_slots(plan)
+            .filter(|s| eval::matches(filter, &self.record_at(*s, None)))
             .take(limit)
+            .map(|s| self.slots.get(s).id)
             .collect()
     }
 
@@ -924,53 +888,59 @@ impl SchedulerHeap {
         id: &Uuid,
         payload: Option<&'a serde_json::Value>,
     ) -> Option<HeapRecord<'a>> {
-        let (entry, rank) = self.queue.get(id)?;
-        Some(HeapRecord {
+        Some(self.record_at(self.slots.find(id)?, payload))
+    }
+
+    fn record_at<'a>(&'a self, at: u32, payload: Option<&'a serde_json::Value>) -> HeapRecord<'a> {
+        HeapRecord {
             scheduler: self.scheduler,
-            rank: *rank,
-            fields: entry,
+            slot: self.slots.get(at),
+            values: &self.values,
             payload,
-        })
+        }
     }
 }
 
 /// A queued task in the heap, for filter evaluation.
 pub struct HeapRecord<'a> {
     scheduler: SchedulerId,
-    rank: Rank,
-    fields: &'a Entry,
+    slot: &'a Slot,
+    values: &'a [Values; KeyField::COUNT],
     payload: Option<&'a serde_json::Value>,
+}
+
+impl HeapRecord<'_> {
+    fn key(&self, field: KeyField) -> Option<&str> {
+        self.slot
+            .key(field)
+            .map(|v| self.values[field.index()].text(v))
+    }
 }
 
 impl Record for HeapRecord<'_> {
     fn text(&self, column: Column) -> Option<Cow<'_, str>> {
         match column {
-            Column::Id => Some(Cow::Owned(self.rank.id.hyphenated().to_string())),
+            Column::Id => Some(Cow::Owned(self.slot.id.hyphenated().to_string())),
             Column::SchedulerId | Column::Type => Some(Cow::Borrowed(self.scheduler.as_str())),
             Column::ScheduleId => self
-                .fields
-                .schedule_id
+                .slot
+                .schedule()
                 .map(|s| Cow::Owned(s.hyphenated().to_string())),
-            Column::Organisation => self.fields.keys[KeyField::Organisation.index()]
-                .as_deref()
-                .map(Cow::Borrowed),
-            Column::Hash => self
-                .fields
-                .hash
-                .map(|h| Cow::Owned(format!("{:032x}", u128::from_be_bytes(h)))),
+            Column::Organisation => self.key(KeyField::Organisation).map(Cow::Borrowed),
+            Column::Hash => self.slot.hash().map(|h| Cow::Owned(hash_text(h))),
             Column::Status => Some(Cow::Borrowed("queued")),
             _ => None,
         }
     }
 
     fn priority(&self) -> i64 {
-        self.rank.priority
+        self.slot.priority
     }
 
     fn time(&self, column: Column) -> Option<NaiveDateTime> {
         match column {
-            Column::CreatedAt => Some(from_micros(self.rank.created_micros)),
-            Column::ModifiedAt => Some(from_micros(self.fields.modified_micros.get())),
+            Column::CreatedAt => Some(from_micros(self.slot.created)),
+            Column::ModifiedAt => Some(from_micros(self.slot.modified)),
             _ => None,
         }
     }
@@ -980,9 +950,7 @@ impl Record for HeapRecord<'_> {
             return json_at(data, path);
         }
         match KeyField::of_data_path(self.scheduler, path) {
-            Some(field) => self.fields.keys[field.index()]
-                .as_deref()
-                .map_or(Json::Missing, Json::Text),
+            Some(field) => self.key(field).map_or(Json::Missing, Json::Text),
             None => Json::Missing,
         }
     }
@@ -1097,10 +1065,11 @@ mod tests {
         assert_eq!(heap.pop_best(), Some(c.id));
         assert_eq!(heap.pop_best(), Some(b.id));
         assert!(
-            heap.keys.iter().all(HashMap::is_empty),
-            "no empty sets left"
+            heap.values.iter().all(Values::is_empty),
+            "no value without a task left"
         );
-        assert!(heap.queue.is_empty() && heap.by_hash.is_empty());
+        assert!(heap.is_empty() && heap.by_age.is_empty());
+        assert!(heap.firsts.is_empty() && heap.lasts.is_empty());
     }
 
     #[test]
@@ -1442,5 +1411,267 @@ mod tests {
         assert!(heap.is_full());
         assert_eq!(heap.worst().map(|r| r.id), Some(b.id));
         assert_eq!(heap.best().map(|r| r.id), Some(a.id));
+    }
+
+    /// A small deterministic generator (xorshift64*), so a failing case reproduces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A random task drawn from small pools, so ranks tie on priority and creation time (the id
+    /// decides), values are shared by a few tasks or many, and hashes repeat.
+    fn random_task(rng: &mut Rng) -> HeapTask {
+        let id = Uuid::from_u128(u128::from(rng.next()) << 64 | u128::from(rng.next()));
+        let created = rng.below(40) as i64;
+        HeapTask {
+            id,
+            priority: 1 + rng.below(12) as i64,
+            created_at: t(created),
+            modified_at: t(created),
+            hash: Some(format!("{:032x}", rng.below(300))),
+            schedule_id: (rng.below(2) == 0).then(|| Uuid::from_u128(u128::from(rng.next()))),
+            organisation: format!("org{}", rng.below(6)),
+            data_keys: DataKeys {
+                plugin_id: Some(format!("b{}", rng.below(5))),
+                oci_image: (rng.below(5) != 0).then(|| format!("img{}", rng.below(3))),
+                input_ooi: Some(format!("Hostname|internet|h{}", rng.below(150))),
+                deduplication_key: (rng.below(4) == 0).then(|| format!("d{}", rng.below(20))),
+            },
+        }
+    }
+
+    /// Whether a model task has `field`'s `value`.
+    fn has(t: &HeapTask, field: KeyField, value: &str) -> bool {
+        match field {
+            KeyField::Organisation => t.organisation == value,
+            f => t.data_keys.get(f) == Some(value),
+        }
+    }
+
+    /// Compares the heap with the model (the tasks it should hold, and which task each hash
+    /// finds) on every question the engine asks of it.
+    fn check(
+        heap: &SchedulerHeap,
+        model: &[HeapTask],
+        hashes: &HashMap<String, Uuid>,
+        rng: &mut Rng,
+    ) {
+        let mut sorted: Vec<&HeapTask> = model.iter().collect();
+        sorted.sort_by_key(|t| t.rank());
+        assert_eq!(heap.len(), model.len());
+        assert_eq!(heap.best(), sorted.first().map(|t| t.rank()));
+        assert_eq!(heap.worst(), sorted.last().map(|t| t.rank()));
+        assert_eq!(
+            heap.oldest_created(),
+            model.iter().map(|t| t.created_at).min()
+        );
+        for (hash, id) in hashes {
+            assert_eq!(heap.find_hash(hash), Some(*id), "hash {hash}");
+        }
+        // Each key field's lookup, in pop order, stops at its limit.
+        let (field, name, value) = match rng.below(5) {
+            0 => (KeyField::Organisation, None, format!("org{}", rng.below(6))),
+            1 => (
+                KeyField::PluginId,
+                Some("boefje__id"),
+                format!("b{}", rng.below(5)),
+            ),
+            2 => (
+                KeyField::OciImage,
+                Some("boefje__oci_image"),
+                format!("img{}", rng.below(3)),
+            ),
+            3 => (
+                KeyField::InputOoi,
+                Some("input_ooi"),
+                format!("Hostname|internet|h{}", rng.below(150)),
+            ),
+            _ => (
+                KeyField::DedupKey,
+                Some("deduplication_key"),
+                format!("d{}", rng.below(20)),
+            ),
+        };
+        let f = match name {
+            None => {
+                parse_request(&json!({"filters": [{"column": "organisation", "value": value}]}))
+            }
+            Some(n) => parse_request(&json!({"filters": [
+                {"column": "data", "field": n, "operator": "==", "value": value}]})),
+        }
+        .unwrap();
+        let p = plan(&f, SchedulerId::Boefje);
+        let want: Vec<Uuid> = sorted
+            .iter()
+            .filter(|t| has(t, field, &value))
+            .take(7)
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(heap.matching(&f, &p, 7), want, "{field:?} = {value}");
+        // The whole heap in pop order, through a filter with no lookup.
+        let all = parse_request(
+            &json!({"filters": [{"column": "priority", "operator": ">", "value": 0}]}),
+        )
+        .unwrap();
+        let pa = plan(&all, SchedulerId::Boefje);
+        let everything: Vec<Uuid> = sorted
+            .iter()
+            .filter(|t| t.priority > 0)
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(heap.matching(&all, &pa, usize::MAX), everything);
+        if let Some(t) = model.get(rng.below(model.len().max(1) as u64) as usize) {
+            let place = sorted.iter().position(|x| x.id == t.id).unwrap() as u64 + 1;
+            assert_eq!(heap.rank_of(&t.id), Some(place));
+            let in_org = sorted
+                .iter()
+                .filter(|x| x.organisation == t.organisation && x.rank() < t.rank())
+                .count() as u64
+                + 1;
+            assert_eq!(
+                heap.organisation_rank(&t.id),
+                Some((Arc::from(t.organisation.as_str()), in_org))
+            );
+            assert_eq!(
+                heap.key_of(&t.id, KeyField::InputOoi).as_deref(),
+                t.data_keys.input_ooi.as_deref()
+            );
+            let kv = heap.key_values(&t.id).unwrap();
+            assert_eq!(kv.oci_image, t.data_keys.oci_image.as_deref());
+            assert_eq!(kv.organisation, Some(t.organisation.as_str()));
+        }
+        if heap.fairness().is_on() {
+            // Whose turn it is: the first organisation in the rotation with a task (of the image,
+            // for an image pop) gives its best one.
+            let turn = |pred: &dyn Fn(&HeapTask) -> bool| {
+                heap.fairness().order().find_map(|org| {
+                    sorted
+                        .iter()
+                        .find(|t| *t.organisation == **org && pred(t))
+                        .map(|t| t.id)
+                })
+            };
+            let image = format!("img{}", rng.below(3));
+            let f = parse_request(&json!({"filters": [
+                {"column": "data", "field": "boefje__oci_image", "operator": "in", "value": [image]}]}))
+            .unwrap();
+            let p = plan(&f, SchedulerId::Boefje);
+            assert_eq!(
+                heap.fair_match(&f, &p, &|_| true),
+                turn(&|t| t.data_keys.oci_image.as_deref() == Some(image.as_str()))
+            );
+            let best_is_user = sorted
+                .first()
+                .is_some_and(|t| t.priority <= USER_PRIORITY_MAX);
+            if !best_is_user {
+                assert_eq!(heap.next_fair().map(|r| r.id), turn(&|_| true));
+            }
+        }
+    }
+
+    /// Random inserts, removals, re-ranks, pops and rebuilds against a model, with organisations
+    /// taking turns and not: every answer of the heap is the model's.
+    #[test]
+    fn the_heap_answers_as_a_plain_list_of_its_tasks_would() {
+        for (seed, fair) in [(1, false), (2, true), (3, true), (4, false)] {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+            let fairness = || {
+                FairShare::new(
+                    if fair {
+                        Fairness::Organisation
+                    } else {
+                        Fairness::Off
+                    },
+                    Weights::default(),
+                )
+            };
+            let mut heap =
+                SchedulerHeap::new(SchedulerId::Boefje, 10_000).with_fairness(fairness());
+            let mut model: Vec<HeapTask> = Vec::new();
+            let mut hashes: HashMap<String, Uuid> = HashMap::new();
+            let forget = |hashes: &mut HashMap<String, Uuid>, t: &HeapTask| {
+                if let Some(h) = &t.hash
+                    && hashes.get(h) == Some(&t.id)
+                {
+                    hashes.remove(h);
+                }
+            };
+            for step in 0..3_000 {
+                match rng.below(10) {
+                    0..=3 => {
+                        let t = random_task(&mut rng);
+                        hashes.insert(t.hash.clone().unwrap(), t.id);
+                        heap.insert(t.clone());
+                        model.push(t);
+                    }
+                    4 if !model.is_empty() => {
+                        let t = model.swap_remove(rng.below(model.len() as u64) as usize);
+                        forget(&mut hashes, &t);
+                        assert_eq!(heap.remove(&t.id), Some(t.rank()));
+                    }
+                    5 | 6 if !model.is_empty() => {
+                        let i = rng.below(model.len() as u64) as usize;
+                        let priority = rng.below(12) as i64;
+                        assert!(heap.rerank(&model[i].id, priority, t(99)));
+                        model[i].priority = priority;
+                    }
+                    7 if !model.is_empty() => {
+                        let best = heap.pop_best().unwrap();
+                        let i = model.iter().position(|t| t.id == best).unwrap();
+                        let t = model.swap_remove(i);
+                        forget(&mut hashes, &t);
+                    }
+                    8 if !model.is_empty() => {
+                        // A fair pop's way out: the turn's task, charged to its organisation.
+                        let next = heap.next_fair().unwrap();
+                        heap.take(&next.id);
+                        let i = model.iter().position(|t| t.id == next.id).unwrap();
+                        let t = model.swap_remove(i);
+                        forget(&mut hashes, &t);
+                    }
+                    9 if step % 500 == 9 => {
+                        // A rebuild from the table: the same tasks, loaded in bulk in any order.
+                        let turns = heap.take_fairness().emptied();
+                        let mut b =
+                            SchedulerHeap::builder(SchedulerId::Boefje, 10_000, model.len());
+                        for t in model.iter().rev() {
+                            b.push(t.clone());
+                        }
+                        heap = b.finish().with_fairness(turns);
+                        // A bulk load keeps one task per hash, as the table's rows name them.
+                        hashes.clear();
+                        for t in model.iter().rev() {
+                            hashes.insert(t.hash.clone().unwrap(), t.id);
+                        }
+                    }
+                    _ => {}
+                }
+                if step % 7 == 0 {
+                    check(&heap, &model, &hashes, &mut rng);
+                }
+            }
+            check(&heap, &model, &hashes, &mut rng);
+            model.sort_by_key(HeapTask::rank);
+            assert_eq!(
+                ids(&mut heap),
+                model.iter().map(|t| t.id).collect::<Vec<_>>()
+            );
+            assert!(
+                heap.values.iter().all(Values::is_empty),
+                "seed {seed}: values left"
+            );
+            assert!(heap.by_org.is_empty() && heap.by_age.is_empty());
+        }
     }
 }
