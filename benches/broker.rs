@@ -16,6 +16,7 @@
 //! cargo bench --bench broker -- --cron --due 10000 --rescore-tasks 100000   # a quick look
 //! cargo bench --bench broker -- --sqlite        # the embedded default: pops and pushes (broker/sqlite.rs)
 //! cargo bench --bench broker -- --pushes        # pushes at 64 clients ÷ INSERT commits (broker/pushes.rs)
+//! cargo bench --bench broker -- --completions   # jobs completed/s, 16 workers ÷ Graphile Worker's pool (broker/completions.rs)
 //! cargo bench --bench broker -- --wal --jobs 5000   # WAL per job's life, per step (broker/wal.rs)
 //! cargo bench --bench broker -- --memory        # resident bytes per queued task at 1e5 and 1e6 (broker/memory.rs)
 //! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
@@ -50,6 +51,9 @@
 //!   (`--tasks` queued);
 //! - `pushes.rs` (`--pushes`): pushes of new tasks at `--clients` against single-row INSERT
 //!   commits at `--pg-clients`, alternating rounds, on their own (without the 1e6 seed);
+//! - `completions.rs` (`--completions`): jobs completed per second by 16 workers (pop 10, two
+//!   PATCHes each, over HTTP) against Graphile Worker's 16-way pool in process (installed from
+//!   npm; `broker/graphile_completions.js`), alternating rounds on the same server;
 //! - `wal.rs` (`--wal`, `--jobs N` default 5,000, `--pg-wal DIR`): the write-ahead log of a job's
 //!   life (push, pop, running, completed) per step, read with `pg_waldump`, against a minimal
 //!   SQL job queue in the same run; `broker/graphile_wal.sh` measures Graphile Worker (installed
@@ -67,6 +71,8 @@
 
 #[path = "broker/cluster.rs"]
 mod cluster;
+#[path = "broker/completions.rs"]
+mod completions;
 #[path = "broker/cron.rs"]
 mod cron;
 #[path = "broker/fair_heap.rs"]
@@ -148,6 +154,8 @@ struct Options {
     vs: Option<String>,
     /// Run the pushes scenario (`broker/pushes.rs`).
     pushes: bool,
+    /// Run the completions scenario (`broker/completions.rs`).
+    completions: bool,
     /// Run the WAL scenario (`broker/wal.rs`).
     wal: bool,
     /// Jobs per side and round in it.
@@ -205,6 +213,7 @@ fn options() -> Result<Options> {
         flood: 9_000,
         vs: None,
         pushes: false,
+        completions: false,
         wal: false,
         jobs: 5_000,
         pg_wal: None,
@@ -249,6 +258,7 @@ fn options() -> Result<Options> {
             "--flood" => o.flood = count(&value()?)?,
             "--vs" => o.vs = Some(value()?),
             "--pushes" => o.pushes = true,
+            "--completions" => o.completions = true,
             "--wal" => o.wal = true,
             "--jobs" => o.jobs = count(&value()?)?,
             "--pg-wal" => o.pg_wal = Some(value()?),
@@ -283,6 +293,7 @@ fn options() -> Result<Options> {
         && !o.cluster
         && !o.fairness
         && !o.pushes
+        && !o.completions
         && !o.wal
         && !o.memory
     {
@@ -335,6 +346,9 @@ fn main() -> Result<()> {
     }
     if o.pushes {
         line.push(pushes::run_pushes(&o, &base)?);
+    }
+    if o.completions {
+        line.push(completions::run_completions(&o, &base)?);
     }
     if o.wal {
         line.push(wal::run_wal(&o, &base)?);
