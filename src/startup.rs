@@ -352,8 +352,7 @@ impl Application {
             info!(tokens = ?tokens, "bearer tokens required");
         }
         let catalogue = build_catalogue(&settings, clock_for_listener.clone())?;
-        let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits)
-            .with_asynchronous_links(true);
+        let schedules = Schedules::new(pool.clone(), clock_for_schedules, settings.limits);
         let scorer = Arc::new(Scorer::new(settings.scoring()));
         let cadence = Cadence {
             grace: Duration::from_secs(settings.cron.grace_period_secs),

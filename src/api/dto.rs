@@ -91,6 +91,7 @@ impl From<TaskPush> for PushRequest {
             once: false,
             schedule_id: None,
             explanation: None,
+            link: None,
         }
     }
 }

@@ -167,12 +167,7 @@ impl Planner {
                 return results;
             }
         };
-        if let Err(e) = self.link(&mut requests, cadences).await {
-            for &i in &owners {
-                merge(&mut results[i], e.clone());
-            }
-            return results;
-        }
+        self.link(&mut requests, cadences);
         let waiting = self
             .push(SchedulerId::Boefje, requests, &owners, &mut results)
             .await;
@@ -259,43 +254,31 @@ impl Planner {
         Ok(inputs)
     }
 
-    /// Links each task to the schedule of its hash, making one that is due next (`None` in
-    /// `plans`: a plugin that runs only on events gets no schedule, as in mula).
-    async fn link(
+    /// Gives each task the schedule its hash gets if it has none, due next (`None` in `plans`: a
+    /// plugin that runs only on events gets no schedule, as in mula); the engine writes it with
+    /// the task, or names the schedule the hash has.
+    fn link(
         &self,
         requests: &mut [PushRequest],
         plans: Vec<Option<(Option<String>, Option<chrono::Duration>)>>,
-    ) -> Result<(), PlanError> {
+    ) {
         let Some((schedules, cadence)) = &self.schedules else {
-            return Ok(());
+            return;
         };
         let now = self.clock.now();
-        let mut at = Vec::new();
-        let mut seeds = Vec::new();
-        for (i, (r, plan)) in requests.iter().zip(plans).enumerate() {
+        for (r, plan) in requests.iter_mut().zip(plans) {
             let Some((cron, interval)) = plan else {
                 continue;
             };
             let key = serde_json::Value::Object(r.data.clone()).to_string();
-            seeds.push(Seed {
+            let seed = Seed {
                 organisation: r.organisation.clone(),
                 data: r.data.clone(),
                 deadline_at: cadence.next(&key, cron.as_deref(), Some(interval), now),
                 cron,
-            });
-            at.push(i);
+            };
+            r.link = schedules.link_row(SchedulerId::Boefje, seed);
         }
-        if seeds.is_empty() {
-            return Ok(());
-        }
-        let ids = schedules
-            .link(SchedulerId::Boefje, seeds)
-            .await
-            .map_err(|e| PlanError::Passing(e.to_string()))?;
-        for (i, linked) in at.into_iter().zip(ids) {
-            requests[i].schedule_id = linked.map(|l| l.id);
-        }
-        Ok(())
     }
 
     /// Plans the normalizer tasks of raw files and pushes them all at once; answers, per file,

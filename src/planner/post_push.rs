@@ -2,9 +2,10 @@
 //! the schedule of its hash, made if there is none, so the work recurs (a scan a user starts in
 //! Rocky is rescheduled after it, as mula does).
 //!
-//! The schedule is linked *before* the push so the task carries its id from the start, in the
-//! database and in the heap alike. A push the queue then refuses (409, 429, 503) takes back a
-//! schedule this push made, so a refused push writes nothing. Normalizer work has no schedule.
+//! The push carries the schedule row its hash gets if it has none ([`PushRequest::link`]); the
+//! engine writes it in the transaction that creates the task, or finds the hash's schedule and
+//! names that one. A push the queue refuses (409, 429, 503), or that boosts work already waiting,
+//! writes no schedule. Normalizer work has no schedule.
 
 use tracing::warn;
 
@@ -13,7 +14,7 @@ use crate::clock::SharedClock;
 use crate::domain::SchedulerId;
 use crate::domain::schedule::Cadence;
 use crate::queue::{Broker, PushOutcome, PushRequest, QueueError};
-use crate::schedules::{Linked, Schedules, Seed};
+use crate::schedules::{Schedules, Seed};
 
 /// Links a client's boefje and report pushes to their schedule.
 #[derive(Clone)]
@@ -39,28 +40,12 @@ impl PushLinker {
         if scheduler == SchedulerId::Normalizer || request.schedule_id.is_some() {
             return broker.push(scheduler, request).await;
         }
-        // A push that is malformed as it is gets its 4xx before anything is written.
+        // A push that is malformed as it is gets its 4xx before the catalogue is asked.
         broker.check(scheduler, &request)?;
-        let linked = match self.seed(scheduler, &request).await {
-            Some(seed) => match self.schedules.link(scheduler, vec![seed]).await {
-                Ok(mut ids) => ids.pop().flatten(),
-                Err(e) => {
-                    // The schedule only makes the work recur; the push itself goes ahead.
-                    warn!(%scheduler, error = %e, "pushed task not linked to a schedule");
-                    None
-                }
-            },
-            None => None,
-        };
-        request.schedule_id = linked.map(|l| l.id);
-        let outcome = broker.push(scheduler, request).await;
-        if outcome.is_err()
-            && let Some(Linked { id, created: true }) = linked
-            && let Err(e) = self.schedules.delete(id).await
-        {
-            warn!(%scheduler, schedule = %id, error = %e, "schedule of a refused push not taken back");
+        if let Some(seed) = self.seed(scheduler, &request).await {
+            request.link = self.schedules.link_row(scheduler, seed);
         }
-        outcome
+        broker.push(scheduler, request).await
     }
 
     /// The schedule `request`'s work gets when it has none: a boefje's from its plugin (cron

@@ -9,6 +9,7 @@ use crate::domain::SchedulerId;
 use crate::domain::keys::{DataKeys, KeyField};
 use crate::domain::limits::Limits;
 use crate::domain::payload::{data_id, hash_for};
+use crate::storage::schedules::ScheduleRow;
 
 /// What a client pushes (mula's `TaskPush`, plus the keys of a full task a worker re-pushes).
 /// Serde only for forwarding to the owning instance, which takes every field as it is.
@@ -41,6 +42,12 @@ pub struct PushRequest {
     /// has the explanation its re-scores start from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<String>,
+    /// The schedule of the work's hash, made if there is none (mula's `post_push`; see
+    /// [`crate::schedules::Schedules::link_row`]): written by the engine in the transaction that
+    /// creates the task, which then names the schedule of its hash (this row's id, or the one
+    /// that existed). A push that creates no task (a boost, a refusal) writes no schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<ScheduleRow>,
 }
 
 /// A validated task, not yet placed.
@@ -64,6 +71,8 @@ pub(crate) struct NewTask {
     pub keys: DataKeys,
     /// See [`PushRequest::explanation`].
     pub explanation: Option<String>,
+    /// See [`PushRequest::link`]; none when the push names its schedule.
+    pub link: Option<ScheduleRow>,
 }
 
 /// Validates `req` for `scheduler`, within `limits`.
@@ -138,6 +147,7 @@ pub(crate) fn prepare(
         data,
         keys,
         explanation: req.explanation,
+        link: req.link.filter(|_| req.schedule_id.is_none()),
     })
 }
 

@@ -1,14 +1,14 @@
 //! Schedules: recurring work, as mula's `/schedules` API keeps it (create, read, list, search,
 //! change, delete) with its rules: a schedule's hash is its task data's hash and unique over all
 //! schedules; it needs a cron expression or a deadline; without a deadline the next cron fire is
-//! it. The `schedules` table's one writer while the service runs: for the API, for the schedules
-//! of planned and pushed work (the linker) and for rescheduling, which reads the due schedules
-//! and settles a page of fires (next deadlines, disables) here; `import-mula` copies mula's rows
-//! in with the service stopped. Also the one writer of `schedule_fires`, the fire ledger: each
+//! it. The `schedules` table's writer while the service runs, for the API and for rescheduling,
+//! which reads the due schedules and settles a page of fires (next deadlines, disables) here;
+//! the schedules of planned and pushed work (mula's `post_push`) it makes as rows
+//! ([`Schedules::link_row`]) that the queue's engine writes in the transaction of the push that
+//! needs one, so a push and its schedule are written together or not at all; `import-mula` copies
+//! mula's rows in with the service stopped. Also the one writer of `schedule_fires`, the fire ledger: each
 //! due fire's fate is recorded in the transaction that settles its schedule, shown by
 //! [`Schedules::history`] and pruned past its retention by [`Schedules::prune_history`].
-
-mod linker;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
@@ -93,15 +93,6 @@ pub struct Seed {
     pub deadline_at: Option<DateTime<Utc>>,
 }
 
-/// The schedule a task was linked to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Linked {
-    /// The schedule id.
-    pub id: Uuid,
-    /// Made by this link (there was none for the hash).
-    pub created: bool,
-}
-
 /// The fields a `PATCH /schedules/{id}` may change; `None` leaves a field alone, `Some(None)`
 /// clears it.
 #[derive(Debug, Clone, Default)]
@@ -132,19 +123,6 @@ pub struct Schedules {
     pool: DbPool,
     clock: SharedClock,
     limits: Limits,
-    /// Links commit without waiting for the disk (PostgreSQL's `synchronous_commit = off`,
-    /// SQLite's `synchronous = NORMAL`). Every caller of [`Schedules::link`] pushes the linked
-    /// work next and answers after that push is durable; the push commits after the link, and
-    /// the write-ahead log is one sequence (PostgreSQL's WAL, SQLite's `-wal` file, whose sync
-    /// covers every frame before it), so the flush that makes the push durable (its own, or the
-    /// flush barrier's) makes the link durable too. The one exception is a push that writes
-    /// nothing (the same work already waits): a schedule created for it reaches the disk with
-    /// the next flush (PostgreSQL's WAL writer within `wal_writer_delay`, SQLite's next synced
-    /// commit or checkpoint), and if a crash loses it first, the next push of that work creates
-    /// it again.
-    asynchronous_links: bool,
-    /// The task that writes links in batches, started with the first link, shared by clones.
-    linker: std::sync::Arc<std::sync::OnceLock<linker::Linker>>,
 }
 
 fn is_unique_violation(e: &diesel::result::Error) -> bool {
@@ -161,16 +139,7 @@ impl Schedules {
             pool,
             clock,
             limits,
-            asynchronous_links: false,
-            linker: std::sync::Arc::default(),
         }
-    }
-
-    /// Lets links commit without waiting for the disk (see the field).
-    #[must_use]
-    pub fn with_asynchronous_links(mut self, on: bool) -> Self {
-        self.asynchronous_links = on;
-        self
     }
 
     async fn db<T: Send + 'static>(
@@ -352,64 +321,32 @@ impl Schedules {
         .await
     }
 
-    /// The schedule of each task pushed by the planner or a client (mula's `post_push`): the
-    /// existing one of its hash, or a new one from `seed`. Answers a schedule id per seed (`None`
-    /// for data that has no hash).
-    pub async fn link(
-        &self,
-        scheduler: SchedulerId,
-        seeds: Vec<Seed>,
-    ) -> Result<Vec<Option<Linked>>, ScheduleError> {
+    /// The schedule a task pushed by the planner or a client gets when its hash has none (mula's
+    /// `post_push`), made from `seed`: the push carries it ([`crate::queue::PushRequest::link`])
+    /// and the engine writes it in the transaction that creates the task, unless the hash has a
+    /// schedule already, which the task then names. `None` for data that has no hash.
+    pub fn link_row(&self, scheduler: SchedulerId, seed: Seed) -> Option<ScheduleRow> {
         let now = self.clock.now().naive_utc();
-        let mut rows = Vec::new();
-        let mut fresh = std::collections::HashMap::new();
-        let hashes: Vec<Option<String>> = seeds
-            .into_iter()
-            .map(|seed| {
-                let hash = hash_for(scheduler, &seed.data).ok()?;
-                let mut data = seed.data;
-                // The schedule keeps the work, not one task's identity.
-                data.remove("id");
-                data.remove("deduplication_key");
-                let id = Uuid::new_v4();
-                fresh.insert(hash.clone(), id);
-                rows.push(ScheduleRow {
-                    id: id.hyphenated().to_string(),
-                    scheduler_id: scheduler.as_str().to_owned(),
-                    organisation: seed.organisation,
-                    hash: Some(hash.clone()),
-                    data: Value::Object(data).to_string(),
-                    enabled: true,
-                    schedule: seed.cron,
-                    deadline_at: seed
-                        .deadline_at
-                        .map(|d| crate::clock::truncate_micros(d).naive_utc()),
-                    created_at: now,
-                    modified_at: now,
-                    disabled_reason: None,
-                });
-                Some(hash)
-            })
-            .collect();
-        if rows.is_empty() {
-            return Ok(hashes.iter().map(|_| None).collect());
-        }
-        let ids = self
-            .linker
-            .get_or_init(|| linker::Linker::start(self.pool.clone(), self.asynchronous_links))
-            .ensure(rows)
-            .await?;
-        Ok(hashes
-            .into_iter()
-            .map(|h| {
-                let h = h?;
-                let id = Uuid::parse_str(ids.get(&h)?).ok()?;
-                Some(Linked {
-                    id,
-                    created: fresh.get(&h) == Some(&id),
-                })
-            })
-            .collect())
+        let hash = hash_for(scheduler, &seed.data).ok()?;
+        let mut data = seed.data;
+        // The schedule keeps the work, not one task's identity.
+        data.remove("id");
+        data.remove("deduplication_key");
+        Some(ScheduleRow {
+            id: Uuid::new_v4().hyphenated().to_string(),
+            scheduler_id: scheduler.as_str().to_owned(),
+            organisation: seed.organisation,
+            hash: Some(hash),
+            data: Value::Object(data).to_string(),
+            enabled: true,
+            schedule: seed.cron,
+            deadline_at: seed
+                .deadline_at
+                .map(|d| crate::clock::truncate_micros(d).naive_utc()),
+            created_at: now,
+            modified_at: now,
+            disabled_reason: None,
+        })
     }
 
     /// A page of `scheduler`'s due schedules (`enabled`, `deadline_at <= now`), oldest due first,

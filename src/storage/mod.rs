@@ -466,9 +466,9 @@ where
     })?
 }
 
-/// A pooled connection one writer keeps across its batches (a queue engine, the schedule
-/// linker). With `unsynced`, its commits do not wait for the disk (PostgreSQL's
-/// `synchronous_commit = off`, SQLite's `synchronous = NORMAL`): its writer answers only once a
+/// A pooled connection one writer keeps across its batches (a queue engine). With `unsynced`,
+/// its commits do not wait for the disk (PostgreSQL's `synchronous_commit = off`, SQLite's
+/// `synchronous = NORMAL`): its writer answers only once a
 /// later synced commit in the same log covers them. The setting is taken back before the
 /// connection returns to the pool, where others answer after their own commit.
 pub struct WriterConn {
@@ -502,7 +502,7 @@ const INDEX_PLANS: (&str, &str) = (
 
 impl WriterConn {
     /// Checks a connection out of `pool` for a writer.
-    pub fn checkout(pool: &DbPool, unsynced: bool) -> Result<WriterConn, StorageError> {
+    fn checkout(pool: &DbPool, unsynced: bool) -> Result<WriterConn, StorageError> {
         let mut conn = checkout(pool)?;
         if unsynced {
             conn.batch_execute(commit_mode(Backend::of(&conn)).0)?;

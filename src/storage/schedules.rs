@@ -21,8 +21,9 @@ use crate::domain::schedule::Schedule;
 const COLUMNS: &str = "id, scheduler_id, organisation, hash, data, enabled, schedule, \
      deadline_at, created_at, modified_at, disabled_reason";
 
-/// A `schedules` row.
-#[derive(Debug, Clone, PartialEq, QueryableByName)]
+/// A `schedules` row. Serde for a push's link crossing to the scheduler's owner
+/// ([`crate::queue::PushRequest::link`]).
+#[derive(Debug, Clone, PartialEq, QueryableByName, serde::Serialize, serde::Deserialize)]
 pub struct ScheduleRow {
     /// UUID, lowercase and hyphenated.
     #[diesel(sql_type = Text)]
@@ -368,6 +369,14 @@ pub fn disable(
     q.execute(conn)
 }
 
+/// Schedule rows [`ensure`] writes with one statement at most.
+const ENSURE_CHUNK: usize = 500;
+
+/// The statements [`ensure`] takes for `n` rows.
+pub fn ensure_statements(n: usize) -> usize {
+    2 * n.div_ceil(ENSURE_CHUNK)
+}
+
 /// Creates, for each `(hash, row)` whose hash has no schedule yet, that row; answers the
 /// schedule id of every hash given (new or existing).
 pub fn ensure(
@@ -375,7 +384,7 @@ pub fn ensure(
     rows: &[ScheduleRow],
 ) -> QueryResult<std::collections::HashMap<String, String>> {
     let mut out = std::collections::HashMap::new();
-    for chunk in rows.chunks(500) {
+    for chunk in rows.chunks(ENSURE_CHUNK) {
         let mut q = sql(conn, &format!("INSERT INTO schedules ({COLUMNS}) VALUES "));
         for (i, r) in chunk.iter().enumerate() {
             q.push(if i == 0 { "" } else { ", " });

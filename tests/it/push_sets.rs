@@ -1,7 +1,8 @@
 //! Pushes written as sets: one engine batch's new tasks go to `tasks`, `task_queue` and
 //! `task_scores` in set statements within one transaction, with the semantics of one push at a
 //! time: the same work is stored once (within the batch and against waiting work), a batch larger
-//! than SQLite's parameter limit is written whole, and a batch that fails writes nothing.
+//! than SQLite's parameter limit is written whole, and a batch that fails writes nothing, not even
+//! the schedules its pushes carry (mula's `post_push`, written in the same transaction).
 
 use diesel::RunQueryDsl;
 use diesel::connection::SimpleConnection;
@@ -190,6 +191,23 @@ async fn a_failed_batch_leaves_nothing_half_written(backend: Backend) {
     let explained = |boefje: &str, e: &str| {
         let mut r = request("o", boefje, &format!("Hostname|{boefje}"), 5);
         r.explanation = Some(json!({ "why": e }).to_string());
+        // The schedule of its hash, as a client's push carries it.
+        let now = chrono::Utc::now().naive_utc();
+        r.link = Some(kat_scheduler::storage::schedules::ScheduleRow {
+            id: uuid::Uuid::new_v4().to_string(),
+            scheduler_id: "boefje".into(),
+            organisation: "o".into(),
+            hash: Some(
+                kat_scheduler::domain::payload::hash_for(SchedulerId::Boefje, &r.data).unwrap(),
+            ),
+            data: Value::Object(r.data.clone()).to_string(),
+            enabled: true,
+            schedule: None,
+            deadline_at: Some(now),
+            created_at: now,
+            modified_at: now,
+            disabled_reason: None,
+        });
         r
     };
     let batch = vec![
@@ -206,6 +224,7 @@ async fn a_failed_batch_leaves_nothing_half_written(backend: Backend) {
         "SELECT COUNT(*) AS count FROM tasks",
         "SELECT COUNT(*) AS count FROM task_queue",
         "SELECT COUNT(*) AS count FROM task_scores",
+        "SELECT COUNT(*) AS count FROM schedules",
     ] {
         assert_eq!(count(&app, sql).await, 0, "{sql}: nothing half written");
     }
@@ -222,6 +241,21 @@ async fn a_failed_batch_leaves_nothing_half_written(backend: Backend) {
         app.pop_ids("boefje", 10).await,
         vec![again.task.id.to_string()]
     );
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) AS count FROM schedules").await,
+        1,
+        "the task and its schedule are written together"
+    );
+    assert_eq!(
+        count(
+            &app,
+            "SELECT COUNT(*) AS count FROM tasks t JOIN schedules s ON s.id = t.schedule_id"
+        )
+        .await,
+        1,
+        "the task names its schedule"
+    );
+    assert!(again.task.schedule_id.is_some());
 }
 
 crate::backend_tests!(

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::domain::TaskStatus;
 use crate::metrics::{ByStatus, status_slot};
 use crate::storage::rows::TaskRow;
+use crate::storage::schedules::{self, ScheduleRow};
 
 /// Rows read or created in this batch, by task id.
 #[derive(Default)]
@@ -36,6 +37,9 @@ pub(crate) struct BatchRows {
     pub explained: Vec<(Uuid, String)>,
     /// Created tasks' explanations (JSON), inserted with them.
     pub scores: Vec<(Uuid, String)>,
+    /// Created tasks' schedules (mula's `post_push`): each written unless its hash has one,
+    /// before the tasks, in their transaction.
+    pub links: Vec<(Uuid, ScheduleRow)>,
 }
 
 /// The statements a batch makes, in order.
@@ -52,6 +56,8 @@ pub(crate) struct Writes {
     pub explained: Vec<(String, String)>,
     /// `(id, explanation)` of created tasks, inserted into `task_scores`.
     pub scores: Vec<(String, String)>,
+    /// Created tasks' schedules, written first (see [`BatchRows::links`]).
+    pub links: Vec<(Uuid, ScheduleRow)>,
     /// Pending tasks to move into the heap after the rest.
     pub refill: usize,
 }
@@ -70,7 +76,8 @@ impl Writes {
         } else {
             self.scores.len().div_ceil(insert_chunk.max(1))
         };
-        self.inserts.len().div_ceil(insert_chunk.max(1))
+        schedules::ensure_statements(self.links.len())
+            + self.inserts.len().div_ceil(insert_chunk.max(1))
             + self.updates.len().div_ceil(update_chunk.max(1))
             + usize::from(!self.evicted.is_empty())
             + usize::from(!self.cancelled.is_empty())
@@ -148,6 +155,13 @@ impl BatchRows {
         self.rows.insert(id, row);
     }
 
+    /// Names the schedule a created task's link found (the one its hash had already).
+    pub fn relink(&mut self, id: &Uuid, schedule: Option<String>) {
+        if let Some(row) = self.rows.get_mut(id) {
+            row.schedule_id = schedule;
+        }
+    }
+
     /// The waiting task with this hash, if the batch knows one.
     pub fn waiting_with_hash(&self, hash: &str) -> Option<Uuid> {
         self.waiting_by_hash.get(hash).copied()
@@ -205,6 +219,7 @@ impl BatchRows {
                 .iter()
                 .map(|(id, e)| (id.to_string(), e.clone()))
                 .collect(),
+            links: self.links.clone(),
             refill,
         }
     }

@@ -72,6 +72,7 @@ use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{ByStatus, status_slot};
 use crate::ownership::Ownership;
 use crate::storage::rows::TaskRow;
+use crate::storage::schedules::ScheduleRow;
 use crate::storage::{
     self, AnyConnection, Backend, DbPool, StorageError, WriterConn, owners, tasks,
 };
@@ -869,7 +870,7 @@ impl Engine {
         // On SQLite a write to `tasks` and its queue rows are separate statements; with several
         // instances the fence is one more.
         // A batch that writes nothing (a pop that found nothing) needs no fence either.
-        let (returned, refilled) = if statements == 0
+        let (returned, refilled, relinked) = if statements == 0
             || (statements <= 1 && fence.is_none() && Backend::of(conn) == Backend::Postgres)
         {
             write(conn, state, &writes, now, lease)?
@@ -888,6 +889,13 @@ impl Engine {
                 other => other?,
             }
         };
+        // Tasks whose link met the schedule their hash had: they name that one, in the heap and
+        // in their answers, as in the table.
+        for (id, schedule) in relinked {
+            let parsed = schedule.as_deref().and_then(|s| Uuid::parse_str(s).ok());
+            state.heap.set_schedule(&id, parsed);
+            rows.relink(&id, schedule);
+        }
         let mut moved = writes.transitions();
         moved[status_slot(TaskStatus::Queued)] += refilled as u64;
         d.refilled = refilled;
@@ -997,18 +1005,60 @@ fn deliver(
     }
     undelivered
 }
-/// Executes a batch's writes and its refill; returns the rows of heap tasks dispatched by id.
+/// What [`write`] did beyond its statements: the rows of heap tasks dispatched by id, how many
+/// pending tasks the refill moved, and the created tasks whose link met an existing schedule
+/// (with that schedule's id).
+type Written = (HashMap<Uuid, TaskRow>, usize, Vec<(Uuid, Option<String>)>);
+
+/// Writes the created tasks' schedules (mula's `post_push`): a link whose hash has a schedule
+/// already writes nothing, and its task is to name that schedule instead. Answers those tasks.
+fn link(c: &mut AnyConnection, w: &Writes) -> Result<Vec<(Uuid, Option<String>)>, StorageError> {
+    let rows: Vec<ScheduleRow> = w.links.iter().map(|(_, r)| r.clone()).collect();
+    let ids = storage::schedules::ensure(c, &rows)?;
+    Ok(w.links
+        .iter()
+        .filter_map(|(task, link)| {
+            let found = link.hash.as_ref().and_then(|h| ids.get(h)).cloned();
+            (found.as_deref() != Some(link.id.as_str())).then_some((*task, found))
+        })
+        .collect())
+}
+
+/// Executes a batch's writes and its refill (see [`Written`]).
 fn write(
     c: &mut AnyConnection,
     st: &mut QueueState,
     w: &Writes,
     now: DateTime<Utc>,
     lease: Option<chrono::NaiveDateTime>,
-) -> Result<(HashMap<Uuid, TaskRow>, usize), StorageError> {
+) -> Result<Written, StorageError> {
     let at = now.naive_utc();
+    let relinked = match w.links.is_empty() {
+        true => Vec::new(),
+        false => link(c, w)?,
+    };
     if !w.inserts.is_empty() {
+        let fixed;
+        let inserts = if relinked.is_empty() {
+            &w.inserts
+        } else {
+            let named: HashMap<String, &Option<String>> =
+                relinked.iter().map(|(id, s)| (id.to_string(), s)).collect();
+            fixed = w
+                .inserts
+                .iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    if let Some(s) = named.get(&r.id) {
+                        r.schedule_id = (*s).clone();
+                    }
+                    r
+                })
+                .collect::<Vec<_>>();
+            &fixed
+        };
         // The explanations are those of created tasks: written with them.
-        tasks::insert_explained(c, &w.inserts, &w.scores)?;
+        tasks::insert_explained(c, inserts, &w.scores)?;
     } else if !w.scores.is_empty() {
         tasks::insert_scores(c, &w.scores)?;
     }
@@ -1060,5 +1110,5 @@ fn write(
         refilled = refill::refilled(st, moved, w.refill)
             .map_err(|e| StorageError::Corrupt(e.to_string()))?;
     }
-    Ok((out, refilled))
+    Ok((out, refilled, relinked))
 }

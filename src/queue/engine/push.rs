@@ -112,7 +112,11 @@ pub(crate) fn push(
     let mut row = TaskRow {
         id: task.id.to_string(),
         scheduler_id: s.as_str().to_owned(),
-        schedule_id: task.schedule_id.map(|s| s.hyphenated().to_string()),
+        // A link's schedule until the write finds the one the hash had (`write::link`).
+        schedule_id: task
+            .schedule_id
+            .map(|s| s.hyphenated().to_string())
+            .or_else(|| task.link.as_ref().map(|l| l.id.clone())),
         organisation: task.organisation.clone(),
         task_type: s.as_str().to_owned(),
         hash: Some(task.hash.clone()),
@@ -134,6 +138,9 @@ pub(crate) fn push(
     rows.create(task.id, row);
     if let Some(e) = &task.explanation {
         rows.scores.push((task.id, e.clone()));
+    }
+    if let Some(link) = &task.link {
+        rows.links.push((task.id, link.clone()));
     }
     Ok((task.id, true))
 }

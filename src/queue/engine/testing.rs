@@ -109,6 +109,7 @@ pub fn new_task(plugin: &str, priority: i64) -> NewTask {
             ..DataKeys::default()
         },
         explanation: None,
+        link: None,
     }
 }
 

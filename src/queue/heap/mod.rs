@@ -594,6 +594,16 @@ impl SchedulerHeap {
         true
     }
 
+    /// Names a queued task's schedule (a push's link that met the schedule its hash had); false
+    /// if the task is not in the heap.
+    pub fn set_schedule(&mut self, id: &Uuid, schedule: Option<Uuid>) -> bool {
+        let Some(at) = self.slots.find(id) else {
+            return false;
+        };
+        self.slots.get_mut(at).set_schedule(schedule);
+        true
+    }
+
     /// Takes the best task out.
     pub fn pop_best(&mut self) -> Option<Uuid> {
         let best = self.best()?;

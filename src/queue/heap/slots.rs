@@ -87,6 +87,15 @@ impl Slot {
         (self.flags & HAS_SCHEDULE != 0).then_some(self.schedule)
     }
 
+    /// Names its schedule.
+    pub fn set_schedule(&mut self, schedule: Option<Uuid>) {
+        self.schedule = schedule.unwrap_or_default();
+        match schedule {
+            Some(_) => self.flags |= HAS_SCHEDULE,
+            None => self.flags &= !HAS_SCHEDULE,
+        }
+    }
+
     /// The value number of a key field, if it has one.
     pub fn key(&self, field: KeyField) -> Option<u32> {
         Some(self.keys[field.index()]).filter(|v| *v != NONE)
