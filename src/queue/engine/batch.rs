@@ -64,7 +64,8 @@ pub(crate) struct Writes {
 
 impl Writes {
     /// How many statements these writes take (with the chunk sizes of inserts and updates;
-    /// `scores_with_rows`: the created tasks' explanations go in the statements of their rows).
+    /// `scores_with_rows`: the created tasks' explanations and schedules go in the statements of
+    /// their rows).
     pub fn statements(
         &self,
         insert_chunk: usize,
@@ -76,7 +77,11 @@ impl Writes {
         } else {
             self.scores.len().div_ceil(insert_chunk.max(1))
         };
-        schedules::ensure_statements(self.links.len())
+        let links = match scores_with_rows {
+            true => 0,
+            false => schedules::ensure_statements(self.links.len()),
+        };
+        links
             + self.inserts.len().div_ceil(insert_chunk.max(1))
             + self.updates.len().div_ceil(update_chunk.max(1))
             + usize::from(!self.evicted.is_empty())

@@ -72,7 +72,6 @@ use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{ByStatus, status_slot};
 use crate::ownership::Ownership;
 use crate::storage::rows::TaskRow;
-use crate::storage::schedules::ScheduleRow;
 use crate::storage::{
     self, AnyConnection, Backend, DbPool, StorageError, WriterConn, owners, tasks,
 };
@@ -1010,20 +1009,6 @@ fn deliver(
 /// (with that schedule's id).
 type Written = (HashMap<Uuid, TaskRow>, usize, Vec<(Uuid, Option<String>)>);
 
-/// Writes the created tasks' schedules (mula's `post_push`): a link whose hash has a schedule
-/// already writes nothing, and its task is to name that schedule instead. Answers those tasks.
-fn link(c: &mut AnyConnection, w: &Writes) -> Result<Vec<(Uuid, Option<String>)>, StorageError> {
-    let rows: Vec<ScheduleRow> = w.links.iter().map(|(_, r)| r.clone()).collect();
-    let ids = storage::schedules::ensure(c, &rows)?;
-    Ok(w.links
-        .iter()
-        .filter_map(|(task, link)| {
-            let found = link.hash.as_ref().and_then(|h| ids.get(h)).cloned();
-            (found.as_deref() != Some(link.id.as_str())).then_some((*task, found))
-        })
-        .collect())
-}
-
 /// Executes a batch's writes and its refill (see [`Written`]).
 fn write(
     c: &mut AnyConnection,
@@ -1033,32 +1018,21 @@ fn write(
     lease: Option<chrono::NaiveDateTime>,
 ) -> Result<Written, StorageError> {
     let at = now.naive_utc();
-    let relinked = match w.links.is_empty() {
-        true => Vec::new(),
-        false => link(c, w)?,
-    };
+    let mut relinked = Vec::new();
     if !w.inserts.is_empty() {
-        let fixed;
-        let inserts = if relinked.is_empty() {
-            &w.inserts
-        } else {
-            let named: HashMap<String, &Option<String>> =
-                relinked.iter().map(|(id, s)| (id.to_string(), s)).collect();
-            fixed = w
-                .inserts
-                .iter()
-                .map(|r| {
-                    let mut r = r.clone();
-                    if let Some(s) = named.get(&r.id) {
-                        r.schedule_id = (*s).clone();
-                    }
-                    r
-                })
-                .collect::<Vec<_>>();
-            &fixed
-        };
-        // The explanations are those of created tasks: written with them.
-        tasks::insert_explained(c, inserts, &w.scores)?;
+        // The explanations and schedules are those of created tasks: written with them (a link
+        // whose hash has a schedule writes none, and its task names that one).
+        let ids: Vec<String> = w.links.iter().map(|(id, _)| id.to_string()).collect();
+        let links: Vec<tasks::Link<'_>> = ids
+            .iter()
+            .zip(&w.links)
+            .map(|(id, (_, row))| (id.as_str(), row))
+            .collect();
+        for (id, schedule) in tasks::insert_linked(c, &w.inserts, &w.scores, &links)? {
+            if let Ok(id) = Uuid::parse_str(&id) {
+                relinked.push((id, schedule));
+            }
+        }
     } else if !w.scores.is_empty() {
         tasks::insert_scores(c, &w.scores)?;
     }

@@ -29,6 +29,7 @@ use super::rows::{
     CountRow, HashRow, HeapRow, IdHashRow, PayloadRow, PopKey, SchedulerCount,
     SchedulerStatusCount, StatsRow, TaskRow,
 };
+use super::schedules::ScheduleRow;
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend};
 use crate::domain::filter::FilterNode;

@@ -8,18 +8,23 @@ const INSERT_COLUMNS: &str = "id, scheduler_id, schedule_id, organisation, type,
      data, status, attempts, lease_expires_at, failure_reason, created_at, modified_at, \
      plugin_id, oci_image, input_ooi, deduplication_key";
 
-const INSERT_RECORD: &str = "id text, scheduler_id text, schedule_id text, organisation text, \
-     type text, hash text, priority bigint, data text, status text, attempts integer, \
-     lease_expires_at timestamp, failure_reason text, created_at timestamp, \
+/// The record `json_to_recordset` reads: the row (its schedule as `given_schedule_id`: the
+/// statement names the column `schedule_id` once the link is resolved), the explanation, and the
+/// schedule the task's hash gets if it has none (`link_*`).
+const INSERT_RECORD: &str = "id text, scheduler_id text, given_schedule_id text, \
+     organisation text, type text, hash text, priority bigint, data text, status text, \
+     attempts integer, lease_expires_at timestamp, failure_reason text, created_at timestamp, \
      modified_at timestamp, plugin_id text, oci_image text, input_ooi text, \
-     deduplication_key text, explanation text";
+     deduplication_key text, explanation text, link_id text, link_hash text, link_data text, \
+     link_schedule text, link_deadline_at timestamp, link_at timestamp";
 
 /// A row as `json_to_recordset` reads it, with the explanation of its priority when the planner
-/// gave one (for `task_scores`).
+/// gave one (for `task_scores`) and the schedule row of its link, if any.
 #[derive(serde::Serialize)]
 struct InsertRecord<'a> {
     id: &'a str,
     scheduler_id: &'a str,
+    #[serde(rename = "given_schedule_id")]
     schedule_id: Option<&'a str>,
     organisation: &'a str,
     #[serde(rename = "type")]
@@ -38,17 +43,104 @@ struct InsertRecord<'a> {
     input_ooi: Option<&'a str>,
     deduplication_key: Option<&'a str>,
     explanation: Option<&'a str>,
+    #[serde(flatten)]
+    link: LinkRecord<'a>,
 }
+
+/// The schedule row of a task's link, as the record's `link_*` fields (all null without one).
+#[derive(serde::Serialize, Default)]
+struct LinkRecord<'a> {
+    link_id: Option<&'a str>,
+    link_hash: Option<&'a str>,
+    link_data: Option<&'a str>,
+    link_schedule: Option<&'a str>,
+    link_deadline_at: Option<String>,
+    link_at: Option<String>,
+}
+
+impl<'a> LinkRecord<'a> {
+    fn of(link: Option<&'a ScheduleRow>) -> Self {
+        link.map_or_else(Self::default, |l| Self {
+            link_id: Some(&l.id),
+            link_hash: l.hash.as_deref(),
+            link_data: Some(&l.data),
+            link_schedule: l.schedule.as_deref(),
+            link_deadline_at: l.deadline_at.map(iso),
+            link_at: Some(iso(l.created_at)),
+        })
+    }
+}
+
+/// A created task whose link met the schedule its hash had: that schedule's id.
+#[derive(diesel::QueryableByName)]
+struct Relinked {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    id: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    schedule_id: Option<String>,
+}
+
+/// A created task's schedule to write with it unless its hash has one (mula's `post_push`):
+/// `(task id, schedule row)`.
+pub type Link<'a> = (&'a str, &'a ScheduleRow);
 
 /// Inserts new rows (no explanations); see [`insert_explained`].
 pub fn insert(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<()> {
     insert_explained(conn, rows, &[])
 }
 
-/// Whether [`insert_explained`] writes the explanations in the statements of the rows (so a
-/// batch of pushes with explanations takes no statement of its own for them).
+/// Whether [`insert_linked`] writes the explanations and the links in the statements of the rows
+/// (so a batch of pushes with explanations and schedules takes no statement of its own for them).
 pub fn explanations_with_rows(backend: Backend) -> bool {
     backend == Backend::Postgres
+}
+
+/// Inserts new rows, their queue rows and explanations ([`insert_explained`]), and first the
+/// schedules of `links` whose hash has none; a task whose hash had one names that one instead.
+/// Answers those tasks with the schedule they name (`None` if a concurrent writer took the hash
+/// between the statement's snapshot and its insert: the task is then stored unlinked).
+///
+/// On PostgreSQL all in the rows' one statement: the schedules are inserted in a CTE (`ON
+/// CONFLICT (hash) DO NOTHING`), and each linked task names the schedule the CTE wrote for its
+/// hash or, when it wrote none, the one the statement's snapshot holds. On SQLite the schedules
+/// are written first ([`super::super::schedules::ensure`]), then the rows with their schedule.
+pub fn insert_linked(
+    conn: &mut AnyConnection,
+    rows: &[TaskRow],
+    scores: &[(String, String)],
+    links: &[Link<'_>],
+) -> QueryResult<Vec<(String, Option<String>)>> {
+    if Backend::of(conn) == Backend::Postgres {
+        return insert_pg(conn, rows, scores, links);
+    }
+    if links.is_empty() {
+        insert_explained(conn, rows, scores)?;
+        return Ok(Vec::new());
+    }
+    let schedules: Vec<ScheduleRow> = links.iter().map(|(_, r)| (*r).clone()).collect();
+    let ids = super::super::schedules::ensure(conn, &schedules)?;
+    let relinked: std::collections::HashMap<&str, Option<String>> = links
+        .iter()
+        .filter_map(|(task, link)| {
+            let found = link.hash.as_ref().and_then(|h| ids.get(h)).cloned();
+            (found.as_deref() != Some(link.id.as_str())).then_some((*task, found))
+        })
+        .collect();
+    let fixed: Vec<TaskRow> = rows
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if let Some(s) = relinked.get(r.id.as_str()) {
+                r.schedule_id = s.clone();
+            }
+            r
+        })
+        .collect();
+    insert_explained(conn, &fixed, scores)?;
+    Ok(relinked
+        .into_iter()
+        .map(|(id, s)| (id.to_owned(), s))
+        .collect())
 }
 
 /// Inserts new rows, their `task_queue` rows and the explanations of their priorities (`(task id,
@@ -69,10 +161,26 @@ pub fn insert_explained(
     scores: &[(String, String)],
 ) -> QueryResult<()> {
     if Backend::of(conn) == Backend::Postgres {
+        return insert_pg(conn, rows, scores, &[]).map(drop);
+    }
+    insert_sqlite(conn, rows, scores)
+}
+
+/// [`insert_linked`] on PostgreSQL.
+fn insert_pg(
+    conn: &mut AnyConnection,
+    rows: &[TaskRow],
+    scores: &[(String, String)],
+    links: &[Link<'_>],
+) -> QueryResult<Vec<(String, Option<String>)>> {
+    {
         let explained: std::collections::HashMap<&str, &str> = scores
             .iter()
             .map(|(id, e)| (id.as_str(), e.as_str()))
             .collect();
+        let linked: std::collections::HashMap<&str, &ScheduleRow> =
+            links.iter().map(|(id, r)| (*id, *r)).collect();
+        let mut relinked = Vec::new();
         for chunk in rows.chunks(INSERT_CHUNK) {
             let records: Vec<InsertRecord<'_>> = chunk
                 .iter()
@@ -96,26 +204,51 @@ pub fn insert_explained(
                     input_ooi: r.input_ooi.as_deref(),
                     deduplication_key: r.deduplication_key.as_deref(),
                     explanation: explained.get(r.id.as_str()).copied(),
+                    link: LinkRecord::of(linked.get(r.id.as_str()).copied()),
                 })
                 .collect();
             let json = serde_json::to_string(&records)
                 .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-            // One statement writes the three tables: the rows are read once, as `x`. The
-            // explanations' foreign key is checked at the end of the statement, when the tasks
-            // are in.
+            // One statement writes the four tables: the rows are read once, as `x`; the links'
+            // schedules are written first (`l`), and `y` is the rows with the schedule each
+            // names. Foreign keys (a task's schedule, an explanation's task) are checked at the
+            // end of the statement, when every row is in.
             let mut q = sql(conn, "WITH x AS (SELECT * FROM json_to_recordset(");
             q.bind(json).push(&format!(
                 "::json) AS x({INSERT_RECORD})), \
-                 t AS (INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} FROM x), \
+                 l AS (INSERT INTO schedules (id, scheduler_id, organisation, hash, data, enabled, \
+                 schedule, deadline_at, created_at, modified_at) SELECT link_id, scheduler_id, \
+                 organisation, link_hash, link_data, TRUE, link_schedule, link_deadline_at, \
+                 link_at, link_at FROM x WHERE link_id IS NOT NULL \
+                 ON CONFLICT (hash) DO NOTHING RETURNING id, hash), \
+                 y AS (SELECT x.*, CASE WHEN x.link_id IS NULL THEN x.given_schedule_id \
+                 ELSE COALESCE((SELECT l.id FROM l WHERE l.hash = x.link_hash), \
+                 (SELECT s.id FROM schedules s WHERE s.hash = x.link_hash)) END AS schedule_id \
+                 FROM x), \
+                 t AS (INSERT INTO tasks ({INSERT_COLUMNS}) SELECT {INSERT_COLUMNS} FROM y), \
                  s AS (INSERT INTO task_scores (task_id, explanation) SELECT id, explanation \
-                 FROM x WHERE explanation IS NOT NULL ON CONFLICT (task_id) DO NOTHING) \
-                 INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM x \
-                 WHERE status IN ('pending', 'queued')"
+                 FROM y WHERE explanation IS NOT NULL ON CONFLICT (task_id) DO NOTHING), \
+                 q AS (INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM y \
+                 WHERE status IN ('pending', 'queued')) \
+                 SELECT id, schedule_id FROM y \
+                 WHERE link_id IS NOT NULL AND schedule_id IS DISTINCT FROM link_id"
             ));
-            q.execute_prepared(conn)?;
+            relinked.extend(
+                q.load_prepared::<Relinked>(conn)?
+                    .into_iter()
+                    .map(|r| (r.id, r.schedule_id)),
+            );
         }
-        return Ok(());
+        Ok(relinked)
     }
+}
+
+/// [`insert_explained`] on SQLite.
+fn insert_sqlite(
+    conn: &mut AnyConnection,
+    rows: &[TaskRow],
+    scores: &[(String, String)],
+) -> QueryResult<()> {
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut q = sql(
             conn,
