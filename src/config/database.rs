@@ -3,12 +3,16 @@
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use crate::domain::SchedulerId;
 use crate::storage::DbTarget;
 
 /// Default database: an SQLite file under `./data/`, so `cargo run` needs no server.
 pub const DEFAULT_DB_URI: &str = "sqlite://data/scheduler.db";
-/// Default connections in the pool (one is the engine's).
+/// Default connections in the pool (each queue engine keeps one, the flush barrier one).
 pub const DEFAULT_POOL_SIZE: u32 = 10;
+/// Connections the pool must have beyond those the engines and the flush barrier keep: the
+/// API's reads and the background processes share them.
+pub const POOL_FREE_MIN: u32 = 2;
 /// Default: pending migrations are applied at start.
 pub const DEFAULT_MIGRATE: bool = true;
 /// Default seconds to wait for a database connection before answering 503.
@@ -20,7 +24,8 @@ pub const DEFAULT_CONNECT_TIMEOUT_SECS: u64 = 5;
 pub struct DatabaseSettings {
     /// `postgresql://…` or `sqlite://PATH`.
     pub uri: String,
-    /// Connections in the pool (at least 2).
+    /// Connections in the pool: each queue engine keeps one, the flush barrier one, and at
+    /// least [`POOL_FREE_MIN`] are left for everything else ([`DatabaseSettings::pool_min`]).
     pub pool_size: u32,
     /// Apply pending migrations at start; when false, start refuses an outdated schema.
     pub migrate: bool,
@@ -50,16 +55,30 @@ impl Default for DatabaseSettings {
 }
 
 impl DatabaseSettings {
-    /// Refuses a URI of another database and a pool without a connection besides the engine's.
+    /// The smallest pool that serves: a connection for each queue engine and for the flush
+    /// barrier when it is on, which they keep, and [`POOL_FREE_MIN`] for the API's reads and
+    /// the background processes. A pool with fewer left every read waiting for a connection
+    /// until it timed out (503).
+    pub fn pool_min(&self) -> u32 {
+        SchedulerId::ALL.len() as u32 + u32::from(self.flush_barrier()) + POOL_FREE_MIN
+    }
+
+    /// Refuses a URI of another database and a pool that would leave reads no connection.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Err(why) = DbTarget::parse(&self.uri) {
             return Err(ConfigError::setting("database.uri", why));
         }
-        if self.pool_size < 2 {
+        let min = self.pool_min();
+        if self.pool_size < min {
+            let barrier = match self.flush_barrier() {
+                true => ", the flush barrier one",
+                false => "",
+            };
             return Err(ConfigError::setting(
                 "database.pool_size",
                 format!(
-                    "must be at least 2 (one connection is the queue engine's), got {}",
+                    "must be at least {min}: the {} queue engines keep a connection each{barrier}, and the API's reads and the background processes need {POOL_FREE_MIN}; got {}",
+                    SchedulerId::ALL.len(),
                     self.pool_size
                 ),
             ));
@@ -94,6 +113,27 @@ mod tests {
         ]));
         assert!(load(&[("SCHEDULER_DB_FLUSH_BARRIER", "sometimes")]).is_err());
     }
+    #[test]
+    fn a_pool_that_leaves_reads_no_connection_is_refused_naming_the_minimum() {
+        // SQLite: three engines and the flush barrier keep four.
+        let e = load(&[("SCHEDULER_DB_CONNECTION_POOL_SIZE", "4")]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("database.pool_size"), "{text}");
+        assert!(text.contains("at least 6"), "{text}");
+        assert!(text.contains("flush barrier"), "{text}");
+        assert!(load(&[("SCHEDULER_DB_CONNECTION_POOL_SIZE", "6")]).is_ok());
+        // PostgreSQL without the barrier: three kept, five in all.
+        let pg = |n: &str| {
+            load(&[
+                ("SCHEDULER_DB_URI", "postgresql://postgres@db/s"),
+                ("SCHEDULER_DB_CONNECTION_POOL_SIZE", n),
+            ])
+        };
+        assert!(pg("5").is_ok());
+        let e = pg("4").unwrap_err().to_string();
+        assert!(e.contains("at least 5") && !e.contains("barrier"), "{e}");
+    }
+
     #[test]
     fn the_old_dsn_name_is_an_alias_and_the_new_name_wins() {
         let s = load(&[("SCHEDULER_DB_DSN", "sqlite:///tmp/a.db")]).unwrap();
