@@ -151,6 +151,28 @@ impl Values {
 
     /// Adds a task to a value's set; true when it is the value's first task.
     pub fn add(&mut self, v: u32, slot: u32, rank: Rank, key: impl Fn(u32) -> Rank) -> bool {
+        self.join(v, slot, rank, key, false)
+    }
+
+    /// Adds a task to a value's set in a bulk load (sorted by [`Values::settle`]); true when it is
+    /// the value's first task.
+    pub fn append(&mut self, v: u32, slot: u32, rank: Rank, key: impl Fn(u32) -> Rank) -> bool {
+        self.join(v, slot, rank, key, true)
+    }
+
+    /// [`Values::add`], or [`Values::append`] when `bulk`.
+    fn join(
+        &mut self,
+        v: u32,
+        slot: u32,
+        rank: Rank,
+        key: impl Fn(u32) -> Rank,
+        bulk: bool,
+    ) -> bool {
+        let put = |set: &mut Ordered<Rank>, key: &dyn Fn(u32) -> Rank| match bulk {
+            true => set.append(slot, rank),
+            false => set.insert(slot, rank, key),
+        };
         match self.values[v as usize].members {
             Members::Free => {
                 self.values[v as usize].members = Members::One(slot);
@@ -159,35 +181,13 @@ impl Values {
             Members::One(other) if other == slot => false,
             Members::One(other) => {
                 let mut set = Ordered::one(other, key(other));
-                set.insert(slot, rank, key);
+                put(&mut set, &key);
                 let s = self.new_set(set);
                 self.values[v as usize].members = Members::Many(s);
                 false
             }
             Members::Many(s) => {
-                self.sets[s as usize].insert(slot, rank, key);
-                false
-            }
-        }
-    }
-
-    /// Adds a task to a value's set in a bulk load (sorted by [`Values::settle`]); true when it is
-    /// the value's first task.
-    pub fn append(&mut self, v: u32, slot: u32, rank: Rank, key: impl Fn(u32) -> Rank) -> bool {
-        match self.values[v as usize].members {
-            Members::Free => {
-                self.values[v as usize].members = Members::One(slot);
-                true
-            }
-            Members::One(other) => {
-                let mut set = Ordered::one(other, key(other));
-                set.append(slot, rank);
-                let s = self.new_set(set);
-                self.values[v as usize].members = Members::Many(s);
-                false
-            }
-            Members::Many(s) => {
-                self.sets[s as usize].append(slot, rank);
+                put(&mut self.sets[s as usize], &key);
                 false
             }
         }
