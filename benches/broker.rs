@@ -53,7 +53,8 @@
 //!   commits at `--pg-clients`, alternating rounds, on their own (without the 1e6 seed);
 //! - `completions.rs` (`--completions`): jobs completed per second by 16 workers (pop 10, two
 //!   PATCHes each, over HTTP) against Graphile Worker's 16-way pool in process (installed from
-//!   npm; `broker/graphile_completions.js`), alternating rounds on the same server;
+//!   npm; `broker/graphile_completions.js`) and against the floor in bare SQL, three commits a
+//!   job on 16 connections (`broker/harness/job_commits.rs`), the sides taking turns first;
 //! - `wal.rs` (`--wal`, `--jobs N` default 5,000, `--pg-wal DIR`): the write-ahead log of a job's
 //!   life (push, pop, running, completed) per step, read with `pg_waldump`, against a minimal
 //!   SQL job queue in the same run; `broker/graphile_wal.sh` measures Graphile Worker (installed

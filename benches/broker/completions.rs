@@ -14,8 +14,11 @@
 //! a task that does nothing, in one node process; a completion is a job's deletion committed. Both
 //! count over `--seconds` after a warm-up of a second, and both start with the same number of jobs
 //! queued, each round on a fresh database of its own with a `CHECKPOINT` after the seed, so no
-//! round pays for another's rows or dirty pages. Round r runs the broker first when r is even,
-//! Graphile Worker first when it is odd.
+//! round pays for another's rows or dirty pages. A third side is the floor in bare SQL
+//! (`harness/job_commits.rs`): 16 connections each making a job's three commits in a row (take
+//! with `SKIP LOCKED`, `running`, `completed`), what a broker that acknowledges each of a remote
+//! worker's three requests once durable pays at best on this server. The sides take turns going
+//! first: round r starts with side r % 3 of broker, Graphile Worker, the three commits.
 //!
 //! Checks: on the broker, no task completed twice, every popped task of the image asked for, no
 //! pop empty (the queue never ran dry), and afterwards the table's completed boefje tasks exactly
@@ -34,6 +37,7 @@ use serde::Deserialize;
 
 use super::harness::http::{Http, current_thread, engine_counters, engine_delta, patch_request};
 use super::harness::instance::{start_broker, stop_broker};
+use super::harness::job_commits::{JobCommits, run_jobs, seed_jobs};
 use super::harness::postgres::{
     IMAGES, count_tasks, extra_columns, image_name, machine, pg_exec, seed_tasks, with_db,
 };
@@ -64,6 +68,24 @@ const GRAPHILE_SCRIPT: &str = include_str!("graphile_completions.js");
 /// The broker's heap bound: room for every seeded task, so no pop crosses a pending backlog (that
 /// is `--pending`'s measurement).
 const MAXSIZE: usize = 10_000_000;
+
+/// The sides of a round.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Broker,
+    Graphile,
+    Floor,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Broker => "broker",
+            Side::Graphile => "graphile",
+            Side::Floor => "3 commits",
+        }
+    }
+}
 
 /// A broker round: completions in the window and where a worker's time went.
 struct BrokerRound {
@@ -390,40 +412,66 @@ pub fn run_completions(o: &Options, base: &str) -> Result<String> {
     };
     let mut broker_rounds = Vec::new();
     let mut graphile_rounds = Vec::new();
+    let mut floor_rounds: Vec<JobCommits> = Vec::new();
+    let mut orders = Vec::new();
     for round in 0..o.rounds {
         eprintln!("completions: round {}/{}…", round + 1, o.rounds);
-        for turn in 0..2 {
-            if (turn == 0) == (round % 2 == 0) {
-                let r = with_db(o, base, &format!("_completions_b{round}"), |db| {
-                    broker_round(o, db, jobs)
-                })?;
-                broker_rounds.push(r);
-            } else if let Some(g) = &graphile {
-                let r = with_db(o, base, &format!("_completions_g{round}"), |db| {
-                    graphile_round(g, db, jobs, o.seconds)
-                })?;
-                graphile_rounds.push(r);
+        // Each side goes first, second and third in turn.
+        let mut order = vec![Side::Broker, Side::Graphile, Side::Floor];
+        order.rotate_left(round % 3);
+        if graphile.is_none() {
+            order.retain(|s| *s != Side::Graphile);
+        }
+        for side in &order {
+            match side {
+                Side::Broker => {
+                    let r = with_db(o, base, &format!("_completions_b{round}"), |db| {
+                        broker_round(o, db, jobs)
+                    })?;
+                    broker_rounds.push(r);
+                }
+                Side::Graphile => {
+                    if let Some(g) = &graphile {
+                        let r = with_db(o, base, &format!("_completions_g{round}"), |db| {
+                            graphile_round(g, db, jobs, o.seconds)
+                        })?;
+                        graphile_rounds.push(r);
+                    }
+                }
+                Side::Floor => {
+                    let r = with_db(o, base, &format!("_completions_f{round}"), |db| {
+                        seed_jobs(db, jobs)?;
+                        run_jobs(db, WORKERS, WARM_UP_S, o.seconds)
+                    })?;
+                    floor_rounds.push(r);
+                }
             }
         }
+        orders.push(
+            order
+                .iter()
+                .map(|s| s.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
     }
     println!();
     println!(
-        "{:<8} {:<20} {:>14} {:>14} {:>8}",
-        "round", "order", "broker/s", "graphile/s", "ratio"
+        "{:<8} {:<28} {:>10} {:>12} {:>12} {:>9} {:>9}",
+        "round", "order", "broker/s", "graphile/s", "3 commits/s", "÷ graph.", "÷ 3 comm."
     );
     for (r, b) in broker_rounds.iter().enumerate() {
         let g = graphile_rounds.get(r);
+        let f = floor_rounds.get(r).map_or(f64::NAN, |f| f.per_s);
         println!(
-            "{:<8} {:<20} {:>14.0} {:>14} {:>8}",
+            "{:<8} {:<28} {:>10.0} {:>12} {:>12.0} {:>9} {:>9.2}",
             r + 1,
-            match (graphile.is_some(), r % 2 == 0) {
-                (false, _) => "broker",
-                (true, true) => "broker, graphile",
-                (true, false) => "graphile, broker",
-            },
+            orders.get(r).map_or("", String::as_str),
             b.per_s,
             g.map_or("-".into(), |g| format!("{g:.0}")),
-            g.map_or("-".into(), |g| format!("{:.2}", b.per_s / g))
+            f,
+            g.map_or("-".into(), |g| format!("{:.2}", b.per_s / g)),
+            b.per_s / f
         );
     }
     let b = median(broker_rounds.iter().map(|r| r.per_s).collect());
@@ -434,14 +482,19 @@ pub fn run_completions(o: &Options, base: &str) -> Result<String> {
         format!("completions_patch_running_us={:.0}", call(1)),
         format!("completions_patch_completed_us={:.0}", call(2)),
     ];
-    match &graphile {
-        Some(gw) => {
-            let g = median(graphile_rounds.clone());
+    let f = median(floor_rounds.iter().map(|r| r.per_s).collect());
+    let floor_ratio = b / f;
+    let g = graphile.as_ref().map(|_| median(graphile_rounds.clone()));
+    println!(
+        "{:<8} {:<28} {b:>10.0} {:>12} {f:>12.0} {:>9} {floor_ratio:>9.2}",
+        "median",
+        "",
+        g.map_or("-".into(), |g| format!("{g:.0}")),
+        g.map_or("-".into(), |g| format!("{:.2}", b / g)),
+    );
+    match (&graphile, g) {
+        (Some(gw), Some(g)) => {
             let ratio = b / g;
-            println!(
-                "{:<8} {:<20} {b:>14.0} {g:>14.0} {ratio:>8.2}",
-                "median", ""
-            );
             println!(
                 "broker completions ÷ Graphile Worker {}'s: {ratio:.2} (target ≥ 2)",
                 gw.version
@@ -450,14 +503,17 @@ pub fn run_completions(o: &Options, base: &str) -> Result<String> {
             kv.push(format!("completions_ratio={ratio:.3}"));
             kv.push(format!("completions_graphile_version={}", gw.version));
         }
-        None => {
-            println!(
-                "{:<8} {:<20} {b:>14.0} {:>14} {:>8}",
-                "median", "", "-", "-"
-            );
-            println!("*** Graphile Worker was not measured: no ratio ***");
-        }
+        _ => println!("*** Graphile Worker was not measured: no ratio ***"),
     }
+    let commit = |k: usize| median(floor_rounds.iter().map(|r| r.commit_us[k]).collect());
+    println!(
+        "broker completions ÷ three bare SQL commits a job ({WORKERS} connections: take with SKIP LOCKED, running, completed): {floor_ratio:.2}; their commits (medians of the rounds' means) {:.0} / {:.0} / {:.0} µs",
+        commit(0),
+        commit(1),
+        commit(2)
+    );
+    kv.push(format!("completions_three_commits_per_s={f:.0}"));
+    kv.push(format!("completions_three_commits_ratio={floor_ratio:.3}"));
     let per_pop = median(broker_rounds.iter().map(|r| r.per_pop).collect());
     println!(
         "a broker worker's calls in the window (medians of the rounds' means): pop (limit {LIMIT}, {per_pop:.2} tasks an answer) {:.0} µs, PATCH running {:.0} µs, PATCH completed {:.0} µs",

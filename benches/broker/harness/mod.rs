@@ -6,6 +6,8 @@
 //!   reading;
 //! - `postgres.rs`: a database per scenario, the machine line, the seeded tasks, counts;
 //! - `baseline.rs`: the bare PostgreSQL SKIP LOCKED queue the broker is measured against;
+//! - `job_commits.rs`: a remote worker's job as three bare SQL commits, the floor of
+//!   `--completions`;
 //! - `instance.rs`: starting and stopping the broker's release binary, its resident memory;
 //! - `http.rs`: the HTTP/1.1 load client, the requests, the closed-loop and paced load;
 //! - `worker_pops.rs`: the pops real workers send at a held depth, shared by `--workers` and
@@ -14,6 +16,7 @@
 pub mod baseline;
 pub mod http;
 pub mod instance;
+pub mod job_commits;
 pub mod postgres;
 pub mod stats;
 pub mod worker_pops;
