@@ -51,17 +51,22 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// Counting is a `GROUP BY` over the whole task table (finished tasks included, as mula counts
 /// them), so it is done at most once a minute per instance, whatever the scrape rate.
 pub const STATUS_COUNTS_MAX_AGE: Duration = Duration::from_secs(60);
-/// How long a scrape waits for that count: past it (a slow or unreachable database) the page is
-/// served with the last count, so the figures that show an outage are not lost with it.
+/// How long a scrape waits for that count: past it (a slow or unreachable database, or a table
+/// long enough that counting it takes longer) the page is served with the last count, so the
+/// figures that show an outage are not lost with it. The count goes on, and the next scrape
+/// serves it.
 pub const STATUS_COUNTS_WAIT: Duration = Duration::from_secs(2);
 
 /// The last count of `scheduler_task_status_counts`.
 #[derive(Debug, Default)]
 pub(crate) struct StatusCountsCache {
-    /// When a count was last tried, whether it succeeded or not.
+    /// When a count was last started, whether it succeeded or not.
     pub(crate) tried: Option<Instant>,
     /// The last count that succeeded.
     pub(crate) counts: Option<PerScheduler<ByStatus>>,
+    /// A count still running: it outlives a scrape that stopped waiting for it, so a count
+    /// slower than [`STATUS_COUNTS_WAIT`] still lands (none if it failed).
+    pub(crate) counting: Option<tokio::task::JoinHandle<Option<PerScheduler<ByStatus>>>>,
 }
 
 /// Latency buckets, in seconds: from a cached answer (0.5 ms) to a stalled disk (10 s).

@@ -574,43 +574,67 @@ impl Broker {
 
     /// Tasks in the table per scheduler and status (mula's `scheduler_task_status_counts`),
     /// counted at most once per [`STATUS_COUNTS_MAX_AGE`], concurrent callers waiting for one
-    /// count, each at most [`STATUS_COUNTS_WAIT`]. A count that fails or takes longer is tried
-    /// again a period later; meanwhile the last count is answered, if any.
+    /// count, each at most [`STATUS_COUNTS_WAIT`]. A count that takes longer goes on in the
+    /// background and the next call serves it; meanwhile the last count is answered, if any. (A
+    /// count dropped at the wait would never land once the table took longer than the wait to
+    /// count, and each period would start another only to drop it.)
     pub async fn task_status_counts(&self) -> Option<PerScheduler<ByStatus>> {
         let mut cache = self.inner.gauges.metrics.status_counts.lock().await;
-        if cache
+        let stale = cache
             .tried
-            .is_some_and(|at| at.elapsed() < STATUS_COUNTS_MAX_AGE)
-        {
-            return cache.counts.clone();
+            .is_none_or(|at| at.elapsed() >= STATUS_COUNTS_MAX_AGE);
+        if cache.counting.is_none() && stale {
+            cache.tried = Some(Instant::now());
+            let broker = self.clone();
+            cache.counting = Some(tokio::spawn(async move { broker.count_statuses().await }));
         }
-        cache.tried = Some(Instant::now());
-        let count = self.read(|c| {
-            storage::tasks::count_by_scheduler_and_status(c)
-                .map_err(|e| QueueError::from(StorageError::from(e)))
-        });
-        match tokio::time::timeout(STATUS_COUNTS_WAIT, count).await {
-            Ok(Ok(rows)) => {
-                let mut counts = PerScheduler::<ByStatus>::default();
-                for row in rows {
-                    if let (Ok(s), Ok(status)) = (
-                        row.scheduler_id.parse::<SchedulerId>(),
-                        row.status.parse::<TaskStatus>(),
-                    ) {
-                        counts[s][status_slot(status)] = u64::try_from(row.count).unwrap_or(0);
+        if let Some(counting) = cache.counting.as_mut() {
+            match tokio::time::timeout(STATUS_COUNTS_WAIT, counting).await {
+                Ok(done) => {
+                    cache.counting = None;
+                    if let Some(counts) = done.ok().flatten() {
+                        cache.counts = Some(counts);
                     }
                 }
-                cache.counts = Some(counts);
+                Err(_) => tracing::warn!(
+                    wait_ms = STATUS_COUNTS_WAIT.as_millis() as u64,
+                    "counting the tasks per status for /metrics takes longer than a scrape waits; the last count is served, and the next scrape serves this one"
+                ),
             }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot count the tasks per status for /metrics");
-            }
-            Err(_) => tracing::warn!(
-                wait_ms = STATUS_COUNTS_WAIT.as_millis() as u64,
-                "counting the tasks per status for /metrics took too long; the last count is served"
-            ),
         }
         cache.counts.clone()
+    }
+
+    /// One count of the table per scheduler and status; none when it fails (logged).
+    async fn count_statuses(&self) -> Option<PerScheduler<ByStatus>> {
+        let started = Instant::now();
+        let rows = self
+            .read(|c| {
+                storage::tasks::count_by_scheduler_and_status(c)
+                    .map_err(|e| QueueError::from(StorageError::from(e)))
+            })
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count the tasks per status for /metrics");
+                return None;
+            }
+        };
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "counted the tasks per status for /metrics"
+        );
+        let mut counts = PerScheduler::<ByStatus>::default();
+        for row in rows {
+            if let (Ok(s), Ok(status)) = (
+                row.scheduler_id.parse::<SchedulerId>(),
+                row.status.parse::<TaskStatus>(),
+            ) {
+                counts[s][status_slot(status)] = u64::try_from(row.count).unwrap_or(0);
+            }
+        }
+        Some(counts)
     }
 
     /// The database pool's connections: (in use, idle, bound).

@@ -407,6 +407,46 @@ async fn mulas_task_status_counts_count_the_table(backend: Backend) {
     assert_eq!(m["scheduler_qsize{scheduler_id=\"report\"}"], 2.0);
 }
 
+/// A count that takes longer than a scrape waits (here: the table locked by another session)
+/// still lands, and the next scrape serves it rather than the count from before the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_count_slower_than_a_scrape_is_served_by_the_next() {
+    let Some(app) = spawn_app(Backend::Postgres).await else {
+        return;
+    };
+    app.push_ok("report", &report_push("org1", "r1", 3)).await;
+    // Another session takes the table: counting it waits until that session ends.
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let db = app.db.uri.clone();
+    let holder = std::thread::spawn(move || {
+        use diesel::{Connection, connection::SimpleConnection};
+        let mut conn = diesel::PgConnection::establish(&db).unwrap();
+        conn.batch_execute("BEGIN; LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
+            .unwrap();
+        locked_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+        conn.batch_execute("COMMIT").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let key = "scheduler_task_status_counts{scheduler_id=\"report\",status=\"queued\"}";
+    let first = samples(&metrics(&app).await);
+    assert!(
+        !first.contains_key(key),
+        "the table could not be counted yet: {:?}",
+        first.get(key)
+    );
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    // Well within the counts' period of a minute: this is the count the first scrape started.
+    let second = samples(&metrics(&app).await);
+    assert_eq!(
+        second.get(key),
+        Some(&1.0),
+        "the count that outlived a scrape"
+    );
+}
+
 async fn http_answers_and_the_process_are_counted(backend: Backend) {
     let Some(app) = spawn_app(backend).await else {
         return;
