@@ -37,7 +37,7 @@ use serde::Deserialize;
 
 use super::harness::http::{Http, current_thread, engine_counters, engine_delta, patch_request};
 use super::harness::instance::{start_broker, stop_broker};
-use super::harness::job_commits::{JobCommits, run_jobs, seed_jobs};
+use super::harness::job_commits::{JobCommits, busy_in, run_jobs, seed_jobs};
 use super::harness::postgres::{
     IMAGES, count_tasks, extra_columns, image_name, machine, pg_exec, seed_tasks, with_db,
 };
@@ -101,6 +101,8 @@ struct BrokerRound {
     /// The engine over the round: commands per batch, apply µs and batch µs (BEGIN to COMMIT)
     /// per batch.
     engine: [f64; 3],
+    /// The machine's CPU busy over the window, as a share of both cores.
+    busy: f64,
 }
 
 /// One worker's tally.
@@ -236,15 +238,16 @@ fn broker_round(o: &Options, db: &str, jobs: usize) -> Result<BrokerRound> {
             .enumerate()
             .map(|(c, http)| tokio::spawn(worker(http, c, start, window)))
             .collect();
+        let busy = tokio::task::spawn_blocking(move || busy_in(start, window));
         let mut all = Vec::with_capacity(WORKERS);
         for t in tasks {
             all.push(t.await??);
         }
         let engine = engine_delta(before, engine_counters(broker.port).await?);
-        Ok::<_, Error>((all, engine))
+        Ok::<_, Error>((all, engine, busy.await?))
     });
     stop_broker(broker)?;
-    let (workers, engine) = ran?;
+    let (workers, engine, busy) = ran?;
     let mut seen = HashSet::new();
     for id in workers.iter().flat_map(|w| &w.completed) {
         if !seen.insert(id.as_str()) {
@@ -288,6 +291,7 @@ fn broker_round(o: &Options, db: &str, jobs: usize) -> Result<BrokerRound> {
         per_pop: completed as f64 / pops.max(1) as f64,
         call_us,
         engine,
+        busy,
     })
 }
 
@@ -512,6 +516,16 @@ pub fn run_completions(o: &Options, base: &str) -> Result<String> {
         commit(1),
         commit(2)
     );
+    let busy = |v: Vec<f64>| median(v) * 100.0;
+    let (busy_b, busy_f) = (
+        busy(broker_rounds.iter().map(|r| r.busy).collect()),
+        busy(floor_rounds.iter().map(|r| r.busy).collect()),
+    );
+    println!(
+        "the machine's CPU busy over the window (medians, share of both cores): broker {busy_b:.0} %, three commits {busy_f:.0} %"
+    );
+    kv.push(format!("completions_busy_broker_pct={busy_b:.0}"));
+    kv.push(format!("completions_busy_three_commits_pct={busy_f:.0}"));
     kv.push(format!("completions_three_commits_per_s={f:.0}"));
     kv.push(format!("completions_three_commits_ratio={floor_ratio:.3}"));
     let per_pop = median(broker_rounds.iter().map(|r| r.per_pop).collect());

@@ -8,10 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use diesel::sql_types::{BigInt, Text};
+use diesel::connection::SimpleConnection;
+use diesel::sql_types::BigInt;
 use diesel::{Connection, PgConnection, RunQueryDsl};
 
 use super::postgres::{IMAGES, image_name, pg_exec, pg_number};
+use super::stats::{busy_share, cpu_ticks};
 use crate::Result;
 
 /// What the floor's round saw.
@@ -20,6 +22,8 @@ pub struct JobCommits {
     pub per_s: f64,
     /// Mean µs per commit in the window: take, `running`, `completed`.
     pub commit_us: [f64; 3],
+    /// The machine's CPU busy over the window, as a share of both cores.
+    pub busy: f64,
 }
 
 /// Seeds `jobs` queued jobs over the seed's images, with an index of queued jobs by image and
@@ -71,17 +75,22 @@ pub fn run_jobs(url: &str, workers: usize, warm_up: f64, seconds: f64) -> Result
             let url = url.to_owned();
             std::thread::spawn(move || -> Result<Tally> {
                 let mut conn = PgConnection::establish(&url)?;
+                // Prepared once per connection, as a service's statements are: each commit then
+                // costs the server an `EXECUTE` of a statement parsed once (the broker's are
+                // prepared too).
+                conn.batch_execute(
+                    "PREPARE take(text) AS UPDATE bench_jobs SET status = 'dispatched' WHERE id = \
+                       (SELECT id FROM bench_jobs WHERE status = 'queued' AND image = $1 \
+                        ORDER BY prio, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;
+                     PREPARE mark(text, bigint, text) AS \
+                       UPDATE bench_jobs SET status = $1 WHERE id = $2 AND status = $3",
+                )?;
                 let image = image_name(c % IMAGES);
                 let mut t = Tally::default();
                 while start.elapsed() < window.1 {
                     let issued = start.elapsed();
-                    let taken: Vec<Taken> = diesel::sql_query(
-                        "UPDATE bench_jobs SET status = 'dispatched' WHERE id = \
-                         (SELECT id FROM bench_jobs WHERE status = 'queued' AND image = $1 \
-                          ORDER BY prio, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id",
-                    )
-                    .bind::<Text, _>(&image)
-                    .load(&mut conn)?;
+                    let taken: Vec<Taken> =
+                        diesel::sql_query(format!("EXECUTE take('{image}')")).load(&mut conn)?;
                     let id = taken
                         .first()
                         .ok_or("the jobs' queue ran dry (raise SEED_PER_SECOND)")?
@@ -91,13 +100,9 @@ pub fn run_jobs(url: &str, workers: usize, warm_up: f64, seconds: f64) -> Result
                         .into_iter()
                         .enumerate()
                     {
-                        let changed = diesel::sql_query(
-                            "UPDATE bench_jobs SET status = $1 WHERE id = $2 AND status = $3",
-                        )
-                        .bind::<Text, _>(to)
-                        .bind::<BigInt, _>(id)
-                        .bind::<Text, _>(from)
-                        .execute(&mut conn)?;
+                        let changed =
+                            diesel::sql_query(format!("EXECUTE mark('{to}', {id}, '{from}')"))
+                                .execute(&mut conn)?;
                         if changed != 1 {
                             return Err(format!("job {id} was not {from} when set {to}").into());
                         }
@@ -116,6 +121,7 @@ pub fn run_jobs(url: &str, workers: usize, warm_up: f64, seconds: f64) -> Result
             })
         })
         .collect();
+    let busy = busy_in(start, window);
     let mut tallies = Vec::with_capacity(workers);
     for h in handles {
         tallies.push(h.join().map_err(|_| "a job thread panicked")??);
@@ -145,5 +151,19 @@ pub fn run_jobs(url: &str, workers: usize, warm_up: f64, seconds: f64) -> Result
     Ok(JobCommits {
         per_s: in_window as f64 / seconds,
         commit_us,
+        busy,
     })
+}
+
+/// The machine's CPU busy share from `start + window.0` to `start + window.1`, read by the
+/// calling thread, which sleeps until each end.
+pub fn busy_in(start: Instant, window: (Duration, Duration)) -> f64 {
+    let at = |d: Duration| {
+        if let Some(wait) = (start + d).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        cpu_ticks()
+    };
+    let from = at(window.0);
+    busy_share(from, at(window.1))
 }

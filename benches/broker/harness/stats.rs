@@ -62,3 +62,27 @@ pub fn thousands(n: usize) -> String {
     }
     out
 }
+
+/// The machine's CPU time so far, in clock ticks: (busy, all), from the first line of
+/// `/proc/stat` (idle and I/O wait are not busy). None off Linux.
+pub fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let all: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3)? + fields.get(4)?;
+    Some((all - idle, all))
+}
+
+/// The share of the machine's CPU time busy between two readings of [`cpu_ticks`].
+pub fn busy_share(from: Option<(u64, u64)>, to: Option<(u64, u64)>) -> f64 {
+    match (from, to) {
+        (Some((b0, a0)), Some((b1, a1))) if a1 > a0 => (b1 - b0) as f64 / (a1 - a0) as f64,
+        _ => f64::NAN,
+    }
+}
