@@ -10,6 +10,9 @@ pub struct Figure {
     pub ops_per_sec: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// The machine's CPU busy while it was measured, as a share of all cores (NaN where not
+    /// measured).
+    pub busy: f64,
 }
 
 pub fn percentile(sorted: &[u32], pct: usize) -> f64 {
@@ -26,6 +29,7 @@ pub fn figure(ops: usize, elapsed: Duration, mut latencies: Vec<u32>) -> Figure 
         ops_per_sec: ops as f64 / elapsed.as_secs_f64(),
         p50_us: percentile(&latencies, 50),
         p99_us: percentile(&latencies, 99),
+        busy: f64::NAN,
     }
 }
 
@@ -44,6 +48,7 @@ pub fn median_figure(figs: &[Figure]) -> Figure {
         ops_per_sec: median(figs.iter().map(|f| f.ops_per_sec).collect()),
         p50_us: median(figs.iter().map(|f| f.p50_us).collect()),
         p99_us: median(figs.iter().map(|f| f.p99_us).collect()),
+        busy: median(figs.iter().map(|f| f.busy).collect()),
     }
 }
 
@@ -77,6 +82,28 @@ pub fn cpu_ticks() -> Option<(u64, u64)> {
     let all: u64 = fields.iter().take(8).sum();
     let idle = fields.get(3)? + fields.get(4)?;
     Some((all - idle, all))
+}
+
+/// CPU ticks summed over several stretches of load: (busy, all).
+#[derive(Default)]
+pub struct CpuSpan(u64, u64);
+
+impl CpuSpan {
+    /// Adds the stretch between two readings of [`cpu_ticks`].
+    pub fn add(&mut self, from: Option<(u64, u64)>, to: Option<(u64, u64)>) {
+        if let (Some((b0, a0)), Some((b1, a1))) = (from, to) {
+            self.0 += b1.saturating_sub(b0);
+            self.1 += a1.saturating_sub(a0);
+        }
+    }
+
+    /// The busy share over the stretches (NaN for none).
+    pub fn share(&self) -> f64 {
+        match self.1 {
+            0 => f64::NAN,
+            all => self.0 as f64 / all as f64,
+        }
+    }
 }
 
 /// The share of the machine's CPU time busy between two readings of [`cpu_ticks`].

@@ -18,7 +18,7 @@ use super::http::{
     Http, current_thread, patch_request, pop_request_with, popped_id, send_all, task_id,
 };
 use super::postgres::{BOEFJES, IMAGES, ORGS, count_stored, count_tasks, image_name};
-use super::stats::{Figure, figure, median_figure, micros_since};
+use super::stats::{CpuSpan, Figure, cpu_ticks, figure, median_figure, micros_since};
 use crate::{Error, Options, Result};
 
 /// The pops the boefje runner sends (`POST /schedulers/boefje/pop?limit=1`, a filter body only
@@ -492,8 +492,11 @@ async fn measure_body(
     let mut tally = Tally::new();
     let mut out = BodyFigure::default();
     let mut ran = 0.0;
+    let mut cpu = CpuSpan::default();
     while ran < seconds * 0.98 {
+        let from = cpu_ticks();
         let b = burst(port, &roles, budget, seconds - ran).await?;
+        cpu.add(from, cpu_ticks());
         let window = steady(
             &[&b.pop_samples, &b.push_samples],
             b.clients,
@@ -517,6 +520,7 @@ async fn measure_body(
         );
     }
     (out.pops, out.pushes) = tally.figures();
+    out.pops.busy = cpu.share();
     Ok(out)
 }
 
@@ -524,15 +528,20 @@ async fn measure_body(
 fn measure_baseline(db: &str, conns: usize, budget: usize, seconds: f64) -> Result<Figure> {
     let mut tally = Tally::new();
     let mut ran = 0.0;
+    let mut cpu = CpuSpan::default();
     while ran < seconds * 0.98 {
+        let from = cpu_ticks();
         let r = baseline_run(db, conns, seconds - ran, None, "pop", Some(budget))?;
+        cpu.add(from, cpu_ticks());
         let limit = Duration::from_secs_f64(seconds - ran);
         ran += r.elapsed.as_secs_f64();
         let window = steady(&[&r.samples], conns, r.exhausted_us, limit, r.elapsed);
         tally.add(&r.samples, &[], window);
         refill_baseline(db, r.samples.len())?;
     }
-    Ok(tally.figures().0)
+    let mut f = tally.figures().0;
+    f.busy = cpu.share();
+    Ok(f)
 }
 
 /// Medians over rounds of the pop bodies.
@@ -602,9 +611,16 @@ pub fn measure_bodies(
 
 pub fn print_bodies(figs: &[BodyFigure; 5], baseline: Option<Figure>) {
     println!(
-        "{:<44} {:>10} {:>9} {:>9} {:>12} {:>11}",
-        "pop body (median of rounds)", "pops/s", "p50 µs", "p99 µs", "÷ unfiltered", "÷ baseline"
+        "{:<44} {:>10} {:>9} {:>9} {:>12} {:>11} {:>9}",
+        "pop body (median of rounds)",
+        "pops/s",
+        "p50 µs",
+        "p99 µs",
+        "÷ unfiltered",
+        "÷ baseline",
+        "CPU busy"
     );
+    let busy = |f: &Figure| format!("{:.0} %", f.busy * 100.0);
     let un = figs[Body::Unfiltered.index()].pops.ops_per_sec;
     for body in Body::ALL {
         let f = figs[body.index()].pops;
@@ -612,24 +628,26 @@ pub fn print_bodies(figs: &[BodyFigure; 5], baseline: Option<Figure>) {
             format!("{:.2}", f.ops_per_sec / b.ops_per_sec)
         });
         println!(
-            "{:<44} {:>10.0} {:>9.0} {:>9.0} {:>12.2} {:>11}",
+            "{:<44} {:>10.0} {:>9.0} {:>9.0} {:>12.2} {:>11} {:>9}",
             body.label(),
             f.ops_per_sec,
             f.p50_us,
             f.p99_us,
             f.ops_per_sec / un,
-            vs_base
+            vs_base,
+            busy(&f)
         );
     }
     if let Some(b) = baseline {
         println!(
-            "{:<44} {:>10.0} {:>9.0} {:>9.0} {:>12.2} {:>11}",
+            "{:<44} {:>10.0} {:>9.0} {:>9.0} {:>12.2} {:>11} {:>9}",
             "baseline SKIP LOCKED pop",
             b.ops_per_sec,
             b.p50_us,
             b.p99_us,
             b.ops_per_sec / un,
-            "1.00"
+            "1.00",
+            busy(&b)
         );
     }
     let p = figs[Body::Fleet.index()].pushes;
@@ -648,6 +666,7 @@ pub fn body_pairs(prefix: &str, figs: &[BodyFigure; 5], baseline: Option<Figure>
         kv.push(format!("{prefix}_{k}_pops_per_s={:.0}", f.ops_per_sec));
         kv.push(format!("{prefix}_{k}_p50_us={:.0}", f.p50_us));
         kv.push(format!("{prefix}_{k}_p99_us={:.0}", f.p99_us));
+        kv.push(format!("{prefix}_{k}_cpu_busy={:.2}", f.busy));
         if body != Body::Unfiltered {
             kv.push(format!(
                 "{prefix}_{k}_vs_unfiltered={:.3}",
@@ -664,6 +683,7 @@ pub fn body_pairs(prefix: &str, figs: &[BodyFigure; 5], baseline: Option<Figure>
     if let Some(b) = baseline {
         kv.push(format!("{prefix}_baseline_pops_per_s={:.0}", b.ops_per_sec));
         kv.push(format!("{prefix}_baseline_p99_us={:.0}", b.p99_us));
+        kv.push(format!("{prefix}_baseline_cpu_busy={:.2}", b.busy));
     }
     kv.push(format!(
         "{prefix}_fleet_pushes_per_s={:.0}",
