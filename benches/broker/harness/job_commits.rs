@@ -13,7 +13,7 @@ use diesel::sql_types::BigInt;
 use diesel::{Connection, PgConnection, RunQueryDsl};
 
 use super::postgres::{IMAGES, image_name, pg_exec, pg_number};
-use super::stats::{busy_share, cpu_ticks};
+use super::stats::{CpuSpan, cpu_ticks};
 use crate::Result;
 
 /// What the floor's round saw.
@@ -165,5 +165,7 @@ pub fn busy_in(start: Instant, window: (Duration, Duration)) -> f64 {
         cpu_ticks()
     };
     let from = at(window.0);
-    busy_share(from, at(window.1))
+    let mut span = CpuSpan::default();
+    span.add(from, at(window.1));
+    span.share()
 }

@@ -105,11 +105,3 @@ impl CpuSpan {
         }
     }
 }
-
-/// The share of the machine's CPU time busy between two readings of [`cpu_ticks`].
-pub fn busy_share(from: Option<(u64, u64)>, to: Option<(u64, u64)>) -> f64 {
-    match (from, to) {
-        (Some((b0, a0)), Some((b1, a1))) if a1 > a0 => (b1 - b0) as f64 / (a1 - a0) as f64,
-        _ => f64::NAN,
-    }
-}
