@@ -14,11 +14,12 @@
 //! a task that does nothing, in one node process; a completion is a job's deletion committed. Both
 //! count over `--seconds` after a warm-up of a second, and both start with the same number of jobs
 //! queued, each round on a fresh database of its own with a `CHECKPOINT` after the seed, so no
-//! round pays for another's rows or dirty pages. A third side is the floor in bare SQL
+//! round pays for another's rows or dirty pages. A third side is the same job in bare SQL
 //! (`harness/job_commits.rs`): 16 connections each making a job's three commits in a row (take
-//! with `SKIP LOCKED`, `running`, `completed`), what a broker that acknowledges each of a remote
-//! worker's three requests once durable pays at best on this server. The sides take turns going
-//! first: round r starts with side r % 3 of broker, Graphile Worker, the three commits.
+//! with `SKIP LOCKED`, `running`, `completed`), what unbatched durable requests cost this server
+//! (a broker's batches share commits, so this is not its floor). Beside each side's figure, the
+//! machine's CPU busy over the window gives its CPU per job. The sides take turns going first:
+//! round r starts with side r % 3 of broker, Graphile Worker, the three commits.
 //!
 //! Checks: on the broker, no task completed twice, every popped task of the image asked for, no
 //! pop empty (the queue never ran dry), and afterwards the table's completed boefje tasks exactly

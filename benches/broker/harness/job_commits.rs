@@ -1,10 +1,9 @@
-//! The floor of a remote worker's job in bare SQL: each of `workers` threads, on a connection of
+//! A remote worker's job in bare SQL: each of `workers` threads, on a connection of
 //! its own, takes a job of its image with `UPDATE … FOR UPDATE SKIP LOCKED RETURNING`, then marks
 //! it `running`, then `completed`: three single-statement commits in a row, as a boefje runner
 //! makes three durable requests in a row (pop, `PATCH running`, `PATCH completed`), with nothing
-//! between them: no HTTP, no JSON, no batching but the server's own group commit. What any broker
-//! that acknowledges each of those three only once it is on disk pays per job, at best, on this
-//! server.
+//! between them: no HTTP, no JSON, no batching but the server's own group commit. What each
+//! durable request costs unbatched; a broker that batches shares commits between requests.
 
 use std::time::{Duration, Instant};
 

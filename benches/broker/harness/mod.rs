@@ -6,7 +6,7 @@
 //!   reading;
 //! - `postgres.rs`: a database per scenario, the machine line, the seeded tasks, counts;
 //! - `baseline.rs`: the bare PostgreSQL SKIP LOCKED queue the broker is measured against;
-//! - `job_commits.rs`: a remote worker's job as three bare SQL commits, the floor of
+//! - `job_commits.rs`: a remote worker's job as three bare SQL commits, a side of
 //!   `--completions`;
 //! - `instance.rs`: starting and stopping the broker's release binary, its resident memory;
 //! - `http.rs`: the HTTP/1.1 load client, the requests, the closed-loop and paced load;
