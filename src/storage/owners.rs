@@ -144,8 +144,16 @@ pub fn holds(
     instance: &str,
     epoch: i64,
 ) -> QueryResult<bool> {
-    let mut q = Sql::new(Backend::Postgres, "SELECT epoch FROM scheduler_owners");
-    held_by(&mut q, scheduler, instance, epoch);
-    q.push(" FOR SHARE");
+    let mut q = Sql::new(Backend::Postgres, "");
+    push_fence(&mut q, scheduler, instance, epoch);
     Ok(!q.load_prepared::<Epoch>(conn)?.is_empty())
+}
+
+/// Appends the fence's locking read ([`holds`]): a row (its `epoch`) while `instance` holds
+/// `scheduler` under `epoch`, none once another instance took it. For a statement that checks the
+/// fence itself, in a CTE.
+pub fn push_fence(q: &mut Sql, scheduler: SchedulerId, instance: &str, epoch: i64) {
+    q.push("SELECT epoch FROM scheduler_owners");
+    held_by(q, scheduler, instance, epoch);
+    q.push(" FOR SHARE");
 }

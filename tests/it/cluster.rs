@@ -488,6 +488,70 @@ async fn a_former_owner_cannot_commit_after_its_lease_was_taken() {
     );
 }
 
+/// Takes every scheduler from the app's instance in the database, as another instance would.
+async fn take_over_in_the_database(app: &TestApp) {
+    let db = app.db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        use diesel::{Connection, connection::SimpleConnection};
+        let mut conn = diesel::PgConnection::establish(&db).unwrap();
+        conn.batch_execute(
+            "UPDATE scheduler_owners SET owner = 'elsewhere', address = 'http://127.0.0.1:9', \
+             epoch = epoch + 1, expires_at = now() + interval '1 hour'",
+        )
+        .unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_former_owners_pop_and_patch_write_nothing_after_its_lease_was_taken() {
+    // Pops and patches are written as one statement with the fence inside it (not the
+    // transaction a push takes): the first batch after the takeover is a patch in one app and
+    // a pop in the other, and neither may write.
+    for first in ["patch", "pop"] {
+        let Some(app) = spawn_app_with(Backend::Postgres, |s| s.cluster.lease_ms = 60_000).await
+        else {
+            return;
+        };
+        let popped = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org", "nmap", Some("Hostname|internet|x"), 3),
+            )
+            .await;
+        let waiting = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org", "nmap", Some("Hostname|internet|y"), 5),
+            )
+            .await;
+        let resp = app.pop("boefje", Some(1), None).await;
+        assert_eq!(resp.status(), 200);
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["results"][0]["id"], popped["id"], "{answer}");
+        take_over_in_the_database(&app).await;
+        let resp = match first {
+            "patch" => {
+                app.patch_task(&id_of(&popped), &json!({"status": "completed"}))
+                    .await
+            }
+            _ => app.pop("boefje", Some(1), None).await,
+        };
+        assert_eq!(resp.status(), 503, "{first}: {}", detail(resp).await);
+        assert_eq!(
+            app.task(&id_of(&popped)).await["status"],
+            "dispatched",
+            "{first}"
+        );
+        assert_eq!(
+            app.task(&id_of(&waiting)).await["status"],
+            "queued",
+            "{first}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_instance_on_one_sqlite_file_refuses_to_start() {
     let Some(app) = spawn_app(Backend::Sqlite).await else {

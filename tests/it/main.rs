@@ -20,6 +20,7 @@ mod crash;
 mod cron;
 mod docs;
 mod fairness;
+mod fenced_batch;
 mod filtered_pops;
 mod filters;
 mod fire_ledger;

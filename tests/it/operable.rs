@@ -125,6 +125,7 @@ async fn a_dropped_database_connection_costs_no_request_and_no_heap_rebuild() {
     let rebuilt_at_start = app.logged("heaps rebuilt from the tasks table").len();
     assert_eq!(rebuilt_at_start, 3);
 
+    let mut recovered = 0;
     for round in 0..2 {
         // Every connection of the service, closed by the server.
         let (uri, name) = (
@@ -149,6 +150,24 @@ async fn a_dropped_database_connection_costs_no_request_and_no_heap_rebuild() {
             let popped: Value = serde_json::from_str(&body).unwrap();
             assert_eq!(popped["results"].as_array().unwrap().len(), 1, "{body}");
         }
+        // The pop's batch is one statement with its fence: the engine found on a fresh
+        // connection that it had not been written, and wrote it there (unless the kept
+        // connection sat idle long enough to be checked and replaced before the batch).
+        recovered = app
+            .logged(
+                "the database connection broke during the batch's statement; \
+                 finding out on a fresh one whether it was written",
+            )
+            .len();
+        let replaced = app
+            .logged("the kept database connection was closed while idle; a fresh one replaces it")
+            .len();
+        // (Another engine's connection may be found closed too, by its own upkeep.)
+        assert!(
+            recovered <= round + 1,
+            "round {round}: one broken batch a round"
+        );
+        assert!(recovered + replaced > round, "round {round}");
         let resp = client
             .get(format!("{}/tasks?scheduler_id=boefje&limit=0", app.address))
             .send()
@@ -156,6 +175,7 @@ async fn a_dropped_database_connection_costs_no_request_and_no_heap_rebuild() {
             .unwrap();
         assert_eq!(resp.status(), 200, "a read on the pool after the drop");
     }
+    assert!(recovered > 0, "a broken one-statement batch was recovered");
     let resp = client
         .patch(format!("{}/tasks/{}", app.address, id_of(&pushed[0])))
         .json(&json!({"status": "completed"}))

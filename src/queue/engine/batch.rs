@@ -13,6 +13,8 @@ use crate::domain::TaskStatus;
 use crate::metrics::{ByStatus, status_slot};
 use crate::storage::rows::TaskRow;
 use crate::storage::schedules::{self, ScheduleRow};
+#[cfg(doc)]
+use crate::storage::tasks;
 
 /// Rows read or created in this batch, by task id.
 #[derive(Default)]
@@ -91,6 +93,19 @@ impl Writes {
             + self.explained.len().div_ceil(update_chunk.max(1))
             + scores
             + usize::from(self.refill > 0)
+    }
+
+    /// Whether these writes are only changed rows and heap tasks dispatched: the common batch
+    /// of pops and patches, which one statement can write ([`tasks::fenced`]).
+    pub fn only_changes_and_dispatches(&self) -> bool {
+        self.inserts.is_empty()
+            && self.evicted.is_empty()
+            && self.cancelled.is_empty()
+            && self.reprioritised.is_empty()
+            && self.explained.is_empty()
+            && self.scores.is_empty()
+            && self.links.is_empty()
+            && self.refill == 0
     }
 
     /// Task rows these writes put in each status (a refill's are counted once it ran).

@@ -866,10 +866,46 @@ impl Engine {
                     Ok(written)
                 })
             };
+        // Pops and patches on PostgreSQL: one statement with the fence inside it, instead of a
+        // transaction's five round trips, which the batch's callers would all wait for.
+        let one = match &fence {
+            Some((own, epoch))
+                if Backend::of(conn) == Backend::Postgres
+                    && writes.only_changes_and_dispatches() =>
+            {
+                Some(tasks::fenced::FencedWrite {
+                    scheduler: s,
+                    instance: own.instance(),
+                    epoch: *epoch,
+                    updates: &writes.updates,
+                    dispatched: &writes.dispatched,
+                    at: now.naive_utc(),
+                    lease,
+                })
+                .filter(tasks::fenced::FencedWrite::fits)
+            }
+            _ => None,
+        };
         // On SQLite a write to `tasks` and its queue rows are separate statements; with several
         // instances the fence is one more.
         // A batch that writes nothing (a pop that found nothing) needs no fence either.
-        let (returned, refilled, relinked) = if statements == 0
+        let (returned, refilled, relinked) = if let Some(w) = &one {
+            let written = match tasks::fenced::write(conn, w) {
+                // The statement may or may not have been committed before the connection broke:
+                // the rows tell, on a fresh connection (written: read back; not: written now).
+                Err(e) if e.is_connection_lost() => {
+                    warn!(scheduler.id = %s, operation = "write", attempt = 1, error = %e, "the database connection broke during the batch's statement; finding out on a fresh one whether it was written");
+                    *conn = WriterConn::checkout_engine(&pool, unsynced)?;
+                    tasks::fenced::recover(conn, w)?
+                }
+                other => other?,
+            };
+            let mut out = HashMap::with_capacity(written.len());
+            for row in written {
+                out.insert(row.uuid()?, row);
+            }
+            (out, 0, Vec::new())
+        } else if statements == 0
             || (statements <= 1 && fence.is_none() && Backend::of(conn) == Backend::Postgres)
         {
             write(conn, state, &writes, now, lease)?
@@ -895,6 +931,10 @@ impl Engine {
             state.heap.set_schedule(&id, parsed);
             rows.relink(&id, schedule);
         }
+        let statements = match one {
+            Some(_) => 1,
+            None => statements,
+        };
         let mut moved = writes.transitions();
         moved[status_slot(TaskStatus::Queued)] += refilled as u64;
         d.refilled = refilled;

@@ -14,6 +14,7 @@
 //! |---|---|
 //! | `mod.rs` | what every caller shares: the column lists, reading tasks by id |
 //! | `write.rs` | the queue engines' writes |
+//! | `fenced.rs` | a queue engine's common batch as one statement with its fence (PostgreSQL) |
 //! | `heap.rs` | the queue engines' reads of waiting work: rebuild, refill, pending for a pop |
 //! | `reads.rs` | the API's and the planner's reads: listings, counts, statistics, history |
 //! | `upkeep.rs` | the watchdog's and the pruner's statements, the after-upgrade fill, the consistency check |
@@ -37,6 +38,7 @@ use crate::domain::keys::{DataKeys, KeyField};
 use crate::domain::query::TaskQuery;
 use crate::domain::{SchedulerId, TaskStatus};
 
+pub mod fenced;
 pub mod heap;
 pub mod reads;
 pub mod upkeep;

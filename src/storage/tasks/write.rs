@@ -397,33 +397,9 @@ struct UpdateRecord<'a> {
 fn update_postgres(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<usize> {
     let mut changed = 0;
     for chunk in rows.chunks(UPDATE_CHUNK) {
-        let records: Vec<UpdateRecord<'_>> = chunk
-            .iter()
-            .map(|r| UpdateRecord {
-                id: &r.id,
-                status: r.status.as_str(),
-                priority: r.priority,
-                attempts: r.attempts,
-                lease_expires_at: r.lease_expires_at.map(iso),
-                failure_reason: r.failure_reason.as_deref(),
-                modified_at: iso(r.modified_at),
-            })
-            .collect();
-        let json = serde_json::to_string(&records)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-        let mut q = sql(
-            conn,
-            "WITH moved AS (UPDATE tasks SET status = v.status, priority = v.priority, \
-             attempts = v.attempts, lease_expires_at = v.lease_expires_at, \
-             failure_reason = v.failure_reason, modified_at = v.modified_at \
-             FROM json_to_recordset(",
-        );
-        q.bind(json)
-            .push(
-                "::json) AS v(id text, status text, priority bigint, attempts integer, \
-                 lease_expires_at timestamp, failure_reason text, modified_at timestamp) \
-                 WHERE tasks.id = v.id RETURNING tasks.*)",
-            )
+        let mut q = sql(conn, "WITH moved AS (");
+        push_update_from_json(&mut q, chunk)?;
+        q.push(" RETURNING tasks.*)")
             .push(&pg_sync())
             .push("SELECT COUNT(*) AS count FROM moved");
         changed += q
@@ -432,6 +408,39 @@ fn update_postgres(conn: &mut AnyConnection, rows: &[TaskRow]) -> QueryResult<us
             .map_or(0, |r| usize::try_from(r.count).unwrap_or(0));
     }
     Ok(changed)
+}
+
+/// PostgreSQL: appends `UPDATE tasks SET … FROM json_to_recordset(…) AS v WHERE tasks.id = v.id`
+/// writing the mutable fields of `rows` (at most [`UPDATE_CHUNK`]), all of them in one JSON bind,
+/// so the text is the same for any rows. The caller may add conditions and its `RETURNING`.
+pub(super) fn push_update_from_json(q: &mut Sql, rows: &[TaskRow]) -> QueryResult<()> {
+    let records: Vec<UpdateRecord<'_>> = rows
+        .iter()
+        .map(|r| UpdateRecord {
+            id: &r.id,
+            status: r.status.as_str(),
+            priority: r.priority,
+            attempts: r.attempts,
+            lease_expires_at: r.lease_expires_at.map(iso),
+            failure_reason: r.failure_reason.as_deref(),
+            modified_at: iso(r.modified_at),
+        })
+        .collect();
+    let json = serde_json::to_string(&records)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    q.push(
+        "UPDATE tasks SET status = v.status, priority = v.priority, \
+         attempts = v.attempts, lease_expires_at = v.lease_expires_at, \
+         failure_reason = v.failure_reason, modified_at = v.modified_at \
+         FROM json_to_recordset(",
+    )
+    .bind(json)
+    .push(
+        "::json) AS v(id text, status text, priority bigint, attempts integer, \
+         lease_expires_at timestamp, failure_reason text, modified_at timestamp) \
+         WHERE tasks.id = v.id",
+    );
+    Ok(())
 }
 
 /// Runs a write of `tasks` that returns the rows it changed (`RETURNING {COLUMNS}`), and brings

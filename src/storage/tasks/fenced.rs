@@ -1,0 +1,156 @@
+//! A queue engine's batch of the common kind — rows it changed (patches, pops of pending tasks,
+//! lease expiries) and heap tasks it dispatched — written on PostgreSQL as one autocommitted
+//! statement with the multi-instance fence inside it.
+//!
+//! Written as a transaction the same batch takes five round trips: `BEGIN`, the fence's locking
+//! read, the update, the dispatch, `COMMIT`. An engine runs one batch at a time, so every round
+//! trip is time its callers wait (docs/BENCHMARKS.md, "Jobs completed per second"). Here the fence
+//! is a CTE that every write of the statement is conditioned on: while this instance holds the
+//! scheduler under its epoch the fence locks the owner row `FOR SHARE` until the statement
+//! commits (a takeover waits for it, and its rebuild then sees the batch); once another instance
+//! took it the fence is empty and the statement writes nothing. The result tells the two apart:
+//! one row at least while the fence held (the dispatched tasks, or one empty row), none once it
+//! did not.
+//!
+//! Outside a transaction, a connection that breaks while the statement runs leaves its outcome
+//! unknown: the server may have committed it before the answer was lost. [`recover`] finds out on
+//! a fresh connection, from the rows themselves: every row the statement writes gets the batch's
+//! `modified_at` and its new status, which the row had not before (the engine's batches have
+//! distinct times, and its rows change only through it). So the batch is either known written (its
+//! dispatched rows are read back) or known not written (it is written again), and never applied
+//! twice.
+
+use super::write::{pg_sync, push_update_from_json};
+use super::*;
+use crate::storage::StorageError;
+use crate::storage::owners;
+
+/// One batch's writes, as [`write`] takes them.
+pub struct FencedWrite<'a> {
+    /// The scheduler whose engine writes.
+    pub scheduler: SchedulerId,
+    /// This instance's name, as its owner row holds it.
+    pub instance: &'a str,
+    /// The epoch the engine's state was built under.
+    pub epoch: i64,
+    /// Rows read and changed, written whole (their mutable fields).
+    pub updates: &'a [TaskRow],
+    /// Heap tasks dispatched (`queued → dispatched`), by id.
+    pub dispatched: &'a [String],
+    /// The batch's time: every row written gets it as `modified_at`.
+    pub at: NaiveDateTime,
+    /// The dispatched tasks' lease.
+    pub lease: Option<NaiveDateTime>,
+}
+
+impl FencedWrite<'_> {
+    /// Whether one statement can write this batch: each side within one statement's chunk, no
+    /// row on both sides (two writes of one row in one statement are undefined), and every
+    /// changed row stamped with the batch's time (what [`recover`] reads).
+    pub fn fits(&self) -> bool {
+        self.updates.len() <= UPDATE_CHUNK
+            && self.dispatched.len() <= CHUNK
+            && !(self.updates.is_empty() && self.dispatched.is_empty())
+            && self.updates.iter().all(|r| r.modified_at == self.at)
+            && self.disjoint()
+    }
+
+    fn disjoint(&self) -> bool {
+        if self.updates.is_empty() || self.dispatched.is_empty() {
+            return true;
+        }
+        let dispatched: std::collections::HashSet<&str> =
+            self.dispatched.iter().map(String::as_str).collect();
+        !self
+            .updates
+            .iter()
+            .any(|r| dispatched.contains(r.id.as_str()))
+    }
+}
+
+/// Writes the batch in one statement; answers the dispatched tasks' rows (those still queued:
+/// a task no longer queued is skipped, as [`transition`] skips it). `Fenced` when another
+/// instance owns the scheduler now: then nothing was written.
+pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRow>, StorageError> {
+    let ids = serde_json::to_string(w.dispatched)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let mut q = Sql::new(Backend::Postgres, "WITH fence AS MATERIALIZED (");
+    owners::push_fence(&mut q, w.scheduler, w.instance, w.epoch);
+    q.push("), moved AS (");
+    push_update_from_json(&mut q, w.updates)?;
+    q.push(" AND EXISTS (SELECT 1 FROM fence) RETURNING tasks.*)")
+        .push(&pg_sync())
+        .push(", pick (pid) AS (SELECT value FROM json_array_elements_text(")
+        .bind(ids)
+        .push(
+            "::json)), queue AS (DELETE FROM task_queue USING pick \
+             WHERE task_queue.task_id = pick.pid AND task_queue.status = 'queued' \
+             AND EXISTS (SELECT 1 FROM fence)), \
+             dispatched AS (UPDATE tasks SET status = 'dispatched', modified_at = ",
+        )
+        .bind(w.at)
+        .push(", lease_expires_at = ")
+        .bind(Bind::OptTime(w.lease))
+        .push(&format!(
+            " FROM pick WHERE tasks.id = pick.pid AND tasks.status = 'queued' \
+             AND EXISTS (SELECT 1 FROM fence) RETURNING {COLUMNS}) \
+             SELECT dispatched.* FROM fence LEFT JOIN dispatched ON true"
+        ));
+    let rows = q.load_prepared::<Option<TaskRow>>(conn)?;
+    if rows.is_empty() {
+        return Err(StorageError::Fenced(w.scheduler));
+    }
+    Ok(rows.into_iter().flatten().collect())
+}
+
+/// After [`write`] failed on a broken connection, on a fresh one: reads whether the batch was
+/// committed, and answers its dispatched rows as they were written if so; writes it now if not.
+pub fn recover(
+    conn: &mut AnyConnection,
+    w: &FencedWrite<'_>,
+) -> Result<Vec<TaskRow>, StorageError> {
+    if !landed(conn, w)? {
+        return write(conn, w);
+    }
+    let mut rows = get_many(conn, w.dispatched)?;
+    rows.retain(|r| r.status == TaskStatus::Dispatched && r.modified_at == w.at);
+    Ok(rows)
+}
+
+/// Whether the batch was committed: a row it names holds the status and time it wrote. (The
+/// statement is atomic, so one row tells for all; a batch that would change no row is found not
+/// written, and writing it again changes none either.)
+pub fn landed(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> QueryResult<bool> {
+    #[derive(serde::Serialize)]
+    struct Written<'a> {
+        id: &'a str,
+        status: &'a str,
+    }
+    let written: Vec<Written<'_>> = w
+        .updates
+        .iter()
+        .map(|r| Written {
+            id: &r.id,
+            status: r.status.as_str(),
+        })
+        .chain(w.dispatched.iter().map(|id| Written {
+            id,
+            status: TaskStatus::Dispatched.as_str(),
+        }))
+        .collect();
+    let json = serde_json::to_string(&written)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let mut q = Sql::new(
+        Backend::Postgres,
+        "SELECT COUNT(*) AS count FROM tasks JOIN json_to_recordset(",
+    );
+    q.bind(json)
+        .push(
+            "::json) AS w(id text, status text) ON tasks.id = w.id AND tasks.status = w.status \
+             WHERE tasks.modified_at = ",
+        )
+        .bind(w.at);
+    Ok(q.load_prepared::<CountRow>(conn)?
+        .first()
+        .is_some_and(|r| r.count > 0))
+}

@@ -1,0 +1,268 @@
+//! A queue engine's batch of pops and patches written on PostgreSQL as one autocommitted
+//! statement with the multi-instance fence inside it (`storage::tasks::fenced`): what it writes
+//! and answers, that a taken-over scheduler's batch writes nothing, and that a batch whose
+//! connection broke is found written or not written on a fresh connection and never applied
+//! twice.
+
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use diesel::connection::SimpleConnection;
+use kat_scheduler::domain::{SchedulerId, TaskStatus};
+use kat_scheduler::storage::rows::TaskRow;
+use kat_scheduler::storage::tasks::fenced::{self, FencedWrite};
+use kat_scheduler::storage::{self, AnyConnection, DbTarget, StorageError, owners, tasks};
+
+use crate::helpers::*;
+
+fn at(secs: i64) -> NaiveDateTime {
+    chrono::DateTime::from_timestamp(1_800_000_000 + secs, 0)
+        .unwrap()
+        .naive_utc()
+}
+
+fn queued(n: usize) -> TaskRow {
+    let id = uuid::Uuid::new_v4().to_string();
+    TaskRow {
+        id: id.clone(),
+        scheduler_id: "boefje".into(),
+        schedule_id: None,
+        organisation: "org1".into(),
+        task_type: "boefje".into(),
+        hash: Some(format!("hash-{n}")),
+        priority: n as i64,
+        data: format!(r#"{{"boefje": {{"id": "b{n}"}}, "input_ooi": "Hostname|internet|h{n}"}}"#),
+        status: TaskStatus::Queued,
+        attempts: 0,
+        lease_expires_at: None,
+        failure_reason: None,
+        created_at: at(0),
+        modified_at: at(0),
+        plugin_id: Some(format!("b{n}")),
+        oci_image: None,
+        input_ooi: Some(format!("Hostname|internet|h{n}")),
+        deduplication_key: None,
+    }
+}
+
+fn status(conn: &mut AnyConnection, id: &str) -> TaskStatus {
+    tasks::get(conn, id).unwrap().unwrap().status
+}
+
+/// A migrated database whose boefje scheduler `me` owns, with `n` queued tasks; the owner's epoch.
+fn setup(uri: &str, n: usize) -> (storage::DbPool, i64, Vec<TaskRow>) {
+    let pool = storage::connect(&DbTarget::parse(uri).unwrap(), 3, Duration::from_secs(5)).unwrap();
+    let mut conn = storage::checkout(&pool).unwrap();
+    storage::run_migrations(&mut conn).unwrap();
+    let epoch = owners::claim(
+        &mut conn,
+        SchedulerId::Boefje,
+        "me",
+        "http://127.0.0.1:1",
+        Duration::from_secs(600),
+        None,
+    )
+    .unwrap()
+    .unwrap();
+    let rows: Vec<TaskRow> = (0..n).map(queued).collect();
+    tasks::insert(&mut conn, &rows).unwrap();
+    (pool, epoch, rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        let (pool, epoch, rows) = setup(&uri, 4);
+        let mut conn = storage::checkout(&pool).unwrap();
+        // A patch of task 0 (queued → running, as a runner's PATCH of a popped task does) and
+        // the pop of tasks 1 and 2.
+        let mut running = rows[0].clone();
+        running.status = TaskStatus::Running;
+        running.modified_at = at(10);
+        running.lease_expires_at = Some(at(70));
+        let dispatched = vec![rows[1].id.clone(), rows[2].id.clone()];
+        let w = FencedWrite {
+            scheduler: SchedulerId::Boefje,
+            instance: "me",
+            epoch,
+            updates: std::slice::from_ref(&running),
+            dispatched: &dispatched,
+            at: at(10),
+            lease: Some(at(40)),
+        };
+        assert!(w.fits());
+        let written = fenced::write(&mut conn, &w).unwrap();
+        let mut ids: Vec<&str> = written.iter().map(|r| r.id.as_str()).collect();
+        ids.sort_unstable();
+        let mut want: Vec<&str> = dispatched.iter().map(String::as_str).collect();
+        want.sort_unstable();
+        assert_eq!(ids, want, "the dispatched rows are answered");
+        for r in &written {
+            assert_eq!(r.status, TaskStatus::Dispatched);
+            assert_eq!(r.modified_at, at(10));
+            assert_eq!(r.lease_expires_at, Some(at(40)));
+            assert!(
+                r.data.contains("input_ooi"),
+                "with their payload: {}",
+                r.data
+            );
+        }
+        let stored = tasks::get(&mut conn, &rows[0].id).unwrap().unwrap();
+        assert_eq!(stored, running, "the patched row is written whole");
+        assert_eq!(status(&mut conn, &rows[3].id), TaskStatus::Queued);
+        assert!(
+            tasks::queue_mismatches(&mut conn).unwrap().is_empty(),
+            "task_queue in step: only task 3 waits"
+        );
+        assert_eq!(
+            tasks::count_waiting(&mut conn, SchedulerId::Boefje, TaskStatus::Queued).unwrap(),
+            1
+        );
+
+        // A heap task no longer queued is skipped, as a transition skips it: the answer holds
+        // none, and the fence still held (no error).
+        let again = vec![rows[1].id.clone()];
+        let w = FencedWrite {
+            updates: &[],
+            dispatched: &again,
+            at: at(11),
+            ..w
+        };
+        assert!(fenced::write(&mut conn, &w).unwrap().is_empty());
+        assert_eq!(
+            tasks::get(&mut conn, &rows[1].id)
+                .unwrap()
+                .unwrap()
+                .modified_at,
+            at(10),
+            "the skipped row is untouched"
+        );
+
+        // Another instance takes the scheduler: the former owner's batch writes nothing.
+        let mut admin = storage::checkout(&pool).unwrap();
+        admin
+            .batch_execute(
+                "UPDATE scheduler_owners SET owner = 'elsewhere', epoch = epoch + 1 \
+                 WHERE scheduler_id = 'boefje'",
+            )
+            .unwrap();
+        let mut done = rows[1].clone();
+        done.status = TaskStatus::Completed;
+        done.modified_at = at(12);
+        let last = vec![rows[3].id.clone()];
+        let w = FencedWrite {
+            updates: std::slice::from_ref(&done),
+            dispatched: &last,
+            at: at(12),
+            ..w
+        };
+        match fenced::write(&mut conn, &w) {
+            Err(StorageError::Fenced(SchedulerId::Boefje)) => {}
+            other => panic!("a fenced batch must be refused: {other:?}"),
+        }
+        assert_eq!(status(&mut conn, &rows[1].id), TaskStatus::Dispatched);
+        assert_eq!(status(&mut conn, &rows[3].id), TaskStatus::Queued);
+        assert!(tasks::queue_mismatches(&mut conn).unwrap().is_empty());
+    })
+    .await
+    .unwrap();
+    drop(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_connection_broke_is_found_written_or_written_once() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        let (pool, epoch, rows) = setup(&uri, 3);
+        let mut first = storage::checkout(&pool).unwrap();
+        let mut fresh = storage::checkout(&pool).unwrap();
+        let mut running = rows[0].clone();
+        running.status = TaskStatus::Running;
+        running.modified_at = at(20);
+        let dispatched = vec![rows[1].id.clone()];
+        let w = FencedWrite {
+            scheduler: SchedulerId::Boefje,
+            instance: "me",
+            epoch,
+            updates: std::slice::from_ref(&running),
+            dispatched: &dispatched,
+            at: at(20),
+            lease: Some(at(50)),
+        };
+        // Not written yet (the statement never reached the server): found so, and written.
+        assert!(!fenced::landed(&mut fresh, &w).unwrap());
+        // Written, and its answer lost with the connection: found so on a fresh one, and the
+        // dispatched row answered as written, without writing it again.
+        let answered = fenced::write(&mut first, &w).unwrap();
+        assert!(fenced::landed(&mut fresh, &w).unwrap());
+        let recovered = fenced::recover(&mut fresh, &w).unwrap();
+        assert_eq!(
+            recovered, answered,
+            "the answer read back is the one the write gave"
+        );
+        assert_eq!(recovered.len(), 1);
+
+        let popped = vec![rows[2].id.clone()];
+        let w2 = FencedWrite {
+            updates: &[],
+            dispatched: &popped,
+            at: at(21),
+            ..w
+        };
+        assert!(!fenced::landed(&mut fresh, &w2).unwrap());
+        let written = fenced::recover(&mut fresh, &w2).unwrap();
+        assert_eq!(written.len(), 1, "a batch found not written is written");
+        assert_eq!(written[0].id, rows[2].id);
+        assert_eq!(written[0].status, TaskStatus::Dispatched);
+        assert!(fenced::landed(&mut fresh, &w2).unwrap());
+        // Recovered twice (a second break): still one answer, nothing written twice.
+        assert_eq!(fenced::recover(&mut fresh, &w2).unwrap(), written);
+        assert!(tasks::queue_mismatches(&mut fresh).unwrap().is_empty());
+        assert_eq!(
+            tasks::count_waiting(&mut fresh, SchedulerId::Boefje, TaskStatus::Queued).unwrap(),
+            0
+        );
+    })
+    .await
+    .unwrap();
+    drop(db);
+}
+
+#[test]
+fn only_batches_one_statement_can_write_take_that_path() {
+    let a = queued(1);
+    let mut changed = a.clone();
+    changed.status = TaskStatus::Running;
+    changed.modified_at = at(5);
+    let other = vec![queued(2).id];
+    let same = vec![a.id.clone()];
+    let w = |updates: &[TaskRow], dispatched: &[String], secs: i64| {
+        FencedWrite {
+            scheduler: SchedulerId::Boefje,
+            instance: "me",
+            epoch: 1,
+            updates,
+            dispatched,
+            at: at(secs),
+            lease: None,
+        }
+        .fits()
+    };
+    let one = std::slice::from_ref(&changed);
+    assert!(w(one, &other, 5));
+    assert!(!w(one, &same, 5), "a row on both sides");
+    assert!(
+        !w(one, &other, 6),
+        "a changed row not stamped with the batch's time cannot be told written"
+    );
+    assert!(!w(&[], &[], 5), "nothing to write");
+    let many: Vec<String> = (0..tasks::CHUNK + 1).map(|i| i.to_string()).collect();
+    assert!(!w(&[], &many, 5), "more than one statement's chunk");
+}
