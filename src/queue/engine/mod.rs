@@ -11,7 +11,8 @@
 //!    of each row in [`batch::BatchRows`]; they never write;
 //! 3. **write** what the batch decided (one statement per kind of write: inserts, updates, the
 //!    heap tasks dispatched), in one transaction (or one autocommitted statement when that is
-//!    all it takes);
+//!    all it takes: on PostgreSQL a batch of pops and patches is one statement with the
+//!    multi-instance fence inside it, [`tasks::fenced`]);
 //! 4. **answer** each caller, only after the commit is durable: with
 //!    `database.flush_barrier`, the commit does not wait for the disk and the answers wait for
 //!    a flush barrier shared by all engines ([`flush`]) while the engine goes on;

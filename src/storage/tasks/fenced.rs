@@ -25,7 +25,7 @@ use super::*;
 use crate::storage::StorageError;
 use crate::storage::owners;
 
-/// One batch's writes, as [`write`] takes them.
+/// One batch's writes, as [`write()`] takes them.
 pub struct FencedWrite<'a> {
     /// The scheduler whose engine writes.
     pub scheduler: SchedulerId,
@@ -103,7 +103,7 @@ pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRo
     Ok(rows.into_iter().flatten().collect())
 }
 
-/// After [`write`] failed on a broken connection, on a fresh one: reads whether the batch was
+/// After [`write()`] failed on a broken connection, on a fresh one: reads whether the batch was
 /// committed, and answers its dispatched rows as they were written if so; writes it now if not.
 pub fn recover(
     conn: &mut AnyConnection,
