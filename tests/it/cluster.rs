@@ -448,18 +448,7 @@ async fn a_former_owner_cannot_commit_after_its_lease_was_taken() {
             &boefje_push("org", "nmap", Some("Hostname|internet|x"), 3),
         )
         .await;
-    let db = app.db.uri.clone();
-    tokio::task::spawn_blocking(move || {
-        use diesel::{Connection, connection::SimpleConnection};
-        let mut conn = diesel::PgConnection::establish(&db).unwrap();
-        conn.batch_execute(
-            "UPDATE scheduler_owners SET owner = 'elsewhere', address = 'http://127.0.0.1:9', \
-             epoch = epoch + 1, expires_at = now() + interval '1 hour'",
-        )
-        .unwrap();
-    })
-    .await
-    .unwrap();
+    take_over_in_the_database(&app).await;
     let resp = app
         .push(
             "boefje",

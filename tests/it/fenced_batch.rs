@@ -69,31 +69,67 @@ fn setup(uri: &str, n: usize) -> (storage::DbPool, i64, Vec<TaskRow>) {
     (pool, epoch, rows)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing() {
+/// Runs `test` on a fresh PostgreSQL database set up by [`setup`] with `n` tasks.
+async fn on_postgres(
+    n: usize,
+    test: impl FnOnce(storage::DbPool, i64, Vec<TaskRow>) + Send + 'static,
+) {
     let Some(db) = TestDb::create(Backend::Postgres).await else {
         return;
     };
     let uri = db.uri.clone();
     tokio::task::spawn_blocking(move || {
-        let (pool, epoch, rows) = setup(&uri, 4);
+        let (pool, epoch, rows) = setup(&uri, n);
+        test(pool, epoch, rows);
+    })
+    .await
+    .unwrap();
+    drop(db);
+}
+
+/// `row` patched to `running` by a batch at `secs`.
+fn running(row: &TaskRow, secs: i64) -> TaskRow {
+    let mut r = row.clone();
+    r.status = TaskStatus::Running;
+    r.modified_at = at(secs);
+    r
+}
+
+/// A batch of `me` under `epoch` at `secs`, its dispatched tasks leased until `lease_secs`.
+fn batch<'a>(
+    epoch: i64,
+    updates: &'a [TaskRow],
+    dispatched: &'a [String],
+    secs: i64,
+    lease_secs: Option<i64>,
+) -> FencedWrite<'a> {
+    FencedWrite {
+        scheduler: SchedulerId::Boefje,
+        instance: "me",
+        epoch,
+        updates,
+        dispatched,
+        at: at(secs),
+        lease: lease_secs.map(at),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing() {
+    on_postgres(4, |pool, epoch, rows| {
         let mut conn = storage::checkout(&pool).unwrap();
         // A patch of task 0 (queued → running, as a runner's PATCH of a popped task does) and
         // the pop of tasks 1 and 2.
-        let mut running = rows[0].clone();
-        running.status = TaskStatus::Running;
-        running.modified_at = at(10);
+        let mut running = running(&rows[0], 10);
         running.lease_expires_at = Some(at(70));
         let dispatched = vec![rows[1].id.clone(), rows[2].id.clone()];
-        let w = FencedWrite {
-            scheduler: SchedulerId::Boefje,
-            instance: "me",
+        let w = batch(
             epoch,
-            updates: std::slice::from_ref(&running),
-            dispatched: &dispatched,
-            at: at(10),
-            lease: Some(at(40)),
-        };
+            std::slice::from_ref(&running),
+            &dispatched,
+            10,
+            Some(40),
+        );
         assert!(w.fits());
         let written = fenced::write(&mut conn, &w).unwrap();
         let mut ids: Vec<&str> = written.iter().map(|r| r.id.as_str()).collect();
@@ -168,34 +204,23 @@ async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing()
         assert_eq!(status(&mut conn, &rows[3].id), TaskStatus::Queued);
         assert!(tasks::queue_mismatches(&mut conn).unwrap().is_empty());
     })
-    .await
-    .unwrap();
-    drop(db);
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_connection_broke_is_found_written_or_written_once() {
-    let Some(db) = TestDb::create(Backend::Postgres).await else {
-        return;
-    };
-    let uri = db.uri.clone();
-    tokio::task::spawn_blocking(move || {
-        let (pool, epoch, rows) = setup(&uri, 3);
+    on_postgres(3, |pool, epoch, rows| {
         let mut first = storage::checkout(&pool).unwrap();
         let mut fresh = storage::checkout(&pool).unwrap();
-        let mut running = rows[0].clone();
-        running.status = TaskStatus::Running;
-        running.modified_at = at(20);
+        let running = running(&rows[0], 20);
         let dispatched = vec![rows[1].id.clone()];
-        let w = FencedWrite {
-            scheduler: SchedulerId::Boefje,
-            instance: "me",
+        let w = batch(
             epoch,
-            updates: std::slice::from_ref(&running),
-            dispatched: &dispatched,
-            at: at(20),
-            lease: Some(at(50)),
-        };
+            std::slice::from_ref(&running),
+            &dispatched,
+            20,
+            Some(50),
+        );
         // Not written yet (the statement never reached the server): found so, and written.
         assert!(!fenced::landed(&mut fresh, &w).unwrap());
         // Written, and its answer lost with the connection: found so on a fresh one, and the
@@ -230,30 +255,17 @@ async fn a_batch_whose_connection_broke_is_found_written_or_written_once() {
             0
         );
     })
-    .await
-    .unwrap();
-    drop(db);
+    .await;
 }
 
 #[test]
 fn only_batches_one_statement_can_write_take_that_path() {
     let a = queued(1);
-    let mut changed = a.clone();
-    changed.status = TaskStatus::Running;
-    changed.modified_at = at(5);
+    let changed = running(&a, 5);
     let other = vec![queued(2).id];
     let same = vec![a.id.clone()];
     let w = |updates: &[TaskRow], dispatched: &[String], secs: i64| {
-        FencedWrite {
-            scheduler: SchedulerId::Boefje,
-            instance: "me",
-            epoch: 1,
-            updates,
-            dispatched,
-            at: at(secs),
-            lease: None,
-        }
-        .fits()
+        batch(1, updates, dispatched, secs, None).fits()
     };
     let one = std::slice::from_ref(&changed);
     assert!(w(one, &other, 5));
