@@ -15,10 +15,11 @@
 //! Outside a transaction, a connection that breaks while the statement runs leaves its outcome
 //! unknown: the server may have committed it before the answer was lost. [`recover`] finds out on
 //! a fresh connection, from the rows themselves: every row the statement writes gets the batch's
-//! `modified_at` and its new status, which the row had not before (the engine's batches have
-//! distinct times, and its rows change only through it). So the batch is either known written (its
-//! dispatched rows are read back) or known not written (it is written again), and never applied
-//! twice.
+//! `modified_at` and its new status, which the row had not before (on the system clock each batch
+//! has a time of its own, and the rows change only through their engine; a clock injected for
+//! tests may repeat a time, so there a row re-written to the same status at the same instant would
+//! read as written). So the batch is either known written (its dispatched rows are read back) or
+//! known not written (it is written again), and never applied twice.
 
 use super::write::{pg_sync, push_update_from_json};
 use super::*;
