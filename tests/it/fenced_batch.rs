@@ -209,7 +209,7 @@ async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_connection_broke_is_found_written_or_written_once() {
-    on_postgres(3, |pool, epoch, rows| {
+    on_postgres(4, |pool, epoch, rows| {
         let mut first = storage::checkout(&pool).unwrap();
         let mut fresh = storage::checkout(&pool).unwrap();
         let running = running(&rows[0], 20);
@@ -252,8 +252,27 @@ async fn a_batch_whose_connection_broke_is_found_written_or_written_once() {
         assert!(tasks::queue_mismatches(&mut fresh).unwrap().is_empty());
         assert_eq!(
             tasks::count_waiting(&mut fresh, SchedulerId::Boefje, TaskStatus::Queued).unwrap(),
-            0
+            1
         );
+
+        // The connection broke before the batch was written, and meanwhile another instance
+        // took the scheduler: what the engine believes it owns is out of date, so writing the
+        // batch again must meet the fence and write nothing.
+        fresh
+            .batch_execute(
+                "UPDATE scheduler_owners SET owner = 'elsewhere', epoch = epoch + 1 \
+                 WHERE scheduler_id = 'boefje'",
+            )
+            .unwrap();
+        let last = vec![rows[3].id.clone()];
+        let w3 = batch(epoch, &[], &last, 22, Some(52));
+        assert!(!fenced::landed(&mut fresh, &w3).unwrap());
+        match fenced::recover(&mut fresh, &w3) {
+            Err(StorageError::Fenced(SchedulerId::Boefje)) => {}
+            other => panic!("a batch recovered after a takeover must be refused: {other:?}"),
+        }
+        assert_eq!(status(&mut fresh, &rows[3].id), TaskStatus::Queued);
+        assert!(tasks::queue_mismatches(&mut fresh).unwrap().is_empty());
     })
     .await;
 }
