@@ -40,5 +40,6 @@ mod process;
 mod push_sets;
 mod queue_rules;
 mod recovery;
+mod refill_ahead;
 mod schedules;
 mod unknown_objects;

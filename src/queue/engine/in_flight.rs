@@ -57,6 +57,11 @@ impl InFlight {
         known
     }
 
+    /// Whether it holds this task (handed out and not finished, as committed).
+    pub fn knows(&self, id: &Uuid) -> bool {
+        self.rows.contains_key(id)
+    }
+
     /// Records the committed state of the rows a batch touched.
     pub fn record<'a>(
         &mut self,

@@ -17,8 +17,9 @@
 //!    `database.flush_barrier`, the commit does not wait for the disk and the answers wait for
 //!    a flush barrier shared by all engines ([`flush`]) while the engine goes on;
 //! 5. **upkeep**, off the callers' path: a recount of the pending backlog after drift, a
-//!    [`refill`] of the heap ahead of need in a transaction of its own, `ANALYZE` after bulk
-//!    changes.
+//!    [`refill`] of the heap ahead of need in a transaction of its own (on PostgreSQL on a
+//!    connection and thread of its own, beside the pops the heap serves), `ANALYZE` after bulk
+//!    changes (on a thread of its own).
 //!
 //! Requests that arrive while a commit is in flight wait in the channel and form the next batch,
 //! so commits are grouped without any timer. If a batch fails, the state may hold changes that
@@ -99,6 +100,10 @@ const ANALYSE_AFTER: u64 = 20_000;
 /// after a flush barrier.
 const GIVE_BACK_POLL: Duration = Duration::from_millis(100);
 
+/// How often an engine with nothing to do looks whether its refill ahead has ended, to take its
+/// tasks in (a refill of a thousand tasks takes a few to a hundred milliseconds).
+const REFILL_POLL: Duration = Duration::from_millis(2);
+
 /// The running engines; stops them in order.
 pub struct EngineHandle {
     engines: Vec<(SyncSender<Command>, JoinHandle<()>)>,
@@ -174,6 +179,9 @@ pub(crate) fn start_all(
             ownership: ownership.cloned(),
             epoch: 0,
             changed_since_analyse: 0,
+            refilling: None,
+            analysing: None,
+            settled: refill::Settled::default(),
         };
         let join = std::thread::Builder::new()
             .name(format!("engine-{s}"))
@@ -265,6 +273,12 @@ struct Engine {
     recent_filters: explain::RecentFilters,
     /// Queue rows written since the planner's statistics were last refreshed ([`ANALYSE_AFTER`]).
     changed_since_analyse: u64,
+    /// The refill ahead under way on a connection of its own (PostgreSQL; [`refill::Ahead`]).
+    refilling: Option<refill::Ahead>,
+    /// The `ANALYZE` under way on a connection of its own.
+    analysing: Option<JoinHandle<()>>,
+    /// What a refill a pop waited for came to, counted after its batch.
+    settled: refill::Settled,
 }
 
 /// What a committed batch came to.
@@ -295,6 +309,10 @@ struct Decisions {
 struct TableReads<'a> {
     conn: &'a mut AnyConnection,
     scheduler: SchedulerId,
+    /// The refill ahead under way, which a pop about to search the backlog waits for.
+    refill: &'a mut Option<refill::Ahead>,
+    /// What the refill a pop waited for came to.
+    settled: &'a mut refill::Settled,
 }
 
 impl Reads for TableReads<'_> {
@@ -322,6 +340,10 @@ impl Reads for TableReads<'_> {
             .filter_map(|r| Uuid::parse_str(&r.id).ok().map(|id| (id, r.data)))
             .collect())
     }
+
+    fn settle_refill(&mut self, st: &mut QueueState) -> Result<bool, StorageError> {
+        refill::settle_into(st, self.refill, self.settled)
+    }
 }
 
 impl Engine {
@@ -338,11 +360,20 @@ impl Engine {
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
             let first = if self.undelivered.is_empty() {
-                if self.flush.is_some() {
-                    // The flush thread may find undelivered pops while nothing else arrives.
-                    match rx.recv_timeout(GIVE_BACK_POLL) {
+                // The flush thread may find undelivered pops while nothing else arrives, and a
+                // refill ahead's tasks are taken in as soon as it ends.
+                let poll = match (self.flush.is_some(), self.refilling.is_some()) {
+                    (_, true) => Some(REFILL_POLL),
+                    (true, false) => Some(GIVE_BACK_POLL),
+                    (false, false) => None,
+                };
+                if let Some(poll) = poll {
+                    match rx.recv_timeout(poll) {
                         Ok(cmd) => Some(cmd),
-                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Timeout) => {
+                            self.settle_refill(false);
+                            continue;
+                        }
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
                 } else {
@@ -377,6 +408,12 @@ impl Engine {
                 break;
             }
         }
+        self.settle_refill(true);
+        if let Some(join) = self.analysing.take()
+            && join.join().is_err()
+        {
+            error!(scheduler.id = %self.scheduler(), "the thread analysing the queue tables panicked");
+        }
         debug!(scheduler.id = %self.scheduler(), "queue engine stopped");
     }
 
@@ -391,6 +428,8 @@ impl Engine {
         if now != self.epoch {
             self.epoch = now;
             self.dirty = true;
+            // Whatever it moved is in the table, where the next owner's rebuild reads it.
+            self.forget_refill();
             if now == 0 {
                 let s = self.scheduler();
                 self.state = QueueState::new(s, self.state.limits.clone());
@@ -430,6 +469,8 @@ impl Engine {
 
     /// Rebuilds the state from the table.
     fn rebuild(&mut self) -> Result<(), StorageError> {
+        // A refill under way commits its moves while the table is read, or not: wait for it.
+        self.forget_refill();
         let lock = self.write_lock.clone();
         let _turn = write_turn(lock.as_ref());
         let started = Instant::now();
@@ -475,6 +516,11 @@ impl Engine {
         }
         let s = self.scheduler();
         if self.state.pending.needs_recount() {
+            // A refill under way changes what the count reads.
+            self.settle_refill(true);
+            if self.dirty {
+                return;
+            }
             let counted = self.on_connection("recount", |c, _| {
                 Ok(tasks::count_waiting(c, s, TaskStatus::Pending)?)
             });
@@ -485,25 +531,59 @@ impl Engine {
             }
         }
         let n = refill::ahead(&self.state);
-        if n > 0 {
+        if n > 0 && self.refilling.is_none() {
             self.refill_ahead(n);
         }
-        if self.changed_since_analyse >= ANALYSE_AFTER.max(self.waiting() / 5) {
-            let began = Instant::now();
-            if self
-                .on_connection("analyse", |c, _| storage::analyse(c))
-                .is_some()
-            {
-                debug!(scheduler.id = %s, rows = self.changed_since_analyse, duration_ms = began.elapsed().as_millis() as u64, "queue tables analysed after bulk changes");
-                self.changed_since_analyse = 0;
+        if self.changed_since_analyse >= ANALYSE_AFTER.max(self.waiting() / 5)
+            && self.analysing.as_ref().is_none_or(JoinHandle::is_finished)
+        {
+            self.analyse();
+        }
+    }
+
+    /// Refreshes the planner's statistics of the queue tables on a pooled connection and thread
+    /// of their own: `ANALYZE` reads a sample of 30,000 rows (100–300 ms on a loaded server), which
+    /// the engine's callers would wait for on its thread. It changes no row the engine reads.
+    fn analyse(&mut self) {
+        let s = self.scheduler();
+        let rows = std::mem::take(&mut self.changed_since_analyse);
+        let pool = self.pool.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("analyse-{s}"))
+            .spawn(move || {
+                let began = Instant::now();
+                match storage::checkout(&pool).and_then(|mut c| storage::analyse(&mut c)) {
+                    Ok(()) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables analysed after bulk changes"),
+                    Err(e) => warn!(scheduler.id = %s, rows, error = %e, "the queue tables' statistics could not be refreshed; tried again after the next bulk changes"),
+                }
+            });
+        match spawned {
+            Ok(join) => self.analysing = Some(join),
+            Err(e) => {
+                self.changed_since_analyse = rows;
+                warn!(scheduler.id = %s, error = %e, "cannot start a thread to analyse the queue tables");
             }
         }
     }
 
-    /// Moves the best `n` pending tasks into the heap, in a transaction of its own.
+    /// Moves the best `n` pending tasks into the heap, in a transaction of its own: on PostgreSQL
+    /// on a connection and thread of its own while the engine goes on ([`refill::Ahead`]), on
+    /// SQLite (one writer at a time) here.
     fn refill_ahead(&mut self, n: usize) {
         let s = self.scheduler();
         let now = self.clock.now().naive_utc();
+        let fence = self.fence();
+        if self.write_lock.is_none() && n >= refill::AHEAD_APART_MIN {
+            match refill::Ahead::start(&self.pool, s, n, now, fence, self.flush.is_some()) {
+                Ok(ahead) => {
+                    self.refilling = Some(ahead);
+                    return;
+                }
+                Err(e) => {
+                    warn!(scheduler.id = %s, error = %e, "cannot start a thread for the refill; refilling on the engine's");
+                }
+            }
+        }
         let fence = self.fence();
         let lock = self.write_lock.clone();
         let _turn = write_turn(lock.as_ref());
@@ -519,12 +599,88 @@ impl Engine {
             })
         });
         if let Some(k) = moved {
-            let mut by = ByStatus::default();
-            by[status_slot(TaskStatus::Queued)] = k as u64;
-            self.gauges.metrics.transitions(s, &by);
-            self.changed_since_analyse += k as u64;
-            self.publish();
+            self.took_refill(k);
         }
+    }
+
+    /// Counts the tasks a refill moved into the heap.
+    fn took_refill(&mut self, k: usize) {
+        if k == 0 {
+            return;
+        }
+        let mut by = ByStatus::default();
+        by[status_slot(TaskStatus::Queued)] = k as u64;
+        self.gauges.metrics.transitions(self.scheduler(), &by);
+        self.changed_since_analyse += k as u64;
+        self.publish();
+    }
+
+    /// Takes in the tasks of the refill ahead under way once it has ended (with `wait`, waits
+    /// for it).
+    fn settle_refill(&mut self, wait: bool) {
+        let Some(ahead) = self.refilling.take_if(|a| wait || a.is_finished()) else {
+            return;
+        };
+        let (outcome, wanted) = ahead.wait();
+        if self.dirty {
+            // The state is rebuilt from the table, where the refill's moves are.
+            return;
+        }
+        let moved = outcome.and_then(|rows| {
+            refill::refilled(&mut self.state, rows, wanted)
+                .map_err(|e| StorageError::Corrupt(e.to_string()))
+        });
+        match moved {
+            Ok(k) => self.took_refill(k),
+            Err(e) => self.refill_failed(e),
+        }
+    }
+
+    /// Counts what the refill a pop of the last batch waited for came to.
+    fn report_settled(&mut self) {
+        let settled = std::mem::take(&mut self.settled);
+        self.took_refill(settled.moved);
+        if let Some(e) = settled.failed {
+            self.refill_failed(e);
+        }
+    }
+
+    /// A refill ahead failed: another instance took the scheduler, or the moves may or may not
+    /// have been committed, so the state is rebuilt from the table before the next batch.
+    fn refill_failed(&mut self, e: StorageError) {
+        if let StorageError::Fenced(s) = e {
+            if let Some(own) = &self.ownership {
+                own.lost(s, self.epoch);
+            }
+            self.owned();
+            return;
+        }
+        self.dirty = true;
+        warn!(scheduler.id = %self.scheduler(), operation = "refill", error = %e, "the engine's upkeep failed; the heap is rebuilt from the table before the next batch");
+    }
+
+    /// Waits for the refill ahead under way and drops its outcome: the state is about to be
+    /// read from the table again, or dropped.
+    fn forget_refill(&mut self) {
+        if let Some(ahead) = self.refilling.take() {
+            drop(ahead.wait());
+        }
+    }
+
+    /// Whether a batch can be applied while a refill ahead moves pending rows: it holds nothing
+    /// that may read or write one, or place a task, before a pop's backlog search (which waits
+    /// for the refill itself). A patch of a task in flight that does not queue it again changes
+    /// that task alone. See [`refill`].
+    fn beside_refill(&self, batch: &Batch) -> bool {
+        batch.pushes.is_empty()
+            && batch.expiries.is_empty()
+            && batch.cancels.is_empty()
+            && batch.rescores.is_empty()
+            && batch.refills.is_empty()
+            && self.undelivered.is_empty()
+            && batch.patches.iter().all(|p| {
+                self.in_flight.knows(&p.body.id) && p.body.patch.status != Some(TaskStatus::Queued)
+            })
     }
 
     /// Runs `f` on the engine's connection; `None` after a failure, which is logged and leaves
@@ -616,6 +772,12 @@ impl Engine {
             ));
             return;
         }
+        // A refill ahead under way: only what cannot meet a row it moves goes on beside it (a
+        // refill that failed leaves the state to be rebuilt, here).
+        if self.refilling.is_some() {
+            let beside = self.beside_refill(&batch);
+            self.settle_refill(!beside);
+        }
         if self.dirty
             && let Err(e) = self.rebuild()
         {
@@ -654,6 +816,7 @@ impl Engine {
         };
         let began = Instant::now();
         let result = self.apply(&mut conn, &batch);
+        self.report_settled();
         let counters = &self.gauges.engine;
         match result {
             Ok(Applied {
@@ -817,6 +980,8 @@ impl Engine {
             let mut reads = TableReads {
                 conn: &mut *conn,
                 scheduler: s,
+                refill: &mut self.refilling,
+                settled: &mut self.settled,
             };
             for r in &batch.cancels {
                 d.cancels.push(cancel::cancel_object(

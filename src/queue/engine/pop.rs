@@ -50,6 +50,13 @@ pub(crate) trait Reads {
 
     /// The payloads (JSON text) of these tasks.
     fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError>;
+
+    /// Waits for a refill ahead under way, if any, and takes the tasks it moved into `st`'s
+    /// heap; answers whether it took any. The backlog is searched only after it: the refill may
+    /// be moving the very rows the search would find.
+    fn settle_refill(&mut self, _st: &mut QueueState) -> Result<bool, StorageError> {
+        Ok(false)
+    }
 }
 
 /// Decides one pop; answers the ids handed out, best first.
@@ -211,6 +218,21 @@ fn pop_matching(
     // a recount (see `PendingSet::remove`).
     let look = st.pending.count() > 0 || (leader && chosen.is_empty());
     if chosen.len() < limit && look && !nothing {
+        if reads.settle_refill(st)? {
+            // The heap took the best of the backlog in: it answers first again.
+            let more = pop_matching(
+                st,
+                rows,
+                reads,
+                filter,
+                plan,
+                limit - chosen.len(),
+                leader,
+                now,
+            )?;
+            chosen.extend(more);
+            return Ok(chosen);
+        }
         let want = limit - chosen.len();
         let lookup = plan
             .as_ref()
@@ -558,6 +580,59 @@ mod tests {
         assert_eq!(rows.get(&r).unwrap().status, TaskStatus::Dispatched);
         assert_eq!(st.pending.count(), 0);
         assert!(st.heap.contains(&a), "the heap's task stays");
+    }
+
+    #[test]
+    fn a_pop_whose_match_a_refill_under_way_moves_waits_for_it_and_takes_it_from_the_heap() {
+        let mut st = state(4, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row_with(1, 1, "common");
+        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
+        let mut pending = Vec::new();
+        for (p, image) in [(5, "rare"), (6, "common"), (7, "rare")] {
+            let (_, mut r) = row_with(p, p, image);
+            r.status = TaskStatus::Pending;
+            st.pending.add(r.hash.as_deref());
+            pending.push(r);
+        }
+        // The refill under way moves the two best pending rows, one of them the rare one.
+        let moved: Vec<String> = pending[..2].iter().map(|r| r.id.clone()).collect();
+        let mut table = FakeTable {
+            pending: pending.clone(),
+            refilling: Some(moved),
+            ..Default::default()
+        };
+        let common = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("common")));
+        assert_eq!(
+            pop(&mut st, &mut rows, &mut table, &common, now()).unwrap(),
+            vec![a],
+            "a match in the heap goes without waiting for the refill"
+        );
+        assert!(table.refilling.is_some(), "the refill is still under way");
+        let rare = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("rare")));
+        let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
+        let best_rare = pending[0].uuid().unwrap();
+        assert_eq!(
+            got,
+            vec![best_rare],
+            "the best rare task, which the refill moved"
+        );
+        assert!(table.refilling.is_none(), "the pop waited for the refill");
+        assert_eq!(
+            table.reads, 0,
+            "found in the heap: the backlog was not searched"
+        );
+        assert_eq!(
+            rows.dispatched,
+            vec![a, best_rare],
+            "both dispatched from the heap"
+        );
+        assert!(st.heap.contains(&pending[1].uuid().unwrap()));
+        assert_eq!(st.pending.count(), 1, "one rare task still pending");
+        // The next rare pop finds the last one in the backlog.
+        let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
+        assert_eq!(got, vec![pending[2].uuid().unwrap()]);
+        assert_eq!(table.reads, 1);
     }
 
     #[test]

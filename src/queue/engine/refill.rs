@@ -10,11 +10,32 @@
 //! (see [`super::place`]), so whatever is pending still ranks after everything in the heap,
 //! and a pop whose match the heap lacks searches the pending backlog itself ([`super::pop`]):
 //! no pop needs the refill to be served.
+//!
+//! On PostgreSQL a refill ahead of [`AHEAD_APART_MIN`] tasks or more runs on a connection and
+//! thread of its own ([`Ahead`]) while the engine goes on: a refill moves every task a second time (`pending → queued`, then the
+//! pop's `queued → dispatched`), about as much of the server's time per task as the pop, and on
+//! the engine's thread the pops waited for it. Meanwhile the engine serves only what cannot meet
+//! a row the refill moves: pops from the heap (the refill moves pending rows, the heap holds
+//! queued ones) and patches of tasks in flight. Anything that may read or write a pending row
+//! (a push, which may merge into one or evict to pending; a patch of a task not in flight; a
+//! cancel, an expiry, a re-score; a pop about to search the backlog) first waits for the refill
+//! and takes its tasks in, so the two never decide about the same row, and the refill's `n`
+//! (the room when it began) still fits: pops only make more. SQLite takes one writer at a time,
+//! so there the refill stays on the engine's thread.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use chrono::NaiveDateTime;
+use diesel::Connection;
 
 use super::place::heap_task_of;
 use super::state::QueueState;
+use crate::domain::SchedulerId;
+use crate::ownership::Ownership;
 use crate::queue::types::QueueError;
 use crate::storage::rows::HeapRow;
+use crate::storage::{DbPool, StorageError, WriterConn, owners, tasks};
 
 /// Pending tasks moved into a heap per statement at most by an explicit refill and at a
 /// rebuild.
@@ -24,6 +45,11 @@ pub const REFILL_BATCH: usize = 1_000;
 /// PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
 /// bounded time.
 pub const REFILL_AHEAD_MAX: usize = 10_000;
+
+/// Pending tasks a refill ahead moves at least to run on a thread and connection of its own
+/// ([`Ahead`]): a smaller one (a small heap's) takes less of the server than the pooled
+/// connection's check-out and settings would, and is over before a pop could go on beside it.
+pub(crate) const AHEAD_APART_MIN: usize = 100;
 
 /// How many pending tasks the heap should take in now.
 pub(crate) fn wanted(st: &QueueState) -> usize {
@@ -68,6 +94,90 @@ pub(crate) fn refilled(
         st.pending.correct(0);
     }
     Ok(n)
+}
+
+/// A refill ahead under way on a connection of its own.
+pub(crate) struct Ahead {
+    handle: JoinHandle<Result<Vec<HeapRow>, StorageError>>,
+    /// How many pending tasks it was asked to move.
+    wanted: usize,
+}
+
+/// What a refill ahead a pop waited for came to, for the engine to count after the batch: the
+/// tasks it moved, or the error it met.
+#[derive(Default)]
+pub(crate) struct Settled {
+    pub moved: usize,
+    pub failed: Option<StorageError>,
+}
+
+impl Ahead {
+    /// Starts moving the best `n` pending tasks of `scheduler` into the heap, in a transaction on
+    /// a pooled connection (planned as the engine's, [`WriterConn::checkout_engine`]) that checks
+    /// the fence first when several instances share the database.
+    pub fn start(
+        pool: &DbPool,
+        scheduler: SchedulerId,
+        n: usize,
+        now: NaiveDateTime,
+        fence: Option<(Arc<Ownership>, i64)>,
+        unsynced: bool,
+    ) -> std::io::Result<Ahead> {
+        let pool = pool.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("refill-{scheduler}"))
+            .spawn(move || {
+                let mut conn = WriterConn::checkout_engine(&pool, unsynced)?;
+                conn.transaction::<_, StorageError, _>(|c| {
+                    if let Some((own, epoch)) = &fence
+                        && !owners::holds(c, scheduler, own.instance(), *epoch)?
+                    {
+                        return Err(StorageError::Fenced(scheduler));
+                    }
+                    Ok(tasks::refill(c, scheduler, n, now)?)
+                })
+            })?;
+        Ok(Ahead { handle, wanted: n })
+    }
+
+    /// Whether it has ended (its outcome is ready).
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// Waits for its end: the rows it moved to `queued` (committed), and how many it was asked
+    /// for.
+    pub fn wait(self) -> (Result<Vec<HeapRow>, StorageError>, usize) {
+        let outcome = self.handle.join().unwrap_or_else(|_| {
+            Err(StorageError::Unavailable(
+                "the refill's thread stopped".into(),
+            ))
+        });
+        (outcome, self.wanted)
+    }
+}
+
+/// Waits for the refill ahead in `slot`, if one is under way, and takes its tasks into the heap;
+/// answers whether it took any. Its error is kept in `settled` for the engine.
+pub(crate) fn settle_into(
+    st: &mut QueueState,
+    slot: &mut Option<Ahead>,
+    settled: &mut Settled,
+) -> Result<bool, StorageError> {
+    let Some(ahead) = slot.take() else {
+        return Ok(false);
+    };
+    match ahead.wait() {
+        (Ok(rows), wanted) => {
+            let n = refilled(st, rows, wanted).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+            settled.moved += n;
+            Ok(n > 0)
+        }
+        (Err(e), _) => {
+            settled.failed = Some(e);
+            Ok(false)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -76,20 +76,7 @@ pub fn row(priority: i64, created_secs: i64) -> (Uuid, TaskRow) {
 }
 
 pub fn heap_row(priority: i64) -> HeapRow {
-    let (_, r) = row(priority, priority);
-    HeapRow {
-        id: r.id,
-        priority: r.priority,
-        created_at: r.created_at,
-        modified_at: r.modified_at,
-        hash: r.hash,
-        schedule_id: None,
-        organisation: r.organisation,
-        plugin_id: r.plugin_id,
-        oci_image: r.oci_image,
-        input_ooi: None,
-        deduplication_key: None,
-    }
+    heap_row_of(&row(priority, priority).1)
 }
 
 /// A new push of plugin `plugin` (its hash derived from it).
@@ -113,12 +100,32 @@ pub fn new_task(plugin: &str, priority: i64) -> NewTask {
     }
 }
 
-/// The table as a pop sees it: pending rows and payloads; counts the reads.
+/// The table as a pop sees it: pending rows and payloads, and a refill ahead under way that
+/// moves some of the pending rows; counts the reads.
 #[derive(Default)]
 pub struct FakeTable {
     pub pending: Vec<TaskRow>,
     pub payloads: HashMap<Uuid, String>,
     pub reads: usize,
+    /// The ids of the pending rows a refill under way moves to `queued`, once waited for.
+    pub refilling: Option<Vec<String>>,
+}
+
+/// A task row as a heap holds it.
+pub fn heap_row_of(r: &TaskRow) -> HeapRow {
+    HeapRow {
+        id: r.id.clone(),
+        priority: r.priority,
+        created_at: r.created_at,
+        modified_at: r.modified_at,
+        hash: r.hash.clone(),
+        schedule_id: r.schedule_id.clone(),
+        organisation: r.organisation.clone(),
+        plugin_id: r.plugin_id.clone(),
+        oci_image: r.oci_image.clone(),
+        input_ooi: r.input_ooi.clone(),
+        deduplication_key: r.deduplication_key.clone(),
+    }
 }
 
 impl Reads for FakeTable {
@@ -156,5 +163,18 @@ impl Reads for FakeTable {
             .iter()
             .filter_map(|id| self.payloads.get(id).map(|d| (*id, d.clone())))
             .collect())
+    }
+
+    fn settle_refill(&mut self, st: &mut QueueState) -> Result<bool, StorageError> {
+        let Some(ids) = self.refilling.take() else {
+            return Ok(false);
+        };
+        let (moved, kept): (Vec<TaskRow>, Vec<TaskRow>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|r| ids.contains(&r.id));
+        self.pending = kept;
+        let n = super::refill::refilled(st, moved.iter().map(heap_row_of).collect(), ids.len())
+            .map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        Ok(n > 0)
     }
 }
