@@ -231,3 +231,45 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
     let expected: Vec<i64> = (200..=total).filter(|p| *p != RARE_AT).collect();
     assert_eq!(priorities(&rest), expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twice() {
+    let Some(app) = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = MAXSIZE).await else {
+        return;
+    };
+    let total = (MAXSIZE + PENDING) as i64;
+    app.broker
+        .push_many(SchedulerId::Normalizer, (1..=total).map(request).collect())
+        .await
+        .unwrap();
+    let mut blocker = hold(&app.db.uri, MAXSIZE as i64 + 1);
+    let first = app.pop_many("normalizer", MAXSIZE / 10, None).await;
+    assert_eq!(priorities(&first), (1..=100).collect::<Vec<_>>());
+    let mut watch = PgConnection::establish(&app.db.uri).unwrap();
+    refill_under_way(&mut watch).await;
+    // An administrator (or a failover) ends the refill's session while it waits.
+    let cut = diesel::sql_query(
+        "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query LIKE 'WITH best AS MATERIALIZED%'",
+    )
+    .get_result::<CountRow>(&mut watch)
+    .unwrap()
+    .count;
+    assert_eq!(cut, 1, "the refill's session");
+    blocker.batch_execute("ROLLBACK").unwrap();
+    // The engine rebuilds its heap from the table: every task left comes out once, in pop order.
+    let rest = drain(&app).await;
+    assert_eq!(priorities(&rest), (101..=total).collect::<Vec<_>>());
+    let s: Value = app
+        .get("/schedulers/normalizer")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (s["qsize"].as_u64(), s["pending"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+}

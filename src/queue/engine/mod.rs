@@ -572,9 +572,9 @@ impl Engine {
     fn refill_ahead(&mut self, n: usize) {
         let s = self.scheduler();
         let now = self.clock.now().naive_utc();
-        let fence = self.fence();
         if self.write_lock.is_none() && n >= refill::AHEAD_APART_MIN {
-            match refill::Ahead::start(&self.pool, s, n, now, fence, self.flush.is_some()) {
+            let (pool, fence, unsynced) = (&self.pool, self.fence(), self.flush.is_some());
+            match refill::Ahead::start(pool, s, n, now, fence, unsynced) {
                 Ok(ahead) => {
                     self.refilling = Some(ahead);
                     return;
