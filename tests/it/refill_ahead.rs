@@ -18,9 +18,9 @@ use crate::helpers::*;
 /// The heap's bound: its refill ahead moves a tenth of it, enough to run beside the engine.
 const MAXSIZE: usize = 1_000;
 const PENDING: usize = 500;
+const TOTAL: i64 = (MAXSIZE + PENDING) as i64;
 /// How long an answer that does not wait for the refill may take at most on a loaded machine.
 const ANSWER: Duration = Duration::from_secs(20);
-
 /// The one task of a normalizer no other task has.
 const RARE_AT: i64 = 1_200;
 
@@ -41,6 +41,31 @@ fn request(p: i64) -> PushRequest {
     }
 }
 
+/// The app on PostgreSQL with normalizer tasks of priorities 1 to [`TOTAL`]: the heap full with
+/// the best [`MAXSIZE`], the rest pending. `None` when PostgreSQL is absent (outside CI).
+async fn full_heap() -> Option<TestApp> {
+    let app = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = MAXSIZE).await?;
+    let pushed = app
+        .broker
+        .push_many(SchedulerId::Normalizer, (1..=TOTAL).map(request).collect())
+        .await
+        .unwrap();
+    assert!(pushed.iter().all(|r| r.as_ref().is_ok_and(|o| o.created)));
+    assert_eq!(sizes(&app).await, (MAXSIZE as u64, PENDING as u64));
+    Some(app)
+}
+
+/// The normalizer heap's size and pending count, as `/schedulers/normalizer` shows them.
+async fn sizes(app: &TestApp) -> (u64, u64) {
+    let s: Value = app
+        .get("/schedulers/normalizer")
+        .await
+        .json()
+        .await
+        .unwrap();
+    (s["qsize"].as_u64().unwrap(), s["pending"].as_u64().unwrap())
+}
+
 /// Whether a refill statement of this database waits for a row lock.
 fn refill_waits(conn: &mut PgConnection) -> bool {
     diesel::sql_query(
@@ -51,6 +76,40 @@ fn refill_waits(conn: &mut PgConnection) -> bool {
     .unwrap()
     .count
         > 0
+}
+
+/// A refill ahead held under way: another session holds the row of the pending task of priority
+/// `held`, a tenth of the heap is popped (answers `popped`, in order), and the refill that starts
+/// after that batch waits for the row. Answers the holding session (its `ROLLBACK` lets the
+/// refill go on) and a session to watch from.
+async fn refill_held(app: &TestApp, held: i64, popped: &[i64]) -> (PgConnection, PgConnection) {
+    let mut blocker = PgConnection::establish(&app.db.uri).unwrap();
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT id FROM tasks WHERE scheduler_id = 'normalizer' \
+             AND priority = {held} AND status = 'pending' FOR UPDATE"
+        ))
+        .unwrap();
+    let got = app.pop_many("normalizer", MAXSIZE / 10, None).await;
+    assert_eq!(priorities(&got), popped);
+    let mut watch = PgConnection::establish(&app.db.uri).unwrap();
+    let deadline = Instant::now() + ANSWER;
+    while !refill_waits(&mut watch) {
+        assert!(Instant::now() < deadline, "no refill started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (blocker, watch)
+}
+
+/// Asserts that `task` is not answered within a moment (it waits for the refill under way), which
+/// also lets its request reach the engine.
+async fn waits<T>(task: &mut tokio::task::JoinHandle<T>, what: &str) {
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), task)
+            .await
+            .is_err(),
+        "{what} answered before the refill it waits for ended"
+    );
 }
 
 /// Pops until the answer is empty, as many as a pop may take at a time.
@@ -72,46 +131,25 @@ fn priorities(tasks: &[Value]) -> Vec<i64> {
         .collect()
 }
 
+fn range(from: i64, to: i64) -> Vec<i64> {
+    (from..=to).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pops_from_the_heap_and_patches_go_on_while_a_refill_ahead_runs() {
-    let Some(app) = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = MAXSIZE).await else {
+    let Some(app) = full_heap().await else {
         return;
     };
-    let total = (MAXSIZE + PENDING) as i64;
-    let pushed = app
-        .broker
-        .push_many(SchedulerId::Normalizer, (1..=total).map(request).collect())
-        .await
-        .unwrap();
-    assert!(pushed.iter().all(|r| r.as_ref().is_ok_and(|o| o.created)));
-    let s: Value = app
-        .get("/schedulers/normalizer")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        (s["qsize"].as_u64(), s["pending"].as_u64()),
-        (Some(MAXSIZE as u64), Some(PENDING as u64)),
-        "{s}"
-    );
-
-    // Another session holds the best pending task's row: a refill that moves it waits.
-    let mut blocker = hold(&app.db.uri, MAXSIZE as i64 + 1);
-    // Room for a tenth of the heap: the refill ahead starts after the batch that made it.
-    let first = app.pop_many("normalizer", MAXSIZE / 10, None).await;
-    assert_eq!(priorities(&first), (1..=100).collect::<Vec<_>>());
-    let mut watch = PgConnection::establish(&app.db.uri).unwrap();
-    refill_under_way(&mut watch).await;
+    let (mut blocker, mut watch) = refill_held(&app, 1001, &range(1, 100)).await;
 
     // While it waits: the heap's next tasks are handed out, and a task in flight is finished.
     let more = tokio::time::timeout(ANSWER, app.pop_many("normalizer", 50, None))
         .await
         .expect("a pop the heap serves does not wait for the refill");
-    assert_eq!(priorities(&more), (101..=150).collect::<Vec<_>>());
+    assert_eq!(priorities(&more), range(101, 150));
     let done = tokio::time::timeout(
         ANSWER,
-        app.patch_task(&id_of(&first[0]), &json!({"status": "completed"})),
+        app.patch_task(&id_of(&more[0]), &json!({"status": "completed"})),
     )
     .await
     .expect("a patch of a task in flight does not wait for the refill");
@@ -123,73 +161,20 @@ async fn pops_from_the_heap_and_patches_go_on_while_a_refill_ahead_runs() {
 
     // Once the lock goes, the refill lands, and everything comes out once, in pop order.
     blocker.batch_execute("ROLLBACK").unwrap();
-    let rest = drain(&app).await;
-    assert_eq!(priorities(&rest), (151..=total).collect::<Vec<_>>());
-    let s: Value = app
-        .get("/schedulers/normalizer")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        (s["qsize"].as_u64(), s["pending"].as_u64()),
-        (Some(0), Some(0)),
-        "{s}"
-    );
-}
-
-/// Holds the row of the waiting normalizer task of priority `p` in a transaction of another
-/// session: a refill that moves it waits until the session ends its transaction.
-fn hold(uri: &str, p: i64) -> PgConnection {
-    let mut blocker = PgConnection::establish(uri).unwrap();
-    blocker
-        .batch_execute(&format!(
-            "BEGIN; SELECT id FROM tasks WHERE scheduler_id = 'normalizer' AND priority = {p} \
-             AND status = 'pending' FOR UPDATE"
-        ))
-        .unwrap();
-    blocker
-}
-
-/// Waits until a refill statement waits for a row lock.
-async fn refill_under_way(watch: &mut PgConnection) {
-    let deadline = Instant::now() + ANSWER;
-    while !refill_waits(watch) {
-        assert!(Instant::now() < deadline, "no refill started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Asserts that `task` is not answered within a moment (it waits for the refill under way), which
-/// also lets its request reach the engine.
-async fn waits<T>(task: &mut tokio::task::JoinHandle<T>, what: &str) {
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), task)
-            .await
-            .is_err(),
-        "{what} answered before the refill it waits for ended"
-    );
+    assert_eq!(priorities(&drain(&app).await), range(151, TOTAL));
+    assert_eq!(sizes(&app).await, (0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothing_is_lost() {
-    let Some(app) = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = MAXSIZE).await else {
+    let Some(app) = full_heap().await else {
         return;
     };
-    let total = (MAXSIZE + PENDING) as i64;
-    app.broker
-        .push_many(SchedulerId::Normalizer, (1..=total).map(request).collect())
-        .await
-        .unwrap();
     let app = std::sync::Arc::new(app);
-    let mut watch = PgConnection::establish(&app.db.uri).unwrap();
 
     // A push, while a refill waits: it may merge into a pending task or place one, so it waits
     // for the refill, and then goes into the full heap before everything (1,100 moves out).
-    let mut blocker = hold(&app.db.uri, 1001);
-    let first = app.pop_many("normalizer", MAXSIZE / 10, None).await;
-    assert_eq!(priorities(&first), (1..=100).collect::<Vec<_>>());
-    refill_under_way(&mut watch).await;
+    let (mut blocker, _) = refill_held(&app, 1001, &range(1, 100)).await;
     let mut push = {
         let app = app.clone();
         tokio::spawn(async move {
@@ -204,13 +189,8 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
 
     // A pop whose filter only a pending task matches, while the next refill waits: it would
     // search the backlog the refill is moving, so it waits, and then finds its task.
-    let mut blocker = hold(&app.db.uri, 1100);
-    let second = app.pop_many("normalizer", MAXSIZE / 10, None).await;
-    assert_eq!(
-        priorities(&second),
-        std::iter::once(-1).chain(101..=199).collect::<Vec<_>>()
-    );
-    refill_under_way(&mut watch).await;
+    let popped: Vec<i64> = std::iter::once(-1).chain(101..=199).collect();
+    let (mut blocker, _) = refill_held(&app, 1100, &popped).await;
     let filter = json!({"filters": [{"column": "data", "field": "normalizer__id",
         "operator": "in", "value": ["rare"]}]});
     let mut pop = {
@@ -227,26 +207,16 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
     );
 
     // Everything else comes out once, in pop order.
-    let rest = drain(&app).await;
-    let expected: Vec<i64> = (200..=total).filter(|p| *p != RARE_AT).collect();
-    assert_eq!(priorities(&rest), expected);
+    let expected: Vec<i64> = (200..=TOTAL).filter(|p| *p != RARE_AT).collect();
+    assert_eq!(priorities(&drain(&app).await), expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twice() {
-    let Some(app) = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = MAXSIZE).await else {
+    let Some(app) = full_heap().await else {
         return;
     };
-    let total = (MAXSIZE + PENDING) as i64;
-    app.broker
-        .push_many(SchedulerId::Normalizer, (1..=total).map(request).collect())
-        .await
-        .unwrap();
-    let mut blocker = hold(&app.db.uri, MAXSIZE as i64 + 1);
-    let first = app.pop_many("normalizer", MAXSIZE / 10, None).await;
-    assert_eq!(priorities(&first), (1..=100).collect::<Vec<_>>());
-    let mut watch = PgConnection::establish(&app.db.uri).unwrap();
-    refill_under_way(&mut watch).await;
+    let (mut blocker, mut watch) = refill_held(&app, 1001, &range(1, 100)).await;
     // An administrator (or a failover) ends the refill's session while it waits.
     let cut = diesel::sql_query(
         "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
@@ -258,18 +228,7 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     .count;
     assert_eq!(cut, 1, "the refill's session");
     blocker.batch_execute("ROLLBACK").unwrap();
-    // The engine rebuilds its heap from the table: every task left comes out once, in pop order.
-    let rest = drain(&app).await;
-    assert_eq!(priorities(&rest), (101..=total).collect::<Vec<_>>());
-    let s: Value = app
-        .get("/schedulers/normalizer")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        (s["qsize"].as_u64(), s["pending"].as_u64()),
-        (Some(0), Some(0)),
-        "{s}"
-    );
+    // Every task left comes out once, in pop order.
+    assert_eq!(priorities(&drain(&app).await), range(101, TOTAL));
+    assert_eq!(sizes(&app).await, (0, 0));
 }
