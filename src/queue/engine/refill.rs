@@ -12,15 +12,16 @@
 //! no pop needs the refill to be served.
 //!
 //! On PostgreSQL a refill ahead of [`AHEAD_APART_MIN`] tasks or more runs on a connection and
-//! thread of its own ([`Ahead`]) while the engine goes on: a refill moves every task a second time (`pending → queued`, then the
-//! pop's `queued → dispatched`), about as much of the server's time per task as the pop, and on
-//! the engine's thread the pops waited for it. Meanwhile the engine serves only what cannot meet
-//! a row the refill moves: pops from the heap (the refill moves pending rows, the heap holds
-//! queued ones) and patches of tasks in flight. Anything that may read or write a pending row
-//! (a push, which may merge into one or evict to pending; a patch of a task not in flight; a
-//! cancel, an expiry, a re-score; a pop about to search the backlog) first waits for the refill
-//! and takes its tasks in, so the two never decide about the same row, and the refill's `n`
-//! (the room when it began) still fits: pops only make more. SQLite takes one writer at a time,
+//! thread of its own ([`Ahead`]) while the engine goes on: a refill moves every task a second time
+//! (`pending → queued`, then the pop's `queued → dispatched`), about as much of the server's time
+//! per task as the pop, and on the engine's thread the pops waited for it. Meanwhile the engine
+//! serves only what cannot meet a row the refill moves: pops from the heap (the refill moves
+//! pending rows, the heap holds queued ones) and patches of tasks in flight. Anything that may read
+//! or write a pending row (a push, which may merge into one or evict to pending; a patch of a task
+//! not in flight; a cancel, an expiry, a re-score; a pop about to search the backlog, which a
+//! boefje pop with a de-duplication group does for the group's pending siblings) first waits for
+//! the refill and takes its tasks in, so the two never decide about the same row, and the refill's
+//! `n` (the room when it began) still fits: pops only make more. SQLite takes one writer at a time,
 //! so there the refill stays on the engine's thread.
 
 use std::sync::Arc;
