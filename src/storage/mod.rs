@@ -527,17 +527,32 @@ impl WriterConn {
 }
 
 /// Refreshes the planner's statistics of the queue table after a bulk change (PostgreSQL's
-/// `ANALYZE`, which reads a sample of at most 30,000 rows, so its cost does not grow with the
-/// backlog). Only `task_queue`: its status and rank are what bulk changes move, while `tasks`
+/// `ANALYZE`). Only `task_queue`: its status and rank are what bulk changes move, while `tasks`
 /// is indexed by columns that never change after the insert. The engines' own statements do
 /// not depend on it ([`INDEX_PLANS`]); the API's counts and listings of waiting work, planned
 /// with the full choice, do. SQLite plans by its indexes' shapes without statistics.
+///
+/// It samples [`ANALYSE_SAMPLE_TARGET`] × 300 rows (3,000) instead of the server's default of
+/// 30,000: what those plans read of `task_queue` is a handful of frequent values (two statuses,
+/// three schedulers, organisations and images by frequency), which a sample of 3,000 gives as
+/// well, at a tenth of the cost (35–43 ms against 400 ms on a table of 128,000 rows that had seen
+/// a million changes without a vacuum). An engine over a backlog analyses every 20,000 rows it
+/// moves, every second or two at full speed. The setting holds for this transaction only;
+/// autovacuum's own analyses, where it runs, keep the server's target.
 pub fn analyse(conn: &mut AnyConnection) -> Result<(), StorageError> {
     if Backend::of(conn) == Backend::Postgres {
-        conn.batch_execute("ANALYZE task_queue")?;
+        conn.transaction::<_, diesel::result::Error, _>(|c| {
+            c.batch_execute(&format!(
+                "SET LOCAL default_statistics_target = {ANALYSE_SAMPLE_TARGET}"
+            ))?;
+            c.batch_execute("ANALYZE task_queue")
+        })?;
     }
     Ok(())
 }
+
+/// The statistics target of the engines' `ANALYZE task_queue` ([`analyse`]).
+pub const ANALYSE_SAMPLE_TARGET: u32 = 10;
 
 /// The statements that make a connection commit without waiting for the disk, and back.
 fn commit_mode(backend: Backend) -> (&'static str, &'static str) {

@@ -42,4 +42,5 @@ mod queue_rules;
 mod recovery;
 mod refill_ahead;
 mod schedules;
+mod statistics;
 mod unknown_objects;

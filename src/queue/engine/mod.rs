@@ -542,8 +542,9 @@ impl Engine {
     }
 
     /// Refreshes the planner's statistics of the queue tables on a pooled connection and thread
-    /// of their own: `ANALYZE` reads a sample of 30,000 rows (100–300 ms on a loaded server), which
-    /// the engine's callers would wait for on its thread. It changes no row the engine reads.
+    /// of their own ([`storage::analyse`]: tens of milliseconds, which the engine's callers would
+    /// wait for on its thread, every second or two over a backlog). It changes no row the engine
+    /// reads.
     fn analyse(&mut self) {
         let s = self.scheduler();
         let rows = std::mem::take(&mut self.changed_since_analyse);
