@@ -589,15 +589,8 @@ impl Engine {
         let lock = self.write_lock.clone();
         let _turn = write_turn(lock.as_ref());
         let moved = self.on_connection("refill", |c, st| {
-            c.transaction::<_, StorageError, _>(|c| {
-                if let Some((own, epoch)) = &fence
-                    && !owners::holds(c, s, own.instance(), *epoch)?
-                {
-                    return Err(StorageError::Fenced(s));
-                }
-                let rows = tasks::refill(c, s, n, now)?;
-                refill::refilled(st, rows, n).map_err(|e| StorageError::Corrupt(e.to_string()))
-            })
+            let rows = refill::fenced(c, s, n, now, fence.as_ref())?;
+            refill::refilled(st, rows, n).map_err(|e| StorageError::Corrupt(e.to_string()))
         });
         if let Some(k) = moved {
             self.took_refill(k);
@@ -619,25 +612,19 @@ impl Engine {
     /// Takes in the tasks of the refill ahead under way once it has ended (with `wait`, waits
     /// for it).
     fn settle_refill(&mut self, wait: bool) {
-        let Some(ahead) = self.refilling.take_if(|a| wait || a.is_finished()) else {
-            return;
-        };
-        let (outcome, wanted) = ahead.wait();
+        let mut ended = self.refilling.take_if(|a| wait || a.is_finished());
         if self.dirty {
             // The state is rebuilt from the table, where the refill's moves are.
+            drop(ended.map(refill::Ahead::wait));
             return;
         }
-        let moved = outcome.and_then(|rows| {
-            refill::refilled(&mut self.state, rows, wanted)
-                .map_err(|e| StorageError::Corrupt(e.to_string()))
-        });
-        match moved {
-            Ok(k) => self.took_refill(k),
-            Err(e) => self.refill_failed(e),
+        if let Err(e) = refill::settle_into(&mut self.state, &mut ended, &mut self.settled) {
+            self.settled.failed = Some(e);
         }
+        self.report_settled();
     }
 
-    /// Counts what the refill a pop of the last batch waited for came to.
+    /// Counts what the refill the engine or a pop of the last batch waited for came to.
     fn report_settled(&mut self) {
         let settled = std::mem::take(&mut self.settled);
         self.took_refill(settled.moved);

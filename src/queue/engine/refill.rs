@@ -36,7 +36,7 @@ use crate::domain::SchedulerId;
 use crate::ownership::Ownership;
 use crate::queue::types::QueueError;
 use crate::storage::rows::HeapRow;
-use crate::storage::{DbPool, StorageError, WriterConn, owners, tasks};
+use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, tasks};
 
 /// Pending tasks moved into a heap per statement at most by an explicit refill and at a
 /// rebuild.
@@ -97,6 +97,26 @@ pub(crate) fn refilled(
     Ok(n)
 }
 
+/// Moves the best `n` pending tasks of `scheduler` to `queued` in a transaction that first checks
+/// the fence (when several instances share the database): committed, or `Fenced` and nothing
+/// written. Answers the moved tasks as a heap holds them.
+pub(crate) fn fenced(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    n: usize,
+    now: NaiveDateTime,
+    fence: Option<&(Arc<Ownership>, i64)>,
+) -> Result<Vec<HeapRow>, StorageError> {
+    conn.transaction(|c| {
+        if let Some((own, epoch)) = fence
+            && !owners::holds(c, scheduler, own.instance(), *epoch)?
+        {
+            return Err(StorageError::Fenced(scheduler));
+        }
+        Ok(tasks::refill(c, scheduler, n, now)?)
+    })
+}
+
 /// A refill ahead under way on a connection of its own.
 pub(crate) struct Ahead {
     handle: JoinHandle<Result<Vec<HeapRow>, StorageError>>,
@@ -129,14 +149,7 @@ impl Ahead {
             .name(format!("refill-{scheduler}"))
             .spawn(move || {
                 let mut conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                conn.transaction::<_, StorageError, _>(|c| {
-                    if let Some((own, epoch)) = &fence
-                        && !owners::holds(c, scheduler, own.instance(), *epoch)?
-                    {
-                        return Err(StorageError::Fenced(scheduler));
-                    }
-                    Ok(tasks::refill(c, scheduler, n, now)?)
-                })
+                fenced(&mut conn, scheduler, n, now, fence.as_ref())
             })?;
         Ok(Ahead { handle, wanted: n })
     }
