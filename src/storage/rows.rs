@@ -190,6 +190,20 @@ pub struct HeapRow {
     pub deduplication_key: Option<String>,
 }
 
+impl HeapRow {
+    /// Its value of a key field.
+    pub fn key(&self, field: crate::domain::keys::KeyField) -> Option<&str> {
+        use crate::domain::keys::KeyField;
+        match field {
+            KeyField::Organisation => Some(&self.organisation),
+            KeyField::PluginId => self.plugin_id.as_deref(),
+            KeyField::OciImage => self.oci_image.as_deref(),
+            KeyField::InputOoi => self.input_ooi.as_deref(),
+            KeyField::DedupKey => self.deduplication_key.as_deref(),
+        }
+    }
+}
+
 /// A task's place in pop order: `(priority, created_at, id)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PopKey {

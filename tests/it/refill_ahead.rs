@@ -1,8 +1,9 @@
 //! The refill ahead on PostgreSQL runs on a connection and thread of its own, beside the engine:
 //! pops the heap serves and patches of tasks in flight are answered while it runs, and what it
 //! moves is taken in before anything that may meet a pending row, so every task is still handed
-//! out once, in pop order. A row lock held by another session keeps the refill waiting for as long
-//! as the test needs it to be under way.
+//! out once, in pop order; a pop that none of the refill's picks can serve searches the backlog
+//! after them without waiting. A row lock held by another session keeps the refill waiting for as
+//! long as the test needs it to be under way.
 
 use std::time::{Duration, Instant};
 
@@ -21,13 +22,16 @@ const PENDING: usize = 500;
 const TOTAL: i64 = (MAXSIZE + PENDING) as i64;
 /// How long an answer that does not wait for the refill may take at most on a loaded machine.
 const ANSWER: Duration = Duration::from_secs(20);
-/// The one task of a normalizer no other task has.
+/// The one task of a normalizer no other task has: pending, after the second refill's picks.
 const RARE_AT: i64 = 1_200;
+/// The one task of another such normalizer: among the second refill's picks.
+const PICKED_AT: i64 = 1_150;
 
 /// A normalizer push of priority `p`: the lower, the sooner.
 fn request(p: i64) -> PushRequest {
     let normalizer = match p {
         RARE_AT => "rare",
+        PICKED_AT => "picked",
         _ => "kat_dns_normalize",
     };
     let Value::Object(data) = normalizer_push("org1", normalizer, p)["data"].clone() else {
@@ -70,7 +74,7 @@ async fn sizes(app: &TestApp) -> (u64, u64) {
 fn refill_waits(conn: &mut PgConnection) -> bool {
     diesel::sql_query(
         "SELECT COUNT(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
-         AND wait_event_type = 'Lock' AND query LIKE 'WITH best AS MATERIALIZED%'",
+         AND wait_event_type = 'Lock' AND query LIKE 'WITH refilled%'",
     )
     .get_result::<CountRow>(conn)
     .unwrap()
@@ -187,27 +191,42 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
     let pushed = push.await.unwrap();
     assert_eq!(pushed["status"], "queued", "{pushed}");
 
-    // A pop whose filter only a pending task matches, while the next refill waits: it would
-    // search the backlog the refill is moving, so it waits, and then finds its task.
+    // The next refill waits with its picks read: the best 100 pending tasks, 1,100 to 1,199.
     let popped: Vec<i64> = std::iter::once(-1).chain(101..=199).collect();
-    let (mut blocker, _) = refill_held(&app, 1100, &popped).await;
-    let filter = json!({"filters": [{"column": "data", "field": "normalizer__id",
-        "operator": "in", "value": ["rare"]}]});
+    let (mut blocker, mut watch) = refill_held(&app, 1100, &popped).await;
+    let only = |normalizer: &str| {
+        json!({"filters": [{"column": "data", "field": "normalizer__id",
+            "operator": "in", "value": [normalizer]}]})
+    };
+    // A pop whose filter only a pending task after the picks matches is served beside it.
+    let rare = tokio::time::timeout(ANSWER, app.pop_ok("normalizer", 1, Some(&only("rare"))))
+        .await
+        .expect("a pop no pick can serve does not wait for the refill");
+    assert_eq!(
+        priorities(&rare),
+        vec![RARE_AT],
+        "the pending task, not an empty answer"
+    );
+    assert!(
+        refill_waits(&mut watch),
+        "the refill was under way all along"
+    );
+    // A pop whose match is among the picks would search the rows the refill is moving: it waits,
+    // and then takes its task from the heap.
     let mut pop = {
         let app = app.clone();
+        let filter = only("picked");
         tokio::spawn(async move { app.pop_ok("normalizer", 1, Some(&filter)).await })
     };
     waits(&mut pop, "the pop").await;
     blocker.batch_execute("ROLLBACK").unwrap();
     let popped = pop.await.unwrap();
-    assert_eq!(
-        priorities(&popped),
-        vec![RARE_AT],
-        "the pending task, not an empty answer"
-    );
+    assert_eq!(priorities(&popped), vec![PICKED_AT]);
 
     // Everything else comes out once, in pop order.
-    let expected: Vec<i64> = (200..=TOTAL).filter(|p| *p != RARE_AT).collect();
+    let expected: Vec<i64> = (200..=TOTAL)
+        .filter(|p| *p != RARE_AT && *p != PICKED_AT)
+        .collect();
     assert_eq!(priorities(&drain(&app).await), expected);
 }
 
@@ -221,7 +240,7 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     let cut = diesel::sql_query(
         "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
          WHERE datname = current_database() AND wait_event_type = 'Lock' \
-         AND query LIKE 'WITH best AS MATERIALIZED%'",
+         AND query LIKE 'WITH refilled%'",
     )
     .get_result::<CountRow>(&mut watch)
     .unwrap()

@@ -69,11 +69,12 @@ use super::gauges::Gauges;
 use super::types::{ExpiryReport, PushOutcome, QueueConfig, QueueError};
 use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
+use crate::domain::filter::plan::Plan;
 use crate::domain::keys::KeyField;
 use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{ByStatus, status_slot};
 use crate::ownership::Ownership;
-use crate::storage::rows::TaskRow;
+use crate::storage::rows::{PopKey, TaskRow};
 use crate::storage::{
     self, AnyConnection, Backend, DbPool, StorageError, WriterConn, owners, tasks,
 };
@@ -322,6 +323,7 @@ impl Reads for TableReads<'_> {
         filter: &FilterNode,
         limit: usize,
         skip: &[String],
+        after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError> {
         Ok(tasks::pending_matching(
             self.conn,
@@ -330,6 +332,7 @@ impl Reads for TableReads<'_> {
             filter,
             limit,
             skip,
+            after,
         )?)
     }
 
@@ -343,6 +346,10 @@ impl Reads for TableReads<'_> {
 
     fn settle_refill(&mut self, st: &mut QueueState) -> Result<bool, StorageError> {
         refill::settle_into(st, self.refill, self.settled)
+    }
+
+    fn refill_spares(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
+        self.refill.as_ref()?.spare(filter, plan)
     }
 }
 
@@ -589,7 +596,7 @@ impl Engine {
         let lock = self.write_lock.clone();
         let _turn = write_turn(lock.as_ref());
         let moved = self.on_connection("refill", |c, st| {
-            let rows = refill::fenced(c, s, n, now, fence.as_ref())?;
+            let rows = refill::fenced(c, s, n, now, fence.as_ref(), &mut |_| {})?;
             refill::refilled(st, rows, n).map_err(|e| StorageError::Corrupt(e.to_string()))
         });
         if let Some(k) = moved {
@@ -1274,7 +1281,7 @@ fn write(
     }
     let mut refilled = 0;
     if w.refill > 0 {
-        let moved = tasks::refill(c, st.scheduler, w.refill, at)?;
+        let moved = tasks::refill(c, st.scheduler, w.refill, at, &mut |_| {})?;
         refilled = refill::refilled(st, moved, w.refill)
             .map_err(|e| StorageError::Corrupt(e.to_string()))?;
     }

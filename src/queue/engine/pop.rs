@@ -27,7 +27,7 @@ use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::{DEDUP_PATH, KeyField};
 use crate::queue::heap::SchedulerHeap;
 use crate::storage::StorageError;
-use crate::storage::rows::TaskRow;
+use crate::storage::rows::{PopKey, TaskRow};
 
 /// Payloads read per round trip when a filter needs them.
 const PAYLOAD_PAGE: usize = 256;
@@ -39,13 +39,14 @@ pub const GROUP_MAX: usize = 1_000;
 /// What a pop reads from the table.
 pub(crate) trait Reads {
     /// The best `limit` pending tasks matching `filter` (through `lookup` when given), skipping
-    /// the ids in `skip`.
+    /// the ids in `skip`, and ranking after `after` when given.
     fn pending_matching(
         &mut self,
         lookup: Option<(KeyField, &[String])>,
         filter: &FilterNode,
         limit: usize,
         skip: &[String],
+        after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError>;
 
     /// The payloads (JSON text) of these tasks.
@@ -56,6 +57,13 @@ pub(crate) trait Reads {
     /// be moving the very rows the search would find.
     fn settle_refill(&mut self, _st: &mut QueueState) -> Result<bool, StorageError> {
         Ok(false)
+    }
+
+    /// Where the backlog may be searched beside a refill ahead under way, without waiting for
+    /// it: after the last task it moves, when none of those can match `filter` (see
+    /// [`super::refill::Picks::spare`]). `None`: no refill is under way, or the pop waits for it.
+    fn refill_spares(&self, _filter: &FilterNode, _plan: Option<&Plan>) -> Option<PopKey> {
+        None
     }
 }
 
@@ -218,7 +226,10 @@ fn pop_matching(
     // a recount (see `PendingSet::remove`).
     let look = st.pending.count() > 0 || (leader && chosen.is_empty());
     if chosen.len() < limit && look && !nothing {
-        if reads.settle_refill(st)? {
+        // A refill under way moves the best pending tasks: a pop none of them can serve searches
+        // after them at once; one they may serve waits for them to reach the heap.
+        let after = reads.refill_spares(filter, plan);
+        if after.is_none() && reads.settle_refill(st)? {
             // The heap took the best of the backlog in: it answers first again.
             let more = pop_matching(
                 st,
@@ -245,7 +256,7 @@ fn pop_matching(
             .filter(|(_, r)| RowRecord::new(r).is_some_and(|rec| eval::matches(filter, &rec)))
             .map(|(_, r)| r.clone())
             .collect();
-        found.extend(reads.pending_matching(lookup, filter, want, &skip)?);
+        found.extend(reads.pending_matching(lookup, filter, want, &skip, after.as_ref())?);
         found.sort_by(|a, b| {
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
         });
@@ -600,6 +611,7 @@ mod tests {
         let mut table = FakeTable {
             pending: pending.clone(),
             refilling: Some(moved),
+            announced: true,
             ..Default::default()
         };
         let common = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("common")));
@@ -633,6 +645,62 @@ mod tests {
         let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
         assert_eq!(got, vec![pending[2].uuid().unwrap()]);
         assert_eq!(table.reads, 1);
+    }
+
+    #[test]
+    fn a_pop_whose_match_is_not_among_a_refills_picks_searches_after_them_beside_it() {
+        let mut st = state(4, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row_with(1, 1, "common");
+        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
+        let mut pending = Vec::new();
+        for (p, image) in [(5, "common"), (6, "common"), (7, "rare"), (8, "rare")] {
+            let (_, mut r) = row_with(p, p, image);
+            r.status = TaskStatus::Pending;
+            st.pending.add(r.hash.as_deref());
+            pending.push(r);
+        }
+        // The refill under way moves the two best pending rows, neither of them rare.
+        let moved: Vec<String> = pending[..2].iter().map(|r| r.id.clone()).collect();
+        let mut table = FakeTable {
+            pending: pending.clone(),
+            refilling: Some(moved.clone()),
+            ..Default::default()
+        };
+        let rare = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("rare")));
+
+        // Before the refill has read its picks, the pop cannot tell: it waits.
+        let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
+        assert_eq!(got, vec![pending[2].uuid().unwrap()]);
+        assert_eq!(table.waited, 1);
+
+        // With the picks announced, the next rare pop goes after them at once.
+        for r in &pending[..2] {
+            st.heap.take(&r.uuid().unwrap());
+            st.pending.add(r.hash.as_deref());
+        }
+        table.pending = vec![pending[0].clone(), pending[1].clone(), pending[3].clone()];
+        table.refilling = Some(moved);
+        table.announced = true;
+        let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
+        assert_eq!(
+            got,
+            vec![pending[3].uuid().unwrap()],
+            "the best rare task, pending after the picks"
+        );
+        assert_eq!(table.waited, 1, "it did not wait for the refill");
+        assert!(table.refilling.is_some(), "the refill is still under way");
+        assert_eq!(table.reads, 2);
+        // A pop a pick may serve waits for it, and takes the pick from the heap.
+        let common = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("common")));
+        assert_eq!(
+            pop(&mut st, &mut rows, &mut table, &common, now()).unwrap(),
+            vec![a]
+        );
+        let got = pop(&mut st, &mut rows, &mut table, &common, now()).unwrap();
+        assert_eq!(got, vec![pending[0].uuid().unwrap()]);
+        assert_eq!(table.waited, 2);
+        assert_eq!(table.reads, 2, "served from the heap");
     }
 
     #[test]

@@ -154,7 +154,7 @@ pub(crate) fn rebuild(
         if n == 0 {
             break;
         }
-        let moved = tasks::refill(c, s, n, now)?;
+        let moved = tasks::refill(c, s, n, now, &mut |_| {})?;
         refilled(st, moved, n).map_err(corrupt)?;
     }
     swap_in_better_pending(c, st, now)

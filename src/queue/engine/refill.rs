@@ -23,8 +23,17 @@
 //! the refill and takes its tasks in, so the two never decide about the same row, and the refill's
 //! `n` (the room when it began) still fits: pops only make more. SQLite takes one writer at a time,
 //! so there the refill stays on the engine's thread.
+//!
+//! A refill reads its picks (the best `n` pending tasks, in pop order) before it moves them, and
+//! announces them ([`Picks`]). A pop whose match the heap lacks waits for the refill only if one
+//! of the picks may match it (it will be in the heap); otherwise its best match is pending after
+//! the worst pick, where the refill moves nothing, and the pop searches there beside it. Real
+//! runners' filters (an organisation, images, plugin ids) are told apart by the picks' values of
+//! those fields, without evaluating each pick; a filter that reads the payload waits.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use chrono::NaiveDateTime;
@@ -33,9 +42,13 @@ use diesel::Connection;
 use super::place::heap_task_of;
 use super::state::QueueState;
 use crate::domain::SchedulerId;
+use crate::domain::filter::eval::{self, Json, Record};
+use crate::domain::filter::plan::Plan;
+use crate::domain::filter::{Column, FilterNode};
+use crate::domain::keys::KeyField;
 use crate::ownership::Ownership;
 use crate::queue::types::QueueError;
-use crate::storage::rows::HeapRow;
+use crate::storage::rows::{HeapRow, PopKey};
 use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, tasks};
 
 /// Pending tasks moved into a heap per statement at most by an explicit refill and at a
@@ -99,13 +112,15 @@ pub(crate) fn refilled(
 
 /// Moves the best `n` pending tasks of `scheduler` to `queued` in a transaction that first checks
 /// the fence (when several instances share the database): committed, or `Fenced` and nothing
-/// written. Answers the moved tasks as a heap holds them.
+/// written. Hands the picks to `picked` before it moves them (PostgreSQL). Answers the moved
+/// tasks as a heap holds them.
 pub(crate) fn fenced(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     n: usize,
     now: NaiveDateTime,
     fence: Option<&(Arc<Ownership>, i64)>,
+    picked: &mut dyn FnMut(&[HeapRow]),
 ) -> Result<Vec<HeapRow>, StorageError> {
     conn.transaction(|c| {
         if let Some((own, epoch)) = fence
@@ -113,8 +128,113 @@ pub(crate) fn fenced(
         {
             return Err(StorageError::Fenced(scheduler));
         }
-        Ok(tasks::refill(c, scheduler, n, now)?)
+        Ok(tasks::refill(c, scheduler, n, now, picked)?)
     })
+}
+
+/// The tasks a refill is moving, announced before it moves them: the best pending tasks, in pop
+/// order, so every pending task the refill leaves ranks after the last of them.
+pub(crate) struct Picks {
+    scheduler: SchedulerId,
+    rows: Vec<HeapRow>,
+    /// Per key field, the values the picks have.
+    values: [HashSet<String>; KeyField::COUNT],
+}
+
+impl Picks {
+    /// The picks of a refill of `scheduler`, in pop order.
+    pub fn new(scheduler: SchedulerId, rows: &[HeapRow]) -> Picks {
+        let mut values: [HashSet<String>; KeyField::COUNT] = Default::default();
+        for row in rows {
+            for field in KeyField::ALL {
+                if let Some(v) = row.key(field)
+                    && !values[field.index()].contains(v)
+                {
+                    values[field.index()].insert(v.to_owned());
+                }
+            }
+        }
+        Picks {
+            scheduler,
+            rows: rows.to_vec(),
+            values,
+        }
+    }
+
+    /// Where a pop may search the pending backlog while the refill moves these picks: after the
+    /// last of them, when none of them can match `filter` (planned as `plan`). `None` when one
+    /// may, or when that cannot be told without payloads (an unfiltered pop, a filter on other
+    /// payload fields): the pop waits for the refill and finds its match in the heap.
+    pub fn spare(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
+        let last = self.rows.last()?;
+        let plan = plan?;
+        if plan.needs_payload {
+            return None;
+        }
+        // Every match has one of each lookup's values: a lookup none of whose values a pick has
+        // rules them all out, as the runners' filters (an organisation, images, plugin ids) do.
+        let ruled_out = plan.lookups.iter().any(|l| {
+            let have = &self.values[l.field.index()];
+            !l.values.iter().any(|v| have.contains(v))
+        });
+        // Otherwise each pick is evaluated; an unknown answer counts as a match, to wait.
+        if !ruled_out
+            && self.rows.iter().any(|row| {
+                let pick = PickRecord {
+                    scheduler: self.scheduler,
+                    row,
+                };
+                eval::eval(filter, &pick) != Some(false)
+            })
+        {
+            return None;
+        }
+        Some(PopKey {
+            priority: last.priority,
+            created_at: last.created_at,
+            id: last.id.clone(),
+        })
+    }
+}
+
+/// A pick as the filter evaluator sees it: as the heap will hold it, `queued`, without its
+/// payload.
+struct PickRecord<'a> {
+    scheduler: SchedulerId,
+    row: &'a HeapRow,
+}
+
+impl Record for PickRecord<'_> {
+    fn text(&self, column: Column) -> Option<Cow<'_, str>> {
+        let r = self.row;
+        match column {
+            Column::Id => Some(Cow::Borrowed(&r.id)),
+            Column::SchedulerId | Column::Type => Some(Cow::Borrowed(self.scheduler.as_str())),
+            Column::ScheduleId => r.schedule_id.as_deref().map(Cow::Borrowed),
+            Column::Organisation => Some(Cow::Borrowed(&r.organisation)),
+            Column::Hash => r.hash.as_deref().map(Cow::Borrowed),
+            Column::Status => Some(Cow::Borrowed("queued")),
+            _ => None,
+        }
+    }
+
+    fn priority(&self) -> i64 {
+        self.row.priority
+    }
+
+    fn time(&self, column: Column) -> Option<NaiveDateTime> {
+        match column {
+            Column::CreatedAt => Some(self.row.created_at),
+            Column::ModifiedAt => Some(self.row.modified_at),
+            _ => None,
+        }
+    }
+
+    fn json(&self, path: &[String]) -> Json<'_> {
+        KeyField::of_data_path(self.scheduler, path)
+            .and_then(|f| self.row.key(f))
+            .map_or(Json::Missing, Json::Text)
+    }
 }
 
 /// A refill ahead under way on a connection of its own.
@@ -122,6 +242,8 @@ pub(crate) struct Ahead {
     handle: JoinHandle<Result<Vec<HeapRow>, StorageError>>,
     /// How many pending tasks it was asked to move.
     wanted: usize,
+    /// Its picks, once it has read them.
+    picks: Arc<OnceLock<Picks>>,
 }
 
 /// What a refill ahead a pop waited for came to, for the engine to count after the batch: the
@@ -145,13 +267,28 @@ impl Ahead {
         unsynced: bool,
     ) -> std::io::Result<Ahead> {
         let pool = pool.clone();
+        let picks = Arc::new(OnceLock::new());
+        let announce = picks.clone();
         let handle = std::thread::Builder::new()
             .name(format!("refill-{scheduler}"))
             .spawn(move || {
                 let mut conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                fenced(&mut conn, scheduler, n, now, fence.as_ref())
+                let mut picked = |rows: &[HeapRow]| {
+                    let _ = announce.set(Picks::new(scheduler, rows));
+                };
+                fenced(&mut conn, scheduler, n, now, fence.as_ref(), &mut picked)
             })?;
-        Ok(Ahead { handle, wanted: n })
+        Ok(Ahead {
+            handle,
+            wanted: n,
+            picks,
+        })
+    }
+
+    /// Where a pop whose match the heap lacks may search the backlog beside this refill (see
+    /// [`Picks::spare`]); `None` while its picks are not read yet, or when one may match.
+    pub fn spare(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
+        self.picks.get()?.spare(filter, plan)
     }
 
     /// Whether it has ended (its outcome is ready).
@@ -197,8 +334,81 @@ pub(crate) fn settle_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::engine::testing::{heap_row, state};
+    use crate::domain::filter::parse_request;
+    use crate::domain::filter::plan::plan;
+    use crate::queue::engine::testing::{heap_row, heap_row_of, row_with, state};
     use crate::queue::types::WhenFull;
+    use serde_json::json;
+
+    fn planned(filter: serde_json::Value) -> (FilterNode, Plan) {
+        let f = parse_request(&json!({ "filters": filter })).unwrap();
+        let p = plan(&f, SchedulerId::Boefje);
+        (f, p)
+    }
+
+    /// Picks of priorities 1..=3 of image `img` in `org1`, in pop order.
+    fn picks() -> (Picks, HeapRow) {
+        let rows: Vec<HeapRow> = (1..=3)
+            .map(|p| heap_row_of(&row_with(p, p, "img").1))
+            .collect();
+        let last = rows[2].clone();
+        (Picks::new(SchedulerId::Boefje, &rows), last)
+    }
+
+    #[test]
+    fn a_pop_no_pick_can_serve_searches_after_the_last_pick() {
+        let (picks, last) = picks();
+        let after = |filter: serde_json::Value| {
+            let (f, p) = planned(filter);
+            picks.spare(&f, Some(&p))
+        };
+        let last_key = Some(PopKey {
+            priority: last.priority,
+            created_at: last.created_at,
+            id: last.id.clone(),
+        });
+        // Ruled out by a lookup's values: the runners' filters.
+        let other_image = json!([{"column": "data", "field": "boefje__oci_image",
+            "operator": "in", "value": ["other", "rare"]}]);
+        assert_eq!(after(other_image), last_key);
+        let other_org = json!([{"column": "organisation", "value": "org2"}]);
+        assert_eq!(after(other_org), last_key);
+        // Ruled out by evaluating each pick: no lookup, but no pick matches.
+        let later = json!([{"column": "priority", "operator": ">", "value": 3}]);
+        assert_eq!(after(later), last_key);
+    }
+
+    #[test]
+    fn a_pop_a_pick_may_serve_waits_for_the_refill() {
+        let (picks, _) = picks();
+        let after = |filter: serde_json::Value| {
+            let (f, p) = planned(filter);
+            picks.spare(&f, Some(&p))
+        };
+        let image = json!([{"column": "data", "field": "boefje__oci_image",
+            "operator": "in", "value": ["other", "img"]}]);
+        assert_eq!(after(image), None, "a pick has one of the images");
+        // The lookup's value is there, but the rest of the filter rules every pick out.
+        let image_later = json!([
+            {"column": "data", "field": "boefje__oci_image", "operator": "==", "value": "img"},
+            {"column": "priority", "operator": ">", "value": 3}
+        ]);
+        assert!(after(image_later).is_some());
+        let some = json!([{"column": "priority", "operator": ">", "value": 2}]);
+        assert_eq!(after(some), None, "the pick of priority 3 matches");
+        // Status: the picks are as the heap will hold them.
+        let queued = json!([{"column": "status", "value": "queued"}]);
+        assert_eq!(after(queued), None);
+        // A field the picks do not hold: it cannot be told, so the pop waits.
+        let payload = json!([{"column": "data", "field": "boefje__version", "value": "1"}]);
+        assert_eq!(after(payload), None);
+        // An unfiltered pop matches every pick.
+        assert_eq!(picks.spare(&FilterNode::And(Vec::new()), None), None);
+        // No picks: nothing to search after.
+        let none = Picks::new(SchedulerId::Boefje, &[]);
+        let (f, p) = planned(json!([{"column": "organisation", "value": "org2"}]));
+        assert_eq!(none.spare(&f, Some(&p)), None);
+    }
 
     #[test]
     fn the_heap_takes_what_it_has_room_for_and_the_count_follows_the_table() {

@@ -72,6 +72,18 @@ fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
     .push(")");
 }
 
+/// The condition that a queue row (aliased `q`) ranks after `key` in pop order: an index
+/// condition on every index of pending rows in pop order.
+fn push_ranked_queue(q: &mut Sql, key: &PopKey) {
+    q.push(" AND (q.priority, q.created_at, q.task_id) > (")
+        .bind(key.priority)
+        .push(", ")
+        .bind(key.created_at)
+        .push(", ")
+        .bind(key.id.as_str())
+        .push(")");
+}
+
 /// Rows a rebuild reads from its cursor at a time on PostgreSQL.
 const REBUILD_FETCH: usize = 2_000;
 
@@ -160,37 +172,51 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 }
 
 /// Moves the best `limit` pending tasks of `scheduler` to `queued` and returns them as a heap
-/// holds them. On PostgreSQL one statement: the picks are materialised first, then each task
-/// moves only if it is still pending, and its queue row (which the pick read, so it exists)
-/// with it by a plain `UPDATE`: the upsert the other writes share would first try an insert and
-/// meet the conflict on every row, and a refill moves a tenth of a heap at a time.
+/// holds them.
+///
+/// On PostgreSQL two statements, for the caller's transaction: the picks are read in pop order
+/// through `ix_task_queue_pending_rank` and handed to `picked` before anything moves (a refill
+/// beside the engine announces them, so a pop whose match is not among them need not wait for the
+/// move; see `queue::engine::refill`), then each pick moves only if it is still pending, its
+/// queue row with it by a plain `UPDATE`: the upsert the other writes share would first try an
+/// insert and meet the conflict on every row, and a refill moves a tenth of a heap at a time.
+/// SQLite moves them without announcing (it has no refill beside its one writer).
 pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     limit: usize,
     now: NaiveDateTime,
+    picked: &mut dyn FnMut(&[HeapRow]),
 ) -> QueryResult<Vec<HeapRow>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     if Backend::of(conn) == Backend::Postgres {
         let mut q = sql(
             conn,
-            "WITH best AS MATERIALIZED (SELECT task_id FROM task_queue WHERE scheduler_id = ",
+            &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE scheduler_id = "),
         );
         q.bind(scheduler.as_str())
             .push(&format!(
                 " AND status = 'pending' ORDER BY {QUEUE_ORDER} LIMIT "
             ))
-            .bind(limit)
-            .push("), moved AS (UPDATE tasks SET status = 'queued', modified_at = ")
-            .bind(now)
-            .push(
-                " FROM best WHERE tasks.id = best.task_id AND tasks.status = 'pending' \
-                 RETURNING tasks.*), \
-                 kept AS (UPDATE task_queue SET status = 'queued', modified_at = moved.modified_at \
-                 FROM moved WHERE task_queue.task_id = moved.id) ",
-            )
-            .push(&format!("SELECT {HEAP_COLUMNS} FROM moved"));
-        return q.load(conn);
+            .bind(limit);
+        let picks: Vec<HeapRow> = q.load(conn)?;
+        if picks.is_empty() {
+            return Ok(picks);
+        }
+        picked(&picks);
+        let mut moved: std::collections::HashSet<String> =
+            std::collections::HashSet::with_capacity(picks.len());
+        for chunk in picks.chunks(REFILL_MOVE_CHUNK) {
+            moved.extend(refill_move(conn, chunk, now)?);
+        }
+        return Ok(picks
+            .into_iter()
+            .filter(|p| moved.contains(&p.id))
+            .map(|p| HeapRow {
+                modified_at: now,
+                ..p
+            })
+            .collect());
     }
     let mut q = sql(
         conn,
@@ -213,6 +239,34 @@ pub fn refill(
         )?);
     }
     Ok(out)
+}
+
+/// Picks a refill moves per statement on PostgreSQL: a refill ahead moves up to 10,000, and a
+/// statement binds each id.
+const REFILL_MOVE_CHUNK: usize = 5_000;
+
+/// Moves these picks of a refill to `queued` where they are still pending (PostgreSQL), the task
+/// and its queue row in one statement; answers the ids moved. Its text begins with `WITH refilled`,
+/// which the tests that hold a refill under way look for.
+fn refill_move(
+    conn: &mut AnyConnection,
+    picks: &[HeapRow],
+    now: NaiveDateTime,
+) -> QueryResult<Vec<String>> {
+    let mut q = sql(
+        conn,
+        "WITH refilled AS (UPDATE tasks SET status = 'queued', modified_at = ",
+    );
+    q.bind(now)
+        .push(" WHERE status = 'pending' AND id IN ")
+        .bind_list(picks.iter().map(|p| p.id.as_str()))
+        .push(
+            " RETURNING id, modified_at), \
+             kept AS (UPDATE task_queue SET status = 'queued', modified_at = refilled.modified_at \
+             FROM refilled WHERE task_queue.task_id = refilled.id) \
+             SELECT id FROM refilled",
+        );
+    Ok(q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect())
 }
 
 /// Where a keyset page starts: after a task in pop order, or (from the best) before one.
@@ -275,6 +329,7 @@ pub fn pending_matching(
     filter: &FilterNode,
     limit: usize,
     skip: &[String],
+    after: Option<&PopKey>,
 ) -> QueryResult<Vec<TaskRow>> {
     let want = i64::try_from(limit.saturating_add(skip.len())).unwrap_or(i64::MAX);
     let matching = |conn: &AnyConnection, key: Option<(KeyField, &[String])>| {
@@ -299,6 +354,9 @@ pub fn pending_matching(
                     .bind_list(values.iter().map(String::as_str));
             }
             None => {}
+        }
+        if let Some(k) = after {
+            push_ranked_queue(&mut q, k);
         }
         q.push(") tasks WHERE ");
         push_filter(&mut q, filter);
@@ -328,8 +386,11 @@ pub fn pending_matching(
                      AND q.scheduler_id = "
                 ),
             );
-            q.bind(scheduler.as_str())
-                .push(" ORDER BY q.priority, q.created_at, q.task_id LIMIT ")
+            q.bind(scheduler.as_str());
+            if let Some(k) = after {
+                push_ranked_queue(&mut q, k);
+            }
+            q.push(" ORDER BY q.priority, q.created_at, q.task_id LIMIT ")
                 .bind(i64::try_from(PENDING_PROBE).unwrap_or(i64::MAX))
                 .push(") head WHERE ");
             push_filter(&mut q, filter);
