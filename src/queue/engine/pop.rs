@@ -593,19 +593,29 @@ mod tests {
         assert!(st.heap.contains(&a), "the heap's task stays");
     }
 
-    #[test]
-    fn a_pop_whose_match_a_refill_under_way_moves_waits_for_it_and_takes_it_from_the_heap() {
+    /// A heap of 4 holding one task of image `common` (priority 1), and pending rows of these
+    /// priorities and images, which the state counts.
+    fn common_queued_and_pending(
+        pending: &[(i64, &str)],
+    ) -> (QueueState, BatchRows, Uuid, Vec<TaskRow>) {
         let mut st = state(4, WhenFull::Pending);
         let mut rows = BatchRows::default();
         let (a, ra) = row_with(1, 1, "common");
         place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
-        let mut pending = Vec::new();
-        for (p, image) in [(5, "rare"), (6, "common"), (7, "rare")] {
+        let mut out = Vec::new();
+        for &(p, image) in pending {
             let (_, mut r) = row_with(p, p, image);
             r.status = TaskStatus::Pending;
             st.pending.add(r.hash.as_deref());
-            pending.push(r);
+            out.push(r);
         }
+        (st, rows, a, out)
+    }
+
+    #[test]
+    fn a_pop_whose_match_a_refill_under_way_moves_waits_for_it_and_takes_it_from_the_heap() {
+        let (mut st, mut rows, a, pending) =
+            common_queued_and_pending(&[(5, "rare"), (6, "common"), (7, "rare")]);
         // The refill under way moves the two best pending rows, one of them the rare one.
         let moved: Vec<String> = pending[..2].iter().map(|r| r.id.clone()).collect();
         let mut table = FakeTable {
@@ -649,17 +659,8 @@ mod tests {
 
     #[test]
     fn a_pop_whose_match_is_not_among_a_refills_picks_searches_after_them_beside_it() {
-        let mut st = state(4, WhenFull::Pending);
-        let mut rows = BatchRows::default();
-        let (a, ra) = row_with(1, 1, "common");
-        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
-        let mut pending = Vec::new();
-        for (p, image) in [(5, "common"), (6, "common"), (7, "rare"), (8, "rare")] {
-            let (_, mut r) = row_with(p, p, image);
-            r.status = TaskStatus::Pending;
-            st.pending.add(r.hash.as_deref());
-            pending.push(r);
-        }
+        let (mut st, mut rows, a, pending) =
+            common_queued_and_pending(&[(5, "common"), (6, "common"), (7, "rare"), (8, "rare")]);
         // The refill under way moves the two best pending rows, neither of them rare.
         let moved: Vec<String> = pending[..2].iter().map(|r| r.id.clone()).collect();
         let mut table = FakeTable {

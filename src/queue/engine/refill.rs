@@ -2,9 +2,9 @@
 //! best waiting tasks and the backlog flows back, best first.
 //!
 //! The refill runs ahead of need and off the pops' path: once the heap has room for a tenth of
-//! its bound ([`ahead`]), the engine moves that many of the best pending tasks in with one
-//! set-based statement, in a transaction of its own after it has answered the batch that made
-//! the room. A refill per batch cost a statement per batch whatever it moved (a few rows, for
+//! its bound ([`ahead`]), the engine moves that many of the best pending tasks in with
+//! set-based statements (the picks read, then moved), in a transaction of its own after it has
+//! answered the batch that made the room. A refill per batch cost a statement per batch whatever it moved (a few rows, for
 //! the pops of one batch), and the pops of that batch waited for it. While the heap has room
 //! and tasks are pending, a new task that ranks after the heap's worst waits as pending too
 //! (see [`super::place`]), so whatever is pending still ranks after everything in the heap,
@@ -16,11 +16,12 @@
 //! (`pending → queued`, then the pop's `queued → dispatched`), about as much of the server's time
 //! per task as the pop, and on the engine's thread the pops waited for it. Meanwhile the engine
 //! serves only what cannot meet a row the refill moves: pops from the heap (the refill moves
-//! pending rows, the heap holds queued ones) and patches of tasks in flight. Anything that may read
-//! or write a pending row (a push, which may merge into one or evict to pending; a patch of a task
-//! not in flight; a cancel, an expiry, a re-score; a pop about to search the backlog, which a
-//! boefje pop with a de-duplication group does for the group's pending siblings) first waits for
-//! the refill and takes its tasks in, so the two never decide about the same row, and the refill's
+//! pending rows, the heap holds queued ones), pops of pending rows after the ones it moves (below)
+//! and patches of tasks in flight. Anything else that may read or write a pending row (a push,
+//! which may merge into one or evict to pending; a patch of a task not in flight; a cancel, an
+//! expiry, a re-score; a pop whose match the refill may be moving, which a boefje pop with a
+//! de-duplication group may look for among the group's pending siblings) first waits for the
+//! refill and takes its tasks in, so the two never decide about the same row, and the refill's
 //! `n` (the room when it began) still fits: pops only make more. SQLite takes one writer at a time,
 //! so there the refill stays on the engine's thread.
 //!
@@ -55,8 +56,8 @@ use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, ta
 /// rebuild.
 pub const REFILL_BATCH: usize = 1_000;
 
-/// Pending tasks moved into a heap by one refill ahead at most: one statement, about 10 ms of
-/// PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
+/// Pending tasks moved into a heap by one refill ahead at most: one read and two moves, about
+/// 10 ms of PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
 /// bounded time.
 pub const REFILL_AHEAD_MAX: usize = 10_000;
 

@@ -57,31 +57,28 @@ pub fn count_waiting(
 }
 
 /// Appends `AND (priority, created_at, task_id) > (key)` (or `<` with `before`): every queue row
-/// ranked after (before) `key` in pop order.
+/// ranked after (before) `key` in pop order; an index condition on every index of pending rows in
+/// pop order.
 fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
-    q.push(if before {
-        " AND (priority, created_at, task_id) < ("
-    } else {
-        " AND (priority, created_at, task_id) > ("
-    })
+    push_ranked_as(q, "", key, before);
+}
+
+/// [`push_ranked`] on a queue row aliased `q`.
+fn push_ranked_queue(q: &mut Sql, key: &PopKey) {
+    push_ranked_as(q, "q.", key, false);
+}
+
+fn push_ranked_as(q: &mut Sql, alias: &str, key: &PopKey, before: bool) {
+    let op = if before { '<' } else { '>' };
+    q.push(&format!(
+        " AND ({alias}priority, {alias}created_at, {alias}task_id) {op} ("
+    ))
     .bind(key.priority)
     .push(", ")
     .bind(key.created_at)
     .push(", ")
     .bind(key.id.as_str())
     .push(")");
-}
-
-/// The condition that a queue row (aliased `q`) ranks after `key` in pop order: an index
-/// condition on every index of pending rows in pop order.
-fn push_ranked_queue(q: &mut Sql, key: &PopKey) {
-    q.push(" AND (q.priority, q.created_at, q.task_id) > (")
-        .bind(key.priority)
-        .push(", ")
-        .bind(key.created_at)
-        .push(", ")
-        .bind(key.id.as_str())
-        .push(")");
 }
 
 /// Rows a rebuild reads from its cursor at a time on PostgreSQL.
