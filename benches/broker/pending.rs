@@ -4,8 +4,9 @@
 //! first database's planner statistics are dropped before its broker starts, so its tables are
 //! as never analysed (a fresh database, PostgreSQL with `autovacuum = off`, or any server
 //! between a bulk load and its next analyse). The same pop bodies as `--workers` on the full
-//! heap, so the pops run over the backlog beyond it (a burst pops up to Q/4), then on the broker
-//! with room, and each body's ratio: `pending_vs_room_<body>=` (target ≥ 0.8). Then pushes (64
+//! heap, so the pops run over the backlog beyond it (a burst pops up to Q/4), and on the broker
+//! with room, side by side (in each round each body on one broker and then on the other, the
+//! first by turns), and each body's ratio: `pending_vs_room_<body>=` (target ≥ 0.8). Then pushes (64
 //! clients) into the full heap against pushes into the broker with room, alternating, and the
 //! ratio. Last, the starvation check: K tasks of an image no other task has
 //! (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything waiting, are pushed into the
@@ -26,8 +27,8 @@ use super::harness::postgres::{
 };
 use super::harness::stats::{Figure, median_figure, thousands};
 use super::harness::worker_pops::{
-    Body, BodyFigure, Role, Tally, Want, body_pairs, boefje_push, burst, check_table, image_filter,
-    measure_bodies, print_bodies, steady,
+    Body, BodyFigure, Role, SideFigures, Tally, Want, body_pairs, boefje_push, burst, check_table,
+    image_filter, measure_side_by_side, print_bodies, steady,
 };
 use super::{Options, Result};
 
@@ -212,10 +213,18 @@ fn pending_measurements(
     boefje: usize,
 ) -> Result<PendingFigures> {
     let budget = (boefje / 4).max(o.clients * 8);
-    let (figs, _, mut acked_full, completed) =
-        measure_bodies(o, full.port, budget, None, "pending")?;
-    let (room_figs, _, mut acked_room, room_completed) =
-        measure_bodies(o, room.port, budget, None, "room")?;
+    let [full_side, room_side] =
+        measure_side_by_side(o, [full.port, room.port], budget, ["pending", "room"])?;
+    let SideFigures {
+        figs,
+        acked: mut acked_full,
+        completed,
+    } = full_side;
+    let SideFigures {
+        figs: room_figs,
+        acked: mut acked_room,
+        completed: room_completed,
+    } = room_side;
     let rt = current_thread()?;
     let pushers = vec![
         Role::Push {

@@ -609,6 +609,70 @@ pub fn measure_bodies(
     ))
 }
 
+/// What [`measure_side_by_side`] measured on one broker: each body's medians, the ids of the
+/// tasks its workers pushed (acknowledged), and the tasks they completed.
+pub struct SideFigures {
+    pub figs: [BodyFigure; 5],
+    pub acked: Vec<String>,
+    pub completed: usize,
+}
+
+/// The bodies on two brokers side by side: in each round each body runs on one and then on the
+/// other (the first by turns), so that the machine's drift over a run falls on both alike rather
+/// than on whichever ran later. Medians of the rounds, per broker.
+pub fn measure_side_by_side(
+    o: &Options,
+    ports: [u16; 2],
+    budget: usize,
+    what: [&str; 2],
+) -> Result<[SideFigures; 2]> {
+    let rt = current_thread()?;
+    let mut rounds: [Vec<[BodyFigure; 5]>; 2] = [Vec::new(), Vec::new()];
+    let mut acked: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+    let mut completed = [0; 2];
+    for round in 0..o.rounds {
+        eprintln!(
+            "{} and {}: round {}/{}…",
+            what[0],
+            what[1],
+            round + 1,
+            o.rounds
+        );
+        let mut figs = [[BodyFigure::default(); 5]; 2];
+        for (k, body) in Body::ALL.into_iter().enumerate() {
+            let first = (round + k) % 2;
+            for side in [first, 1 - first] {
+                let f = rt.block_on(measure_body(
+                    ports[side],
+                    o.clients,
+                    body,
+                    budget,
+                    o.seconds,
+                    &mut acked[side],
+                ))?;
+                completed[side] += f.completed;
+                figs[side][body.index()] = f;
+            }
+        }
+        for side in 0..2 {
+            rounds[side].push(figs[side]);
+        }
+    }
+    let [a, b] = acked;
+    Ok([
+        SideFigures {
+            figs: body_medians(&rounds[0]),
+            acked: a,
+            completed: completed[0],
+        },
+        SideFigures {
+            figs: body_medians(&rounds[1]),
+            acked: b,
+            completed: completed[1],
+        },
+    ])
+}
+
 pub fn print_bodies(figs: &[BodyFigure; 5], baseline: Option<Figure>) {
     println!(
         "{:<44} {:>10} {:>9} {:>9} {:>12} {:>11} {:>9}",

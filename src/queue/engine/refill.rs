@@ -56,8 +56,8 @@ use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, ta
 /// rebuild.
 pub const REFILL_BATCH: usize = 1_000;
 
-/// Pending tasks moved into a heap by one refill ahead at most: one read and two moves, about
-/// 10 ms of PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
+/// Pending tasks moved into a heap by one refill ahead at most: a read and a move (one per 5,000
+/// picks), about 10 ms of PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
 /// bounded time.
 pub const REFILL_AHEAD_MAX: usize = 10_000;
 
