@@ -57,8 +57,8 @@ use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, ta
 pub const REFILL_BATCH: usize = 1_000;
 
 /// Pending tasks moved into a heap by one refill ahead at most: a read and a move (one per 5,000
-/// picks), about 10 ms of PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
-/// bounded time.
+/// picks), about 10 ms of PostgreSQL's time per thousand rows, so a refill of a large heap holds
+/// the engine for a bounded time.
 pub const REFILL_AHEAD_MAX: usize = 10_000;
 
 /// Pending tasks a refill ahead moves at least to run on a thread and connection of its own
@@ -121,7 +121,7 @@ pub(crate) fn fenced(
     n: usize,
     now: NaiveDateTime,
     fence: Option<&(Arc<Ownership>, i64)>,
-    picked: &mut dyn FnMut(&[HeapRow]),
+    picked: &mut dyn FnMut(Vec<HeapRow>),
 ) -> Result<Vec<HeapRow>, StorageError> {
     conn.transaction(|c| {
         if let Some((own, epoch)) = fence
@@ -138,26 +138,35 @@ pub(crate) fn fenced(
 pub(crate) struct Picks {
     scheduler: SchedulerId,
     rows: Vec<HeapRow>,
-    /// Per key field, the values the picks have.
-    values: [HashSet<String>; KeyField::COUNT],
+    /// The values the picks have of the fields runners select by (organisation, plugin, image):
+    /// few per refill, so the sets are small; an object reference or a de-duplication key is
+    /// nearly one per task, and a filter on those is evaluated on each pick instead.
+    values: [HashSet<String>; SET_FIELDS.len()],
 }
+
+/// The key fields [`Picks`] keeps the values of.
+const SET_FIELDS: [KeyField; 3] = [
+    KeyField::Organisation,
+    KeyField::PluginId,
+    KeyField::OciImage,
+];
 
 impl Picks {
     /// The picks of a refill of `scheduler`, in pop order.
-    pub fn new(scheduler: SchedulerId, rows: &[HeapRow]) -> Picks {
-        let mut values: [HashSet<String>; KeyField::COUNT] = Default::default();
-        for row in rows {
-            for field in KeyField::ALL {
+    pub fn new(scheduler: SchedulerId, rows: Vec<HeapRow>) -> Picks {
+        let mut values: [HashSet<String>; SET_FIELDS.len()] = Default::default();
+        for row in &rows {
+            for (set, field) in values.iter_mut().zip(SET_FIELDS) {
                 if let Some(v) = row.key(field)
-                    && !values[field.index()].contains(v)
+                    && !set.contains(v)
                 {
-                    values[field.index()].insert(v.to_owned());
+                    set.insert(v.to_owned());
                 }
             }
         }
         Picks {
             scheduler,
-            rows: rows.to_vec(),
+            rows,
             values,
         }
     }
@@ -175,8 +184,10 @@ impl Picks {
         // Every match has one of each lookup's values: a lookup none of whose values a pick has
         // rules them all out, as the runners' filters (an organisation, images, plugin ids) do.
         let ruled_out = plan.lookups.iter().any(|l| {
-            let have = &self.values[l.field.index()];
-            !l.values.iter().any(|v| have.contains(v))
+            SET_FIELDS
+                .iter()
+                .position(|f| *f == l.field)
+                .is_some_and(|i| !l.values.iter().any(|v| self.values[i].contains(v)))
         });
         // Otherwise each pick is evaluated; an unknown answer counts as a match, to wait.
         if !ruled_out
@@ -274,7 +285,7 @@ impl Ahead {
             .name(format!("refill-{scheduler}"))
             .spawn(move || {
                 let mut conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                let mut picked = |rows: &[HeapRow]| {
+                let mut picked = |rows: Vec<HeapRow>| {
                     let _ = announce.set(Picks::new(scheduler, rows));
                 };
                 fenced(&mut conn, scheduler, n, now, fence.as_ref(), &mut picked)
@@ -347,22 +358,29 @@ mod tests {
         (f, p)
     }
 
-    /// Picks of priorities 1..=3 of image `img` in `org1`, in pop order.
+    /// Picks of priorities 1..=3 of image `img` in `org1`, in pop order, each of its own object.
     fn picks() -> (Picks, HeapRow) {
         let rows: Vec<HeapRow> = (1..=3)
-            .map(|p| heap_row_of(&row_with(p, p, "img").1))
+            .map(|p| {
+                let mut row = row_with(p, p, "img").1;
+                row.input_ooi = Some(format!("Hostname|internet|host{p}"));
+                heap_row_of(&row)
+            })
             .collect();
         let last = rows[2].clone();
-        (Picks::new(SchedulerId::Boefje, &rows), last)
+        (Picks::new(SchedulerId::Boefje, rows), last)
+    }
+
+    /// Where a pop with `filter` (a request's `filters` list) may search beside `picks`.
+    fn spare(picks: &Picks, filter: serde_json::Value) -> Option<PopKey> {
+        let (f, p) = planned(filter);
+        picks.spare(&f, Some(&p))
     }
 
     #[test]
     fn a_pop_no_pick_can_serve_searches_after_the_last_pick() {
         let (picks, last) = picks();
-        let after = |filter: serde_json::Value| {
-            let (f, p) = planned(filter);
-            picks.spare(&f, Some(&p))
-        };
+        let after = |filter| spare(&picks, filter);
         let last_key = Some(PopKey {
             priority: last.priority,
             created_at: last.created_at,
@@ -377,15 +395,16 @@ mod tests {
         // Ruled out by evaluating each pick: no lookup, but no pick matches.
         let later = json!([{"column": "priority", "operator": ">", "value": 3}]);
         assert_eq!(after(later), last_key);
+        // A field whose values are not kept (an object reference): evaluated on each pick.
+        let other_object = json!([{"column": "data", "field": "input_ooi",
+            "value": "Hostname|internet|host9"}]);
+        assert_eq!(after(other_object), last_key);
     }
 
     #[test]
     fn a_pop_a_pick_may_serve_waits_for_the_refill() {
         let (picks, _) = picks();
-        let after = |filter: serde_json::Value| {
-            let (f, p) = planned(filter);
-            picks.spare(&f, Some(&p))
-        };
+        let after = |filter| spare(&picks, filter);
         let image = json!([{"column": "data", "field": "boefje__oci_image",
             "operator": "in", "value": ["other", "img"]}]);
         assert_eq!(after(image), None, "a pick has one of the images");
@@ -397,6 +416,9 @@ mod tests {
         assert!(after(image_later).is_some());
         let some = json!([{"column": "priority", "operator": ">", "value": 2}]);
         assert_eq!(after(some), None, "the pick of priority 3 matches");
+        let object = json!([{"column": "data", "field": "input_ooi",
+            "value": "Hostname|internet|host2"}]);
+        assert_eq!(after(object), None, "the pick of priority 2 has it");
         // Status: the picks are as the heap will hold them.
         let queued = json!([{"column": "status", "value": "queued"}]);
         assert_eq!(after(queued), None);
@@ -406,9 +428,11 @@ mod tests {
         // An unfiltered pop matches every pick.
         assert_eq!(picks.spare(&FilterNode::And(Vec::new()), None), None);
         // No picks: nothing to search after.
-        let none = Picks::new(SchedulerId::Boefje, &[]);
-        let (f, p) = planned(json!([{"column": "organisation", "value": "org2"}]));
-        assert_eq!(none.spare(&f, Some(&p)), None);
+        let none = Picks::new(SchedulerId::Boefje, Vec::new());
+        assert_eq!(
+            spare(&none, json!([{"column": "organisation", "value": "org2"}])),
+            None
+        );
     }
 
     #[test]

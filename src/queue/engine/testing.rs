@@ -202,6 +202,6 @@ impl Reads for FakeTable {
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
         });
         let scheduler = self.pending.first()?.scheduler().ok()?;
-        super::refill::Picks::new(scheduler, &picks).spare(filter, plan)
+        super::refill::Picks::new(scheduler, picks).spare(filter, plan)
     }
 }

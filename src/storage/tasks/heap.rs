@@ -183,7 +183,7 @@ pub fn refill(
     scheduler: SchedulerId,
     limit: usize,
     now: NaiveDateTime,
-    picked: &mut dyn FnMut(&[HeapRow]),
+    picked: &mut dyn FnMut(Vec<HeapRow>),
 ) -> QueryResult<Vec<HeapRow>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     if Backend::of(conn) == Backend::Postgres {
@@ -200,20 +200,13 @@ pub fn refill(
         if picks.is_empty() {
             return Ok(picks);
         }
-        picked(&picks);
-        let mut moved: std::collections::HashSet<String> =
-            std::collections::HashSet::with_capacity(picks.len());
-        for chunk in picks.chunks(REFILL_MOVE_CHUNK) {
+        let ids: Vec<String> = picks.iter().map(|p| p.id.clone()).collect();
+        picked(picks);
+        let mut moved = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(REFILL_MOVE_CHUNK) {
             moved.extend(refill_move(conn, chunk, now)?);
         }
-        return Ok(picks
-            .into_iter()
-            .filter(|p| moved.contains(&p.id))
-            .map(|p| HeapRow {
-                modified_at: now,
-                ..p
-            })
-            .collect());
+        return Ok(moved);
     }
     let mut q = sql(
         conn,
@@ -242,28 +235,29 @@ pub fn refill(
 /// statement binds each id.
 const REFILL_MOVE_CHUNK: usize = 5_000;
 
-/// Moves these picks of a refill to `queued` where they are still pending (PostgreSQL), the task
-/// and its queue row in one statement; answers the ids moved. Its text begins with `WITH refilled`,
-/// which the tests that hold a refill under way look for.
+/// Moves these picks of a refill (ids) to `queued` where they are still pending (PostgreSQL), the
+/// task and its queue row in one statement; answers the moved tasks as a heap holds them, from
+/// `tasks`. Its text begins with `WITH refilled`, which the tests that hold a refill under way
+/// look for.
 fn refill_move(
     conn: &mut AnyConnection,
-    picks: &[HeapRow],
+    ids: &[String],
     now: NaiveDateTime,
-) -> QueryResult<Vec<String>> {
+) -> QueryResult<Vec<HeapRow>> {
     let mut q = sql(
         conn,
         "WITH refilled AS (UPDATE tasks SET status = 'queued', modified_at = ",
     );
     q.bind(now)
         .push(" WHERE status = 'pending' AND id IN ")
-        .bind_list(picks.iter().map(|p| p.id.as_str()))
+        .bind_list(ids.iter().map(String::as_str))
         .push(
-            " RETURNING id, modified_at), \
+            " RETURNING tasks.*), \
              kept AS (UPDATE task_queue SET status = 'queued', modified_at = refilled.modified_at \
-             FROM refilled WHERE task_queue.task_id = refilled.id) \
-             SELECT id FROM refilled",
-        );
-    Ok(q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect())
+             FROM refilled WHERE task_queue.task_id = refilled.id) ",
+        )
+        .push(&format!("SELECT {HEAP_COLUMNS} FROM refilled"));
+    q.load(conn)
 }
 
 /// Where a keyset page starts: after a task in pop order, or (from the best) before one.
