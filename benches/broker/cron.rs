@@ -306,14 +306,14 @@ async fn object_change(db: &str, settings: Settings, start: DateTime<Utc>) -> Re
     }
     let before = pg_number(
         db,
-        "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM task_queue",
+        "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM tasks WHERE status IN ('pending', 'queued')",
     )?;
     clock.advance(Duration::minutes(5));
     let (_, rescoring) = plan(Operation::Update, 2).await?;
     let (_, unchanged) = plan(Operation::Update, 2).await?;
     let after = pg_number(
         db,
-        "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM task_queue",
+        "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM tasks WHERE status IN ('pending', 'queued')",
     )?;
     token.cancel();
     join.await??;
@@ -353,6 +353,17 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
         with_db(o, base, &format!("_cron{r}"), |db| {
             migrate(db)?;
             seed_schedules(db, d, now)?;
+            // The fired tasks go into the heap: a queue row each only where the broker under
+            // test keeps queued tasks in `task_queue` (before migration 16).
+            let queue_rows = match super::harness::postgres::queue_holds_queued(db)? {
+                true => {
+                    "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at,
+                       modified_at, hash, schedule_id, organisation)
+                     SELECT id, 'boefje', 'queued', 2, {at}, {at}, hash, schedule_id, organisation
+                       FROM fired;"
+                }
+                false => "",
+            };
             let b = timed(
                 db,
                 &format!(
@@ -364,13 +375,11 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
                        data, status, attempts, created_at, modified_at)
                      SELECT id, 'boefje', schedule_id, organisation, 'boefje', hash, 2, data,
                        'queued', 0, {at}, {at} FROM fired;
-                     INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at,
-                       modified_at, hash, schedule_id, organisation)
-                     SELECT id, 'boefje', 'queued', 2, {at}, {at}, hash, schedule_id, organisation
-                       FROM fired;
+                     {queue_rows}
                      UPDATE schedules SET deadline_at = {at} + interval '1 hour'
                        WHERE enabled AND deadline_at <= {at};
                      ROLLBACK;",
+                    queue_rows = queue_rows.replace("{at}", &sql_time(now)),
                     at = sql_time(now)
                 ),
             )?;
@@ -404,7 +413,7 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
             )?;
             vacuum(db, &["tasks", "task_scores"])?;
             // An hour passes under grace-period: the tick rewrites nothing.
-            let sum = "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM task_queue";
+            let sum = "SELECT COALESCE(SUM(priority), 0)::bigint AS n FROM tasks WHERE status IN ('pending', 'queued')";
             let before = pg_number(db, sum)?;
             let mut s = settings(db, &catalogue);
             s.schedulers.boefje.scoring = Some(Strategy::GracePeriod);

@@ -298,9 +298,10 @@ fn copy_out_seconds(db: &str) -> Result<f64> {
     let status = Command::new("psql")
         .arg(db)
         .arg("-qc")
-        // The columns a heap holds of each queued task (all but the payload and the lease).
-        .arg("\\copy (SELECT task_id, priority, created_at, modified_at, hash, schedule_id, organisation, \
-              plugin_id, oci_image, input_ooi FROM task_queue WHERE status = 'queued') TO '/dev/null'")
+        // The columns a heap holds of each queued task (all but the payload and the lease), from
+        // where a rebuild reads them.
+        .arg("\\copy (SELECT id, priority, created_at, modified_at, hash, schedule_id, organisation, \
+              plugin_id, oci_image, input_ooi FROM tasks WHERE status = 'queued') TO '/dev/null'")
         .status()?;
     if !status.success() {
         return Err("psql \\copy failed".into());

@@ -24,7 +24,7 @@ pub async fn forward(
         Forward::Push { .. } | Forward::Cancel { .. } | Forward::Rescore { .. } => Action::Push,
         Forward::Pop { .. } => Action::Pop,
         Forward::Patch { .. } => Action::Patch,
-        Forward::Explain { .. } => Action::Read,
+        Forward::Explain { .. } | Forward::Counts => Action::Read,
     };
     authorize(&req, action, Some(s))?;
     let local = broker.local_only();
@@ -44,6 +44,7 @@ pub async fn forward(
         Forward::Patch { id, patch } => local.patch(id, patch).await.map(Answer::Patched),
         Forward::Explain { id } => local.wait(s, id).await.map(Answer::Explained),
         Forward::Rescore { scores } => local.rescore(s, scores).await.map(Answer::Rescored),
+        Forward::Counts => local.counts(s).await.map(Answer::Counted),
         Forward::Cancel {
             organisation,
             reference,

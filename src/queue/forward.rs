@@ -54,6 +54,9 @@ pub enum Forward {
         /// `(task, priority it had, new priority, explanation)`.
         scores: Vec<(Uuid, i64, i64, crate::scoring::Explanation)>,
     },
+    /// [`super::Broker::scheduler_view`]: the heap's counts, which only the owner knows (queued
+    /// tasks are in its heap and have no queue row to count).
+    Counts,
     /// [`super::Broker::cancel_object`] on one scheduler
     Cancel {
         /// The organisation.
@@ -79,6 +82,8 @@ pub enum Answer {
     Explained(Option<Wait>),
     /// To `Rescore`: how many were waiting.
     Rescored(usize),
+    /// To `Counts`: `(queued, pending)`.
+    Counted((u64, u64)),
 }
 
 /// Why forwarding could not be set up. (A forwarded command's own failures are
@@ -175,6 +180,7 @@ answered!(usize, Rescored);
 answered!(Option<Wait>, Explained);
 answered!(Task, Patched);
 answered!(Vec<Uuid>, Cancelled);
+answered!((u64, u64), Counted);
 
 #[cfg(test)]
 mod tests {

@@ -527,29 +527,49 @@ impl Broker {
         }
     }
 
-    /// `s`'s figures wherever its heap is: this instance's own when it owns `s`, else counted
-    /// from the table (the owner's heap is the table's queued rows), so `/schedulers` answers
-    /// the same on every instance. `last_activity` is known to the owner only.
+    /// `s`'s figures wherever its heap is: this instance's own when it owns `s`, else the
+    /// owner's (forwarded), so `/schedulers` answers the same on every instance; counted from
+    /// the table when no owner answers (queued tasks by a scan of `tasks`: they have no queue
+    /// row). `last_activity` is known to the owner only.
     pub async fn scheduler_view(&self, s: SchedulerId) -> Result<SchedulerSnapshot, QueueError> {
         let mut view = self.snapshot(s);
         if self.is_local(s) {
             return Ok(view);
         }
-        let (queued, pending) = self
-            .read(move |c| {
-                let count = |c: &mut storage::AnyConnection, status| {
-                    storage::tasks::count_waiting(c, s, status)
-                        .map_err(|e| QueueError::from(StorageError::from(e)))
-                };
-                Ok((
-                    count(c, TaskStatus::Queued)?,
-                    count(c, TaskStatus::Pending)?,
-                ))
-            })
-            .await?;
+        let (queued, pending) = match self.counts(s).await {
+            Ok(counts) => counts,
+            Err(e) => {
+                tracing::debug!(scheduler.id = %s, error = %e, "owner's counts unavailable; counting the table");
+                self.read(move |c| {
+                    let count = |c: &mut storage::AnyConnection, status| {
+                        storage::tasks::count_waiting(c, s, status)
+                            .map_err(|e| QueueError::from(StorageError::from(e)))
+                    };
+                    Ok((
+                        count(c, TaskStatus::Queued)?,
+                        count(c, TaskStatus::Pending)?,
+                    ))
+                })
+                .await?
+            }
+        };
         view.qsize = queued;
         view.pending = pending;
         Ok(view)
+    }
+
+    /// `(queued, pending)` of `s`, as its owner's heap and count hold them.
+    pub async fn counts(&self, s: SchedulerId) -> Result<(u64, u64), QueueError> {
+        self.routed(
+            s,
+            (),
+            |()| {
+                let view = self.snapshot(s);
+                std::future::ready(Ok((view.qsize, view.pending)))
+            },
+            |()| Forward::Counts,
+        )
+        .await
     }
 
     /// When the oldest task in `s`'s heap was created; `None` for an empty heap.

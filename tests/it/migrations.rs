@@ -147,8 +147,8 @@ async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backe
     assert_eq!(app.task(&ids[5]).await["status"], "dispatched");
     assert!(app.pop_ids("boefje", 10).await.is_empty());
 
-    // The check every test ends with finds a queue row left behind by a task that no longer
-    // waits (ids[0], popped) and a waiting task without its row (ids[5], set back by hand).
+    // The check every test ends with finds a queue row left behind by a task that is not
+    // pending (ids[0], popped) and a pending task without its row (ids[5], set back by hand).
     let uri = app.db.uri.clone();
     let (left, bare) = (ids[0].clone(), ids[5].clone());
     let found = tokio::task::spawn_blocking(move || {
@@ -169,7 +169,7 @@ async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backe
              modified_at, organisation FROM tasks WHERE id = '{left}'"
         ));
         run(format!(
-            "UPDATE tasks SET status = 'queued' WHERE id = '{bare}'"
+            "UPDATE tasks SET status = 'pending' WHERE id = '{bare}'"
         ));
         let mut found = storage::tasks::queue_mismatches(&mut conn).unwrap();
         found.sort();
@@ -190,7 +190,105 @@ async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backe
     assert_eq!(found, want);
 }
 
+/// A database as migration 15 left it: queued tasks with their `task_queue` rows. Migration 16
+/// drops those rows; the service then rebuilds its heap from `tasks` and serves every waiting
+/// task once, in pop order, and reverting the migration gives the rows back.
+async fn queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    // (status, priority): the pending one that ranks first must come first, the dispatched one
+    // must not come back.
+    let rows = [
+        ("queued", 3),
+        ("queued", 1),
+        ("pending", 0),
+        ("queued", 2),
+        ("pending", 5),
+        ("dispatched", 0),
+    ];
+    let ids: Vec<String> = rows
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let i = ids.clone();
+    let queue_rows = |conn: &mut storage::AnyConnection, status: &str| -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct N {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        diesel::sql_query(format!(
+            "SELECT COUNT(*) AS n FROM task_queue WHERE status = '{status}'"
+        ))
+        .load::<N>(conn)
+        .unwrap()[0]
+            .n
+    };
+    tokio::task::spawn_blocking(move || {
+        let target = DbTarget::parse(&uri).unwrap();
+        let pool = storage::connect(&target, 2, Duration::from_secs(5)).unwrap();
+        let mut conn = storage::checkout(&pool).unwrap();
+        let applied = storage::run_migrations(&mut conn).unwrap();
+        let since_16 = applied.len() - applied.iter().position(|m| m.contains("000016")).unwrap();
+        storage::revert_last_migrations(&mut conn, since_16).unwrap();
+        for (n, ((status, priority), id)) in rows.iter().zip(&i).enumerate() {
+            let data = serde_json::json!({"id": id, "boefje": {"id": "dns"},
+                "input_ooi": format!("Hostname|internet|h{n}.nl"), "organization": "org1"});
+            let at = format!("2026-11-20 10:00:0{n}");
+            diesel::sql_query(format!(
+                "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, \
+                 status, attempts, created_at, modified_at, plugin_id, input_ooi) VALUES \
+                 ('{id}', 'boefje', 'org1', 'boefje', 'h{n}', {priority}, '{data}', '{status}', 0, \
+                 '{at}', '{at}', 'dns', 'Hostname|internet|h{n}.nl')"
+            ))
+            .execute(&mut *conn)
+            .unwrap();
+            if *status != "dispatched" {
+                diesel::sql_query(format!(
+                    "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
+                     modified_at, hash, organisation, plugin_id, input_ooi) VALUES ('{id}', \
+                     'boefje', '{status}', {priority}, '{at}', '{at}', 'h{n}', 'org1', 'dns', \
+                     'Hostname|internet|h{n}.nl')"
+                ))
+                .execute(&mut *conn)
+                .unwrap();
+            }
+        }
+        storage::run_migrations(&mut conn).unwrap();
+        assert_eq!(queue_rows(&mut conn, "queued"), 0, "queued rows dropped");
+        assert_eq!(queue_rows(&mut conn, "pending"), 2, "pending rows kept");
+        assert!(
+            storage::tasks::queue_mismatches(&mut conn)
+                .unwrap()
+                .is_empty()
+        );
+        // Down and up again: the queued rows come back from `tasks`, and go again.
+        storage::revert_last_migrations(&mut conn, 1).unwrap();
+        assert_eq!(queue_rows(&mut conn, "queued"), 3, "queued rows restored");
+        storage::run_migrations(&mut conn).unwrap();
+        assert_eq!(queue_rows(&mut conn, "queued"), 0);
+    })
+    .await
+    .unwrap();
+    let app = spawn_app_on(db, backend, |_| {}).await;
+    assert_eq!(
+        app.pop_ids("boefje", 10).await,
+        vec![
+            ids[2].clone(),
+            ids[1].clone(),
+            ids[3].clone(),
+            ids[0].clone(),
+            ids[4].clone()
+        ]
+    );
+    assert_eq!(app.task(&ids[5]).await["status"], "dispatched");
+    assert!(app.pop_ids("boefje", 10).await.is_empty());
+}
+
 crate::backend_tests!(
+    queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served,
     migrations_run_up_down_and_up_again,
     start_refuses_an_outdated_schema_when_told_not_to_migrate,
     waiting_tasks_written_before_the_deduplication_key_column_are_served_as_groups,

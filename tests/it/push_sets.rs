@@ -120,8 +120,17 @@ async fn a_batch_stores_each_piece_of_work_once_within_it_and_against_waiting_wo
         "one row per piece of work"
     );
     assert_eq!(
-        count(&app, "SELECT COUNT(*) AS count FROM task_queue").await,
+        count(
+            &app,
+            "SELECT COUNT(*) AS count FROM tasks WHERE status = 'queued'"
+        )
+        .await,
         3
+    );
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) AS count FROM task_queue").await,
+        0,
+        "tasks in the heap have no queue row"
     );
     let popped = app.pop_ids("boefje", 10).await;
     assert_eq!(popped.len(), 3);
@@ -154,11 +163,19 @@ async fn a_batch_over_the_sqlite_parameter_limit_is_written_whole(backend: Backe
     );
     for (table, sql) in [
         ("tasks", "SELECT COUNT(*) AS count FROM tasks"),
-        ("task_queue", "SELECT COUNT(*) AS count FROM task_queue"),
         ("task_scores", "SELECT COUNT(*) AS count FROM task_scores"),
     ] {
         assert_eq!(count(&app, sql).await, N as i64, "rows of {table}");
     }
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) AS count FROM task_queue").await,
+        count(
+            &app,
+            "SELECT COUNT(*) AS count FROM tasks WHERE status = 'pending'"
+        )
+        .await,
+        "a queue row for each pending task"
+    );
     let mut popped = app.pop_ids("boefje", 1_000).await;
     popped.extend(app.pop_ids("boefje", 1_000).await);
     popped.sort();

@@ -1,7 +1,7 @@
 //! Rebuilding a scheduler's state from the table, at start and after a failed batch: the heap
-//! from the queued rows (read in the table's order and sorted in memory; when more are queued
-//! than fit, the best `maxsize` kept as they are read, so the excess never sits in memory, and the
-//! rest moved to pending), the heap refilled from pending and, if
+//! from the queued tasks (read from `tasks` in the table's order and sorted in memory; when more
+//! are queued than fit, the best `maxsize` kept as they are read, so the excess never sits in
+//! memory, and the rest moved to pending), the heap refilled from pending and, if
 //! pending rows rank before the heap's worst (written by an older version, or `maxsize` changed),
 //! swapped in, so the heap again holds the best waiting tasks. Then the pending hashes.
 
@@ -78,9 +78,9 @@ pub(crate) fn rebuild(
     } else {
         // More than fit (maxsize was lowered): one pass in the table's order keeps the best
         // `maxsize` (the worst of them on top, so the excess never sits in memory), and the rest
-        // waits as pending. The queue table has no index of queued rows in pop order to page
-        // through: it would cost every push into the heap, and every refill, an index entry, for
-        // this one rare start.
+        // waits as pending. No index holds queued tasks in pop order to page through: it would
+        // cost every push into the heap, and every refill, an index entry, for this one rare
+        // start.
         let mut best: BinaryHeap<ByRank> = BinaryHeap::with_capacity(maxsize.saturating_add(1));
         let mut bad = None;
         tasks::queued_all(c, s, |row| match heap_task_of(row) {
@@ -176,13 +176,7 @@ fn swap_in_better_pending(
                 .unwrap_or_default(),
             id: worst.id.to_string(),
         };
-        let better = tasks::waiting_page(
-            c,
-            s,
-            TaskStatus::Pending,
-            tasks::Keyset::Before(&key),
-            REFILL_BATCH,
-        )?;
+        let better = tasks::pending_page(c, s, tasks::Keyset::Before(&key), REFILL_BATCH)?;
         if better.is_empty() {
             break;
         }

@@ -83,12 +83,7 @@ pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRo
         .push(&pg_sync())
         .push(", pick (pid) AS (SELECT value FROM json_array_elements_text(")
         .bind(ids)
-        .push(
-            "::json)), queue AS (DELETE FROM task_queue USING pick \
-             WHERE task_queue.task_id = pick.pid AND task_queue.status = 'queued' \
-             AND EXISTS (SELECT 1 FROM fence)), \
-             dispatched AS (UPDATE tasks SET status = 'dispatched', modified_at = ",
-        )
+        .push("::json)), dispatched AS (UPDATE tasks SET status = 'dispatched', modified_at = ")
         .bind(w.at)
         .push(", lease_expires_at = ")
         .bind(Bind::OptTime(w.lease))

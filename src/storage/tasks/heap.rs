@@ -35,17 +35,23 @@ pub fn payloads(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<Vec<Pay
     Ok(out)
 }
 
-/// How many tasks of `scheduler` are in `status` (`pending` or `queued`).
+/// How many tasks of `scheduler` are in `status` (`pending` or `queued`). Pending tasks are
+/// counted in their queue rows' index; queued ones, which have no queue row, in `tasks`, a scan
+/// (a rebuild's, and a view of a scheduler whose owner cannot be asked).
 pub fn count_waiting(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     status: TaskStatus,
 ) -> QueryResult<u64> {
-    // The status in the text, as in [`waiting_page`]: pending rows are counted in their index.
+    // The status in the text, as in [`pending_page`]: pending rows are counted in their index.
+    let table = match status {
+        TaskStatus::Pending => "task_queue",
+        _ => "tasks",
+    };
     let mut q = sql(
         conn,
         &format!(
-            "SELECT COUNT(*) AS count FROM task_queue WHERE status = '{}' AND scheduler_id = ",
+            "SELECT COUNT(*) AS count FROM {table} WHERE status = '{}' AND scheduler_id = ",
             status.as_str()
         ),
     );
@@ -84,9 +90,9 @@ fn push_ranked_as(q: &mut Sql, alias: &str, key: &PopKey, before: bool) {
 /// Rows a rebuild reads from its cursor at a time on PostgreSQL.
 const REBUILD_FETCH: usize = 2_000;
 
-/// Every queued task of `scheduler`, one by one in no particular order: a rebuild that expects
-/// all of them to fit reads them in the queue table's own order and sorts them in memory, since
-/// reading them in pop order through an index visits the table's pages at random.
+/// Every queued task of `scheduler`, one by one in no particular order, from `tasks` (queued
+/// tasks have no queue row): a scan, as [`in_flight_hashes`] is, at a rebuild only. The heap sorts
+/// them in memory.
 ///
 /// On PostgreSQL through a cursor, [`REBUILD_FETCH`] rows at a time, inside the caller's
 /// transaction: libpq holds a statement's whole result in memory, so a million rows read at
@@ -98,9 +104,8 @@ pub fn queued_all(
     scheduler: SchedulerId,
     mut each: impl FnMut(HeapRow),
 ) -> QueryResult<()> {
-    let select = format!(
-        "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued' AND scheduler_id = "
-    );
+    let select =
+        format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE status = 'queued' AND scheduler_id = ");
     if Backend::of(conn) == Backend::Postgres {
         // A utility statement takes no binds: the scheduler id is one of three fixed names.
         sql(
@@ -131,39 +136,36 @@ pub fn queued_all(
 }
 
 /// Moves every queued task of `scheduler` ranked after `after` to `pending` (when the heap
-/// bound is lower than what is queued); returns how many moved. Two statements: the caller's
-/// transaction holds them together.
+/// bound is lower than what is queued), their queue rows written with them; returns how many
+/// moved. A scan of `tasks`, at a rebuild after `maxsize` was lowered.
 pub fn demote_after(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     after: &PopKey,
     now: NaiveDateTime,
 ) -> QueryResult<usize> {
-    let ranked = |q: &mut Sql| {
-        q.push(" WHERE status = 'queued' AND scheduler_id = ")
-            .bind(scheduler.as_str());
-        push_ranked(q, after, false);
-    };
-    let mut t = sql(conn, "UPDATE tasks SET status = 'pending', modified_at = ");
-    t.bind(now)
-        .push(" WHERE status = 'queued' AND id IN (SELECT task_id FROM task_queue");
-    ranked(&mut t);
-    t.push(")");
-    t.execute(conn)?;
-    let mut q = sql(
-        conn,
-        "UPDATE task_queue SET status = 'pending', modified_at = ",
-    );
-    q.bind(now);
-    ranked(&mut q);
-    q.execute(conn)
+    let moved = write_returning(conn, |q, pg| {
+        q.push("UPDATE tasks SET status = 'pending', modified_at = ")
+            .bind(now)
+            .push(" WHERE status = 'queued' AND scheduler_id = ")
+            .bind(scheduler.as_str())
+            .push(" AND (priority, created_at, id) > (")
+            .bind(after.priority)
+            .push(", ")
+            .bind(after.created_at)
+            .push(", ")
+            .bind(after.id.as_str())
+            .push(")")
+            .push(&returning(pg));
+    })?;
+    Ok(moved.len())
 }
 
-/// Every queued task as a heap holds it (tests and tools; the engine pages with [`waiting_page`]).
+/// Every queued task as a heap holds it (tests and tools), from `tasks`.
 pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
     sql(
         conn,
-        &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'queued'"),
+        &format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE status = 'queued'"),
     )
     .load(conn)
 }
@@ -174,10 +176,9 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 /// On PostgreSQL two statements, for the caller's transaction: the picks are read in pop order
 /// through `ix_task_queue_pending_rank` and handed to `picked` before anything moves (a refill
 /// beside the engine announces them, so a pop whose match is not among them need not wait for the
-/// move; see `queue::engine::refill`), then each pick moves only if it is still pending, its
-/// queue row with it by a plain `UPDATE`: the upsert the other writes share would first try an
-/// insert and meet the conflict on every row, and a refill moves a tenth of a heap at a time.
-/// SQLite moves them without announcing (it has no refill beside its one writer).
+/// move; see `queue::engine::refill`), then each pick moves only if it is still pending: the task
+/// updated in place, its queue row deleted (a queued task has none). SQLite moves them without
+/// announcing (it has no refill beside its one writer).
 pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -219,10 +220,10 @@ pub fn refill(
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
         // The moved tasks' heap columns come back from the update itself.
-        out.extend(transition_from_waiting_sqlite(
+        out.extend(transition_from_pending_sqlite(
             conn,
             chunk,
-            (TaskStatus::Pending, TaskStatus::Queued),
+            TaskStatus::Queued,
             now,
             None,
             HEAP_COLUMNS,
@@ -235,10 +236,10 @@ pub fn refill(
 /// statement binds each id.
 const REFILL_MOVE_CHUNK: usize = 5_000;
 
-/// Moves these picks of a refill (ids) to `queued` where they are still pending (PostgreSQL), the
-/// task and its queue row in one statement; answers the moved tasks as a heap holds them, from
-/// `tasks`. Its text begins with `WITH refilled`, which the tests that hold a refill under way
-/// look for.
+/// Moves these picks of a refill (ids) to `queued` where they are still pending (PostgreSQL): the
+/// task updated in place and its queue row deleted, in one statement; answers the moved tasks as
+/// a heap holds them, from `tasks`. Its text begins with `WITH refilled`, which the tests that
+/// hold a refill under way look for.
 fn refill_move(
     conn: &mut AnyConnection,
     ids: &[String],
@@ -253,8 +254,8 @@ fn refill_move(
         .bind_list(ids.iter().map(String::as_str))
         .push(
             " RETURNING tasks.*), \
-             kept AS (UPDATE task_queue SET status = 'queued', modified_at = refilled.modified_at \
-             FROM refilled WHERE task_queue.task_id = refilled.id) ",
+             gone AS (DELETE FROM task_queue USING refilled \
+             WHERE task_queue.task_id = refilled.id) ",
         )
         .push(&format!("SELECT {HEAP_COLUMNS} FROM refilled"));
     q.load(conn)
@@ -271,14 +272,12 @@ pub enum Keyset<'a> {
     Before(&'a PopKey),
 }
 
-/// The next `limit` waiting tasks of `scheduler` in `status` in pop order from `from`, as a heap
-/// holds them (a keyset page): the pending rows that rank before a heap's worst task, at a
-/// rebuild. Only pending rows are indexed in pop order (`ix_task_queue_pending_rank`); a page of
-/// queued rows is a scan.
-pub fn waiting_page(
+/// The next `limit` pending tasks of `scheduler` in pop order from `from`, as a heap holds them
+/// (a keyset page through `ix_task_queue_pending_rank`): the pending rows that rank before a
+/// heap's worst task, at a rebuild.
+pub fn pending_page(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    status: TaskStatus,
     from: Keyset<'_>,
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
@@ -288,8 +287,8 @@ pub fn waiting_page(
     let mut q = sql(
         conn,
         &format!(
-            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = '{}' AND scheduler_id = ",
-            status.as_str()
+            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'pending' \
+             AND scheduler_id = "
         ),
     );
     q.bind(scheduler.as_str());

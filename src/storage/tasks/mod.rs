@@ -1,11 +1,13 @@
 //! Statements on the `tasks` table and its companion `task_queue`.
 //!
-//! `tasks` holds every task; `task_queue` holds one row per waiting (pending or queued) task with
-//! the columns a heap holds (migration 11). Only `task_queue` is indexed by status and rank, so a
-//! change of status, priority or lease is an in-place (HOT) update of `tasks` on PostgreSQL. Every
-//! write here keeps the two in step: on PostgreSQL in the same statement (data-modifying CTEs, so
-//! an engine batch of one write stays one autocommitted statement), on SQLite in statements the
-//! caller runs inside one transaction.
+//! `tasks` holds every task; `task_queue` holds one row per pending task (the backlog beyond the
+//! heaps) with the columns a heap holds (migrations 11 and 16). Only `task_queue` is indexed by
+//! status and rank, so a change of status, priority or lease is an in-place (HOT) update of
+//! `tasks` on PostgreSQL. Queued tasks are in a heap, in memory, and have no queue row: a push
+//! into a heap with room writes its task alone, and a pop or a patch of it updates the task in
+//! place; a rebuild reads them from `tasks`. Every write here keeps the two in step: on
+//! PostgreSQL in the same statement (data-modifying CTEs, so an engine batch of one write stays
+//! one autocommitted statement), on SQLite in statements the caller runs inside one transaction.
 //!
 //! Statements that take many ids are split into chunks that stay well under both backends'
 //! bind-parameter limits (SQLite 32,766; PostgreSQL 65,535).

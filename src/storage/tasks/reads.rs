@@ -76,7 +76,7 @@ pub fn score(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<String>> 
 
 /// Of these tasks of `scheduler`, those waiting (queued or pending) with a recorded
 /// explanation: `(id, explanation, priority)`. An event's re-score reads only the tasks it
-/// concerns, each by its primary keys in `task_scores` and `task_queue`.
+/// concerns, each by its primary keys in `task_scores` and `tasks`.
 pub fn waiting_scores(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -96,10 +96,10 @@ pub fn waiting_scores(
         let mut q = sql(
             conn,
             "SELECT s.task_id, s.explanation, t.priority FROM task_scores s \
-             JOIN task_queue t ON t.task_id = s.task_id WHERE s.task_id IN ",
+             JOIN tasks t ON t.id = s.task_id WHERE s.task_id IN ",
         );
         q.bind_list(chunk.iter().map(String::as_str))
-            .push(" AND t.scheduler_id = ")
+            .push(" AND t.status IN ('pending', 'queued') AND t.scheduler_id = ")
             .bind(scheduler.as_str());
         out.extend(
             q.load::<Row>(conn)?

@@ -54,7 +54,9 @@ pub fn prune(
 }
 
 /// Fills the key-field columns of `scheduler`'s waiting tasks written before they existed (or by
-/// an older version during a rolling deploy); returns how many rows it filled.
+/// an older version during a rolling deploy); returns how many rows it filled. Pending tasks are
+/// found through their queue rows' index, queued ones (no queue row) by a scan of `tasks`, at a
+/// rebuild.
 pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryResult<usize> {
     let mut filled = 0;
     let mut after = String::new();
@@ -73,48 +75,74 @@ pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryR
         let Some(last) = page.last() else { break };
         after = last.id.clone();
         for row in &page {
-            let keys = DataKeys::of_json(scheduler, &row.data);
-            if keys == DataKeys::default() {
-                continue;
-            }
-            for (table, id_column) in [("tasks", "id"), ("task_queue", "task_id")] {
-                let mut u = sql(conn, &format!("UPDATE {table} SET plugin_id = "));
-                u.bind(Bind::OptText(keys.plugin_id.clone()))
-                    .push(", oci_image = ")
-                    .bind(Bind::OptText(keys.oci_image.clone()))
-                    .push(", input_ooi = ")
-                    .bind(Bind::OptText(keys.input_ooi.clone()))
-                    .push(", deduplication_key = ")
-                    .bind(Bind::OptText(keys.deduplication_key.clone()))
-                    .push(&format!(" WHERE {id_column} = "))
-                    .bind(row.id.as_str());
-                let n = u.execute(conn)?;
-                if table == "tasks" {
-                    filled += n;
-                }
-            }
+            filled += fill_keys(conn, scheduler, row)?;
         }
         if page.len() < CHUNK {
             break;
         }
     }
+    // Queued tasks: their ids in one pass over the table (paging in id order would walk the
+    // primary key and visit every row at random), then their payloads by id.
+    let mut q = sql(
+        conn,
+        "SELECT id FROM tasks WHERE status = 'queued' AND plugin_id IS NULL AND scheduler_id = ",
+    );
+    q.bind(scheduler.as_str());
+    let ids: Vec<String> = q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect();
+    for chunk in ids.chunks(CHUNK) {
+        for row in payloads(conn, chunk)? {
+            filled += fill_keys(conn, scheduler, &row)?;
+        }
+    }
     Ok(filled)
 }
 
-/// Ids of tasks whose `task_queue` row is out of step with the task: a waiting task without its
-/// row or with another rank, status or key field, or a row whose task is gone or no longer
-/// waits. Empty when the invariant of migration 11 holds (tests check it after every run).
+/// Writes the key fields `row`'s payload gives into its task and its queue row (if pending);
+/// answers how many tasks changed (0 when the payload names none).
+fn fill_keys(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    row: &PayloadRow,
+) -> QueryResult<usize> {
+    let keys = DataKeys::of_json(scheduler, &row.data);
+    if keys == DataKeys::default() {
+        return Ok(0);
+    }
+    let mut filled = 0;
+    for (table, id_column) in [("tasks", "id"), ("task_queue", "task_id")] {
+        let mut u = sql(conn, &format!("UPDATE {table} SET plugin_id = "));
+        u.bind(Bind::OptText(keys.plugin_id.clone()))
+            .push(", oci_image = ")
+            .bind(Bind::OptText(keys.oci_image.clone()))
+            .push(", input_ooi = ")
+            .bind(Bind::OptText(keys.input_ooi.clone()))
+            .push(", deduplication_key = ")
+            .bind(Bind::OptText(keys.deduplication_key.clone()))
+            .push(&format!(" WHERE {id_column} = "))
+            .bind(row.id.as_str());
+        let n = u.execute(conn)?;
+        if table == "tasks" {
+            filled += n;
+        }
+    }
+    Ok(filled)
+}
+
+/// Ids of tasks whose `task_queue` row is out of step with the task: a pending task without its
+/// row or with another rank or key field, or a row whose task is gone or no longer pending
+/// (queued tasks have no row: they are in a heap). Empty when the invariant of migrations 11 and
+/// 16 holds (tests check it after every run).
 pub fn queue_mismatches(conn: &mut AnyConnection) -> QueryResult<Vec<String>> {
     let same = |col: &str| format!("COALESCE(q.{col}, '') = COALESCE(t.{col}, '')");
     let text = format!(
         "SELECT t.id FROM tasks t LEFT JOIN task_queue q ON q.task_id = t.id \
-         WHERE t.status IN ('pending', 'queued') AND NOT (q.task_id IS NOT NULL \
+         WHERE t.status = 'pending' AND NOT (q.task_id IS NOT NULL \
          AND q.status = t.status AND q.scheduler_id = t.scheduler_id \
          AND q.priority = t.priority AND q.created_at = t.created_at \
          AND q.modified_at = t.modified_at AND q.organisation = t.organisation \
          AND {} AND {} AND {} AND {} AND {} AND {}) \
          UNION ALL SELECT q.task_id AS id FROM task_queue q LEFT JOIN tasks t ON t.id = q.task_id \
-         WHERE t.id IS NULL OR t.status NOT IN ('pending', 'queued')",
+         WHERE t.id IS NULL OR t.status <> 'pending' OR q.status <> 'pending'",
         same("hash"),
         same("schedule_id"),
         same("plugin_id"),

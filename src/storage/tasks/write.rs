@@ -230,7 +230,7 @@ fn insert_pg(
              s AS (INSERT INTO task_scores (task_id, explanation) SELECT id, explanation \
              FROM y WHERE explanation IS NOT NULL ON CONFLICT (task_id) DO NOTHING), \
              q AS (INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM y \
-             WHERE status IN ('pending', 'queued')) \
+             WHERE status = 'pending') \
              SELECT id, schedule_id FROM y \
              WHERE link_id IS NOT NULL AND schedule_id IS DISTINCT FROM link_id"
         ));
@@ -302,24 +302,25 @@ fn insert_sqlite(
 }
 
 /// Brings the `task_queue` rows of these tasks (id and the status just written) in step with
-/// `tasks`: waiting ones upserted from their task, the others deleted. The SQLite path of every
-/// write; PostgreSQL's statements do the same in a CTE ([`pg_sync`]).
+/// `tasks`: pending ones upserted from their task, the others deleted (queued tasks have no queue
+/// row: they are in a heap). The SQLite path of every write; PostgreSQL's statements do the same
+/// in a CTE ([`pg_sync`]).
 fn sync_queue<'a>(
     conn: &mut AnyConnection,
     written: impl Iterator<Item = (&'a str, TaskStatus)>,
 ) -> QueryResult<()> {
-    let (waiting, gone): (Vec<_>, Vec<_>) = written.partition(|(_, s)| s.is_waiting());
+    let (pending, gone): (Vec<_>, Vec<_>) = written.partition(|(_, s)| *s == TaskStatus::Pending);
     for chunk in gone.chunks(CHUNK) {
         let mut q = sql(conn, "DELETE FROM task_queue WHERE task_id IN ");
         q.bind_list(chunk.iter().map(|(id, _)| *id));
         q.execute(conn)?;
     }
-    for chunk in waiting.chunks(CHUNK) {
+    for chunk in pending.chunks(CHUNK) {
         let mut q = sql(
             conn,
             &format!(
                 "INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM tasks \
-                 WHERE status IN ('pending', 'queued') AND id IN "
+                 WHERE status = 'pending' AND id IN "
             ),
         );
         q.bind_list(chunk.iter().map(|(id, _)| *id))
@@ -330,14 +331,14 @@ fn sync_queue<'a>(
 }
 
 /// PostgreSQL: the CTEs that bring `task_queue` in step with the rows of a preceding CTE named
-/// `moved` (every column of `tasks`, as written): waiting tasks upserted, the others deleted. A
-/// statement ends with them and then its own `SELECT … FROM moved`.
+/// `moved` (every column of `tasks`, as written): pending tasks upserted, the others' rows
+/// deleted. A statement ends with them and then its own `SELECT … FROM moved`.
 pub(super) fn pg_sync() -> String {
     format!(
         ", gone AS (DELETE FROM task_queue USING moved WHERE task_queue.task_id = moved.id \
-         AND moved.status NOT IN ('pending', 'queued')), \
+         AND moved.status <> 'pending'), \
          kept AS (INSERT INTO task_queue ({QUEUE_COLUMNS}) SELECT {QUEUE_FROM_TASK} FROM moved \
-         WHERE status IN ('pending', 'queued'){QUEUE_UPSERT}) "
+         WHERE status = 'pending'{QUEUE_UPSERT}) "
     )
 }
 
@@ -447,7 +448,7 @@ pub(super) fn push_update_from_json(q: &mut Sql, rows: &[TaskRow]) -> QueryResul
 /// their queue rows in step: `write` is the statement's text after `WITH moved AS (` on
 /// PostgreSQL (where it must end `RETURNING tasks.*`), and is run as it is on SQLite (where it
 /// must end `RETURNING {COLUMNS}`).
-fn write_returning(
+pub(super) fn write_returning(
     conn: &mut AnyConnection,
     build: impl Fn(&mut Sql, bool),
 ) -> QueryResult<Vec<TaskRow>> {
@@ -468,7 +469,7 @@ fn write_returning(
 }
 
 /// The tail of a write passed to [`write_returning`].
-fn returning(pg: bool) -> String {
+pub(super) fn returning(pg: bool) -> String {
     if pg {
         " RETURNING tasks.*".to_owned()
     } else {
@@ -479,6 +480,11 @@ fn returning(pg: bool) -> String {
 /// Moves the tasks with these ids from status `from` to `to`, returning the rows that moved.
 /// A task no longer in `from` is skipped: this conditional update is what makes a pop
 /// exactly-once even if two broker instances ever raced for the same row.
+///
+/// Only pending tasks have a queue row, so the queue side follows from the two statuses: from
+/// `pending` the row is deleted (found by the same pairs as the task, so both sides change
+/// exactly the tasks still pending); to `pending` it is written from the moved task; between
+/// other statuses (a pop of a queued task, a patch) only the task changes, in place.
 pub fn transition(
     conn: &mut AnyConnection,
     ids: &[String],
@@ -501,7 +507,7 @@ pub fn transition(
                 .push(", lease_expires_at = ")
                 .bind(Bind::OptTime(lease_expires_at));
         };
-        if !from.is_waiting() {
+        if to == TaskStatus::Pending && from != TaskStatus::Pending {
             out.extend(write_returning(conn, |q, pg| {
                 update_tasks(q);
                 q.push(" FROM ");
@@ -511,65 +517,62 @@ pub fn transition(
             })?);
             continue;
         }
-        // From a waiting status the queue row says the same status, so it is found by the same
-        // pairs: deleted (the task stops waiting; a pop) or given the new status. Both sides
-        // change exactly the tasks still in `from`.
-        let queue_side = |q: &mut Sql, pick: &str| {
-            if to.is_waiting() {
-                q.push("UPDATE task_queue SET status = ")
-                    .bind(to.as_str())
-                    .push(", modified_at = ")
-                    .bind(now)
-                    .push(&format!(
-                        " FROM {pick} WHERE task_queue.task_id = pick.pid \
-                         AND task_queue.status = pick.was"
-                    ));
+        if !pg {
+            if from == TaskStatus::Pending {
+                out.extend(transition_from_pending_sqlite(
+                    conn,
+                    chunk,
+                    to,
+                    now,
+                    lease_expires_at,
+                    COLUMNS,
+                )?);
             } else {
-                q.push(&format!(
-                    "DELETE FROM task_queue USING {pick} WHERE task_queue.task_id = pick.pid \
-                     AND task_queue.status = pick.was"
+                let mut t = sql(conn, "");
+                update_tasks(&mut t);
+                t.push(" FROM ");
+                push_pick(&mut t, chunk, from);
+                t.push(&format!(
+                    " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {COLUMNS}"
                 ));
+                out.extend(t.load::<TaskRow>(conn)?);
             }
-        };
-        if pg {
-            // One statement whose text is the same for any ids (they travel as one JSON array),
-            // so the connection keeps it prepared and PostgreSQL plans it once: the pairs, the
-            // queue side, the task side.
-            let ids = serde_json::to_string(chunk)
-                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-            let mut q = sql(conn, "WITH pick (pid, was) AS (SELECT value, ");
-            q.bind(from.as_str())
-                .push("::text FROM json_array_elements_text(")
-                .bind(ids)
-                .push("::json)), queue AS (");
-            queue_side(&mut q, "pick");
-            q.push(") ");
-            update_tasks(&mut q);
-            q.push(&format!(
-                " FROM pick WHERE tasks.id = pick.pid AND tasks.status = pick.was \
-                 RETURNING {COLUMNS}"
-            ));
-            out.extend(q.load_prepared::<TaskRow>(conn)?);
-        } else {
-            out.extend(transition_from_waiting_sqlite(
-                conn,
-                chunk,
-                (from, to),
-                now,
-                lease_expires_at,
-                COLUMNS,
-            )?);
+            continue;
         }
+        // One statement whose text is the same for any ids (they travel as one JSON array), so
+        // the connection keeps it prepared and PostgreSQL plans it once: the pairs, the queue
+        // side when the tasks leave `pending`, the task side.
+        let ids = serde_json::to_string(chunk)
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        let mut q = sql(conn, "WITH pick (pid, was) AS (SELECT value, ");
+        q.bind(from.as_str())
+            .push("::text FROM json_array_elements_text(")
+            .bind(ids)
+            .push("::json))");
+        if from == TaskStatus::Pending {
+            q.push(
+                ", queue AS (DELETE FROM task_queue USING pick \
+                 WHERE task_queue.task_id = pick.pid AND task_queue.status = pick.was)",
+            );
+        }
+        q.push(" ");
+        update_tasks(&mut q);
+        q.push(&format!(
+            " FROM pick WHERE tasks.id = pick.pid AND tasks.status = pick.was \
+             RETURNING {COLUMNS}"
+        ));
+        out.extend(q.load_prepared::<TaskRow>(conn)?);
     }
     Ok(out)
 }
 
-/// A transition from a waiting status on SQLite (no data-modifying CTEs), for up to [`CHUNK`]
-/// ids: the queue side, then the tasks still in `from`, returning `columns` of each.
-pub(super) fn transition_from_waiting_sqlite<T>(
+/// A transition from `pending` on SQLite (no data-modifying CTEs), for up to [`CHUNK`] ids: the
+/// queue rows still pending deleted, then the tasks still pending moved to `to` (never
+/// `pending`), returning `columns` of each.
+pub(super) fn transition_from_pending_sqlite<T>(
     conn: &mut AnyConnection,
     ids: &[String],
-    (from, to): (TaskStatus, TaskStatus),
+    to: TaskStatus,
     now: NaiveDateTime,
     lease_expires_at: Option<NaiveDateTime>,
     columns: &str,
@@ -577,8 +580,11 @@ pub(super) fn transition_from_waiting_sqlite<T>(
 where
     T: diesel::deserialize::QueryableByName<crate::storage::MultiBackend> + 'static,
 {
-    let mut q = sql(conn, "");
-    queue_side_sqlite(&mut q, ids, from, to, now);
+    let mut q = sql(
+        conn,
+        "DELETE FROM task_queue WHERE status = 'pending' AND task_id IN ",
+    );
+    q.bind_list(ids.iter().map(String::as_str));
     q.execute(conn)?;
     let mut t = sql(conn, "UPDATE tasks SET status = ");
     t.bind(to.as_str())
@@ -587,7 +593,7 @@ where
         .push(", lease_expires_at = ")
         .bind(Bind::OptTime(lease_expires_at))
         .push(" FROM ");
-    push_pick(&mut t, ids, from);
+    push_pick(&mut t, ids, TaskStatus::Pending);
     t.push(&format!(
         " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {columns}"
     ));
@@ -605,36 +611,12 @@ fn push_pairs(q: &mut Sql, ids: &[String], was: TaskStatus) {
     }
 }
 
-/// Appends `(SELECT column1 AS pid, column2 AS was FROM (VALUES …)) AS pick`.
+/// Appends `(SELECT column1 AS pid, column2 AS was FROM (VALUES …) AS pairs) AS pick`
+/// (PostgreSQL before 16 wants every subquery in `FROM` named).
 fn push_pick(q: &mut Sql, ids: &[String], was: TaskStatus) {
     q.push("(SELECT column1 AS pid, column2 AS was FROM (VALUES ");
     push_pairs(q, ids, was);
-    q.push(")) AS pick");
-}
-
-/// The queue side of a transition from a waiting status, on SQLite (no data-modifying CTEs):
-/// the rows still in `from` deleted, or moved to `to` when that is a waiting status too.
-fn queue_side_sqlite(
-    q: &mut Sql,
-    ids: &[String],
-    from: TaskStatus,
-    to: TaskStatus,
-    now: NaiveDateTime,
-) {
-    if to.is_waiting() {
-        q.push("UPDATE task_queue SET status = ")
-            .bind(to.as_str())
-            .push(", modified_at = ")
-            .bind(now)
-            .push(" WHERE status = ")
-            .bind(from.as_str())
-            .push(" AND task_id IN ");
-    } else {
-        q.push("DELETE FROM task_queue WHERE status = ")
-            .bind(from.as_str())
-            .push(" AND task_id IN ");
-    }
-    q.bind_list(ids.iter().map(String::as_str));
+    q.push(") AS pairs) AS pick");
 }
 
 /// New priorities for waiting tasks, each only while it still has the status it is named with

@@ -1,0 +1,18 @@
+-- `task_queue` holds pending tasks only: the backlog beyond the heaps, which pops and refills
+-- search by rank and key field. Queued tasks are in a heap, in memory; their row in `tasks`
+-- (status `queued`) is the record a rebuild reads them back from.
+--
+-- A queued row cost every push into a heap with room a row and a primary-key entry, every pop
+-- its delete, and every refill (pending to queued) a new row version: `status` is in each
+-- partial index's predicate, so that update was never HOT. Now a push into a heap with room
+-- writes its task alone, a pop and a patch of a queued task update the task in place, and a
+-- refill deletes the pending row and updates the task in place.
+--
+-- The cost moves to a rebuild (start, takeover, a failed batch): it reads the queued tasks from
+-- `tasks`, which has no status index (one would end HOT updates for every status change), in
+-- the same kind of scan that already finds the tasks in flight.
+--
+-- `status` stays, always 'pending': every partial index names it, and an older binary's
+-- statements with it. Instances older than this migration must not run beside newer ones: they
+-- rebuild from queued rows this version no longer writes (docs/OPERATIONS.md, "Upgrades").
+DELETE FROM task_queue WHERE status <> 'pending';
