@@ -19,6 +19,7 @@
 //! cargo bench --bench broker -- --completions   # jobs completed/s, 16 workers ÷ Graphile Worker's pool (broker/completions.rs)
 //! cargo bench --bench broker -- --wal --jobs 5000   # WAL per job's life, per step (broker/wal.rs)
 //! cargo bench --bench broker -- --memory        # resident bytes per queued task at 1e5 and 1e6 (broker/memory.rs)
+//! cargo bench --bench broker -- --rebuild       # a start's heap rebuild beside 0 and 1e6 finished tasks (broker/rebuild.rs)
 //! cargo bench --bench broker -- --sqlite --tasks 100000 --vs OTHER-BUILD   # two builds side by side
 //! ```
 //!
@@ -60,7 +61,10 @@
 //!   SQL job queue in the same run; `broker/graphile_wal.sh` measures Graphile Worker (installed
 //!   from npm) the same way on the same server;
 //! - `memory.rs` (`--memory`, `--memory-depths D,D,…` default `1e5,1e6`): resident memory per
-//!   queued task after a heap rebuild, against PostgreSQL's bytes per row of the same tasks.
+//!   queued task after a heap rebuild, against PostgreSQL's bytes per row of the same tasks;
+//! - `rebuild.rs` (`--rebuild`, `--rebuild-queued Q` default 100,000, `--rebuild-history H,H,…`
+//!   default `0,1e6`): a start's heap rebuild beside finished history, against `\copy` of the
+//!   same queued rows.
 //!
 //! What they share is in `benches/broker/harness/` (its `mod.rs` has the map): statistics, the
 //! PostgreSQL seed and baseline, starting the broker, the HTTP load client, and the worker pops
@@ -92,6 +96,8 @@ mod memory;
 mod pending;
 #[path = "broker/pushes.rs"]
 mod pushes;
+#[path = "broker/rebuild.rs"]
+mod rebuild;
 #[path = "broker/sqlite.rs"]
 mod sqlite;
 #[path = "broker/wal.rs"]
@@ -166,6 +172,12 @@ struct Options {
     /// Run the memory scenario (`broker/memory.rs`) at each of `memory_depths`.
     memory: bool,
     memory_depths: Vec<usize>,
+    /// Run the rebuild scenario (`broker/rebuild.rs`).
+    rebuild: bool,
+    /// Queued tasks of the rebuild scenario.
+    rebuild_queued: usize,
+    /// Finished tasks beside them, one database each.
+    rebuild_history: Vec<usize>,
 }
 
 /// A count like `100000`, `100_000` or `1e5`.
@@ -220,6 +232,9 @@ fn options() -> Result<Options> {
         pg_wal: None,
         memory: false,
         memory_depths: vec![100_000, 1_000_000],
+        rebuild: false,
+        rebuild_queued: 100_000,
+        rebuild_history: vec![0, 1_000_000],
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -270,6 +285,14 @@ fn options() -> Result<Options> {
                     .map(|d| count(d.trim()))
                     .collect::<Result<_>>()?;
             }
+            "--rebuild" => o.rebuild = true,
+            "--rebuild-queued" => o.rebuild_queued = count(&value()?)?,
+            "--rebuild-history" => {
+                o.rebuild_history = value()?
+                    .split(',')
+                    .map(|d| count(d.trim()))
+                    .collect::<Result<_>>()?;
+            }
             "--bench" => {} // cargo bench passes this
             other => {
                 return Err(
@@ -297,6 +320,7 @@ fn options() -> Result<Options> {
         && !o.completions
         && !o.wal
         && !o.memory
+        && !o.rebuild
     {
         o.default_run = true;
     }
@@ -353,6 +377,9 @@ fn main() -> Result<()> {
     }
     if o.wal {
         line.push(wal::run_wal(&o, &base)?);
+    }
+    if o.rebuild {
+        line.push(rebuild::run_rebuild(&o, &base)?);
     }
     if o.memory {
         line.push(memory::run_memory(&o, &base)?);

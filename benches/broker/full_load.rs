@@ -36,7 +36,7 @@ use super::{Options, Result};
 
 /// Rows for the PostgreSQL-only ceiling: same shape and table as the broker's, under a scheduler
 /// id the broker never loads, so measuring them leaves the broker's heaps alone.
-const CEILING_SCHEDULER: &str = "bench-ceiling";
+const CEILING_SCHEDULER: &str = super::harness::pg_alone::SCHEDULER;
 
 fn seed_ceiling(url: &str, n: usize, cols: &[&str]) -> Result<()> {
     let (extra_names, extra_values) = extra_sql(cols);
@@ -211,65 +211,6 @@ fn paced_write_p98(db: &str, conns: usize, rate: f64, seconds: f64) -> Result<f6
     }
     lat.sort_unstable();
     Ok(percentile(&lat, 98))
-}
-
-/// PostgreSQL alone inserting new tasks the way the broker does (the library's multi-row insert),
-/// three connections, `batch` rows per statement, no HTTP: what durable pushes could reach if
-/// the broker cost nothing.
-fn ceiling_pushes(db: &str, conns: usize, batch: usize, seconds: f64) -> Result<f64> {
-    use kat_scheduler::storage::rows::TaskRow;
-    use kat_scheduler::storage::{self, DbTarget, tasks};
-    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
-    let pool = storage::connect(&target, conns as u32 + 1, Duration::from_secs(5))?;
-    let start = Instant::now();
-    let handles: Vec<_> = (0..conns)
-        .map(|c| {
-            let pool = pool.clone();
-            std::thread::spawn(move || -> Result<usize> {
-                let mut conn = storage::checkout(&pool)?;
-                let mut done = 0usize;
-                while start.elapsed().as_secs_f64() < seconds {
-                    let now = chrono::Utc::now().naive_utc();
-                    let rows: Vec<TaskRow> = (0..batch)
-                        .map(|k| {
-                            let id = uuid::Uuid::new_v4().to_string();
-                            let name = format!("ceiling-{c}-{done}-{k}");
-                            TaskRow {
-                                data: format!(
-                                    r#"{{"boefje":{{"id":"{name}","oci_image":"ghcr.io/minvws/openkat/bench:latest"}},"input_ooi":"Hostname|internet|{name}.example.com","organization":"bench-ceiling","id":"{id}"}}"#
-                                ),
-                                hash: Some(kat_scheduler::domain::hash::task_hash(&name)),
-                                id,
-                                scheduler_id: CEILING_SCHEDULER.into(),
-                                schedule_id: None,
-                                organisation: "bench-ceiling".into(),
-                                task_type: "boefje".into(),
-                                priority: 2 + (k as i64 % 1000),
-                                status: kat_scheduler::domain::TaskStatus::Queued,
-                                attempts: 0,
-                                lease_expires_at: None,
-                                failure_reason: None,
-                                created_at: now,
-                                modified_at: now,
-                                plugin_id: Some(name.clone()),
-                                oci_image: Some("ghcr.io/minvws/openkat/bench:latest".into()),
-                                input_ooi: Some(format!("Hostname|internet|{name}.example.com")),
-                                deduplication_key: None,
-                            }
-                        })
-                        .collect();
-                    tasks::insert(&mut conn, &rows)?;
-                    done += batch;
-                }
-                Ok(done)
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for h in handles {
-        total += h.join().map_err(|_| "ceiling thread panicked")??;
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
 struct Round {
@@ -497,11 +438,12 @@ pub fn run_full_load(o: &Options, db: &str) -> Result<String> {
             write_p98_half: write_p98,
             wal,
             hot_pop,
-            push_ceiling: ceiling_pushes(
+            push_ceiling: super::harness::pg_alone::pushes(
                 db,
                 3,
                 push_engine[0].round().max(1.0) as usize,
                 (o.seconds / 2.0).max(1.0),
+                true,
             )?,
         });
     }

@@ -226,15 +226,15 @@ pub struct PayloadRow {
     pub data: String,
 }
 
-/// A task id and its hash.
+/// A queued or in-flight task of a scheduler, as a rebuild's one scan of `tasks` reads it.
 #[derive(Debug, Clone, QueryableByName)]
-pub struct IdHashRow {
-    /// Task id.
+pub struct LiveRow {
+    /// The task as a heap holds it.
+    #[diesel(embed)]
+    pub heap: HeapRow,
+    /// `queued`, `dispatched` or `running`.
     #[diesel(sql_type = Text)]
-    pub id: String,
-    /// The hash.
-    #[diesel(sql_type = Nullable<Text>)]
-    pub hash: Option<String>,
+    pub status: TaskStatus,
 }
 
 /// A task hash.

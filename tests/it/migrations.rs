@@ -287,7 +287,82 @@ async fn queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served(backe
     assert!(app.pop_ids("boefje", 10).await.is_empty());
 }
 
+/// Waiting tasks an older version wrote without their key-field columns (before migration 4, or
+/// during a rolling deploy): queued ones, which only `tasks` holds, and pending ones with their
+/// queue rows. After a start the key fields are filled in from the payloads and a runner's
+/// image-filtered pop finds every one of them, best first; tasks of another image stay.
+async fn waiting_tasks_without_their_key_fields_are_found_by_them_after_a_start(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    // (status, priority, image): the pending task that ranks first must come first.
+    let rows = [
+        ("queued", 3, "img-a"),
+        ("pending", 1, "img-a"),
+        ("queued", 2, "img-a"),
+        ("pending", 4, "img-a"),
+        ("queued", 0, "img-b"),
+    ];
+    let ids: Vec<String> = rows
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let i = ids.clone();
+    tokio::task::spawn_blocking(move || {
+        let target = DbTarget::parse(&uri).unwrap();
+        let pool = storage::connect(&target, 2, Duration::from_secs(5)).unwrap();
+        let mut conn = storage::checkout(&pool).unwrap();
+        storage::run_migrations(&mut conn).unwrap();
+        for (n, ((status, priority, image), id)) in rows.iter().zip(&i).enumerate() {
+            let data = serde_json::json!({"id": id, "boefje": {"id": "dns", "oci_image": image},
+                "input_ooi": format!("Hostname|internet|h{n}.nl"), "organization": "org1"});
+            let at = format!("2026-11-20 10:00:0{n}");
+            diesel::sql_query(format!(
+                "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, \
+                 status, attempts, created_at, modified_at) VALUES ('{id}', 'boefje', 'org1', \
+                 'boefje', 'h{n}', {priority}, '{data}', '{status}', 0, '{at}', '{at}')"
+            ))
+            .execute(&mut *conn)
+            .unwrap();
+            if *status == "pending" {
+                diesel::sql_query(format!(
+                    "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
+                     modified_at, hash, organisation) VALUES ('{id}', 'boefje', 'pending', \
+                     {priority}, '{at}', '{at}', 'h{n}', 'org1')"
+                ))
+                .execute(&mut *conn)
+                .unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let app = spawn_app_on(db, backend, |_| {}).await;
+    let image_a = serde_json::json!({"filters": [{"column": "data", "field": "boefje__oci_image",
+        "operator": "in", "value": ["img-a"]}]});
+    let popped: Vec<String> = app
+        .pop_many("boefje", 10, Some(&image_a))
+        .await
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        popped,
+        vec![
+            ids[1].clone(),
+            ids[2].clone(),
+            ids[0].clone(),
+            ids[3].clone()
+        ]
+    );
+    assert_eq!(app.task(&ids[4]).await["status"], "queued");
+    let task = app.task(&ids[0]).await;
+    assert_eq!(task["status"], "dispatched");
+}
+
 crate::backend_tests!(
+    waiting_tasks_without_their_key_fields_are_found_by_them_after_a_start,
     queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served,
     migrations_run_up_down_and_up_again,
     start_refuses_an_outdated_schema_when_told_not_to_migrate,

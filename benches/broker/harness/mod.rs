@@ -9,6 +9,8 @@
 //! - `job_commits.rs`: a remote worker's job as three bare SQL commits, a side of
 //!   `--completions`;
 //! - `instance.rs`: starting and stopping the broker's release binary, its resident memory;
+//! - `pg_alone.rs`: PostgreSQL alone writing the broker's pushes (its own statement, no HTTP):
+//!   the bound of `--pushes` and of the default run's pushes on the same server;
 //! - `http.rs`: the HTTP/1.1 load client, the requests, the closed-loop and paced load;
 //! - `worker_pops.rs`: the pops real workers send at a held depth, shared by `--workers` and
 //!   `--pending`.
@@ -17,6 +19,7 @@ pub mod baseline;
 pub mod http;
 pub mod instance;
 pub mod job_commits;
+pub mod pg_alone;
 pub mod postgres;
 pub mod stats;
 pub mod worker_pops;

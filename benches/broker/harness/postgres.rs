@@ -147,6 +147,18 @@ pub const BOEFJE_HEAVY: [&str; 12] = [
 /// organisations, each with its own input OOI, random priorities. Fills the extra columns
 /// `cols` that the table has (see [`extra_columns`]).
 pub fn seed_tasks(url: &str, n: usize, cycle: &[&str], cols: &[&str]) -> Result<()> {
+    seed_tasks_as(url, n, cycle, cols, "queued")
+}
+
+/// [`seed_tasks`] with the tasks in `status` (`completed` for finished history, which gets no
+/// queue row).
+pub fn seed_tasks_as(
+    url: &str,
+    n: usize,
+    cycle: &[&str],
+    cols: &[&str],
+    status: &str,
+) -> Result<()> {
     let l = cycle.len();
     let b = cycle.iter().filter(|s| **s == "boefje").count();
     let array = cycle
@@ -170,7 +182,7 @@ pub fn seed_tasks(url: &str, n: usize, cycle: &[&str], cols: &[&str]) -> Result<
                  ELSE json_build_object('report_recipe_id', 'recipe-' || t.g, 'organisation_id',
                      t.org, 'id', t.id)::text
                END,
-               'queued', 0, t.created, t.created{extra_values}
+               '{status}', 0, t.created, t.created{extra_values}
              FROM (SELECT u.*, 'b' || (u.k % {BOEFJES}) AS boefje,
                           'ghcr.io/minvws/openkat/img' || (u.k % {BOEFJES} % {IMAGES}) || ':latest' AS image,
                           'org' || ((u.k / {BOEFJES}) % {ORGS}) AS org,

@@ -1,7 +1,8 @@
 //! Rebuilding a scheduler's state from the table, at start and after a failed batch: the heap
-//! from the queued tasks (read from `tasks` in the table's order and sorted in memory; when more
-//! are queued than fit, the best `maxsize` kept as they are read, so the excess never sits in
-//! memory, and the rest moved to pending), the heap refilled from pending and, if
+//! from the queued tasks (read from `tasks` in the table's order, in the same pass as the tasks
+//! in flight, and sorted in memory; when more are queued than fit, a second pass keeps the best
+//! `maxsize` as it reads, so the excess never sits in memory, and moves the rest to pending), the
+//! heap refilled from pending and, if
 //! pending rows rank before the heap's worst (written by an older version, or `maxsize` changed),
 //! swapped in, so the heap again holds the best waiting tasks. Then the pending hashes.
 
@@ -52,66 +53,50 @@ pub(crate) fn rebuild(
     now: NaiveDateTime,
 ) -> Result<(), StorageError> {
     let s = st.scheduler;
-    let filled = tasks::backfill_keys(c, s)?;
-    if filled > 0 {
-        info!(scheduler.id = %s, rows = filled, "key fields filled in for waiting tasks");
-    }
+    let mut filled = tasks::backfill_keys(c, s)?;
     let maxsize = st.limits.maxsize;
     let mut pending = tasks::count_waiting(c, s, TaskStatus::Pending)?;
-    let queued = tasks::count_waiting(c, s, TaskStatus::Queued)?;
-    let expected = usize::try_from(queued).unwrap_or(maxsize).min(maxsize);
-    let mut heap = SchedulerHeap::builder(s, maxsize, expected);
-    if queued <= maxsize as u64 {
-        // All of them fit: read them in the table's order, one by one into the builder.
-        let t = std::time::Instant::now();
-        let mut bad = None;
-        tasks::queued_all(c, s, |row| match heap_task_of(row) {
+    // One pass over the scheduler's queued and in-flight rows of `tasks`: the queued ones into
+    // the heap as they come (while they fit), the others' hashes kept.
+    let t = std::time::Instant::now();
+    let mut heap = SchedulerHeap::builder(s, maxsize, st.heap.len().min(maxsize));
+    let (mut queued, mut unkeyed, mut in_flight, mut bad) = (0usize, Vec::new(), Vec::new(), None);
+    tasks::live_all(c, s, |row| {
+        if row.status != TaskStatus::Queued {
+            in_flight.push((row.heap.id, row.heap.hash));
+            return;
+        }
+        queued += 1;
+        if row.heap.plugin_id.is_none() {
+            unkeyed.push(row.heap.id.clone());
+        }
+        if queued > maxsize {
+            return;
+        }
+        match heap_task_of(row.heap) {
             Ok(task) => heap.push(task),
             Err(e) => {
                 bad.get_or_insert(e);
             }
-        })?;
-        if let Some(e) = bad {
-            return Err(corrupt(e));
         }
-        tracing::debug!(scheduler.id = %s, duration_ms = t.elapsed().as_millis() as u64, "queued rows read");
-    } else {
-        // More than fit (maxsize was lowered): one pass in the table's order keeps the best
-        // `maxsize` (the worst of them on top, so the excess never sits in memory), and the rest
-        // waits as pending. No index holds queued tasks in pop order to page through: it would
-        // cost every push into the heap, and every refill, an index entry, for this one rare
-        // start.
-        let mut best: BinaryHeap<ByRank> = BinaryHeap::with_capacity(maxsize.saturating_add(1));
-        let mut bad = None;
-        tasks::queued_all(c, s, |row| match heap_task_of(row) {
-            Ok(task) => {
-                best.push(ByRank(task));
-                if best.len() > maxsize {
-                    best.pop();
-                }
-            }
-            Err(e) => {
-                bad.get_or_insert(e);
-            }
-        })?;
-        if let Some(e) = bad {
-            return Err(corrupt(e));
-        }
-        if let Some(ByRank(worst)) = best.peek() {
-            let last = PopKey {
-                priority: worst.priority,
-                created_at: worst.created_at,
-                id: worst.id.to_string(),
-            };
-            let moved = tasks::demote_after(c, s, &last, now)?;
-            if moved > 0 {
-                pending += moved as u64;
-                info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
-            }
-        }
-        for ByRank(task) in best.into_vec() {
-            heap.push(task);
-        }
+    })?;
+    if let Some(e) = bad {
+        return Err(corrupt(e));
+    }
+    tracing::debug!(scheduler.id = %s, queued, duration_ms = t.elapsed().as_millis() as u64, "queued and in-flight rows read");
+    // Rows an older version wrote without their key fields: filled in, then read again, so the
+    // heap finds them by those fields.
+    let refilled_keys = match unkeyed.is_empty() {
+        true => 0,
+        false => tasks::fill_keys_of(c, s, &unkeyed)?,
+    };
+    filled += refilled_keys;
+    if filled > 0 {
+        info!(scheduler.id = %s, rows = filled, "key fields filled in for waiting tasks");
+    }
+    if queued > maxsize || refilled_keys > 0 {
+        heap = SchedulerHeap::builder(s, maxsize, queued.min(maxsize));
+        pending += read_queued_again(c, st, &mut heap, queued, now)?;
     }
     let t = std::time::Instant::now();
     let fair = st.heap.take_fairness().emptied();
@@ -143,10 +128,10 @@ pub(crate) fn rebuild(
         }
     }
     st.in_flight = InFlightHashes::default();
-    for row in tasks::in_flight_hashes(c, s)? {
-        if let Ok(id) = uuid::Uuid::parse_str(&row.id) {
+    for (id, hash) in in_flight {
+        if let Ok(id) = uuid::Uuid::parse_str(&id) {
             st.in_flight
-                .record(id, row.hash.as_deref(), TaskStatus::Dispatched);
+                .record(id, hash.as_deref(), TaskStatus::Dispatched);
         }
     }
     loop {
@@ -158,6 +143,66 @@ pub(crate) fn rebuild(
         refilled(st, moved, n).map_err(corrupt)?;
     }
     swap_in_better_pending(c, st, now)
+}
+
+/// The rebuild's second pass over the queued rows, when the first could not build the heap: after
+/// key fields were filled in, or when more are queued than fit (`maxsize` was lowered). Then one
+/// pass in the table's order keeps the best `maxsize` (the worst of them on top, so the excess
+/// never sits in memory), and the rest waits as pending; answers how many moved there. No index
+/// holds queued tasks in pop order to page through: it would cost every push into the heap, and
+/// every refill, an index entry, for this one rare start.
+fn read_queued_again(
+    c: &mut AnyConnection,
+    st: &QueueState,
+    heap: &mut crate::queue::heap::HeapBuilder,
+    queued: usize,
+    now: NaiveDateTime,
+) -> Result<u64, StorageError> {
+    let (s, maxsize) = (st.scheduler, st.limits.maxsize);
+    let mut bad = None;
+    if queued <= maxsize {
+        tasks::queued_all(c, s, |row| match heap_task_of(row) {
+            Ok(task) => heap.push(task),
+            Err(e) => {
+                bad.get_or_insert(e);
+            }
+        })?;
+        return match bad {
+            Some(e) => Err(corrupt(e)),
+            None => Ok(0),
+        };
+    }
+    let mut best: BinaryHeap<ByRank> = BinaryHeap::with_capacity(maxsize.saturating_add(1));
+    tasks::queued_all(c, s, |row| match heap_task_of(row) {
+        Ok(task) => {
+            best.push(ByRank(task));
+            if best.len() > maxsize {
+                best.pop();
+            }
+        }
+        Err(e) => {
+            bad.get_or_insert(e);
+        }
+    })?;
+    if let Some(e) = bad {
+        return Err(corrupt(e));
+    }
+    let mut moved = 0;
+    if let Some(ByRank(worst)) = best.peek() {
+        let last = PopKey {
+            priority: worst.priority,
+            created_at: worst.created_at,
+            id: worst.id.to_string(),
+        };
+        moved = tasks::demote_after(c, s, &last, now)?;
+        if moved > 0 {
+            info!(scheduler.id = %s, moved, "queued tasks beyond maxsize moved to pending");
+        }
+    }
+    for ByRank(task) in best.into_vec() {
+        heap.push(task);
+    }
+    Ok(moved as u64)
 }
 
 /// Swaps pending rows that rank before the heap's worst tasks with those.

@@ -90,22 +90,57 @@ fn push_ranked_as(q: &mut Sql, alias: &str, key: &PopKey, before: bool) {
 /// Rows a rebuild reads from its cursor at a time on PostgreSQL.
 const REBUILD_FETCH: usize = 2_000;
 
-/// Every queued task of `scheduler`, one by one in no particular order, from `tasks` (queued
-/// tasks have no queue row): a scan, as [`in_flight_hashes`] is, at a rebuild only. The heap sorts
-/// them in memory.
+/// Every queued and in-flight (`dispatched`, `running`) task of `scheduler`, one by one in the
+/// table's order: what a rebuild reads of `tasks`, in one scan. `tasks` has no status index
+/// (every pop and patch would write it), so a rebuild pays one pass over the scheduler's rows,
+/// finished history included, and no more (queued tasks have no queue row since migration 16).
+pub fn live_all(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    each: impl FnMut(LiveRow),
+) -> QueryResult<()> {
+    scan_scheduler(
+        conn,
+        scheduler,
+        &format!(
+            "SELECT {HEAP_COLUMNS}, status FROM tasks \
+             WHERE status IN ('queued', 'dispatched', 'running') AND scheduler_id = "
+        ),
+        each,
+    )
+}
+
+/// Every queued task of `scheduler`, one by one in the table's order, from `tasks`: a second pass
+/// of a rebuild that found more queued than fit (the heap sorts them in memory).
+pub fn queued_all(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    each: impl FnMut(HeapRow),
+) -> QueryResult<()> {
+    scan_scheduler(
+        conn,
+        scheduler,
+        &format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE status = 'queued' AND scheduler_id = "),
+        each,
+    )
+}
+
+/// Runs `select` (ending `scheduler_id = `) for `scheduler` and hands each row to `each`.
 ///
 /// On PostgreSQL through a cursor, [`REBUILD_FETCH`] rows at a time, inside the caller's
 /// transaction: libpq holds a statement's whole result in memory, so a million rows read at
 /// once took about 300 MB for the rebuild's length, allocated between the heap's own growing
 /// tables, and the allocator could not give it back afterwards (it stayed resident, about as
 /// large again as the heap). SQLite steps through its rows already.
-pub fn queued_all(
+fn scan_scheduler<T>(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    mut each: impl FnMut(HeapRow),
-) -> QueryResult<()> {
-    let select =
-        format!("SELECT {HEAP_COLUMNS} FROM tasks WHERE status = 'queued' AND scheduler_id = ");
+    select: &str,
+    mut each: impl FnMut(T),
+) -> QueryResult<()>
+where
+    T: diesel::deserialize::QueryableByName<crate::storage::MultiBackend> + 'static,
+{
     if Backend::of(conn) == Backend::Postgres {
         // A utility statement takes no binds: the scheduler id is one of three fixed names.
         sql(
@@ -117,7 +152,7 @@ pub fn queued_all(
         )
         .execute(conn)?;
         loop {
-            let rows: Vec<HeapRow> = sql(
+            let rows: Vec<T> = sql(
                 conn,
                 &format!("FETCH FORWARD {REBUILD_FETCH} FROM heap_rebuild"),
             )
@@ -130,7 +165,7 @@ pub fn queued_all(
         }
         return sql(conn, "CLOSE heap_rebuild").execute(conn).map(drop);
     }
-    let mut q = sql(conn, &select);
+    let mut q = sql(conn, select);
     q.bind(scheduler.as_str());
     q.for_each(conn, each)
 }
@@ -425,24 +460,9 @@ pub fn pending_hashes(
         .collect())
 }
 
-/// The ids and hashes of `scheduler`'s tasks in flight (`dispatched`, `running`), read once per
-/// rebuild. No index serves it (one would be written by every pop): a scan, at start and after a
-/// failed batch only.
-pub fn in_flight_hashes(
-    conn: &mut AnyConnection,
-    scheduler: SchedulerId,
-) -> QueryResult<Vec<IdHashRow>> {
-    let mut q = sql(
-        conn,
-        "SELECT id, hash FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = ",
-    );
-    q.bind(scheduler.as_str());
-    q.load(conn)
-}
-
 /// `scheduler`'s tasks that count against its dispatch limits after a rebuild: those in flight
 /// (`dispatched`, `running`), and those finished since `since` (the start of the longest rate
-/// span). Like [`in_flight_hashes`], a scan, read once per rebuild and only when limits are set.
+/// span). Like [`live_all`], a scan, read once per rebuild and only when limits are set.
 pub fn dispatched_since(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,

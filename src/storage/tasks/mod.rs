@@ -29,8 +29,8 @@ use diesel::QueryResult;
 use super::filter_sql::push_filter;
 use super::listing::{count_and_page, push_created_and_filter, push_where};
 use super::rows::{
-    CountRow, HashRow, HeapRow, IdHashRow, PayloadRow, PopKey, SchedulerCount,
-    SchedulerStatusCount, StatsRow, TaskRow,
+    CountRow, HashRow, HeapRow, LiveRow, PayloadRow, PopKey, SchedulerCount, SchedulerStatusCount,
+    StatsRow, TaskRow,
 };
 use super::schedules::ScheduleRow;
 use super::sql::{Bind, Sql};

@@ -53,10 +53,10 @@ pub fn prune(
     q.execute(conn)
 }
 
-/// Fills the key-field columns of `scheduler`'s waiting tasks written before they existed (or by
-/// an older version during a rolling deploy); returns how many rows it filled. Pending tasks are
-/// found through their queue rows' index, queued ones (no queue row) by a scan of `tasks`, at a
-/// rebuild.
+/// Fills the key-field columns of `scheduler`'s pending tasks written before they existed (or by
+/// an older version during a rolling deploy), found through their queue rows' index; returns how
+/// many rows it filled. Queued tasks have no queue row: a rebuild finds theirs in its scan of
+/// `tasks` and fills them with [`fill_keys_of`].
 pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryResult<usize> {
     let mut filled = 0;
     let mut after = String::new();
@@ -81,14 +81,17 @@ pub fn backfill_keys(conn: &mut AnyConnection, scheduler: SchedulerId) -> QueryR
             break;
         }
     }
-    // Queued tasks: their ids in one pass over the table (paging in id order would walk the
-    // primary key and visit every row at random), then their payloads by id.
-    let mut q = sql(
-        conn,
-        "SELECT id FROM tasks WHERE status = 'queued' AND plugin_id IS NULL AND scheduler_id = ",
-    );
-    q.bind(scheduler.as_str());
-    let ids: Vec<String> = q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect();
+    Ok(filled)
+}
+
+/// Fills the key-field columns of these tasks from their payloads (and of their queue rows, for
+/// pending ones); returns how many tasks got any.
+pub fn fill_keys_of(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    ids: &[String],
+) -> QueryResult<usize> {
+    let mut filled = 0;
     for chunk in ids.chunks(CHUNK) {
         for row in payloads(conn, chunk)? {
             filled += fill_keys(conn, scheduler, &row)?;

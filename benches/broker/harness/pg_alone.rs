@@ -1,0 +1,130 @@
+//! PostgreSQL alone writing what the broker's pushes write: the library's own insert statement
+//! (`storage::tasks::insert_linked`), at the broker's batch size, on three connections like the
+//! three engines, with no HTTP, no JSON parsing, no hashing, no heap. What durable pushes could
+//! reach on this server if the broker's own work cost nothing: the bound any build of the broker
+//! meets on the same machine, measured beside it.
+
+use std::time::{Duration, Instant};
+
+use kat_scheduler::domain::TaskStatus;
+use kat_scheduler::storage::rows::TaskRow;
+use kat_scheduler::storage::schedules::ScheduleRow;
+use kat_scheduler::storage::{self, DbTarget, tasks};
+
+use crate::Result;
+
+/// The scheduler id of the rows written here: none of the broker's, so it never loads them.
+pub const SCHEDULER: &str = "bench-ceiling";
+
+/// The three kinds of push `http::push_request` sends, by `k % 3`: a payload like it, the task
+/// type, and whether the push gets mula's schedule of its hash (boefje and report work does).
+fn kind(k: usize, name: &str, id: &str) -> (String, &'static str, bool) {
+    match k % 3 {
+        0 => (
+            format!(
+                r#"{{"boefje":{{"id":"{name}","oci_image":"ghcr.io/minvws/openkat/bench:latest"}},"input_ooi":"Hostname|internet|{name}.example.com","organization":"bench-push","id":"{id}"}}"#
+            ),
+            "boefje",
+            true,
+        ),
+        1 => (
+            format!(
+                r#"{{"normalizer":{{"id":"{name}"}},"raw_data":{{"id":"{id}","boefje_meta":{{"id":"{id}","organization":"bench-push"}}}},"id":"{id}"}}"#
+            ),
+            "normalizer",
+            false,
+        ),
+        _ => (
+            format!(
+                r#"{{"report_recipe_id":"{name}","organisation_id":"bench-push","id":"{id}"}}"#
+            ),
+            "report",
+            true,
+        ),
+    }
+}
+
+/// New tasks a second, each statement `batch` of them (`linked`: with the schedules boefje and
+/// report pushes get, in the same statement, as the engines write them), on `conns` connections
+/// for `seconds`.
+pub fn pushes(db: &str, conns: usize, batch: usize, seconds: f64, linked: bool) -> Result<f64> {
+    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
+    let pool = storage::connect(&target, conns as u32 + 1, Duration::from_secs(5))?;
+    let start = Instant::now();
+    // Each call's work is new work: a name seen in an earlier call would find its hash's
+    // schedule there and write none.
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let handles: Vec<_> = (0..conns)
+        .map(|c| {
+            let pool = pool.clone();
+            let run = run.clone();
+            std::thread::spawn(move || -> Result<usize> {
+                let mut conn = storage::checkout(&pool)?;
+                let mut done = 0usize;
+                while start.elapsed().as_secs_f64() < seconds {
+                    let now = chrono::Utc::now().naive_utc();
+                    let mut rows = Vec::with_capacity(batch);
+                    let mut schedules = Vec::new();
+                    for k in 0..batch {
+                        let id = uuid::Uuid::new_v4().to_string();
+                        let name = format!("ceiling-{run}-{c}-{done}-{k}");
+                        let (data, task_type, has_schedule) = kind(done + k, &name, &id);
+                        let hash = kat_scheduler::domain::hash::task_hash(&name);
+                        if linked && has_schedule {
+                            schedules.push((
+                                id.clone(),
+                                ScheduleRow {
+                                    id: uuid::Uuid::new_v4().to_string(),
+                                    scheduler_id: SCHEDULER.into(),
+                                    organisation: "bench-push".into(),
+                                    hash: Some(hash.clone()),
+                                    data: data.replace(&format!(r#","id":"{id}""#), ""),
+                                    enabled: true,
+                                    schedule: None,
+                                    deadline_at: Some(now + chrono::Duration::days(1)),
+                                    created_at: now,
+                                    modified_at: now,
+                                    disabled_reason: None,
+                                },
+                            ));
+                        }
+                        rows.push(TaskRow {
+                            plugin_id: Some(name.clone()),
+                            oci_image: (task_type == "boefje")
+                                .then(|| "ghcr.io/minvws/openkat/bench:latest".into()),
+                            input_ooi: (task_type == "boefje")
+                                .then(|| format!("Hostname|internet|{name}.example.com")),
+                            data,
+                            hash: Some(hash),
+                            schedule_id: None,
+                            id,
+                            scheduler_id: SCHEDULER.into(),
+                            organisation: "bench-push".into(),
+                            task_type: task_type.into(),
+                            priority: 2 + ((done + k) as i64 % 1000),
+                            status: TaskStatus::Queued,
+                            attempts: 0,
+                            lease_expires_at: None,
+                            failure_reason: None,
+                            created_at: now,
+                            modified_at: now,
+                            deduplication_key: None,
+                        });
+                    }
+                    let links: Vec<tasks::Link<'_>> =
+                        schedules.iter().map(|(t, s)| (t.as_str(), s)).collect();
+                    tasks::insert_linked(&mut conn, &rows, &[], &links)?;
+                    done += batch;
+                }
+                Ok(done)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for h in handles {
+        total += h
+            .join()
+            .map_err(|_| "PostgreSQL-alone push thread panicked")??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
