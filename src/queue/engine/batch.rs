@@ -108,6 +108,19 @@ impl Writes {
             && self.refill == 0
     }
 
+    /// Queue rows these writes insert or change: tasks written as pending (pushes into a full
+    /// heap, evictions, changed pending tasks). What a refill deletes is counted once it ran;
+    /// pending tasks a pop takes straight from the backlog are few and not counted.
+    pub fn pending_rows(&self) -> u64 {
+        let written = self
+            .inserts
+            .iter()
+            .chain(&self.updates)
+            .filter(|r| r.status == TaskStatus::Pending)
+            .count();
+        (written + self.evicted.len()) as u64
+    }
+
     /// Task rows these writes put in each status (a refill's are counted once it ran).
     pub fn transitions(&self) -> ByStatus {
         let mut out = ByStatus::default();
@@ -247,5 +260,46 @@ impl BatchRows {
     /// Consumes the batch's rows (to answer from).
     pub fn into_rows(self) -> HashMap<Uuid, TaskRow> {
         self.rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::engine::testing::row;
+
+    /// The engine refreshes the queue table's statistics after so many queue rows changed: only
+    /// pending tasks have one, so pops and patches of queued tasks must not count.
+    #[test]
+    fn only_rows_written_as_pending_count_as_queue_rows() {
+        let with = |status: TaskStatus| {
+            let (_, mut r) = row(5, 1);
+            r.status = status;
+            r
+        };
+        let writes = Writes {
+            inserts: vec![with(TaskStatus::Pending), with(TaskStatus::Queued)],
+            updates: vec![
+                with(TaskStatus::Pending),
+                with(TaskStatus::Dispatched),
+                with(TaskStatus::Running),
+                with(TaskStatus::Completed),
+            ],
+            evicted: vec!["a".into(), "b".into()],
+            dispatched: vec!["c".into(); 10],
+            cancelled: vec!["d".into()],
+            ..Writes::default()
+        };
+        assert_eq!(writes.pending_rows(), 4);
+        assert_eq!(
+            Writes {
+                dispatched: vec!["c".into(); 10],
+                updates: vec![with(TaskStatus::Running)],
+                ..Writes::default()
+            }
+            .pending_rows(),
+            0,
+            "pops and patches of queued tasks write no queue row"
+        );
     }
 }

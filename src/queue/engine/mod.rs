@@ -89,7 +89,7 @@ const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 /// a dead one found this way costs no request. A busy engine never pays for the check.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
-/// Queue rows an engine writes (inserted, moved, handed out) before it refreshes the planner's
+/// Queue rows an engine writes or deletes (pending tasks pushed or evicted, refilled, taken) before it refreshes the planner's
 /// statistics of the queue tables, or a fifth of its scheduler's waiting tasks when that is
 /// more: a bulk push, an import, a ColdStart batch, a rebuild or a long run of refills changes
 /// what the API's listings and counts are planned from (the engine's own statements do not
@@ -272,7 +272,8 @@ struct Engine {
     epoch: i64,
     /// The filters runners popped with lately, to explain a wait by them.
     recent_filters: explain::RecentFilters,
-    /// Queue rows written since the planner's statistics were last refreshed ([`ANALYSE_AFTER`]).
+    /// Queue rows written or deleted since the planner's statistics were last refreshed
+    /// ([`ANALYSE_AFTER`]): a pop or a patch of a queued task writes none.
     changed_since_analyse: u64,
     /// The refill ahead under way on a connection of its own (PostgreSQL; [`refill::Ahead`]).
     refilling: Option<refill::Ahead>,
@@ -291,6 +292,8 @@ struct Applied {
     statements: usize,
     /// Task rows written, by the status they were written in.
     moved: ByStatus,
+    /// Queue rows written or deleted (pending tasks only have one), for [`ANALYSE_AFTER`].
+    queue_rows: u64,
 }
 
 /// What a batch decided, per command, before it is written.
@@ -819,6 +822,7 @@ impl Engine {
                 rows,
                 statements,
                 moved,
+                queue_rows,
             }) => {
                 self.conn = Some(conn);
                 counters.batches.fetch_add(1, Ordering::Relaxed);
@@ -845,7 +849,7 @@ impl Engine {
                         self.state.throttle.released(id);
                     }
                 }
-                self.changed_since_analyse += moved.iter().sum::<u64>();
+                self.changed_since_analyse += queue_rows;
                 self.answer(batch, decisions, rows);
                 self.upkeep();
             }
@@ -1098,6 +1102,7 @@ impl Engine {
         };
         let mut moved = writes.transitions();
         moved[status_slot(TaskStatus::Queued)] += refilled as u64;
+        let queue_rows = writes.pending_rows() + refilled as u64;
         d.refilled = refilled;
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
@@ -1109,6 +1114,7 @@ impl Engine {
             rows,
             statements,
             moved,
+            queue_rows,
         })
     }
 

@@ -56,10 +56,15 @@ pub(crate) fn rebuild(
     let mut filled = tasks::backfill_keys(c, s)?;
     let maxsize = st.limits.maxsize;
     let mut pending = tasks::count_waiting(c, s, TaskStatus::Pending)?;
+    // How many are queued is not counted first: that would be a second pass over the
+    // scheduler's rows, history included, at every start and takeover. The heap's tables grow
+    // as the tasks come (a heap rebuilt after a failed batch starts from its old size) and give
+    // back their spare room when finished.
+    let expected = st.heap.len();
     // One pass over the scheduler's queued and in-flight rows of `tasks`: the queued ones into
     // the heap as they come (while they fit), the others' hashes kept.
     let t = std::time::Instant::now();
-    let mut heap = SchedulerHeap::builder(s, maxsize, st.heap.len().min(maxsize));
+    let mut heap = SchedulerHeap::builder(s, maxsize, expected.min(maxsize));
     let (mut queued, mut unkeyed, mut in_flight, mut bad) = (0usize, Vec::new(), Vec::new(), None);
     tasks::live_all(c, s, |row| {
         if row.status != TaskStatus::Queued {

@@ -250,6 +250,10 @@ impl HeapBuilder {
     /// The heap.
     pub fn finish(mut self) -> SchedulerHeap {
         let heap = &mut self.heap;
+        heap.slots.shrink();
+        for values in &mut heap.values {
+            values.shrink();
+        }
         let slots = &heap.slots;
         let key = |s: u32| slots.rank(s);
         for values in &mut heap.values {

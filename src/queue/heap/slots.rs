@@ -127,6 +127,14 @@ impl Slots {
             .reserve(n, |s| hasher.hash_one(slots[*s as usize].hash));
     }
 
+    /// Gives back the slab's room beyond its tasks: grown one task at a time (a rebuild that
+    /// could not know how many were coming), it ends up to twice as large as needed. (The hash
+    /// tables end at the same size either way: their buckets come in powers of two.)
+    pub fn shrink(&mut self) {
+        self.slots.shrink_to_fit();
+        self.free.shrink_to_fit();
+    }
+
     /// Tasks held.
     pub fn len(&self) -> usize {
         self.by_id.len()

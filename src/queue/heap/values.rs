@@ -69,6 +69,16 @@ impl Values {
             .reserve(n, |v| hasher.hash_one(text_of(text, &values[*v as usize])));
     }
 
+    /// Gives back the room of the value list, the text and the sets beyond what they hold (see
+    /// `Slots::shrink`).
+    pub fn shrink(&mut self) {
+        self.text.shrink_to_fit();
+        self.values.shrink_to_fit();
+        self.free.shrink_to_fit();
+        self.sets.shrink_to_fit();
+        self.shared.shrink_to_fit();
+    }
+
     /// Whether no value has a task.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
