@@ -90,22 +90,61 @@ async fn waiting_tasks_written_before_the_deduplication_key_column_are_served_as
     assert_eq!(app.pop_ids("boefje", 1).await, ids);
 }
 
+/// `(status, priority)` of waiting and dispatched tasks an earlier schema wrote: the pending one
+/// that ranks before the queued ones must still come first, and the dispatched one must not come
+/// back.
+const EARLIER_ROWS: [(&str, i64); 6] = [
+    ("queued", 3),
+    ("queued", 1),
+    ("pending", 0),
+    ("queued", 2),
+    ("pending", 5),
+    ("dispatched", 0),
+];
+
+/// Writes [`EARLIER_ROWS`] into `tasks` as boefje tasks of `org1` with these ids (the `n`th
+/// created at second `n`), and with `queue` their rows of `task_queue` as migrations 11 to 15
+/// kept them (every waiting task).
+fn insert_earlier_rows(conn: &mut storage::AnyConnection, ids: &[String], queue: bool) {
+    for (n, ((status, priority), id)) in EARLIER_ROWS.iter().zip(ids).enumerate() {
+        let data = serde_json::json!({"id": id, "boefje": {"id": "dns"},
+            "input_ooi": format!("Hostname|internet|h{n}.nl"), "organization": "org1"});
+        let at = format!("2026-11-20 10:00:0{n}");
+        diesel::sql_query(format!(
+            "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, \
+             status, attempts, created_at, modified_at, plugin_id, input_ooi) VALUES \
+             ('{id}', 'boefje', 'org1', 'boefje', 'h{n}', {priority}, '{data}', '{status}', 0, \
+             '{at}', '{at}', 'dns', 'Hostname|internet|h{n}.nl')"
+        ))
+        .execute(&mut *conn)
+        .unwrap();
+        if queue && *status != "dispatched" {
+            diesel::sql_query(format!(
+                "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
+                 modified_at, hash, organisation, plugin_id, input_ooi) VALUES ('{id}', \
+                 'boefje', '{status}', {priority}, '{at}', '{at}', 'h{n}', 'org1', 'dns', \
+                 'Hostname|internet|h{n}.nl')"
+            ))
+            .execute(&mut *conn)
+            .unwrap();
+        }
+    }
+}
+
+/// Every waiting task of [`EARLIER_ROWS`] is popped once, best first; the dispatched one stays.
+async fn assert_earlier_rows_served(app: &TestApp, ids: &[String]) {
+    let best_first = [2, 1, 3, 0, 4].map(|k| ids[k].clone()).to_vec();
+    assert_eq!(app.pop_ids("boefje", 10).await, best_first);
+    assert_eq!(app.task(&ids[5]).await["status"], "dispatched");
+    assert!(app.pop_ids("boefje", 10).await.is_empty());
+}
+
 async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backend: Backend) {
     let Some(db) = TestDb::create(backend).await else {
         return;
     };
     let uri = db.uri.clone();
-    // (status, priority) of rows the previous schema wrote; pending ones that rank before queued
-    // ones must still come first, and the dispatched one must not come back.
-    let rows = [
-        ("queued", 3),
-        ("queued", 1),
-        ("pending", 0),
-        ("queued", 2),
-        ("pending", 5),
-        ("dispatched", 0),
-    ];
-    let ids: Vec<String> = rows
+    let ids: Vec<String> = EARLIER_ROWS
         .iter()
         .map(|_| uuid::Uuid::new_v4().to_string())
         .collect();
@@ -117,35 +156,12 @@ async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backe
         let applied = storage::run_migrations(&mut conn).unwrap();
         let since_11 = applied.len() - applied.iter().position(|m| m.contains("000011")).unwrap();
         storage::revert_last_migrations(&mut conn, since_11).unwrap();
-        for (n, ((status, priority), id)) in rows.iter().zip(&i).enumerate() {
-            let data = serde_json::json!({"id": id, "boefje": {"id": "dns"},
-                "input_ooi": format!("Hostname|internet|h{n}.nl"), "organization": "org1"});
-            diesel::sql_query(format!(
-                "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, \
-                 status, attempts, created_at, modified_at, plugin_id, input_ooi) VALUES \
-                 ('{id}', 'boefje', 'org1', 'boefje', 'h{n}', {priority}, '{data}', '{status}', 0, \
-                 '2026-11-20 10:00:0{n}', '2026-11-20 10:00:0{n}', 'dns', 'Hostname|internet|h{n}.nl')"
-            ))
-            .execute(&mut *conn)
-            .unwrap();
-        }
+        insert_earlier_rows(&mut conn, &i, false);
     })
     .await
     .unwrap();
     let app = spawn_app_on(db, backend, |_| {}).await;
-    let popped = app.pop_ids("boefje", 10).await;
-    assert_eq!(
-        popped,
-        vec![
-            ids[2].clone(),
-            ids[1].clone(),
-            ids[3].clone(),
-            ids[0].clone(),
-            ids[4].clone()
-        ]
-    );
-    assert_eq!(app.task(&ids[5]).await["status"], "dispatched");
-    assert!(app.pop_ids("boefje", 10).await.is_empty());
+    assert_earlier_rows_served(&app, &ids).await;
 
     // The check every test ends with finds a queue row left behind by a task that is not
     // pending (ids[0], popped) and a pending task without its row (ids[5], set back by hand).
@@ -198,17 +214,7 @@ async fn queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served(backe
         return;
     };
     let uri = db.uri.clone();
-    // (status, priority): the pending one that ranks first must come first, the dispatched one
-    // must not come back.
-    let rows = [
-        ("queued", 3),
-        ("queued", 1),
-        ("pending", 0),
-        ("queued", 2),
-        ("pending", 5),
-        ("dispatched", 0),
-    ];
-    let ids: Vec<String> = rows
+    let ids: Vec<String> = EARLIER_ROWS
         .iter()
         .map(|_| uuid::Uuid::new_v4().to_string())
         .collect();
@@ -233,29 +239,7 @@ async fn queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served(backe
         let applied = storage::run_migrations(&mut conn).unwrap();
         let since_16 = applied.len() - applied.iter().position(|m| m.contains("000016")).unwrap();
         storage::revert_last_migrations(&mut conn, since_16).unwrap();
-        for (n, ((status, priority), id)) in rows.iter().zip(&i).enumerate() {
-            let data = serde_json::json!({"id": id, "boefje": {"id": "dns"},
-                "input_ooi": format!("Hostname|internet|h{n}.nl"), "organization": "org1"});
-            let at = format!("2026-11-20 10:00:0{n}");
-            diesel::sql_query(format!(
-                "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, \
-                 status, attempts, created_at, modified_at, plugin_id, input_ooi) VALUES \
-                 ('{id}', 'boefje', 'org1', 'boefje', 'h{n}', {priority}, '{data}', '{status}', 0, \
-                 '{at}', '{at}', 'dns', 'Hostname|internet|h{n}.nl')"
-            ))
-            .execute(&mut *conn)
-            .unwrap();
-            if *status != "dispatched" {
-                diesel::sql_query(format!(
-                    "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
-                     modified_at, hash, organisation, plugin_id, input_ooi) VALUES ('{id}', \
-                     'boefje', '{status}', {priority}, '{at}', '{at}', 'h{n}', 'org1', 'dns', \
-                     'Hostname|internet|h{n}.nl')"
-                ))
-                .execute(&mut *conn)
-                .unwrap();
-            }
-        }
+        insert_earlier_rows(&mut conn, &i, true);
         storage::run_migrations(&mut conn).unwrap();
         assert_eq!(queue_rows(&mut conn, "queued"), 0, "queued rows dropped");
         assert_eq!(queue_rows(&mut conn, "pending"), 2, "pending rows kept");
@@ -273,18 +257,7 @@ async fn queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served(backe
     .await
     .unwrap();
     let app = spawn_app_on(db, backend, |_| {}).await;
-    assert_eq!(
-        app.pop_ids("boefje", 10).await,
-        vec![
-            ids[2].clone(),
-            ids[1].clone(),
-            ids[3].clone(),
-            ids[0].clone(),
-            ids[4].clone()
-        ]
-    );
-    assert_eq!(app.task(&ids[5]).await["status"], "dispatched");
-    assert!(app.pop_ids("boefje", 10).await.is_empty());
+    assert_earlier_rows_served(&app, &ids).await;
 }
 
 /// Waiting tasks an older version wrote without their key-field columns (before migration 4, or
