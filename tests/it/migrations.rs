@@ -131,6 +131,39 @@ fn insert_earlier_rows(conn: &mut storage::AnyConnection, ids: &[String], queue:
     }
 }
 
+/// A fresh database at the schema before the migration named `before` (`"000011"`), holding
+/// [`EARLIER_ROWS`] as that schema kept them (with `queue`, their `task_queue` rows too); the
+/// rows' ids. `None` where the backend is absent.
+async fn earlier_database(
+    backend: Backend,
+    before: &'static str,
+    queue: bool,
+) -> Option<(TestDb, Vec<String>)> {
+    let db = TestDb::create(backend).await?;
+    let ids: Vec<String> = EARLIER_ROWS
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let (uri, i) = (db.uri.clone(), ids.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut conn = open(&uri);
+        let applied = storage::run_migrations(&mut conn).unwrap();
+        let since = applied.len() - applied.iter().position(|m| m.contains(before)).unwrap();
+        storage::revert_last_migrations(&mut conn, since).unwrap();
+        insert_earlier_rows(&mut conn, &i, queue);
+    })
+    .await
+    .unwrap();
+    Some((db, ids))
+}
+
+/// A connection to the database at `uri`.
+fn open(uri: &str) -> storage::DbConn {
+    let target = DbTarget::parse(uri).unwrap();
+    let pool = storage::connect(&target, 2, Duration::from_secs(5)).unwrap();
+    storage::checkout(&pool).unwrap()
+}
+
 /// Every waiting task of [`EARLIER_ROWS`] is popped once, best first; the dispatched one stays.
 async fn assert_earlier_rows_served(app: &TestApp, ids: &[String]) {
     let best_first = [2, 1, 3, 0, 4].map(|k| ids[k].clone()).to_vec();
@@ -140,26 +173,9 @@ async fn assert_earlier_rows_served(app: &TestApp, ids: &[String]) {
 }
 
 async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backend: Backend) {
-    let Some(db) = TestDb::create(backend).await else {
+    let Some((db, ids)) = earlier_database(backend, "000011", false).await else {
         return;
     };
-    let uri = db.uri.clone();
-    let ids: Vec<String> = EARLIER_ROWS
-        .iter()
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
-    let i = ids.clone();
-    tokio::task::spawn_blocking(move || {
-        let target = DbTarget::parse(&uri).unwrap();
-        let pool = storage::connect(&target, 2, Duration::from_secs(5)).unwrap();
-        let mut conn = storage::checkout(&pool).unwrap();
-        let applied = storage::run_migrations(&mut conn).unwrap();
-        let since_11 = applied.len() - applied.iter().position(|m| m.contains("000011")).unwrap();
-        storage::revert_last_migrations(&mut conn, since_11).unwrap();
-        insert_earlier_rows(&mut conn, &i, false);
-    })
-    .await
-    .unwrap();
     let app = spawn_app_on(db, backend, |_| {}).await;
     assert_earlier_rows_served(&app, &ids).await;
 
@@ -210,15 +226,10 @@ async fn tasks_written_before_the_queue_table_are_served_after_the_upgrade(backe
 /// drops those rows; the service then rebuilds its heap from `tasks` and serves every waiting
 /// task once, in pop order, and reverting the migration gives the rows back.
 async fn queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served(backend: Backend) {
-    let Some(db) = TestDb::create(backend).await else {
+    let Some((db, ids)) = earlier_database(backend, "000016", true).await else {
         return;
     };
     let uri = db.uri.clone();
-    let ids: Vec<String> = EARLIER_ROWS
-        .iter()
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
-    let i = ids.clone();
     let queue_rows = |conn: &mut storage::AnyConnection, status: &str| -> i64 {
         #[derive(diesel::QueryableByName)]
         struct N {
@@ -233,13 +244,7 @@ async fn queued_rows_of_the_queue_table_are_dropped_and_their_tasks_served(backe
             .n
     };
     tokio::task::spawn_blocking(move || {
-        let target = DbTarget::parse(&uri).unwrap();
-        let pool = storage::connect(&target, 2, Duration::from_secs(5)).unwrap();
-        let mut conn = storage::checkout(&pool).unwrap();
-        let applied = storage::run_migrations(&mut conn).unwrap();
-        let since_16 = applied.len() - applied.iter().position(|m| m.contains("000016")).unwrap();
-        storage::revert_last_migrations(&mut conn, since_16).unwrap();
-        insert_earlier_rows(&mut conn, &i, true);
+        let mut conn = open(&uri);
         storage::run_migrations(&mut conn).unwrap();
         assert_eq!(queue_rows(&mut conn, "queued"), 0, "queued rows dropped");
         assert_eq!(queue_rows(&mut conn, "pending"), 2, "pending rows kept");
