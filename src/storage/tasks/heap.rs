@@ -255,10 +255,10 @@ pub fn refill(
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(CHUNK) {
         // The moved tasks' heap columns come back from the update itself.
-        out.extend(transition_from_pending_sqlite(
+        out.extend(transition_sqlite(
             conn,
             chunk,
-            TaskStatus::Queued,
+            (TaskStatus::Pending, TaskStatus::Queued),
             now,
             None,
             HEAP_COLUMNS,

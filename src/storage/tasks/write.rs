@@ -499,49 +499,21 @@ pub fn transition(
         // The rows are named by `(id, expected status)` pairs joined in, not by `status = 'x'
         // AND id IN (…)`, so that the primary key finds each row directly whatever a planner
         // thinks of a constant status.
-        let update_tasks = |q: &mut Sql| {
-            q.push("UPDATE tasks SET status = ")
-                .bind(to.as_str())
-                .push(", modified_at = ")
-                .bind(now)
-                .push(", lease_expires_at = ")
-                .bind(Bind::OptTime(lease_expires_at));
-        };
-        if to == TaskStatus::Pending && from != TaskStatus::Pending {
-            out.extend(write_returning(conn, |q, pg| {
-                update_tasks(q);
-                q.push(" FROM ");
-                push_pick(q, chunk, from);
-                q.push(" WHERE tasks.id = pick.pid AND tasks.status = pick.was")
-                    .push(&returning(pg));
-            })?);
-            continue;
-        }
         if !pg {
-            if from == TaskStatus::Pending {
-                out.extend(transition_from_pending_sqlite(
-                    conn,
-                    chunk,
-                    to,
-                    now,
-                    lease_expires_at,
-                    COLUMNS,
-                )?);
-            } else {
-                let mut t = sql(conn, "");
-                update_tasks(&mut t);
-                t.push(" FROM ");
-                push_pick(&mut t, chunk, from);
-                t.push(&format!(
-                    " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {COLUMNS}"
-                ));
-                out.extend(t.load::<TaskRow>(conn)?);
-            }
+            out.extend(transition_sqlite(
+                conn,
+                chunk,
+                (from, to),
+                now,
+                lease_expires_at,
+                COLUMNS,
+            )?);
             continue;
         }
         // One statement whose text is the same for any ids (they travel as one JSON array), so
         // the connection keeps it prepared and PostgreSQL plans it once: the pairs, the queue
-        // side when the tasks leave `pending`, the task side.
+        // rows of tasks leaving `pending` deleted, the task side, and the queue rows of tasks
+        // moved to `pending` written from them.
         let ids = serde_json::to_string(chunk)
             .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
         let mut q = sql(conn, "WITH pick (pid, was) AS (SELECT value, ");
@@ -555,24 +527,45 @@ pub fn transition(
                  WHERE task_queue.task_id = pick.pid AND task_queue.status = pick.was)",
             );
         }
-        q.push(" ");
-        update_tasks(&mut q);
-        q.push(&format!(
-            " FROM pick WHERE tasks.id = pick.pid AND tasks.status = pick.was \
-             RETURNING {COLUMNS}"
-        ));
+        let to_pending = to == TaskStatus::Pending;
+        q.push(if to_pending { ", moved AS (" } else { " " });
+        push_status_update(&mut q, to, now, lease_expires_at);
+        q.push(" FROM pick WHERE tasks.id = pick.pid AND tasks.status = pick.was");
+        if to_pending {
+            q.push(" RETURNING tasks.*)")
+                .push(&pg_sync())
+                .push(&format!("SELECT {COLUMNS} FROM moved"));
+        } else {
+            q.push(&format!(" RETURNING {COLUMNS}"));
+        }
         out.extend(q.load_prepared::<TaskRow>(conn)?);
     }
     Ok(out)
 }
 
-/// A transition from `pending` on SQLite (no data-modifying CTEs), for up to [`CHUNK`] ids: the
-/// queue rows still pending deleted, then the tasks still pending moved to `to` (never
-/// `pending`), returning `columns` of each.
-pub(super) fn transition_from_pending_sqlite<T>(
+/// Appends `UPDATE tasks SET status = to, modified_at = now, lease_expires_at = lease`.
+fn push_status_update(
+    q: &mut Sql,
+    to: TaskStatus,
+    now: NaiveDateTime,
+    lease_expires_at: Option<NaiveDateTime>,
+) {
+    q.push("UPDATE tasks SET status = ")
+        .bind(to.as_str())
+        .push(", modified_at = ")
+        .bind(now)
+        .push(", lease_expires_at = ")
+        .bind(Bind::OptTime(lease_expires_at));
+}
+
+/// [`transition`] on SQLite (no data-modifying CTEs), for up to [`CHUNK`] ids, in the caller's
+/// transaction: the queue rows of tasks leaving `pending` deleted first, then the tasks still in
+/// `from` moved (returning `columns` of each), then the queue rows of tasks moved to `pending`
+/// written from them.
+pub(super) fn transition_sqlite<T>(
     conn: &mut AnyConnection,
     ids: &[String],
-    to: TaskStatus,
+    (from, to): (TaskStatus, TaskStatus),
     now: NaiveDateTime,
     lease_expires_at: Option<NaiveDateTime>,
     columns: &str,
@@ -580,24 +573,31 @@ pub(super) fn transition_from_pending_sqlite<T>(
 where
     T: diesel::deserialize::QueryableByName<crate::storage::MultiBackend> + 'static,
 {
-    let mut q = sql(
-        conn,
-        "DELETE FROM task_queue WHERE status = 'pending' AND task_id IN ",
-    );
-    q.bind_list(ids.iter().map(String::as_str));
-    q.execute(conn)?;
-    let mut t = sql(conn, "UPDATE tasks SET status = ");
-    t.bind(to.as_str())
-        .push(", modified_at = ")
-        .bind(now)
-        .push(", lease_expires_at = ")
-        .bind(Bind::OptTime(lease_expires_at))
-        .push(" FROM ");
-    push_pick(&mut t, ids, TaskStatus::Pending);
+    if from == TaskStatus::Pending {
+        let mut q = sql(
+            conn,
+            "DELETE FROM task_queue WHERE status = 'pending' AND task_id IN ",
+        );
+        q.bind_list(ids.iter().map(String::as_str));
+        q.execute(conn)?;
+    }
+    let mut t = sql(conn, "");
+    push_status_update(&mut t, to, now, lease_expires_at);
+    t.push(" FROM ");
+    push_pick(&mut t, ids, from);
     t.push(&format!(
         " WHERE tasks.id = pick.pid AND tasks.status = pick.was RETURNING {columns}"
     ));
-    t.load(conn)
+    let moved = t.load(conn)?;
+    if to == TaskStatus::Pending {
+        // Every id of the chunk that is pending now gets its row (those that did not move and
+        // were pending already get theirs again, the same).
+        sync_queue(
+            conn,
+            ids.iter().map(|id| (id.as_str(), TaskStatus::Pending)),
+        )?;
+    }
+    Ok(moved)
 }
 
 /// Appends `(id, status), …` for `ids`, each expected in `was`.
