@@ -529,8 +529,10 @@ impl Broker {
 
     /// `s`'s figures wherever its heap is: this instance's own when it owns `s`, else the
     /// owner's (forwarded), so `/schedulers` answers the same on every instance; counted from
-    /// the table when no owner answers (queued tasks by a scan of `tasks`: they have no queue
-    /// row). `last_activity` is known to the owner only.
+    /// the table while no owner can be reached (queued tasks by a scan of `tasks`: they have no
+    /// queue row). An owner that refuses the request is answered as every forwarded command is:
+    /// a scan per request would hide a misconfigured peer token. `last_activity` is known to
+    /// the owner only.
     pub async fn scheduler_view(&self, s: SchedulerId) -> Result<SchedulerSnapshot, QueueError> {
         let mut view = self.snapshot(s);
         if self.is_local(s) {
@@ -538,8 +540,8 @@ impl Broker {
         }
         let (queued, pending) = match self.counts(s).await {
             Ok(counts) => counts,
-            Err(e) => {
-                tracing::debug!(scheduler.id = %s, error = %e, "owner's counts unavailable; counting the table");
+            Err(QueueError::Moving(_)) => {
+                tracing::debug!(scheduler.id = %s, "no owner to ask for its counts; counting the table");
                 self.read(move |c| {
                     let count = |c: &mut storage::AnyConnection, status| {
                         storage::tasks::count_waiting(c, s, status)
@@ -552,6 +554,7 @@ impl Broker {
                 })
                 .await?
             }
+            Err(e) => return Err(e),
         };
         view.qsize = queued;
         view.pending = pending;
