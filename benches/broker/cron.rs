@@ -355,14 +355,15 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
             seed_schedules(db, d, now)?;
             // The fired tasks go into the heap: a queue row each only where the broker under
             // test keeps queued tasks in `task_queue` (before migration 16).
+            let at = sql_time(now);
             let queue_rows = match super::harness::postgres::queue_holds_queued(db)? {
-                true => {
+                true => format!(
                     "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at,
                        modified_at, hash, schedule_id, organisation)
                      SELECT id, 'boefje', 'queued', 2, {at}, {at}, hash, schedule_id, organisation
                        FROM fired;"
-                }
-                false => "",
+                ),
+                false => String::new(),
             };
             let b = timed(
                 db,
@@ -379,8 +380,6 @@ pub fn run_cron(o: &Options, base: &str) -> Result<String> {
                      UPDATE schedules SET deadline_at = {at} + interval '1 hour'
                        WHERE enabled AND deadline_at <= {at};
                      ROLLBACK;",
-                    queue_rows = queue_rows.replace("{at}", &sql_time(now)),
-                    at = sql_time(now)
                 ),
             )?;
             vacuum(db, &["tasks", "schedules"])?;
