@@ -8,6 +8,7 @@ use diesel::{Connection, PgConnection, SqliteConnection};
 use serde_json::{Value, json};
 
 use crate::helpers::*;
+use kat_scheduler::queue::fair::Fairness;
 
 const MAXSIZE: usize = 8;
 const RARE: &str = "ghcr.io/minvws/openkat/rare-scanner:latest";
@@ -268,7 +269,103 @@ async fn the_backlog_search_after_a_refills_picks_skips_them(backend: Backend) {
     );
 }
 
+fn organisation_filter(org: &str) -> Value {
+    json!({"filters": [{"column": "organisation", "operator": "==", "value": org}]})
+}
+
+/// Pops one task with `filter`; answers its id.
+async fn pop_one(app: &TestApp, filter: Option<&Value>) -> Option<String> {
+    app.pop_ok("boefje", 1, filter).await.first().map(id_of)
+}
+
+/// A runner's filtered pops over the backlog are served from rows read ahead for its filter
+/// (`queue::engine::read_ahead`); what happens between them must still reach it. A better task
+/// pushed for its organisation comes out next; a task another filter took, or that a refill moved
+/// into the heap and a pop took from there, is not handed out again; the rest come out once
+/// each, best first, and then the answer is empty.
+async fn pops_served_from_a_read_ahead_see_what_happened_since(backend: Backend) {
+    // The heap's order alone: with organisations taking turns a new organisation's work would
+    // get its turn in the heap, and unfiltered pops would alternate.
+    let Some(app) = spawn_app_with(backend, |s| {
+        s.queue.maxsize = MAXSIZE;
+        s.schedulers.boefje.fairness = Some(Fairness::Off);
+    })
+    .await
+    else {
+        return;
+    };
+    let common = 2 * MAXSIZE;
+    for i in 0..common {
+        app.push_ok(
+            "boefje",
+            &boefje_push("org0", "nmap", Some(&format!("h{i}")), 5),
+        )
+        .await;
+    }
+    // Twelve tasks of one organisation, ranked after all the common work: pending, all of them.
+    let mut x = Vec::new();
+    for i in 0..12 {
+        let boefje = if i == 3 { "special" } else { "nmap" };
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push("orgx", boefje, Some(&format!("x{i}")), 500 + 2 * i),
+            )
+            .await;
+        assert_eq!(t["status"], "pending");
+        x.push(id_of(&t));
+    }
+    let orgx = organisation_filter("orgx");
+    assert_eq!(pop_one(&app, Some(&orgx)).await.as_ref(), Some(&x[0]));
+    assert_eq!(pop_one(&app, Some(&orgx)).await.as_ref(), Some(&x[1]));
+    // A better one is pushed (it waits as pending too): the next pop gets it, not x2.
+    let better = app
+        .push_ok("boefje", &boefje_push("orgx", "nmap", Some("better"), 503))
+        .await;
+    assert_eq!(better["status"], "pending");
+    assert_eq!(
+        pop_one(&app, Some(&orgx)).await,
+        Some(id_of(&better)),
+        "a task pushed since the read"
+    );
+    assert_eq!(pop_one(&app, Some(&orgx)).await.as_ref(), Some(&x[2]));
+    // Another runner's filter takes x3 from the backlog: this runner does not get it.
+    let special = json!({"filters": [{"column": "data", "field": "boefje__id",
+        "operator": "==", "value": "special"}]});
+    assert_eq!(pop_one(&app, Some(&special)).await.as_ref(), Some(&x[3]));
+    assert_eq!(
+        pop_one(&app, Some(&orgx)).await.as_ref(),
+        Some(&x[4]),
+        "x3 went to the other filter"
+    );
+    // Unfiltered pops take the common work; as the heap drains, the refill moves the rest of
+    // orgx's tasks into it, and pops take some of them from there.
+    let mut unfiltered = Vec::new();
+    for _ in 0..common + 3 {
+        unfiltered.push(pop_one(&app, None).await.expect("common work waits"));
+    }
+    assert_eq!(
+        unfiltered[common..],
+        x[5..8],
+        "orgx's next three, from the heap"
+    );
+    let mut rest = Vec::new();
+    while let Some(id) = pop_one(&app, Some(&orgx)).await {
+        assert!(
+            !unfiltered.contains(&id) && !rest.contains(&id),
+            "{id} handed out twice"
+        );
+        rest.push(id);
+    }
+    assert_eq!(
+        rest,
+        x[8..],
+        "the rest of orgx's tasks, once each, best first"
+    );
+}
+
 crate::backend_tests!(
+    pops_served_from_a_read_ahead_see_what_happened_since,
     the_backlog_search_after_a_refills_picks_skips_them,
     every_pending_only_task_is_popped_and_no_answer_is_empty_while_one_waits,
     pending_rows_the_count_does_not_hold_are_found,

@@ -39,6 +39,7 @@ mod patch;
 mod place;
 mod pop;
 mod push;
+mod read_ahead;
 mod rebuild;
 mod refill;
 mod rescore;
@@ -183,6 +184,7 @@ pub(crate) fn start_all(
             refilling: None,
             analysing: None,
             settled: refill::Settled::default(),
+            read_ahead: read_ahead::ReadAhead::default(),
         };
         let join = std::thread::Builder::new()
             .name(format!("engine-{s}"))
@@ -281,6 +283,8 @@ struct Engine {
     analysing: Option<JoinHandle<()>>,
     /// What a refill a pop waited for came to, counted after its batch.
     settled: refill::Settled,
+    /// Pending tasks read ahead for the filters pops searched the backlog with.
+    read_ahead: read_ahead::ReadAhead,
 }
 
 /// What a committed batch came to.
@@ -317,6 +321,11 @@ struct TableReads<'a> {
     refill: &'a mut Option<refill::Ahead>,
     /// What the refill a pop waited for came to.
     settled: &'a mut refill::Settled,
+    /// Pending tasks read ahead for pops' filters ([`read_ahead`]).
+    ahead: &'a mut read_ahead::ReadAhead,
+    /// Whether reads may be kept and served ahead: the batch holds nothing but pops, so nothing
+    /// in it adds or changes a pending row the table would not show yet.
+    keep: bool,
 }
 
 impl Reads for TableReads<'_> {
@@ -328,15 +337,41 @@ impl Reads for TableReads<'_> {
         skip: &[String],
         after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError> {
-        Ok(tasks::pending_matching(
-            self.conn,
-            self.scheduler,
-            lookup,
-            filter,
-            limit,
-            skip,
-            after,
-        )?)
+        // A search without a key field (a probe of the backlog's head only) is read as it is.
+        match lookup {
+            // Beside a refill under way, a pop searches only after its picks (`after`), where no
+            // match of its filter is being moved.
+            Some(lookup) if self.keep => {
+                let now = Instant::now();
+                if let Some(rows) = self.ahead.serve(lookup, filter, limit, skip, after, now) {
+                    return Ok(rows);
+                }
+                let wanted = read_ahead::ReadAhead::wanted(limit);
+                let found = tasks::pending_matching(
+                    self.conn,
+                    self.scheduler,
+                    Some(lookup),
+                    filter,
+                    wanted,
+                    skip,
+                    after,
+                )?;
+                Ok(self.ahead.keep(lookup, filter, limit, skip, found, now))
+            }
+            _ => Ok(tasks::pending_matching(
+                self.conn,
+                self.scheduler,
+                lookup,
+                filter,
+                limit,
+                skip,
+                after,
+            )?),
+        }
+    }
+
+    fn taken(&mut self, id: &str) {
+        self.ahead.taken(id);
     }
 
     fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError> {
@@ -348,7 +383,7 @@ impl Reads for TableReads<'_> {
     }
 
     fn settle_refill(&mut self, st: &mut QueueState) -> Result<bool, StorageError> {
-        refill::settle_into(st, self.refill, self.settled)
+        refill::settle_into(st, self.refill, self.settled, self.ahead)
     }
 
     fn refill_spares(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
@@ -481,6 +516,7 @@ impl Engine {
     fn rebuild(&mut self) -> Result<(), StorageError> {
         // A refill under way commits its moves while the table is read, or not: wait for it.
         self.forget_refill();
+        self.read_ahead.forget();
         let lock = self.write_lock.clone();
         let _turn = write_turn(lock.as_ref());
         let started = Instant::now();
@@ -526,6 +562,8 @@ impl Engine {
         }
         let s = self.scheduler();
         if self.state.pending.needs_recount() {
+            // Rows changed outside the scheduler: no read ahead is to be trusted.
+            self.read_ahead.forget();
             // A refill under way changes what the count reads.
             self.settle_refill(true);
             if self.dirty {
@@ -600,9 +638,16 @@ impl Engine {
         let _turn = write_turn(lock.as_ref());
         let moved = self.on_connection("refill", |c, st| {
             let rows = refill::fenced(c, s, n, now, fence.as_ref(), &mut |_| {})?;
-            refill::refilled(st, rows, n).map_err(|e| StorageError::Corrupt(e.to_string()))
+            let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+            refill::refilled(st, rows, n)
+                .map(|k| (k, ids))
+                .map_err(|e| StorageError::Corrupt(e.to_string()))
         });
-        if let Some(k) = moved {
+        if let Some((k, ids)) = moved {
+            // The moved tasks are in the heap now, no longer pending.
+            for id in &ids {
+                self.read_ahead.taken(id);
+            }
             self.took_refill(k);
         }
     }
@@ -628,7 +673,12 @@ impl Engine {
             drop(ended.map(refill::Ahead::wait));
             return;
         }
-        if let Err(e) = refill::settle_into(&mut self.state, &mut ended, &mut self.settled) {
+        if let Err(e) = refill::settle_into(
+            &mut self.state,
+            &mut ended,
+            &mut self.settled,
+            &mut self.read_ahead,
+        ) {
             self.settled.failed = Some(e);
         }
         self.report_settled();
@@ -814,6 +864,10 @@ impl Engine {
         };
         let began = Instant::now();
         let result = self.apply(&mut conn, &batch);
+        if result.is_err() {
+            // Its pops took rows out of the reads ahead that the table still holds as pending.
+            self.read_ahead.forget();
+        }
         self.report_settled();
         let counters = &self.gauges.engine;
         match result {
@@ -976,11 +1030,19 @@ impl Engine {
                 .push(rescore::rescore(st, &mut rows, &r.body, now));
         }
         {
+            // Anything but pops may add or change pending rows (a pop whose caller had gone
+            // gives its task back): the reads ahead are forgotten, and none is kept.
+            let keep = batch.only_pops() && undelivered.is_empty();
+            if !keep {
+                self.read_ahead.forget();
+            }
             let mut reads = TableReads {
                 conn: &mut *conn,
                 scheduler: s,
                 refill: &mut self.refilling,
                 settled: &mut self.settled,
+                ahead: &mut self.read_ahead,
+                keep,
             };
             for r in &batch.cancels {
                 d.cancels.push(cancel::cancel_object(

@@ -65,6 +65,9 @@ pub(crate) trait Reads {
     fn refill_spares(&self, _filter: &FilterNode, _plan: Option<&Plan>) -> Option<PopKey> {
         None
     }
+
+    /// A pending task this batch takes (see [`super::read_ahead`]).
+    fn taken(&mut self, _id: &str) {}
 }
 
 /// Decides one pop; answers the ids handed out, best first.
@@ -278,6 +281,7 @@ fn pop_matching(
         }
         for row in admitted {
             let id = row.uuid()?;
+            reads.taken(&row.id);
             st.pending.remove(row.hash.as_deref());
             let key = row.deduplication_key.as_deref().map(Arc::from);
             if !rows.contains(&id) {

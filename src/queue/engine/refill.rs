@@ -41,6 +41,7 @@ use chrono::NaiveDateTime;
 use diesel::Connection;
 
 use super::place::heap_task_of;
+use super::read_ahead::ReadAhead;
 use super::state::QueueState;
 use crate::domain::SchedulerId;
 use crate::domain::filter::eval::{self, Json, Record};
@@ -326,12 +327,17 @@ pub(crate) fn settle_into(
     st: &mut QueueState,
     slot: &mut Option<Ahead>,
     settled: &mut Settled,
+    read_ahead: &mut ReadAhead,
 ) -> Result<bool, StorageError> {
     let Some(ahead) = slot.take() else {
         return Ok(false);
     };
     match ahead.wait() {
         (Ok(rows), wanted) => {
+            // The moved tasks are in the heap now: a read ahead holds no longer pending rows.
+            for row in &rows {
+                read_ahead.taken(&row.id);
+            }
             let n = refilled(st, rows, wanted).map_err(|e| StorageError::Corrupt(e.to_string()))?;
             settled.moved += n;
             Ok(n > 0)
