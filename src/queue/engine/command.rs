@@ -146,16 +146,6 @@ impl Batch {
         }
     }
 
-    /// Whether it holds pops alone (and reads: explanations).
-    pub fn only_pops(&self) -> bool {
-        self.pushes.is_empty()
-            && self.patches.is_empty()
-            && self.expiries.is_empty()
-            && self.cancels.is_empty()
-            && self.rescores.is_empty()
-            && self.refills.is_empty()
-    }
-
     /// How much work it holds: a command each, a push of several tasks one per task.
     pub fn len(&self) -> usize {
         // A push of several tasks counts each.

@@ -645,9 +645,7 @@ impl Engine {
         });
         if let Some((k, ids)) = moved {
             // The moved tasks are in the heap now, no longer pending.
-            for id in &ids {
-                self.read_ahead.taken(id);
-            }
+            self.read_ahead.moved(ids.iter().map(String::as_str));
             self.took_refill(k);
         }
     }
@@ -718,7 +716,7 @@ impl Engine {
     /// Whether a batch can be applied while a refill ahead moves pending rows: it holds nothing
     /// that may read or write one, or place a task, before a pop's backlog search (which waits
     /// for the refill itself). A patch of a task in flight that does not queue it again changes
-    /// that task alone. See [`refill`].
+    /// that task alone. See [`refill`]. The same holds the reads ahead ([`read_ahead`]) true.
     fn beside_refill(&self, batch: &Batch) -> bool {
         batch.pushes.is_empty()
             && batch.expiries.is_empty()
@@ -961,6 +959,12 @@ impl Engine {
     /// not retried (a write is never applied twice), and the caller rebuilds the heap.
     fn apply(&mut self, conn: &mut WriterConn, batch: &Batch) -> Result<Applied, StorageError> {
         let started = Instant::now();
+        // A batch that may add or change a pending row (as one a refill waits for) forgets the
+        // reads ahead, and keeps none of its own.
+        let keep = self.beside_refill(batch);
+        if !keep {
+            self.read_ahead.forget();
+        }
         let now = self.clock.now();
         let s = self.scheduler();
         let st = &mut self.state;
@@ -1030,12 +1034,6 @@ impl Engine {
                 .push(rescore::rescore(st, &mut rows, &r.body, now));
         }
         {
-            // Anything but pops may add or change pending rows (a pop whose caller had gone
-            // gives its task back): the reads ahead are forgotten, and none is kept.
-            let keep = batch.only_pops() && undelivered.is_empty();
-            if !keep {
-                self.read_ahead.forget();
-            }
             let mut reads = TableReads {
                 conn: &mut *conn,
                 scheduler: s,

@@ -10,10 +10,11 @@
 //! So a read for a key-field lookup (an organisation, images, plugin ids) takes
 //! [`READ_AHEAD`] more rows than the pop needs, and the next pops with the same filter are served
 //! from them. That is right only while nothing but pops and refills changes pending rows:
-//! whatever else may (a push, a patch, an expiry, a cancel, a re-score, a pop whose caller had
-//! gone, an explicit refill, a rebuild, a failed batch, rows changed outside the scheduler)
-//! forgets every read ahead first ([`ReadAhead::forget`]), and a pending task a pop takes or a
-//! refill moves into the heap is dropped from every read it is in ([`ReadAhead::taken`]). A read
+//! a batch that may (the rule a refill under way applies, `Engine::beside_refill`: a push, an
+//! expiry, a cancel, a re-score, an explicit refill, a pop whose caller had gone, a patch of a
+//! task not in flight or back to `queued`), a rebuild, a failed batch and a recount forget every
+//! read ahead first ([`ReadAhead::forget`]); a pending task a pop takes, or a refill moves into
+//! the heap, is dropped from every read it is in ([`ReadAhead::taken`], [`ReadAhead::moved`]). A read
 //! held this way still holds the best pending tasks matching its filter, best first: no pending
 //! row was added or changed since it was read, and a refill moves the best pending tasks, so
 //! what it leaves of a read ranks after what it moved. Beside a refill under way a pop searches
@@ -27,7 +28,7 @@
 //! hand, in SQL) is not seen by a read held before, and the pop's write is as the engine last
 //! read the row; that window is now at most this long instead of one batch.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::domain::filter::FilterNode;
@@ -54,6 +55,12 @@ struct Read {
     at: Instant,
 }
 
+impl Read {
+    fn is_for(&self, lookup: (KeyField, &[String]), filter: &FilterNode) -> bool {
+        self.lookup.0 == lookup.0 && self.lookup.1.as_slice() == lookup.1 && &self.filter == filter
+    }
+}
+
 /// The reads ahead of one engine.
 #[derive(Default)]
 pub(crate) struct ReadAhead {
@@ -75,9 +82,7 @@ impl ReadAhead {
         after: Option<&PopKey>,
         now: Instant,
     ) -> Option<Vec<TaskRow>> {
-        let read = self.reads.iter().find(|r| {
-            r.lookup.0 == lookup.0 && r.lookup.1.as_slice() == lookup.1 && &r.filter == filter
-        })?;
+        let read = self.reads.iter().find(|r| r.is_for(lookup, filter))?;
         if now.saturating_duration_since(read.at) >= READ_AHEAD_MAX_AGE {
             return None;
         }
@@ -126,9 +131,7 @@ impl ReadAhead {
             .take(limit)
             .cloned()
             .collect();
-        self.reads.retain(|r| {
-            !(r.lookup.0 == lookup.0 && r.lookup.1.as_slice() == lookup.1 && &r.filter == filter)
-        });
+        self.reads.retain(|r| !r.is_for(lookup, filter));
         if self.reads.len() == FILTERS_MAX {
             self.reads.pop_front();
         }
@@ -145,6 +148,18 @@ impl ReadAhead {
     pub fn taken(&mut self, id: &str) {
         for read in &mut self.reads {
             read.rows.retain(|r| r.id != id);
+        }
+    }
+
+    /// A refill moved these tasks into the heap: no read ahead may hand them out. One pass over
+    /// what the reads hold, whatever the refill's size (up to 10,000 tasks).
+    pub fn moved<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        if self.reads.is_empty() {
+            return;
+        }
+        let ids: HashSet<&str> = ids.into_iter().collect();
+        for read in &mut self.reads {
+            read.rows.retain(|r| !ids.contains(r.id.as_str()));
         }
     }
 
@@ -314,7 +329,7 @@ mod tests {
                 .is_none()
         );
         // The refill moved it into the heap: the rest all rank after the pick.
-        ahead.taken(&all[0].id);
+        ahead.moved([all[0].id.as_str()]);
         let served = ahead
             .serve(lookup(&org), &f, 1, &[], Some(&key(&all[0])), t0())
             .unwrap();

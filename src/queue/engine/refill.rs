@@ -335,9 +335,7 @@ pub(crate) fn settle_into(
     match ahead.wait() {
         (Ok(rows), wanted) => {
             // The moved tasks are in the heap now: a read ahead holds no longer pending rows.
-            for row in &rows {
-                read_ahead.taken(&row.id);
-            }
+            read_ahead.moved(rows.iter().map(|r| r.id.as_str()));
             let n = refilled(st, rows, wanted).map_err(|e| StorageError::Corrupt(e.to_string()))?;
             settled.moved += n;
             Ok(n > 0)
