@@ -109,6 +109,7 @@ fn batch<'a>(
         epoch,
         updates,
         dispatched,
+        taken_pending: &[],
         at: at(secs),
         lease: lease_secs.map(at),
     }
@@ -207,6 +208,85 @@ async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing()
     .await;
 }
 
+/// Pops of pending tasks straight from the backlog (perhaps from a read ahead half a second
+/// old): each moved to `dispatched` with its queue row deleted, only while the table still holds
+/// it pending; a row changed since is skipped and left as it is. Such a batch is told written or
+/// not after a broken connection like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_tasks_popped_from_the_backlog_move_only_while_pending() {
+    on_postgres(2, |pool, epoch, rows| {
+        let mut conn = storage::checkout(&pool).unwrap();
+        let pending: Vec<TaskRow> = (10..14)
+            .map(|n| TaskRow {
+                status: TaskStatus::Pending,
+                ..queued(n)
+            })
+            .collect();
+        tasks::insert(&mut conn, &pending).unwrap();
+        assert!(tasks::queue_mismatches(&mut conn).unwrap().is_empty());
+        let taken = vec![pending[0].id.clone(), pending[1].id.clone()];
+        let dispatched = vec![rows[0].id.clone()];
+        let w = FencedWrite {
+            taken_pending: &taken,
+            ..batch(epoch, &[], &dispatched, 30, Some(60))
+        };
+        assert!(w.fits());
+        let written = fenced::write(&mut conn, &w).unwrap();
+        let mut ids: Vec<&str> = written.iter().map(|r| r.id.as_str()).collect();
+        ids.sort_unstable();
+        let mut want = vec![rows[0].id.as_str(), taken[0].as_str(), taken[1].as_str()];
+        want.sort_unstable();
+        assert_eq!(ids, want, "the heap's task and the two pending ones");
+        for r in &written {
+            assert_eq!(r.status, TaskStatus::Dispatched);
+            assert_eq!((r.modified_at, r.lease_expires_at), (at(30), Some(at(60))));
+            assert!(r.data.contains("input_ooi"), "with their payload");
+        }
+        assert!(
+            tasks::queue_mismatches(&mut conn).unwrap().is_empty(),
+            "the popped tasks' queue rows deleted"
+        );
+        assert_eq!(
+            tasks::count_waiting(&mut conn, SchedulerId::Boefje, TaskStatus::Pending).unwrap(),
+            2
+        );
+
+        // Cancelled by hand since it was read: skipped, and left as the edit left it.
+        conn.batch_execute(&format!(
+            "UPDATE tasks SET status = 'cancelled' WHERE id = '{}'",
+            pending[2].id
+        ))
+        .unwrap();
+        let stale = vec![pending[2].id.clone()];
+        let w2 = FencedWrite {
+            taken_pending: &stale,
+            ..batch(epoch, &[], &[], 31, Some(61))
+        };
+        assert!(fenced::write(&mut conn, &w2).unwrap().is_empty());
+        assert_eq!(status(&mut conn, &pending[2].id), TaskStatus::Cancelled);
+
+        // A pop of a pending task whose answer was lost with the connection: found written and
+        // read back; one never sent: found not written, and written once.
+        let mut fresh = storage::checkout(&pool).unwrap();
+        let last = vec![pending[3].id.clone()];
+        let w3 = FencedWrite {
+            taken_pending: &last,
+            ..batch(epoch, &[], &[], 32, Some(62))
+        };
+        assert!(!fenced::landed(&mut fresh, &w3).unwrap());
+        let answered = fenced::recover(&mut fresh, &w3).unwrap();
+        assert_eq!(answered.len(), 1);
+        assert!(fenced::landed(&mut fresh, &w3).unwrap());
+        assert_eq!(fenced::recover(&mut fresh, &w3).unwrap(), answered);
+        assert_eq!(
+            tasks::count_waiting(&mut fresh, SchedulerId::Boefje, TaskStatus::Pending).unwrap(),
+            1,
+            "only the queue row the edit left behind"
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_connection_broke_is_found_written_or_written_once() {
     on_postgres(4, |pool, epoch, rows| {
@@ -296,4 +376,20 @@ fn only_batches_one_statement_can_write_take_that_path() {
     assert!(!w(&[], &[], 5), "nothing to write");
     let many: Vec<String> = (0..tasks::CHUNK + 1).map(|i| i.to_string()).collect();
     assert!(!w(&[], &many, 5), "more than one statement's chunk");
+    let taken = |dispatched: &[String], pending: &[String]| {
+        FencedWrite {
+            taken_pending: pending,
+            ..batch(1, &[], dispatched, 5, None)
+        }
+        .fits()
+    };
+    assert!(taken(&[], &other), "pops of pending tasks alone");
+    assert!(
+        !taken(&other, &other),
+        "a task taken from the heap and from the backlog"
+    );
+    assert!(
+        !taken(&[], &many),
+        "more than one statement's chunk of pending tasks"
+    );
 }

@@ -364,7 +364,81 @@ async fn pops_served_from_a_read_ahead_see_what_happened_since(backend: Backend)
     );
 }
 
+/// Pops from a read ahead (up to half a second old) meet rows changed behind the engine's back
+/// since: a pending task cancelled by hand, with its queue row deleted or left behind, is not
+/// handed out (nor is the batch failed on it); the next pops get the rest, once each, best first.
+async fn a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| {
+        s.queue.maxsize = MAXSIZE;
+        s.schedulers.boefje.fairness = Some(Fairness::Off);
+    })
+    .await
+    else {
+        return;
+    };
+    for i in 0..2 * MAXSIZE {
+        app.push_ok(
+            "boefje",
+            &boefje_push("org0", "nmap", Some(&format!("h{i}")), 5),
+        )
+        .await;
+    }
+    let mut x = Vec::new();
+    for i in 0..8 {
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push("orgx", "nmap", Some(&format!("x{i}")), 500 + i),
+            )
+            .await;
+        assert_eq!(t["status"], "pending");
+        x.push(id_of(&t));
+    }
+    let orgx = organisation_filter("orgx");
+    // The first pop reads ahead the rest of orgx's backlog.
+    assert_eq!(pop_one(&app, Some(&orgx)).await.as_ref(), Some(&x[0]));
+    // x1 cancelled with its queue row left behind (a careless edit), x2 with it deleted.
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "UPDATE tasks SET status = 'cancelled' WHERE id IN ('{}', '{}');
+             DELETE FROM task_queue WHERE task_id = '{}';",
+            x[1], x[2], x[2]
+        ),
+    );
+    let (mut got, mut empty) = (Vec::new(), 0);
+    while got.len() < 5 && empty < 3 {
+        // A pop whose read-ahead rows were all changed answers short once, not with an error.
+        match pop_one(&app, Some(&orgx)).await {
+            Some(id) => got.push(id),
+            None => empty += 1,
+        }
+    }
+    assert_eq!(
+        got,
+        x[3..],
+        "the rest of orgx's tasks, once each, best first"
+    );
+    assert!(empty <= 1, "{empty} empty answers while orgx's work waited");
+    assert_eq!(pop_one(&app, Some(&orgx)).await, None);
+    for id in &x[1..3] {
+        assert_eq!(
+            app.task(id).await["status"],
+            "cancelled",
+            "{id} as the edit left it"
+        );
+    }
+    // The edit finished (the queue row it left deleted), for the check of the tables at the end.
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!("DELETE FROM task_queue WHERE task_id = '{}';", x[1]),
+    );
+}
+
 crate::backend_tests!(
+    a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out,
     pops_served_from_a_read_ahead_see_what_happened_since,
     the_backlog_search_after_a_refills_picks_skips_them,
     every_pending_only_task_is_popped_and_no_answer_is_empty_while_one_waits,

@@ -28,6 +28,10 @@ pub(crate) struct BatchRows {
     waiting_by_hash: HashMap<String, Uuid>,
     /// Heap tasks popped whose rows were not read: moved `queued → dispatched` by id.
     pub dispatched: Vec<Uuid>,
+    /// Pending tasks popped straight from the backlog, read for the pop alone: moved `pending →
+    /// dispatched` by id, each only if the table still holds it pending (a read ahead may be
+    /// up to half a second old), their queue rows deleted.
+    pub taken_pending: Vec<Uuid>,
     /// Heap tasks evicted whose rows were not read: moved `queued → pending` by id.
     pub evicted: Vec<Uuid>,
     /// Heap tasks cancelled whose rows were not read: moved `queued → cancelled` by id.
@@ -52,6 +56,8 @@ pub(crate) struct Writes {
     pub evicted: Vec<String>,
     pub cancelled: Vec<String>,
     pub dispatched: Vec<String>,
+    /// Pending tasks popped from the backlog (see [`BatchRows::taken_pending`]).
+    pub taken_pending: Vec<String>,
     /// `(id, expected status, priority)`.
     pub reprioritised: Vec<(String, TaskStatus, i64)>,
     /// `(id, explanation)` for `task_scores`.
@@ -89,6 +95,7 @@ impl Writes {
             + usize::from(!self.evicted.is_empty())
             + usize::from(!self.cancelled.is_empty())
             + usize::from(!self.dispatched.is_empty())
+            + usize::from(!self.taken_pending.is_empty())
             + self.reprioritised.len().div_ceil(update_chunk.max(1))
             + self.explained.len().div_ceil(update_chunk.max(1))
             + scores
@@ -108,9 +115,9 @@ impl Writes {
             && self.refill == 0
     }
 
-    /// Queue rows these writes insert or change: tasks written as pending (pushes into a full
-    /// heap, evictions, changed pending tasks). What a refill deletes is counted once it ran;
-    /// pending tasks a pop takes straight from the backlog are few and not counted.
+    /// Queue rows these writes insert, change or delete: tasks written as pending (pushes into a
+    /// full heap, evictions, changed pending tasks) and pending tasks popped straight from the
+    /// backlog. What a refill deletes is counted once it ran.
     pub fn pending_rows(&self) -> u64 {
         let written = self
             .inserts
@@ -118,7 +125,7 @@ impl Writes {
             .chain(&self.updates)
             .filter(|r| r.status == TaskStatus::Pending)
             .count();
-        (written + self.evicted.len()) as u64
+        (written + self.evicted.len() + self.taken_pending.len()) as u64
     }
 
     /// Task rows these writes put in each status (a refill's are counted once it ran).
@@ -129,7 +136,8 @@ impl Writes {
         }
         out[status_slot(TaskStatus::Pending)] += self.evicted.len() as u64;
         out[status_slot(TaskStatus::Cancelled)] += self.cancelled.len() as u64;
-        out[status_slot(TaskStatus::Dispatched)] += self.dispatched.len() as u64;
+        out[status_slot(TaskStatus::Dispatched)] +=
+            (self.dispatched.len() + self.taken_pending.len()) as u64;
         out
     }
 }
@@ -218,6 +226,7 @@ impl BatchRows {
             .filter_map(|id| self.rows.get(id))
             .filter(|r| r.status != TaskStatus::Pending)
             .map(|r| r.id.clone())
+            .chain(self.taken_pending.iter().map(Uuid::to_string))
             .collect()
     }
 
@@ -237,6 +246,7 @@ impl BatchRows {
             evicted: self.evicted.iter().map(Uuid::to_string).collect(),
             cancelled: self.cancelled.iter().map(Uuid::to_string).collect(),
             dispatched: self.dispatched.iter().map(Uuid::to_string).collect(),
+            taken_pending: self.taken_pending.iter().map(Uuid::to_string).collect(),
             reprioritised: self
                 .reprioritised
                 .iter()
@@ -269,9 +279,10 @@ mod tests {
     use crate::queue::engine::testing::row;
 
     /// The engine refreshes the queue table's statistics after so many queue rows changed: only
-    /// pending tasks have one, so pops and patches of queued tasks must not count.
+    /// pending tasks have one, so pops and patches of queued tasks must not count, and pops of
+    /// pending tasks (which delete theirs) must.
     #[test]
-    fn only_rows_written_as_pending_count_as_queue_rows() {
+    fn only_rows_written_as_pending_or_taken_from_pending_count_as_queue_rows() {
         let with = |status: TaskStatus| {
             let (_, mut r) = row(5, 1);
             r.status = status;
@@ -287,10 +298,11 @@ mod tests {
             ],
             evicted: vec!["a".into(), "b".into()],
             dispatched: vec!["c".into(); 10],
+            taken_pending: vec!["e".into(), "f".into(), "g".into()],
             cancelled: vec!["d".into()],
             ..Writes::default()
         };
-        assert_eq!(writes.pending_rows(), 4);
+        assert_eq!(writes.pending_rows(), 7);
         assert_eq!(
             Writes {
                 dispatched: vec!["c".into(); 10],

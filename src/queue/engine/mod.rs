@@ -1104,6 +1104,7 @@ impl Engine {
                     epoch: *epoch,
                     updates: &writes.updates,
                     dispatched: &writes.dispatched,
+                    taken_pending: &writes.taken_pending,
                     at: now.naive_utc(),
                     lease,
                 })
@@ -1149,6 +1150,18 @@ impl Engine {
                 other => other?,
             }
         };
+        // A pending task popped from the backlog that the table no longer held pending was
+        // changed behind the engine's back (by hand): skipped, like a heap task no longer
+        // queued, and the backlog's count read again.
+        let skipped = writes
+            .taken_pending
+            .iter()
+            .filter(|id| Uuid::parse_str(id).is_ok_and(|id| !returned.contains_key(&id)))
+            .count();
+        if skipped > 0 {
+            warn!(scheduler.id = %s, tasks = skipped, "tasks popped from the pending backlog were no longer pending in the table (changed outside the scheduler); skipped");
+            state.pending.drift();
+        }
         // Tasks whose link met the schedule their hash had: they name that one, in the heap and
         // in their answers, as in the table.
         for (id, schedule) in relinked {
@@ -1271,7 +1284,8 @@ fn deliver(
     }
     undelivered
 }
-/// What [`write`] did beyond its statements: the rows of heap tasks dispatched by id, how many
+/// What [`write`] did beyond its statements: the rows of tasks dispatched by id (heap tasks and
+/// pending tasks taken from the backlog), how many
 /// pending tasks the refill moved, and the created tasks whose link met an existing schedule
 /// (with that schedule's id).
 type Written = (HashMap<Uuid, TaskRow>, usize, Vec<(Uuid, Option<String>)>);
@@ -1333,15 +1347,14 @@ fn write(
         )?;
     }
     let mut out = HashMap::new();
-    if !w.dispatched.is_empty() {
-        for row in tasks::transition(
-            c,
-            &w.dispatched,
-            TaskStatus::Queued,
-            TaskStatus::Dispatched,
-            at,
-            lease,
-        )? {
+    for (ids, from) in [
+        (&w.dispatched, TaskStatus::Queued),
+        (&w.taken_pending, TaskStatus::Pending),
+    ] {
+        if ids.is_empty() {
+            continue;
+        }
+        for row in tasks::transition(c, ids, from, TaskStatus::Dispatched, at, lease)? {
             out.insert(row.uuid()?, row);
         }
     }

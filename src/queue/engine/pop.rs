@@ -219,7 +219,7 @@ fn pop_matching(
         }
     }
     for (id, _) in &chosen {
-        dispatch(st, rows, *id, None, now)?;
+        dispatch(st, rows, *id, now)?;
     }
     let nothing = plan.as_ref().is_some_and(|p| p.nothing);
     // The pending count is a hint: rows changed behind the engine's back (by hand, a restore)
@@ -284,10 +284,15 @@ fn pop_matching(
             reads.taken(&row.id);
             st.pending.remove(row.hash.as_deref());
             let key = row.deduplication_key.as_deref().map(Arc::from);
-            if !rows.contains(&id) {
-                rows.load(vec![row.clone()], st.scheduler.as_str());
+            if rows.contains(&id) {
+                // Created or read by this batch: written with the rest of its row.
+                dispatch(st, rows, id, now)?;
+            } else {
+                // Read for this pop alone, perhaps from a read ahead: moved by id, and only if
+                // the table still holds it pending, so a row changed since it was read is
+                // skipped, never overwritten.
+                rows.taken_pending.push(id);
             }
-            dispatch(st, rows, id, Some(row), now)?;
             chosen.push((id, key));
         }
     }
@@ -299,11 +304,9 @@ fn dispatch(
     st: &QueueState,
     rows: &mut BatchRows,
     id: Uuid,
-    read: Option<TaskRow>,
     now: DateTime<Utc>,
 ) -> Result<(), StorageError> {
-    let known = rows.get(&id).cloned().or(read);
-    match known {
+    match rows.get(&id).cloned() {
         Some(mut row) => {
             row.status = row
                 .status
@@ -476,7 +479,11 @@ mod tests {
         let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
         assert_eq!(got, vec![leader, s1, s2], "beyond the limit, best first");
         assert!(st.heap.is_empty());
-        assert_eq!(rows.get(&s2).unwrap().status, TaskStatus::Dispatched);
+        assert_eq!(
+            rows.taken_pending,
+            vec![s2],
+            "moved by id, if still pending"
+        );
         assert!(!got.contains(&s3));
     }
 
@@ -592,7 +599,11 @@ mod tests {
         let req = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("rare")));
         let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
         assert_eq!(got, vec![r]);
-        assert_eq!(rows.get(&r).unwrap().status, TaskStatus::Dispatched);
+        assert_eq!(rows.taken_pending, vec![r], "moved by id, if still pending");
+        assert!(
+            rows.get(&r).is_none(),
+            "read for the pop alone, not written whole"
+        );
         assert_eq!(st.pending.count(), 0);
         assert!(st.heap.contains(&a), "the heap's task stays");
     }

@@ -168,6 +168,12 @@ impl PendingSet {
         self.settle();
     }
 
+    /// The table no longer held pending a task the engine took from the backlog (changed
+    /// behind its back): the count is read again.
+    pub fn drift(&mut self) {
+        self.drifted = true;
+    }
+
     /// The table says there are `count` (after a refill found fewer than counted).
     pub fn correct(&mut self, count: u64) {
         self.count = count;

@@ -1,6 +1,6 @@
-//! A queue engine's batch of the common kind — rows it changed (patches, pops of pending tasks,
-//! lease expiries) and heap tasks it dispatched — written on PostgreSQL as one autocommitted
-//! statement with the multi-instance fence inside it.
+//! A queue engine's batch of the common kind — rows it changed (patches, lease expiries), heap
+//! tasks it dispatched and pending tasks it popped straight from the backlog — written on
+//! PostgreSQL as one autocommitted statement with the multi-instance fence inside it.
 //!
 //! Written as a transaction the same batch takes five round trips: `BEGIN`, the fence's locking
 //! read, the update, the dispatch, `COMMIT`. An engine runs one batch at a time, so every round
@@ -38,6 +38,9 @@ pub struct FencedWrite<'a> {
     pub updates: &'a [TaskRow],
     /// Heap tasks dispatched (`queued → dispatched`), by id.
     pub dispatched: &'a [String],
+    /// Pending tasks popped from the backlog (`pending → dispatched`), by id; their queue rows
+    /// are deleted.
+    pub taken_pending: &'a [String],
     /// The batch's time: every row written gets it as `modified_at`.
     pub at: NaiveDateTime,
     /// The dispatched tasks' lease.
@@ -51,30 +54,36 @@ impl FencedWrite<'_> {
     pub fn fits(&self) -> bool {
         self.updates.len() <= UPDATE_CHUNK
             && self.dispatched.len() <= CHUNK
-            && !(self.updates.is_empty() && self.dispatched.is_empty())
+            && self.taken_pending.len() <= CHUNK
+            && !(self.updates.is_empty()
+                && self.dispatched.is_empty()
+                && self.taken_pending.is_empty())
             && self.updates.iter().all(|r| r.modified_at == self.at)
             && self.disjoint()
     }
 
     fn disjoint(&self) -> bool {
-        if self.updates.is_empty() || self.dispatched.is_empty() {
-            return true;
-        }
-        let dispatched: std::collections::HashSet<&str> =
-            self.dispatched.iter().map(String::as_str).collect();
-        !self
-            .updates
+        let n = self.updates.len() + self.dispatched.len() + self.taken_pending.len();
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        self.updates
             .iter()
-            .any(|r| dispatched.contains(r.id.as_str()))
+            .map(|r| r.id.as_str())
+            .chain(self.dispatched.iter().map(String::as_str))
+            .chain(self.taken_pending.iter().map(String::as_str))
+            .all(|id| seen.insert(id))
     }
 }
 
-/// Writes the batch in one statement; answers the dispatched tasks' rows (those still queued:
-/// a task no longer queued is skipped, as [`transition`] skips it). `Fenced` when another
-/// instance owns the scheduler now: then nothing was written.
+/// Writes the batch in one statement; answers the dispatched tasks' rows (heap tasks still
+/// queued and backlog tasks still pending: a task no longer in the status it was taken in is
+/// skipped, as [`transition`] skips it). `Fenced` when another instance owns the scheduler now:
+/// then nothing was written.
 pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRow>, StorageError> {
-    let ids = serde_json::to_string(w.dispatched)
-        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let json = |ids: &[String]| {
+        serde_json::to_string(ids)
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+    };
+    let (ids, pending) = (json(w.dispatched)?, json(w.taken_pending)?);
     let mut q = Sql::new(Backend::Postgres, "WITH fence AS MATERIALIZED (");
     owners::push_fence(&mut q, w.scheduler, w.instance, w.epoch);
     q.push("), moved AS (");
@@ -89,8 +98,20 @@ pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRo
         .bind(Bind::OptTime(w.lease))
         .push(&format!(
             " FROM pick WHERE tasks.id = pick.pid AND tasks.status = 'queued' \
-             AND EXISTS (SELECT 1 FROM fence) RETURNING {COLUMNS}) \
-             SELECT dispatched.* FROM fence LEFT JOIN dispatched ON true"
+             AND EXISTS (SELECT 1 FROM fence) RETURNING {COLUMNS}), \
+             pend (pid) AS (SELECT value FROM json_array_elements_text("
+        ))
+        .bind(pending)
+        .push("::json)), taken AS (UPDATE tasks SET status = 'dispatched', modified_at = ")
+        .bind(w.at)
+        .push(", lease_expires_at = ")
+        .bind(Bind::OptTime(w.lease))
+        .push(&format!(
+            " FROM pend WHERE tasks.id = pend.pid AND tasks.status = 'pending' \
+             AND EXISTS (SELECT 1 FROM fence) RETURNING {COLUMNS}), \
+             unqueued AS (DELETE FROM task_queue USING taken WHERE task_queue.task_id = taken.id) \
+             SELECT d.* FROM fence LEFT JOIN \
+             (SELECT * FROM dispatched UNION ALL SELECT * FROM taken) AS d ON true"
         ));
     let rows = q.load_prepared::<Option<TaskRow>>(conn)?;
     if rows.is_empty() {
@@ -108,7 +129,13 @@ pub fn recover(
     if !landed(conn, w)? {
         return write(conn, w);
     }
-    let mut rows = get_many(conn, w.dispatched)?;
+    let ids: Vec<String> = w
+        .dispatched
+        .iter()
+        .chain(w.taken_pending)
+        .cloned()
+        .collect();
+    let mut rows = get_many(conn, &ids)?;
     rows.retain(|r| r.status == TaskStatus::Dispatched && r.modified_at == w.at);
     Ok(rows)
 }
@@ -129,10 +156,15 @@ pub fn landed(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> QueryResult<bool
             id: &r.id,
             status: r.status.as_str(),
         })
-        .chain(w.dispatched.iter().map(|id| Written {
-            id,
-            status: TaskStatus::Dispatched.as_str(),
-        }))
+        .chain(
+            w.dispatched
+                .iter()
+                .chain(w.taken_pending)
+                .map(|id| Written {
+                    id,
+                    status: TaskStatus::Dispatched.as_str(),
+                }),
+        )
         .collect();
     let json = serde_json::to_string(&written)
         .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;

@@ -366,7 +366,8 @@ pub fn pending_matching(
             conn,
             &format!(
                 "SELECT {COLUMNS} FROM (SELECT {PENDING_JOINED} FROM task_queue q \
-                 JOIN tasks t ON t.id = q.task_id WHERE q.status = 'pending' AND q.scheduler_id = "
+                 JOIN tasks t ON t.id = q.task_id WHERE q.status = 'pending' \
+                 AND t.status = 'pending' AND q.scheduler_id = "
             ),
         );
         q.bind(scheduler.as_str());
@@ -406,7 +407,7 @@ pub fn pending_matching(
                 &format!(
                     "SELECT {COLUMNS} FROM (SELECT {PENDING_JOINED} FROM task_queue q \
                      JOIN tasks t ON t.id = q.task_id WHERE q.status = 'pending' \
-                     AND q.scheduler_id = "
+                     AND t.status = 'pending' AND q.scheduler_id = "
                 ),
             );
             q.bind(scheduler.as_str());
