@@ -278,30 +278,35 @@ async fn pop_one(app: &TestApp, filter: Option<&Value>) -> Option<String> {
     app.pop_ok("boefje", 1, filter).await.first().map(id_of)
 }
 
-/// A runner's filtered pops over the backlog are served from rows read ahead for its filter
-/// (`queue::engine::read_ahead`); what happens between them must still reach it. A better task
-/// pushed for its organisation comes out next; a task another filter took, or that a refill moved
-/// into the heap and a pop took from there, is not handed out again; the rest come out once
-/// each, best first, and then the answer is empty.
-async fn pops_served_from_a_read_ahead_see_what_happened_since(backend: Backend) {
-    // The heap's order alone: with organisations taking turns a new organisation's work would
-    // get its turn in the heap, and unfiltered pops would alternate.
-    let Some(app) = spawn_app_with(backend, |s| {
+/// An app with a heap of `MAXSIZE` in the heap's order alone, holding org0's common work, and as
+/// much again pending (with organisations taking turns a new organisation's work would get its
+/// turn in the heap, and unfiltered pops would alternate). `None`: the backend is absent.
+async fn heap_full_of_common_work(backend: Backend) -> Option<TestApp> {
+    let app = spawn_app_with(backend, |s| {
         s.queue.maxsize = MAXSIZE;
         s.schedulers.boefje.fairness = Some(Fairness::Off);
     })
-    .await
-    else {
-        return;
-    };
-    let common = 2 * MAXSIZE;
-    for i in 0..common {
+    .await?;
+    for i in 0..2 * MAXSIZE {
         app.push_ok(
             "boefje",
             &boefje_push("org0", "nmap", Some(&format!("h{i}")), 5),
         )
         .await;
     }
+    Some(app)
+}
+
+/// A runner's filtered pops over the backlog are served from rows read ahead for its filter
+/// (`queue::engine::read_ahead`); what happens between them must still reach it. A better task
+/// pushed for its organisation comes out next; a task another filter took, or that a refill moved
+/// into the heap and a pop took from there, is not handed out again; the rest come out once
+/// each, best first, and then the answer is empty.
+async fn pops_served_from_a_read_ahead_see_what_happened_since(backend: Backend) {
+    let Some(app) = heap_full_of_common_work(backend).await else {
+        return;
+    };
+    let common = 2 * MAXSIZE;
     // Twelve tasks of one organisation, ranked after all the common work: pending, all of them.
     let mut x = Vec::new();
     for i in 0..12 {
@@ -368,21 +373,9 @@ async fn pops_served_from_a_read_ahead_see_what_happened_since(backend: Backend)
 /// since: a pending task cancelled by hand, with its queue row deleted or left behind, is not
 /// handed out (nor is the batch failed on it); the next pops get the rest, once each, best first.
 async fn a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out(backend: Backend) {
-    let Some(app) = spawn_app_with(backend, |s| {
-        s.queue.maxsize = MAXSIZE;
-        s.schedulers.boefje.fairness = Some(Fairness::Off);
-    })
-    .await
-    else {
+    let Some(app) = heap_full_of_common_work(backend).await else {
         return;
     };
-    for i in 0..2 * MAXSIZE {
-        app.push_ok(
-            "boefje",
-            &boefje_push("org0", "nmap", Some(&format!("h{i}")), 5),
-        )
-        .await;
-    }
     let mut x = Vec::new();
     for i in 0..8 {
         let t = app

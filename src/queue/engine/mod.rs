@@ -1152,14 +1152,12 @@ impl Engine {
         };
         // A pending task popped from the backlog that the table no longer held pending was
         // changed behind the engine's back (by hand): skipped, like a heap task no longer
-        // queued, and the backlog's count read again.
-        let skipped = writes
+        // queued (its answer says so in the log), and the backlog's count read again.
+        if rows
             .taken_pending
             .iter()
-            .filter(|id| Uuid::parse_str(id).is_ok_and(|id| !returned.contains_key(&id)))
-            .count();
-        if skipped > 0 {
-            warn!(scheduler.id = %s, tasks = skipped, "tasks popped from the pending backlog were no longer pending in the table (changed outside the scheduler); skipped");
+            .any(|id| !returned.contains_key(id))
+        {
             state.pending.drift();
         }
         // Tasks whose link met the schedule their hash had: they name that one, in the heap and
@@ -1272,7 +1270,7 @@ fn deliver(
             warn!(
                 scheduler.id = %scheduler,
                 missing = ids.len() - found.len(),
-                "heap held tasks the table no longer has queued; skipped"
+                "popped tasks the table no longer held waiting (changed outside the scheduler); skipped"
             );
         }
         let handed: Vec<Uuid> = found.iter().map(|t| t.id).collect();

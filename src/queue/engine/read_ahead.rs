@@ -25,8 +25,9 @@
 //! rows than a pop asks for is not served: the table is read, so an answer is empty only when
 //! the table says so (rows put back by hand are found, as [`super::pop`] promises). And a read is
 //! served for [`READ_AHEAD_MAX_AGE`] at most: a pending row changed outside the scheduler (by
-//! hand, in SQL) is not seen by a read held before, and the pop's write is as the engine last
-//! read the row; that window is now at most this long instead of one batch.
+//! hand, in SQL) is not seen by a read held before. A pop's write of such a row takes it only
+//! while the table still holds it pending (`storage::tasks::fenced`), so the change is never
+//! overwritten; the pop answers without it.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};

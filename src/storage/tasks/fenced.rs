@@ -63,6 +63,15 @@ impl FencedWrite<'_> {
     }
 
     fn disjoint(&self) -> bool {
+        let sides = [
+            !self.updates.is_empty(),
+            !self.dispatched.is_empty(),
+            !self.taken_pending.is_empty(),
+        ];
+        // The common batch has one side only (pops, or patches): nothing to compare.
+        if sides.iter().filter(|&&s| s).count() < 2 {
+            return true;
+        }
         let n = self.updates.len() + self.dispatched.len() + self.taken_pending.len();
         let mut seen = std::collections::HashSet::with_capacity(n);
         self.updates
@@ -79,45 +88,54 @@ impl FencedWrite<'_> {
 /// skipped, as [`transition`] skips it). `Fenced` when another instance owns the scheduler now:
 /// then nothing was written.
 pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRow>, StorageError> {
-    let json = |ids: &[String]| {
-        serde_json::to_string(ids)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
-    };
-    let (ids, pending) = (json(w.dispatched)?, json(w.taken_pending)?);
     let mut q = Sql::new(Backend::Postgres, "WITH fence AS MATERIALIZED (");
     owners::push_fence(&mut q, w.scheduler, w.instance, w.epoch);
     q.push("), moved AS (");
     push_update_from_json(&mut q, w.updates)?;
     q.push(" AND EXISTS (SELECT 1 FROM fence) RETURNING tasks.*)")
-        .push(&pg_sync())
-        .push(", pick (pid) AS (SELECT value FROM json_array_elements_text(")
-        .bind(ids)
-        .push("::json)), dispatched AS (UPDATE tasks SET status = 'dispatched', modified_at = ")
-        .bind(w.at)
-        .push(", lease_expires_at = ")
-        .bind(Bind::OptTime(w.lease))
-        .push(&format!(
-            " FROM pick WHERE tasks.id = pick.pid AND tasks.status = 'queued' \
-             AND EXISTS (SELECT 1 FROM fence) RETURNING {COLUMNS}), \
-             pend (pid) AS (SELECT value FROM json_array_elements_text("
-        ))
-        .bind(pending)
-        .push("::json)), taken AS (UPDATE tasks SET status = 'dispatched', modified_at = ")
-        .bind(w.at)
-        .push(", lease_expires_at = ")
-        .bind(Bind::OptTime(w.lease))
-        .push(&format!(
-            " FROM pend WHERE tasks.id = pend.pid AND tasks.status = 'pending' \
-             AND EXISTS (SELECT 1 FROM fence) RETURNING {COLUMNS}), \
-             unqueued AS (DELETE FROM task_queue USING taken WHERE task_queue.task_id = taken.id) \
-             SELECT d.* FROM fence LEFT JOIN \
-             (SELECT * FROM dispatched UNION ALL SELECT * FROM taken) AS d ON true"
-        ));
+        .push(&pg_sync());
+    push_dispatch(&mut q, "dispatched", w.dispatched, TaskStatus::Queued, w)?;
+    push_dispatch(&mut q, "taken", w.taken_pending, TaskStatus::Pending, w)?;
+    q.push(
+        ", unqueued AS (DELETE FROM task_queue USING taken WHERE task_queue.task_id = taken.id) \
+         SELECT d.* FROM fence LEFT JOIN \
+         (SELECT * FROM dispatched UNION ALL SELECT * FROM taken) AS d ON true",
+    );
     let rows = q.load_prepared::<Option<TaskRow>>(conn)?;
     if rows.is_empty() {
         return Err(StorageError::Fenced(w.scheduler));
     }
     Ok(rows.into_iter().flatten().collect())
+}
+
+/// Appends `, {name}_ids (pid) AS (…), {name} AS (UPDATE tasks …)`: the tasks `ids` (one JSON
+/// bind, so the statement's text is the same for any ids) moved to `dispatched` with the batch's
+/// time and lease, each only while it still has status `was` and the fence holds, returned.
+fn push_dispatch(
+    q: &mut Sql,
+    name: &str,
+    ids: &[String],
+    was: TaskStatus,
+    w: &FencedWrite<'_>,
+) -> QueryResult<()> {
+    let ids = serde_json::to_string(ids)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    q.push(&format!(
+        ", {name}_ids (pid) AS (SELECT value FROM json_array_elements_text("
+    ))
+    .bind(ids)
+    .push(&format!(
+        "::json)), {name} AS (UPDATE tasks SET status = 'dispatched', modified_at = "
+    ))
+    .bind(w.at)
+    .push(", lease_expires_at = ")
+    .bind(Bind::OptTime(w.lease))
+    .push(&format!(
+        " FROM {name}_ids WHERE tasks.id = {name}_ids.pid AND tasks.status = '{}' \
+         AND EXISTS (SELECT 1 FROM fence) RETURNING {COLUMNS})",
+        was.as_str()
+    ));
+    Ok(())
 }
 
 /// After [`write()`] failed on a broken connection, on a fresh one: reads whether the batch was

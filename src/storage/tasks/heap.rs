@@ -387,7 +387,7 @@ pub fn pending_matching(
             .bind(want);
         q
     };
-    let mut rows: Vec<TaskRow> = match lookup {
+    let rows: Vec<TaskRow> = match lookup {
         Some((_, [])) => Vec::new(),
         Some((field, values)) if values.len() <= LOOKUP_RANGES_MAX => {
             let mut out = Vec::new();
@@ -428,14 +428,12 @@ pub fn pending_matching(
     // deleted, so the next search does not meet it again. (Not a condition of the statement:
     // a predicate on the task's status had the planner read every task of an organisation
     // through `ix_tasks_organisation`, 7 ms a search instead of 0.1.)
-    if rows.iter().any(|r| r.status != TaskStatus::Pending) {
-        let stale: Vec<&str> = rows
-            .iter()
-            .filter(|r| r.status != TaskStatus::Pending)
-            .map(|r| r.id.as_str())
-            .collect();
-        forget_stale_queue_rows(conn, &stale)?;
-        rows.retain(|r| r.status == TaskStatus::Pending);
+    let (mut rows, stale): (Vec<TaskRow>, Vec<TaskRow>) = rows
+        .into_iter()
+        .partition(|r| r.status == TaskStatus::Pending);
+    if !stale.is_empty() {
+        let ids: Vec<&str> = stale.iter().map(|r| r.id.as_str()).collect();
+        forget_stale_queue_rows(conn, &ids)?;
     }
     // Through a key field's index the bound is applied here, not in the statement: with a row
     // comparison beside the key, a planner without statistics walked the pop-order index of all
