@@ -13,6 +13,10 @@
 //! full heap, and one worker pops that image until it has them all or gets nothing for 3 s:
 //! `rare_image_popped=<n>/<K>`, and `rare_empty_answers=<e>`, the empty answers it got while
 //! some of them still waited (target 0: each sends a real runner to sleep for 10 s).
+//! Last, with both brokers stopped, the bound the server sets on the pops' ratio: the boefje
+//! engine's own batch statement on one connection, as the engine runs it, taking pending tasks
+//! (the task's update and its queue row's delete) on the first database against heap tasks (the
+//! update alone) on the second: `alone_pending_vs_heap=`.
 //!
 //! How long (this project's 2 shared CPUs): `--pending --seconds 1` about 50 s, at 5 s about 3
 //! minutes.
@@ -22,10 +26,11 @@ use std::time::{Duration, Instant};
 
 use super::harness::http::{Http, current_thread, pop_request_with, send_all};
 use super::harness::instance::{Broker, start_broker, stop_broker};
+use super::harness::pg_alone::{dispatches, ids_in, own_boefje};
 use super::harness::postgres::{
     BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, pg_exec, seed_tasks,
 };
-use super::harness::stats::{Figure, median_figure, thousands};
+use super::harness::stats::{Figure, median, median_figure, thousands};
 use super::harness::worker_pops::{
     Body, BodyFigure, Role, SideFigures, Tally, Want, body_pairs, boefje_push, burst, check_table,
     image_filter, measure_side_by_side, print_bodies, steady,
@@ -87,6 +92,8 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         0,
         p.room_completed,
     )?;
+    // The checks above count what the brokers left; what PostgreSQL alone does next uses it up.
+    let alone = alone_dispatches(o, full_db, room_db)?;
 
     println!();
     println!(
@@ -122,6 +129,16 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         ratios.push(format!("pending_vs_room_{}={:.3}", body.key(), b / r));
     }
     println!("(target ≥ 0.8 for every body)");
+    println!(
+        "PostgreSQL alone, the engine's batch statement on one connection, {ALONE_BATCH} tasks a statement (tasks/s):"
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10.0} {:>9.2}",
+        "  pending tasks (update + queue row) ÷ heap tasks",
+        alone.0,
+        alone.1,
+        alone.0 / alone.1
+    );
     let (pf, pr) = (p.push_full, p.push_room);
     println!(
         "{:<44} {:>10.0} {:>9.0} {:>9.0}",
@@ -157,6 +174,9 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.extend(body_pairs("pending", &p.figs, None));
     kv.extend(body_pairs("room", &p.room_figs, None));
     kv.extend(ratios);
+    kv.push(format!("alone_pending_dispatches_per_s={:.0}", alone.0));
+    kv.push(format!("alone_heap_dispatches_per_s={:.0}", alone.1));
+    kv.push(format!("alone_pending_vs_heap={:.3}", alone.0 / alone.1));
     kv.push(format!("pending_pushes_per_s={:.0}", pf.ops_per_sec));
     kv.push(format!("pending_push_p99_us={:.0}", pf.p99_us));
     kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));
@@ -171,6 +191,40 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.push(format!("rare_image_pending_when_pushed={}", p.rare_pending));
     kv.push(format!("pending_wall_s={wall_s:.0}"));
     Ok(kv.join(" "))
+}
+
+/// Tasks a statement in [`alone_dispatches`]: about what a batch of the organisation body's pops
+/// holds at 16 clients (pops ÷ the engine's statements in the server's log).
+const ALONE_BATCH: usize = 8;
+
+/// The bound the server sets on the ratio of pops over the backlog to pops with room: the boefje
+/// engine's own batch statement on one connection, as the engine runs it, with nothing of the
+/// broker around it (no HTTP, no heap, no search): pending tasks taken from the backlog (the
+/// task's update and its queue row's delete) on the full database, against heap tasks (the
+/// task's update alone) on the one with room, `ALONE_BATCH` a statement, in alternating rounds of
+/// `o.seconds`. Run once both brokers have stopped (the harness takes the scheduler's owner row
+/// over). Answers the medians (pending, heap), tasks a second.
+fn alone_dispatches(o: &Options, full_db: &str, room_db: &str) -> Result<(f64, f64)> {
+    eprintln!("pending: PostgreSQL alone, the engine's statement…");
+    let owners = [own_boefje(full_db)?, own_boefje(room_db)?];
+    let mut ids = [ids_in(full_db, "pending")?, ids_in(room_db, "queued")?];
+    let dbs = [full_db, room_db];
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..o.rounds {
+        let first = round % 2;
+        for side in [first, 1 - first] {
+            rates[side].push(dispatches(
+                dbs[side],
+                &owners[side],
+                &mut ids[side],
+                side == 0,
+                ALONE_BATCH,
+                o.seconds,
+            )?);
+        }
+    }
+    let [pending, heap] = rates;
+    Ok((median(pending), median(heap)))
 }
 
 /// Drops the planner's statistics of the queue tables and their indexes, so PostgreSQL plans

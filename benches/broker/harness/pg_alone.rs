@@ -3,6 +3,10 @@
 //! three engines, with no HTTP, no JSON parsing, no hashing, no heap. What durable pushes could
 //! reach on this server if the broker's own work cost nothing: the bound any build of the broker
 //! meets on the same machine, measured beside it.
+//!
+//! And what a pop's batch writes ([`dispatches`]): the engine's own fenced statement on one
+//! connection, as its engine runs it, for heap tasks and for pending tasks taken from the
+//! backlog; the bound the server sets on the ratio of the two kinds of pop.
 
 use std::time::{Duration, Instant};
 
@@ -127,4 +131,94 @@ pub fn pushes(db: &str, conns: usize, batch: usize, seconds: f64, linked: bool) 
             .map_err(|_| "PostgreSQL-alone push thread panicked")??;
     }
     Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Ids of `db`'s boefje tasks in `status`, in a random order (an organisation's or an image's
+/// tasks lie scattered through the table, as the pops that take them find them).
+pub fn ids_in(db: &str, status: &str) -> Result<Vec<String>> {
+    use diesel::{Connection, RunQueryDsl};
+    #[derive(diesel::QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        id: String,
+    }
+    let mut conn = diesel::PgConnection::establish(db)?;
+    Ok(diesel::sql_query(format!(
+        "SELECT id FROM tasks WHERE scheduler_id = 'boefje' AND status = '{status}' ORDER BY random()"
+    ))
+    .load::<Id>(&mut conn)?
+    .into_iter()
+    .map(|r| r.id)
+    .collect())
+}
+
+/// Makes this harness the owner of `db`'s boefje scheduler under a new epoch (its broker has
+/// stopped), so the engine's fenced statement writes; answers the owner's name and epoch.
+pub fn own_boefje(db: &str) -> Result<(String, i64)> {
+    const OWNER: &str = "bench-pg-alone";
+    super::postgres::pg_exec(
+        db,
+        &format!(
+            "INSERT INTO scheduler_owners (scheduler_id, owner, epoch, expires_at) \
+             VALUES ('boefje', '{OWNER}', 1, now() + interval '1 day') \
+             ON CONFLICT (scheduler_id) DO UPDATE SET owner = '{OWNER}', \
+               epoch = scheduler_owners.epoch + 1, expires_at = now() + interval '1 day'"
+        ),
+    )?;
+    let epoch = super::postgres::pg_number(
+        db,
+        "SELECT epoch AS n FROM scheduler_owners WHERE scheduler_id = 'boefje'",
+    )?;
+    Ok((OWNER.into(), epoch))
+}
+
+/// Tasks dispatched a second by the boefje engine's own batch statement
+/// (`storage::tasks::fenced`, the fence inside it) on one connection, as the engine writes a
+/// batch of pops: `batch` tasks a statement, taken from the front of `ids` (they are used up),
+/// for `seconds`. `pending`: the ids are pending tasks taken straight from the backlog (each
+/// task's update and its queue row's delete); else heap tasks, `queued` (the task's update
+/// alone). Answers tasks a second.
+pub fn dispatches(
+    db: &str,
+    owner: &(String, i64),
+    ids: &mut Vec<String>,
+    pending: bool,
+    batch: usize,
+    seconds: f64,
+) -> Result<f64> {
+    use kat_scheduler::domain::SchedulerId;
+    use kat_scheduler::storage::WriterConn;
+    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
+    let pool = storage::connect(&target, 2, Duration::from_secs(5))?;
+    let mut conn = WriterConn::checkout_engine(&pool, false)?;
+    let start = Instant::now();
+    let mut done = 0usize;
+    while start.elapsed().as_secs_f64() < seconds && ids.len() >= batch {
+        let chunk: Vec<String> = ids.drain(..batch).collect();
+        let now = chrono::Utc::now().naive_utc();
+        let (heap, backlog): (&[String], &[String]) = match pending {
+            true => (&[], &chunk),
+            false => (&chunk, &[]),
+        };
+        let w = tasks::fenced::FencedWrite {
+            scheduler: SchedulerId::Boefje,
+            instance: &owner.0,
+            epoch: owner.1,
+            updates: &[],
+            dispatched: heap,
+            taken_pending: backlog,
+            at: now,
+            lease: Some(now + chrono::Duration::minutes(10)),
+        };
+        let written = tasks::fenced::write(&mut conn, &w)?;
+        if written.len() != batch {
+            return Err(format!(
+                "the statement dispatched {} of {batch} tasks",
+                written.len()
+            )
+            .into());
+        }
+        done += batch;
+    }
+    Ok(done as f64 / start.elapsed().as_secs_f64())
 }
