@@ -458,8 +458,9 @@ impl Broker {
     }
 
     /// Sweeps every scheduler for expired leases: each such task is queued again with its
-    /// attempt count raised, or failed once it has used its attempts. The search is a read on a
-    /// pooled connection (it scans); only what it finds goes to the engines, which check again.
+    /// attempt count raised, or failed once it has used its attempts. Each engine knows its
+    /// tasks' leases (`engine::leases`): it answers which have ended from memory, then checks
+    /// each again on its row as it expires it.
     pub async fn expire_leases(&self) -> Result<ExpiryReport, QueueError> {
         let mut report = ExpiryReport::default();
         for s in SchedulerId::ALL {
@@ -477,18 +478,8 @@ impl Broker {
         if !self.is_local(s) {
             return Ok(report);
         }
-        let now = self.inner.clock.now().naive_utc();
         {
-            let ids = self
-                .read(move |c| {
-                    storage::tasks::expired_lease_ids(c, s, now, EXPIRY_BATCH)
-                        .map_err(|e| QueueError::from(StorageError::from(e)))
-                })
-                .await?;
-            let ids: Vec<Uuid> = ids
-                .iter()
-                .filter_map(|id| Uuid::parse_str(id).ok())
-                .collect();
+            let ids = self.call(s, EXPIRY_BATCH, Command::EndedLeases).await?;
             if ids.is_empty() {
                 return Ok(report);
             }

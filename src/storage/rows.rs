@@ -235,6 +235,9 @@ pub struct LiveRow {
     /// `queued`, `dispatched` or `running`.
     #[diesel(sql_type = Text)]
     pub status: TaskStatus,
+    /// When a task in flight must be heard of.
+    #[diesel(sql_type = Nullable<Timestamp>)]
+    pub lease_expires_at: Option<NaiveDateTime>,
 }
 
 /// A task hash.

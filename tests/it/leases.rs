@@ -288,7 +288,64 @@ async fn a_worker_giving_a_task_back_clears_its_lease(backend: Backend) {
     assert_eq!(app.task(&id_of(&popped)).await["attempts"], 0);
 }
 
+/// The leases a stopped process left in the table are the next one's to expire: each engine
+/// keeps its tasks' leases in memory, read back at its start, so the sweep reads no table; a
+/// lease renewed before the stop ends when it was renewed to, not before.
+async fn leases_left_by_the_last_process_end_under_the_next(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, leases).await else {
+        return;
+    };
+    for name in ["a", "b", "c"] {
+        app.push_ok("boefje", &boefje_push("org1", name, None, 3))
+            .await;
+    }
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(id_of(&app.pop_ok("boefje", 1, None).await.remove(0)));
+    }
+    // One started (run lease 100 s), one finished, one left dispatched (60 s).
+    app.advance(Duration::seconds(10));
+    assert_eq!(
+        lease_of(&patch_running(&app, &ids[0]).await),
+        app.now() + Duration::seconds(100)
+    );
+    let done = app
+        .patch_task(&ids[1], &json!({"status": "completed"}))
+        .await;
+    assert_eq!(done.status(), StatusCode::OK);
+    let app = app.restart().await;
+
+    app.advance(Duration::seconds(51));
+    let report = app.sweep().await;
+    assert_eq!(
+        report
+            .requeued
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [ids[2].clone()],
+        "the dispatch lease of the last process ended; the run lease has not"
+    );
+    assert_eq!(app.task(&ids[2]).await["status"], "queued");
+    assert_eq!(app.task(&ids[0]).await["status"], "running");
+    app.advance(Duration::seconds(50));
+    let report = app.sweep().await;
+    assert_eq!(
+        report
+            .requeued
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [ids[0].clone()]
+    );
+    let task = app.task(&ids[0]).await;
+    assert_eq!(task["status"], "queued");
+    assert_eq!(task["failure_reason"], "lease expired while running");
+    assert_eq!(app.task(&ids[1]).await["status"], "completed");
+}
+
 crate::backend_tests!(
+    leases_left_by_the_last_process_end_under_the_next,
     a_dispatched_task_not_started_in_time_is_queued_again_keeping_its_id,
     patching_running_again_renews_the_lease,
     a_task_that_uses_up_its_attempts_is_failed_with_the_reason,

@@ -30,6 +30,9 @@ pub(crate) enum Command {
     Patch(Request<PatchRequest, Task>),
     /// The watchdog: re-queue or fail these tasks if their lease has ended.
     Expire(Request<Vec<Uuid>, ExpiryReport>),
+    /// The watchdog: up to this many tasks whose lease has ended, longest ended first
+    /// (answered from memory, no transaction).
+    EndedLeases(Request<usize, Vec<Uuid>>),
     /// An object was deleted: cancel its organisation's waiting tasks for it.
     Cancel(Request<CancelObject, Vec<Uuid>>),
     /// Give waiting tasks new priorities and explanations (an event changed what their
@@ -128,6 +131,7 @@ pub(crate) struct Batch {
     pub rescores: Vec<Request<Vec<Rescored>, usize>>,
     pub refills: Vec<Request<(), usize>>,
     pub explains: Vec<Request<Uuid, Option<Wait>>>,
+    pub ended_leases: Vec<Request<usize, Vec<Uuid>>>,
 }
 
 impl Batch {
@@ -142,6 +146,7 @@ impl Batch {
             Command::Rescore(r) => self.rescores.push(r),
             Command::Refill(r) => self.refills.push(r),
             Command::Explain(r) => self.explains.push(r),
+            Command::EndedLeases(r) => self.ended_leases.push(r),
             Command::Wake | Command::Shutdown => {}
         }
     }
@@ -163,6 +168,7 @@ impl Batch {
             + self.rescores.len()
             + self.refills.len()
             + self.explains.len()
+            + self.ended_leases.len()
     }
 
     /// Whether it holds none.
@@ -205,6 +211,10 @@ impl Batch {
             explains: vec![r],
             ..Default::default()
         }));
+        out.extend(self.ended_leases.into_iter().map(|r| Batch {
+            ended_leases: vec![r],
+            ..Default::default()
+        }));
         out
     }
 
@@ -232,6 +242,9 @@ impl Batch {
             r.answer(Err(err.duplicate()));
         }
         for r in self.explains {
+            r.answer(Err(err.duplicate()));
+        }
+        for r in self.ended_leases {
             r.answer(Err(err.duplicate()));
         }
     }

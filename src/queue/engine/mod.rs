@@ -35,6 +35,7 @@ mod flush;
 use self::flush::write_turn;
 mod in_flight;
 mod lease;
+mod leases;
 mod patch;
 mod place;
 mod pop;
@@ -540,6 +541,7 @@ impl Engine {
             queued = self.state.heap.len(),
             pending = self.state.pending.count(),
             in_flight = self.state.in_flight.len(),
+            leased = self.state.leases.len(),
             heap_bytes = self.state.heap.heap_bytes(),
             duration_ms = started.elapsed().as_millis() as u64,
             "heaps rebuilt from the tasks table"
@@ -845,6 +847,10 @@ impl Engine {
             let w = explain::wait(&self.state, &self.recent_filters, r.body, now);
             r.answer(Ok(w));
         }
+        for r in std::mem::take(&mut batch.ended_leases) {
+            let ended = self.state.leases.ended(now.naive_utc(), r.body);
+            r.answer(Ok(ended));
+        }
         for r in &batch.pops {
             if let (Some(source), Some((node, plan))) = (&r.body.source, &r.body.filter) {
                 self.recent_filters.saw(source, node, plan);
@@ -897,6 +903,11 @@ impl Engine {
                     self.state
                         .in_flight
                         .record(*id, row.hash.as_deref(), row.status);
+                    if row.scheduler_id == self.state.scheduler.as_str() {
+                        self.state
+                            .leases
+                            .record(*id, row.status, row.lease_expires_at);
+                    }
                     if !matches!(row.status, TaskStatus::Dispatched | TaskStatus::Running) {
                         self.state.throttle.released(id);
                     }

@@ -11,6 +11,7 @@ use std::collections::{BinaryHeap, HashSet};
 use chrono::NaiveDateTime;
 use tracing::info;
 
+use super::leases::LeaseBook;
 use super::place::heap_task_of;
 use super::refill::{REFILL_BATCH, refilled, wanted};
 use super::state::{InFlightHashes, PENDING_HASHES_MAX, PendingSet, QueueState};
@@ -68,7 +69,7 @@ pub(crate) fn rebuild(
     let (mut queued, mut unkeyed, mut in_flight, mut bad) = (0usize, Vec::new(), Vec::new(), None);
     tasks::live_all(c, s, |row| {
         if row.status != TaskStatus::Queued {
-            in_flight.push((row.heap.id, row.heap.hash));
+            in_flight.push((row.heap.id, row.heap.hash, row.status, row.lease_expires_at));
             return;
         }
         queued += 1;
@@ -133,10 +134,12 @@ pub(crate) fn rebuild(
         }
     }
     st.in_flight = InFlightHashes::default();
-    for (id, hash) in in_flight {
+    st.leases = LeaseBook::default();
+    for (id, hash, status, lease) in in_flight {
         if let Ok(id) = uuid::Uuid::parse_str(&id) {
             st.in_flight
                 .record(id, hash.as_deref(), TaskStatus::Dispatched);
+            st.leases.record(id, status, lease);
         }
     }
     loop {

@@ -2,6 +2,7 @@
 //! pending backlog, and the clock of creation times. The rules change it; only the engine's
 //! thread owns it.
 
+use super::leases::LeaseBook;
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -29,6 +30,8 @@ pub(crate) struct QueueState {
     /// many as there are tasks in flight: workers times their local queues, plus what leases
     /// hold for dead workers until the watchdog takes it back.
     pub in_flight: InFlightHashes,
+    /// The leases of the tasks in flight, in the order they end: what the watchdog expires.
+    pub leases: LeaseBook,
     /// The dispatch limits and what counts against them.
     pub throttle: Throttle,
     /// The last `created_at` handed out, in microseconds: creation times are strictly
@@ -47,6 +50,7 @@ impl QueueState {
             limits,
             pending: PendingSet::default(),
             in_flight: InFlightHashes::default(),
+            leases: LeaseBook::default(),
             last_created: i64::MIN,
         }
     }

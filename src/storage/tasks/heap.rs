@@ -103,7 +103,7 @@ pub fn live_all(
         conn,
         scheduler,
         &format!(
-            "SELECT {HEAP_COLUMNS}, status FROM tasks \
+            "SELECT {HEAP_COLUMNS}, status, lease_expires_at FROM tasks \
              WHERE status IN ('queued', 'dispatched', 'running') AND scheduler_id = "
         ),
         each,

@@ -19,7 +19,7 @@
 //! | `fenced.rs` | a queue engine's common batch as one statement with its fence (PostgreSQL) |
 //! | `heap.rs` | the queue engines' reads of waiting work: rebuild, refill, pending for a pop |
 //! | `reads.rs` | the API's and the planner's reads: listings, counts, statistics, history |
-//! | `upkeep.rs` | the watchdog's and the pruner's statements, the after-upgrade fill, the consistency check |
+//! | `upkeep.rs` | the pruner's statement, the after-upgrade fill, the consistency check |
 //!
 //! Every statement is reachable as `storage::tasks::…`, whichever file holds it.
 

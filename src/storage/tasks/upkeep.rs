@@ -1,33 +1,8 @@
-//! Upkeep: leases past their end, finished tasks past their retention, key columns filled in
-//! after an upgrade, and the check that `tasks` and `task_queue` agree.
+//! Upkeep: finished tasks past their retention, key columns filled in after an upgrade, and the
+//! check that `tasks` and `task_queue` agree. (Leases past their end are found in the engines'
+//! memory: `queue::engine::leases`.)
 
 use super::*;
-
-/// Ids of dispatched or running tasks of `scheduler` whose lease ended before `now`, oldest lease
-/// first. There is no index on leases (every pop would have to update it), so this scans; the
-/// watchdog runs it on a pooled connection, never on an engine's.
-pub fn expired_lease_ids(
-    conn: &mut AnyConnection,
-    scheduler: SchedulerId,
-    now: NaiveDateTime,
-    limit: usize,
-) -> QueryResult<Vec<String>> {
-    #[derive(diesel::QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        id: String,
-    }
-    let mut q = sql(
-        conn,
-        "SELECT id FROM tasks WHERE status IN ('dispatched', 'running') AND scheduler_id = ",
-    );
-    q.bind(scheduler.as_str())
-        .push(" AND lease_expires_at < ")
-        .bind(now)
-        .push(" ORDER BY lease_expires_at LIMIT ")
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    Ok(q.load::<Row>(conn)?.into_iter().map(|r| r.id).collect())
-}
 
 /// Deletes up to `limit` finished tasks (completed, failed, cancelled) last changed before
 /// `before`; answers how many. No index holds the status (a pop would write it), so the search
