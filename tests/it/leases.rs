@@ -355,3 +355,46 @@ crate::backend_tests!(
     a_late_result_is_taken_and_the_copy_waiting_again_withdrawn,
     a_late_result_after_the_task_was_handed_out_again_completes_it,
 );
+
+/// The engine's connection cut under a pop: the batch is written (or found written) on a fresh
+/// one, and the lease it gave is the watchdog's to end all the same, from the rows the engine
+/// read back rather than from a scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_whose_connection_was_cut_keeps_a_lease_that_ends() {
+    use diesel::{Connection, PgConnection, RunQueryDsl};
+    let Some(app) = spawn_app_with(Backend::Postgres, leases).await else {
+        return;
+    };
+    let pushed = app
+        .push_ok("boefje", &boefje_push("org1", "dns", None, 3))
+        .await;
+    let uri = app.db.uri.clone();
+    let name = uri.rsplit('/').next().unwrap().to_owned();
+    let killed = tokio::task::spawn_blocking(move || {
+        let mut admin = PgConnection::establish(&uri).unwrap();
+        diesel::sql_query(format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        ))
+        .execute(&mut admin)
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(killed >= 1, "the service's connections were there to close");
+    let popped = app.pop_ok("boefje", 1, None).await.remove(0);
+    assert_eq!(popped["id"], pushed["id"]);
+    assert_eq!(app.task(&id_of(&pushed)).await["status"], "dispatched");
+
+    app.advance(Duration::seconds(61));
+    let report = app.sweep().await;
+    assert_eq!(
+        report
+            .requeued
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [id_of(&pushed)]
+    );
+    assert_eq!(app.task(&id_of(&pushed)).await["status"], "queued");
+}
