@@ -473,25 +473,20 @@ impl Broker {
 
     /// The lease sweep of one scheduler (see [`Broker::expire_leases`]).
     pub async fn expire_leases_of(&self, s: SchedulerId) -> Result<ExpiryReport, QueueError> {
-        let mut report = ExpiryReport::default();
         // The owner sweeps its own schedulers; the others are its business.
         if !self.is_local(s) {
-            return Ok(report);
+            return Ok(ExpiryReport::default());
         }
-        {
-            let ids = self.call(s, EXPIRY_BATCH, Command::EndedLeases).await?;
-            if ids.is_empty() {
-                return Ok(report);
-            }
-            let r = self.call(s, ids, Command::Expire).await?;
-            self.inner.gauges.metrics.lease_expiries(
-                s,
-                r.requeued.len() as u64,
-                r.failed.len() as u64,
-            );
-            report.requeued.extend(r.requeued);
-            report.failed.extend(r.failed);
+        let ids = self.call(s, EXPIRY_BATCH, Command::EndedLeases).await?;
+        if ids.is_empty() {
+            return Ok(ExpiryReport::default());
         }
+        let report = self.call(s, ids, Command::Expire).await?;
+        self.inner.gauges.metrics.lease_expiries(
+            s,
+            report.requeued.len() as u64,
+            report.failed.len() as u64,
+        );
         Ok(report)
     }
 
