@@ -460,7 +460,7 @@ impl Broker {
     /// Sweeps every scheduler for expired leases: each such task is queued again with its
     /// attempt count raised, or failed once it has used its attempts. Each engine knows its
     /// tasks' leases (`engine::leases`): it answers which have ended from memory, then checks
-    /// each again on its row as it expires it.
+    /// each again on its row, read from the table, as it expires it.
     pub async fn expire_leases(&self) -> Result<ExpiryReport, QueueError> {
         let mut report = ExpiryReport::default();
         for s in SchedulerId::ALL {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection};
+use diesel::{Connection, PgConnection, SqliteConnection};
 use kat_scheduler::clock::{Clock, ManualClock};
 use kat_scheduler::config::Settings;
 use kat_scheduler::startup::Application;
@@ -664,4 +664,40 @@ impl Rng {
     pub fn pick<T: Clone>(&mut self, items: &[T]) -> T {
         items[self.below(items.len())].clone()
     }
+}
+
+/// Runs `sql` on the app's database, as an administrator or a restore would: behind its back.
+pub fn behind_its_back(backend: Backend, uri: &str, sql: &str) {
+    match backend {
+        Backend::Postgres => PgConnection::establish(uri)
+            .expect("connect")
+            .batch_execute(sql)
+            .expect("sql"),
+        Backend::Sqlite => {
+            let path = uri.strip_prefix("sqlite://").expect("sqlite uri");
+            SqliteConnection::establish(path)
+                .expect("connect")
+                .batch_execute(sql)
+                .expect("sql")
+        }
+    }
+}
+
+/// Closes every connection the service holds to the PostgreSQL database at `uri`, as the server
+/// does when it restarts or an administrator ends the sessions; answers how many it closed.
+pub async fn terminate_connections(uri: &str) -> usize {
+    use diesel::RunQueryDsl;
+    let uri = uri.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let name = uri.rsplit('/').next().unwrap().to_owned();
+        let mut admin = PgConnection::establish(&uri).unwrap();
+        diesel::sql_query(format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        ))
+        .execute(&mut admin)
+        .unwrap()
+    })
+    .await
+    .unwrap()
 }

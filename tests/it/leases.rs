@@ -26,6 +26,11 @@ async fn patch_running(app: &TestApp, id: &str) -> Value {
         .unwrap()
 }
 
+/// The ids a sweep queued again.
+fn requeued(report: &kat_scheduler::queue::ExpiryReport) -> Vec<String> {
+    report.requeued.iter().map(ToString::to_string).collect()
+}
+
 fn lease_of(task: &Value) -> chrono::DateTime<chrono::Utc> {
     task["lease_expires_at"].as_str().unwrap().parse().unwrap()
 }
@@ -318,11 +323,7 @@ async fn leases_left_by_the_last_process_end_under_the_next(backend: Backend) {
     app.advance(Duration::seconds(51));
     let report = app.sweep().await;
     assert_eq!(
-        report
-            .requeued
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>(),
+        requeued(&report),
         [ids[2].clone()],
         "the dispatch lease of the last process ended; the run lease has not"
     );
@@ -330,21 +331,58 @@ async fn leases_left_by_the_last_process_end_under_the_next(backend: Backend) {
     assert_eq!(app.task(&ids[0]).await["status"], "running");
     app.advance(Duration::seconds(50));
     let report = app.sweep().await;
-    assert_eq!(
-        report
-            .requeued
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>(),
-        [ids[0].clone()]
-    );
+    assert_eq!(requeued(&report), [ids[0].clone()]);
     let task = app.task(&ids[0]).await;
     assert_eq!(task["status"], "queued");
     assert_eq!(task["failure_reason"], "lease expired while running");
     assert_eq!(app.task(&ids[1]).await["status"], "completed");
 }
 
+/// A lease changed in the table behind the engine's back (an operator giving a long scan more
+/// time) stands: the engine's memory says it has ended, but the expiry reads the task from the
+/// table, leaves it with its holder, and keeps the new lease from then on.
+async fn a_lease_lengthened_behind_the_engines_back_stands(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, leases).await else {
+        return;
+    };
+    let pushed = app
+        .push_ok("boefje", &boefje_push("org1", "dns", None, 3))
+        .await;
+    let id = id_of(&app.pop_ok("boefje", 1, None).await.remove(0));
+    let an_hour_more = match backend {
+        Backend::Postgres => format!(
+            "UPDATE tasks SET lease_expires_at = lease_expires_at + interval '1 hour' WHERE id = '{id}'"
+        ),
+        Backend::Sqlite => format!(
+            "UPDATE tasks SET lease_expires_at = \
+             strftime('%Y-%m-%d %H:%M:%f', lease_expires_at, '+1 hour') WHERE id = '{id}'"
+        ),
+    };
+    behind_its_back(backend, &app.db.uri, &an_hour_more);
+
+    app.advance(Duration::seconds(61));
+    assert_eq!(
+        app.sweep().await,
+        Default::default(),
+        "the table's lease has an hour to go"
+    );
+    let task = app.task(&id).await;
+    assert_eq!(task["status"], "dispatched");
+    assert_eq!(task["attempts"], 0);
+    assert!(
+        lease_of(&task) > app.now() + Duration::minutes(55),
+        "{task}"
+    );
+    // Read once, the new lease is the engine's: it ends an hour after the first.
+    app.advance(Duration::minutes(59));
+    assert_eq!(app.sweep().await, Default::default());
+    app.advance(Duration::minutes(2));
+    assert_eq!(requeued(&app.sweep().await), [id_of(&pushed)]);
+    assert_eq!(app.task(&id).await["status"], "queued");
+}
+
 crate::backend_tests!(
+    a_lease_lengthened_behind_the_engines_back_stands,
     leases_left_by_the_last_process_end_under_the_next,
     a_dispatched_task_not_started_in_time_is_queued_again_keeping_its_id,
     patching_running_again_renews_the_lease,
@@ -361,26 +399,13 @@ crate::backend_tests!(
 /// read back rather than from a scan.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pop_whose_connection_was_cut_keeps_a_lease_that_ends() {
-    use diesel::{Connection, PgConnection, RunQueryDsl};
     let Some(app) = spawn_app_with(Backend::Postgres, leases).await else {
         return;
     };
     let pushed = app
         .push_ok("boefje", &boefje_push("org1", "dns", None, 3))
         .await;
-    let uri = app.db.uri.clone();
-    let name = uri.rsplit('/').next().unwrap().to_owned();
-    let killed = tokio::task::spawn_blocking(move || {
-        let mut admin = PgConnection::establish(&uri).unwrap();
-        diesel::sql_query(format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-        ))
-        .execute(&mut admin)
-        .unwrap()
-    })
-    .await
-    .unwrap();
+    let killed = terminate_connections(&app.db.uri).await;
     assert!(killed >= 1, "the service's connections were there to close");
     let popped = app.pop_ok("boefje", 1, None).await.remove(0);
     assert_eq!(popped["id"], pushed["id"]);
@@ -388,13 +413,6 @@ async fn a_pop_whose_connection_was_cut_keeps_a_lease_that_ends() {
 
     app.advance(Duration::seconds(61));
     let report = app.sweep().await;
-    assert_eq!(
-        report
-            .requeued
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>(),
-        [id_of(&pushed)]
-    );
+    assert_eq!(requeued(&report), [id_of(&pushed)]);
     assert_eq!(app.task(&id_of(&pushed)).await["status"], "queued");
 }

@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use diesel::{Connection, PgConnection, RunQueryDsl};
 use serde_json::{Value, json};
 
 use crate::child::ChildApp;
@@ -128,21 +127,7 @@ async fn a_dropped_database_connection_costs_no_request_and_no_heap_rebuild() {
     let mut recovered = 0;
     for round in 0..2 {
         // Every connection of the service, closed by the server.
-        let (uri, name) = (
-            db.uri.clone(),
-            db.uri.rsplit('/').next().unwrap().to_owned(),
-        );
-        let killed = tokio::task::spawn_blocking(move || {
-            let mut admin = PgConnection::establish(&uri).unwrap();
-            diesel::sql_query(format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-            ))
-            .execute(&mut admin)
-            .unwrap()
-        })
-        .await
-        .unwrap();
+        let killed = terminate_connections(&db.uri).await;
         assert!(killed >= 2, "the service's connections were there to close");
         for _ in 0..2 {
             let (status, body) = pop(&client, &app).await;

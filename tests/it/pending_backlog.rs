@@ -3,8 +3,6 @@
 //! empty answer sends a runner to sleep for its poll interval). Also when the engine's count of
 //! pending tasks is wrong: rows changed behind its back, either way, and after a restart.
 
-use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection, SqliteConnection};
 use serde_json::{Value, json};
 
 use crate::helpers::*;
@@ -16,23 +14,6 @@ const RARE: &str = "ghcr.io/minvws/openkat/rare-scanner:latest";
 fn rare_filter() -> Value {
     json!({"filters": [{"column": "data", "field": "boefje__oci_image", "operator": "in",
         "value": [RARE]}]})
-}
-
-/// Runs `sql` on the app's database, as an administrator or a restore would: behind its back.
-fn behind_its_back(backend: Backend, uri: &str, sql: &str) {
-    match backend {
-        Backend::Postgres => PgConnection::establish(uri)
-            .expect("connect")
-            .batch_execute(sql)
-            .expect("sql"),
-        Backend::Sqlite => {
-            let path = uri.strip_prefix("sqlite://").expect("sqlite uri");
-            SqliteConnection::establish(path)
-                .expect("connect")
-                .batch_execute(sql)
-                .expect("sql")
-        }
-    }
 }
 
 fn id_list(ids: &[String]) -> String {

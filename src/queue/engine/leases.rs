@@ -9,10 +9,10 @@
 //! writes every row of its scheduler and reads back what each batch committed, and a rebuild
 //! (start, takeover, a failed batch) reads the tasks in flight with the queued ones: so it knows
 //! every lease the table holds, and the tasks whose lease has ended are the front of this book.
-//! The rule that expires them reads each row again ([`super::lease::expire`]).
-//!
-//! A lease changed in SQL behind the engine's back is seen at the next rebuild, as every such
-//! change is (docs/OPERATIONS.md).
+//! The rule that expires them reads each of those rows from the table, not from the engine's
+//! memory ([`super::lease::expire`]), so a lease lengthened in SQL behind the engine's back
+//! stands (and is the book's from then on); one shortened in SQL is seen at the next rebuild,
+//! as every such change is (docs/OPERATIONS.md).
 
 use std::collections::{BTreeSet, HashMap};
 

@@ -985,17 +985,23 @@ impl Engine {
         let needs = push::reads(st, batch.pushes.iter().flat_map(|r| &r.body));
         let mut ids = needs.ids;
         ids.extend(batch.patches.iter().map(|r| r.body.id.to_string()));
-        ids.extend(
-            batch
-                .expiries
-                .iter()
-                .flat_map(|r| r.body.iter().map(Uuid::to_string)),
-        );
         let undelivered = std::mem::take(&mut self.undelivered);
         ids.extend(undelivered.iter().map(Uuid::to_string));
+        // A task whose lease the engine's memory says has ended is read from the table, never
+        // from memory: expiring it may fail it for good, and a lease changed behind the engine's
+        // back (an operator giving a long scan more time) must stand. Expiries are few.
+        let mut expiring: Vec<String> = batch
+            .expiries
+            .iter()
+            .flat_map(|r| r.body.iter().map(Uuid::to_string))
+            .collect();
+        expiring.sort_unstable();
+        ids.retain(|id| expiring.binary_search(id).is_err());
         ids.sort_unstable();
         ids.dedup();
         rows.load(self.in_flight.take_known(&mut ids), s.as_str());
+        ids.extend(expiring);
+        ids.dedup();
         let read = |c: &mut AnyConnection| -> Result<(Vec<TaskRow>, Vec<TaskRow>), StorageError> {
             let by_id = match ids.is_empty() {
                 true => Vec::new(),
