@@ -16,7 +16,9 @@
 //! Last, with both brokers stopped, the bound the server sets on the pops' ratio: the boefje
 //! engine's own batch statement on one connection, as the engine runs it, taking pending tasks
 //! (the task's update and its queue row's delete) on the first database against heap tasks (the
-//! update alone) on the second: `alone_pending_vs_heap=`.
+//! update alone) on the second: `alone_pending_vs_heap=`. Before that, on the first database, a
+//! backlog search for each organisation's best 65 pending tasks on an engine's connection, joined
+//! to `tasks` against from the queue rows alone: `search_queue_rows_vs_joined=`.
 //!
 //! How long (this project's 2 shared CPUs): `--pending --seconds 1` about 50 s, at 5 s about 3
 //! minutes.
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::harness::http::{Http, current_thread, pop_request_with, send_all};
 use super::harness::instance::{Broker, start_broker, stop_broker};
-use super::harness::pg_alone::{dispatches, ids_in, own_boefje};
+use super::harness::pg_alone::{dispatches, ids_in, own_boefje, searches};
 use super::harness::postgres::{
     BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, pg_exec, seed_tasks,
 };
@@ -92,6 +94,10 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         0,
         p.room_completed,
     )?;
+    // What a backlog search for an organisation costs, read both ways, on what the brokers
+    // left (before PostgreSQL alone uses the pending tasks up).
+    eprintln!("pending: backlog searches, joined and from the queue rows alone…");
+    let search_us = searches(full_db, SEARCH_ROWS, 5)?;
     // The checks above count what the brokers left; what PostgreSQL alone does next uses it up.
     let alone = alone_dispatches(o, full_db, room_db)?;
 
@@ -139,6 +145,16 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         alone.1,
         alone.0 / alone.1
     );
+    println!(
+        "a backlog search for one organisation's best {SEARCH_ROWS} pending tasks, on the engine's connection (median µs):"
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10.0} {:>9.2}",
+        "  queue rows alone ÷ joined to tasks",
+        search_us.1,
+        search_us.0,
+        search_us.1 / search_us.0
+    );
     let (pf, pr) = (p.push_full, p.push_room);
     println!(
         "{:<44} {:>10.0} {:>9.0} {:>9.0}",
@@ -177,6 +193,12 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.push(format!("alone_pending_dispatches_per_s={:.0}", alone.0));
     kv.push(format!("alone_heap_dispatches_per_s={:.0}", alone.1));
     kv.push(format!("alone_pending_vs_heap={:.3}", alone.0 / alone.1));
+    kv.push(format!("search_joined_us={:.0}", search_us.0));
+    kv.push(format!("search_queue_rows_us={:.0}", search_us.1));
+    kv.push(format!(
+        "search_queue_rows_vs_joined={:.3}",
+        search_us.1 / search_us.0
+    ));
     kv.push(format!("pending_pushes_per_s={:.0}", pf.ops_per_sec));
     kv.push(format!("pending_push_p99_us={:.0}", pf.p99_us));
     kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));
@@ -192,6 +214,10 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.push(format!("pending_wall_s={wall_s:.0}"));
     Ok(kv.join(" "))
 }
+
+/// Rows a backlog search reads in the search comparison: one pop's and the read ahead's
+/// (`queue::engine::read_ahead`, 64).
+const SEARCH_ROWS: usize = 65;
 
 /// Tasks a statement in [`alone_dispatches`]: about what a batch of the organisation body's pops
 /// holds at 16 clients (pops ÷ the engine's statements in the server's log).

@@ -190,7 +190,41 @@ pub struct HeapRow {
     pub deduplication_key: Option<String>,
 }
 
+impl From<&TaskRow> for HeapRow {
+    fn from(r: &TaskRow) -> HeapRow {
+        HeapRow {
+            id: r.id.clone(),
+            priority: r.priority,
+            created_at: r.created_at,
+            modified_at: r.modified_at,
+            hash: r.hash.clone(),
+            schedule_id: r.schedule_id.clone(),
+            organisation: r.organisation.clone(),
+            plugin_id: r.plugin_id.clone(),
+            oci_image: r.oci_image.clone(),
+            input_ooi: r.input_ooi.clone(),
+            deduplication_key: r.deduplication_key.clone(),
+        }
+    }
+}
+
 impl HeapRow {
+    /// The decoded id.
+    pub fn uuid(&self) -> Result<Uuid, StorageError> {
+        Uuid::parse_str(&self.id)
+            .map_err(|_| StorageError::Corrupt(format!("task id '{}' is not a UUID", self.id)))
+    }
+
+    /// Its values of the keys dispatch limits count by.
+    pub fn key_values(&self) -> crate::domain::politeness::KeyValues<'_> {
+        crate::domain::politeness::KeyValues {
+            plugin_id: self.plugin_id.as_deref(),
+            oci_image: self.oci_image.as_deref(),
+            input_ooi: self.input_ooi.as_deref(),
+            organisation: Some(&self.organisation),
+        }
+    }
+
     /// Its value of a key field.
     pub fn key(&self, field: crate::domain::keys::KeyField) -> Option<&str> {
         use crate::domain::keys::KeyField;

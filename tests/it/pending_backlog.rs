@@ -407,7 +407,57 @@ async fn a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out(bac
     // of the tables when the app stops finds nothing out of step).
 }
 
+/// A filter with a key field and more: the backlog search reads the key field's queue rows and
+/// decides the rest on them (`queue::engine::backlog`). When every row it read was turned down and
+/// there may be more, the matches further down are still found: seventy tasks of `orgx` rank
+/// before its three of priority ≥ 600, more than one search reads (a pop's limit and the
+/// read ahead: 65).
+async fn matches_below_the_rows_a_filter_turns_down_are_found(backend: Backend) {
+    let Some(app) = heap_full_of_common_work(backend).await else {
+        return;
+    };
+    for i in 0..70 {
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push("orgx", "nmap", Some(&format!("early{i}")), 500 + i),
+            )
+            .await;
+        assert_eq!(t["status"], "pending");
+    }
+    let mut late = Vec::new();
+    for i in 0..3 {
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push("orgx", "nmap", Some(&format!("late{i}")), 600 + i),
+            )
+            .await;
+        assert_eq!(t["status"], "pending");
+        late.push(id_of(&t));
+    }
+    let late_only = json!({"filters": [
+        {"column": "organisation", "operator": "==", "value": "orgx"},
+        {"column": "priority", "operator": ">=", "value": 600}
+    ]});
+    let mut got = Vec::new();
+    while let Some(id) = pop_one(&app, Some(&late_only)).await {
+        got.push(id);
+        assert!(got.len() <= late.len(), "popped more than matched: {got:?}");
+    }
+    assert_eq!(
+        got, late,
+        "every match, best first, and then an empty answer"
+    );
+    // The organisation's other tasks are all still there, best first.
+    let first = pop_one(&app, Some(&organisation_filter("orgx")))
+        .await
+        .unwrap();
+    assert_eq!(app.task(&first).await["priority"], 500);
+}
+
 crate::backend_tests!(
+    matches_below_the_rows_a_filter_turns_down_are_found,
     a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out,
     pops_served_from_a_read_ahead_see_what_happened_since,
     the_backlog_search_after_a_refills_picks_skips_them,

@@ -222,3 +222,60 @@ pub fn dispatches(
     }
     Ok(done as f64 / start.elapsed().as_secs_f64())
 }
+
+/// What a backlog search for one organisation costs on the engine's connection, read both ways:
+/// joined to `tasks` (`storage::tasks::pending_matching`, the filter in the statement), and from
+/// the queue rows alone (`storage::tasks::pending_keyed`, as the engine searches for a runner's
+/// filter since `queue::engine::backlog`). `rows` a search (a pop's and the read ahead's), every
+/// organisation of the seeded table once a pass, the two ways alternating, `passes` times.
+/// Answers the medians in microseconds (joined, queue rows alone).
+pub fn searches(db: &str, rows: usize, passes: usize) -> Result<(f64, f64)> {
+    use kat_scheduler::domain::SchedulerId;
+    use kat_scheduler::domain::filter::{Column, FilterNode};
+    use kat_scheduler::domain::keys::KeyField;
+    use kat_scheduler::storage::WriterConn;
+    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
+    let pool = storage::connect(&target, 2, Duration::from_secs(5))?;
+    let mut conn = WriterConn::checkout_engine(&pool, false)?;
+    let (mut joined, mut alone) = (Vec::new(), Vec::new());
+    for pass in 0..passes {
+        for k in 0..super::postgres::ORGS {
+            let org = [format!("org{k}")];
+            let filter = FilterNode::equals(Column::Organisation, &[], &org[0]);
+            let lookup = Some((KeyField::Organisation, &org[..]));
+            for way in [pass % 2, 1 - pass % 2] {
+                let began = Instant::now();
+                let found = if way == 0 {
+                    tasks::pending_matching(
+                        &mut conn,
+                        SchedulerId::Boefje,
+                        lookup,
+                        &filter,
+                        rows,
+                        &[],
+                        None,
+                    )?
+                    .len()
+                } else {
+                    tasks::pending_keyed(
+                        &mut conn,
+                        SchedulerId::Boefje,
+                        KeyField::Organisation,
+                        &org,
+                        rows,
+                    )?
+                    .len()
+                };
+                let us = began.elapsed().as_secs_f64() * 1e6;
+                if found == 0 {
+                    continue;
+                }
+                match way {
+                    0 => joined.push(us),
+                    _ => alone.push(us),
+                }
+            }
+        }
+    }
+    Ok((super::stats::median(joined), super::stats::median(alone)))
+}

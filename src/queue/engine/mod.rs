@@ -27,6 +27,7 @@
 //! batch, and retries the failed batch's commands one by one, so one bad command cannot fail the
 //! others. A lost database is answered 503 at once until it returns.
 
+mod backlog;
 mod batch;
 mod cancel;
 pub(crate) mod command;
@@ -76,7 +77,7 @@ use crate::domain::keys::KeyField;
 use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{ByStatus, status_slot};
 use crate::ownership::Ownership;
-use crate::storage::rows::{PopKey, TaskRow};
+use crate::storage::rows::{HeapRow, PopKey, TaskRow};
 use crate::storage::{
     self, AnyConnection, Backend, DbPool, StorageError, WriterConn, owners, tasks,
 };
@@ -186,6 +187,7 @@ pub(crate) fn start_all(
             analysing: None,
             settled: refill::Settled::default(),
             read_ahead: read_ahead::ReadAhead::default(),
+            stale_queue_rows: Vec::new(),
         };
         let join = std::thread::Builder::new()
             .name(format!("engine-{s}"))
@@ -286,6 +288,9 @@ struct Engine {
     settled: refill::Settled,
     /// Pending tasks read ahead for the filters pops searched the backlog with.
     read_ahead: read_ahead::ReadAhead,
+    /// Pending tasks a pop's write skipped (no longer pending in the table), whose queue rows
+    /// the upkeep deletes if their task is still not pending.
+    stale_queue_rows: Vec<String>,
 }
 
 /// What a committed batch came to.
@@ -299,6 +304,9 @@ struct Applied {
     moved: ByStatus,
     /// Queue rows written or deleted (pending tasks only have one), for [`ANALYSE_AFTER`].
     queue_rows: u64,
+    /// Pending tasks popped from the backlog that the write skipped: the table no longer held
+    /// them pending.
+    skipped_pending: Vec<String>,
 }
 
 /// What a batch decided, per command, before it is written.
@@ -338,36 +346,40 @@ impl Reads for TableReads<'_> {
         skip: &[String],
         after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError> {
+        Ok(tasks::pending_matching(
+            self.conn,
+            self.scheduler,
+            lookup,
+            filter,
+            limit,
+            skip,
+            after,
+        )?)
+    }
+
+    fn pending_to_pop(&mut self, s: &backlog::Search<'_>) -> Result<Vec<HeapRow>, StorageError> {
         // A search without a key field (a probe of the backlog's head only) is read as it is.
-        match lookup {
+        match s.lookup {
             // Beside a refill under way, a pop searches only after its picks (`after`), where no
             // match of its filter is being moved.
             Some(lookup) if self.keep => {
                 let now = Instant::now();
-                if let Some(rows) = self.ahead.serve(lookup, filter, limit, skip, after, now) {
+                if let Some(rows) = self
+                    .ahead
+                    .serve(lookup, s.filter, s.limit, s.skip, s.after, now)
+                {
                     return Ok(rows);
                 }
-                let wanted = read_ahead::ReadAhead::wanted(limit);
-                let found = tasks::pending_matching(
-                    self.conn,
-                    self.scheduler,
-                    Some(lookup),
-                    filter,
-                    wanted,
-                    skip,
-                    after,
-                )?;
-                Ok(self.ahead.keep(lookup, filter, limit, skip, found, now))
+                let wide = backlog::Search {
+                    limit: read_ahead::ReadAhead::wanted(s.limit),
+                    ..*s
+                };
+                let found = backlog::search(self.conn, self.scheduler, &wide)?;
+                Ok(self
+                    .ahead
+                    .keep(lookup, s.filter, s.limit, s.skip, found, now))
             }
-            _ => Ok(tasks::pending_matching(
-                self.conn,
-                self.scheduler,
-                lookup,
-                filter,
-                limit,
-                skip,
-                after,
-            )?),
+            _ => backlog::search(self.conn, self.scheduler, s),
         }
     }
 
@@ -563,9 +575,20 @@ impl Engine {
             return;
         }
         let s = self.scheduler();
+        // A write that skipped a pending task marked the count for a recount (`drift`).
         if self.state.pending.needs_recount() {
             // Rows changed outside the scheduler: no read ahead is to be trusted.
             self.read_ahead.forget();
+            // A queue row whose task was changed by hand is met by every search of the backlog
+            // (which reads queue rows alone, `backlog`) until it is gone: deleted, if its task
+            // is still not pending.
+            let stale = std::mem::take(&mut self.stale_queue_rows);
+            if !stale.is_empty() {
+                let ids: Vec<&str> = stale.iter().map(String::as_str).collect();
+                self.on_connection("stale queue rows", |c, _| {
+                    Ok(tasks::forget_stale_queue_rows(c, &ids)?)
+                });
+            }
             // A refill under way changes what the count reads.
             self.settle_refill(true);
             if self.dirty {
@@ -881,8 +904,10 @@ impl Engine {
                 statements,
                 moved,
                 queue_rows,
+                skipped_pending,
             }) => {
                 self.conn = Some(conn);
+                self.stale_queue_rows.extend(skipped_pending);
                 counters.batches.fetch_add(1, Ordering::Relaxed);
                 counters
                     .commands
@@ -1170,11 +1195,13 @@ impl Engine {
         // A pending task popped from the backlog that the table no longer held pending was
         // changed behind the engine's back (by hand): skipped, like a heap task no longer
         // queued (its answer says so in the log), and the backlog's count read again.
-        if rows
+        let skipped_pending: Vec<String> = rows
             .taken_pending
             .iter()
-            .any(|id| !returned.contains_key(id))
-        {
+            .filter(|id| !returned.contains_key(id))
+            .map(Uuid::to_string)
+            .collect();
+        if !skipped_pending.is_empty() {
             state.pending.drift();
         }
         // Tasks whose link met the schedule their hash had: they name that one, in the heap and
@@ -1203,6 +1230,7 @@ impl Engine {
             statements,
             moved,
             queue_rows,
+            skipped_pending,
         })
     }
 

@@ -16,6 +16,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::backlog::Search;
 use super::batch::BatchRows;
 use super::command::PopRequest;
 use super::state::QueueState;
@@ -27,7 +28,7 @@ use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::{DEDUP_PATH, KeyField};
 use crate::queue::heap::SchedulerHeap;
 use crate::storage::StorageError;
-use crate::storage::rows::{PopKey, TaskRow};
+use crate::storage::rows::{HeapRow, PopKey, TaskRow};
 
 /// Payloads read per round trip when a filter needs them.
 const PAYLOAD_PAGE: usize = 256;
@@ -39,7 +40,7 @@ pub const GROUP_MAX: usize = 1_000;
 /// What a pop reads from the table.
 pub(crate) trait Reads {
     /// The best `limit` pending tasks matching `filter` (through `lookup` when given), skipping
-    /// the ids in `skip`, and ranking after `after` when given.
+    /// the ids in `skip`, and ranking after `after` when given, whole (a cancel writes them).
     fn pending_matching(
         &mut self,
         lookup: Option<(KeyField, &[String])>,
@@ -48,6 +49,10 @@ pub(crate) trait Reads {
         skip: &[String],
         after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError>;
+
+    /// The best pending tasks a pop may take for `search`, in pop order, as their queue rows
+    /// hold them (see [`super::backlog`]).
+    fn pending_to_pop(&mut self, search: &Search<'_>) -> Result<Vec<HeapRow>, StorageError>;
 
     /// The payloads (JSON text) of these tasks.
     fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError>;
@@ -254,12 +259,19 @@ fn pop_matching(
             .map(|l| (l.field, l.values.as_slice()));
         let skip = rows.left_pending();
         // Pending tasks created in this batch are not in the table yet.
-        let mut found: Vec<TaskRow> = rows
+        let mut found: Vec<HeapRow> = rows
             .created_pending()
             .filter(|(_, r)| RowRecord::new(r).is_some_and(|rec| eval::matches(filter, &rec)))
-            .map(|(_, r)| r.clone())
+            .map(|(_, r)| HeapRow::from(r))
             .collect();
-        found.extend(reads.pending_matching(lookup, filter, want, &skip, after.as_ref())?);
+        found.extend(reads.pending_to_pop(&Search {
+            lookup,
+            filter,
+            needs_payload: plan.is_some_and(|p| p.needs_payload),
+            limit: want,
+            skip: &skip,
+            after: after.as_ref(),
+        })?);
         found.sort_by(|a, b| {
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
         });

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::domain::filter::FilterNode;
 use crate::domain::keys::KeyField;
-use crate::storage::rows::{PopKey, TaskRow};
+use crate::storage::rows::{HeapRow, PopKey};
 
 /// Pending rows read beyond what a pop asks for, per filter.
 pub(crate) const READ_AHEAD: usize = 64;
@@ -51,7 +51,7 @@ const FILTERS_MAX: usize = 64;
 struct Read {
     lookup: (KeyField, Vec<String>),
     filter: FilterNode,
-    rows: VecDeque<TaskRow>,
+    rows: VecDeque<HeapRow>,
     /// When it was read.
     at: Instant,
 }
@@ -82,7 +82,7 @@ impl ReadAhead {
         skip: &[String],
         after: Option<&PopKey>,
         now: Instant,
-    ) -> Option<Vec<TaskRow>> {
+    ) -> Option<Vec<HeapRow>> {
         let read = self.reads.iter().find(|r| r.is_for(lookup, filter))?;
         if now.saturating_duration_since(read.at) >= READ_AHEAD_MAX_AGE {
             return None;
@@ -93,7 +93,7 @@ impl ReadAhead {
         {
             return None;
         }
-        let rows: Vec<TaskRow> = read
+        let rows: Vec<HeapRow> = read
             .rows
             .iter()
             .filter(|r| !skip.contains(&r.id))
@@ -116,9 +116,9 @@ impl ReadAhead {
         filter: &FilterNode,
         limit: usize,
         skip: &[String],
-        mut found: Vec<TaskRow>,
+        mut found: Vec<HeapRow>,
         now: Instant,
-    ) -> Vec<TaskRow> {
+    ) -> Vec<HeapRow> {
         found.sort_by(|a, b| {
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
         });
@@ -126,7 +126,7 @@ impl ReadAhead {
         // A read of several values reads each value's range up to the same limit: only the best
         // `wanted` of them are surely the best overall.
         found.truncate(Self::wanted(limit));
-        let answer: Vec<TaskRow> = found
+        let answer: Vec<HeapRow> = found
             .iter()
             .filter(|r| !skip.contains(&r.id))
             .take(limit)
@@ -190,8 +190,10 @@ mod tests {
         .unwrap()
     }
 
-    fn rows(n: usize) -> Vec<TaskRow> {
-        (0..n).map(|i| row_with(i as i64 + 1, 0, "img").1).collect()
+    fn rows(n: usize) -> Vec<HeapRow> {
+        (0..n)
+            .map(|i| HeapRow::from(&row_with(i as i64 + 1, 0, "img").1))
+            .collect()
     }
 
     /// One instant for every read and serve of a test, so none is too old.
@@ -318,7 +320,7 @@ mod tests {
         let f = org_filter("org1");
         let all = rows(READ_AHEAD + 2);
         ahead.keep(lookup(&org), &f, 1, &[], all.clone(), t0());
-        let key = |r: &TaskRow| PopKey {
+        let key = |r: &HeapRow| PopKey {
             priority: r.priority,
             created_at: r.created_at,
             id: r.id.clone(),

@@ -32,7 +32,6 @@
 //! runners' filters (an organisation, images, plugin ids) are told apart by the picks' values of
 //! those fields, without evaluating each pick; a filter that reads the payload waits.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -40,13 +39,14 @@ use std::thread::JoinHandle;
 use chrono::NaiveDateTime;
 use diesel::Connection;
 
+use super::backlog::QueueRowRecord;
 use super::place::heap_task_of;
 use super::read_ahead::ReadAhead;
 use super::state::QueueState;
 use crate::domain::SchedulerId;
-use crate::domain::filter::eval::{self, Json, Record};
+use crate::domain::filter::FilterNode;
+use crate::domain::filter::eval;
 use crate::domain::filter::plan::Plan;
-use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::KeyField;
 use crate::ownership::Ownership;
 use crate::queue::types::QueueError;
@@ -193,9 +193,11 @@ impl Picks {
         // Otherwise each pick is evaluated; an unknown answer counts as a match, to wait.
         if !ruled_out
             && self.rows.iter().any(|row| {
-                let pick = PickRecord {
+                // As the heap will hold it.
+                let pick = QueueRowRecord {
                     scheduler: self.scheduler,
                     row,
+                    status: "queued",
                 };
                 eval::eval(filter, &pick) != Some(false)
             })
@@ -207,46 +209,6 @@ impl Picks {
             created_at: last.created_at,
             id: last.id.clone(),
         })
-    }
-}
-
-/// A pick as the filter evaluator sees it: as the heap will hold it, `queued`, without its
-/// payload.
-struct PickRecord<'a> {
-    scheduler: SchedulerId,
-    row: &'a HeapRow,
-}
-
-impl Record for PickRecord<'_> {
-    fn text(&self, column: Column) -> Option<Cow<'_, str>> {
-        let r = self.row;
-        match column {
-            Column::Id => Some(Cow::Borrowed(&r.id)),
-            Column::SchedulerId | Column::Type => Some(Cow::Borrowed(self.scheduler.as_str())),
-            Column::ScheduleId => r.schedule_id.as_deref().map(Cow::Borrowed),
-            Column::Organisation => Some(Cow::Borrowed(&r.organisation)),
-            Column::Hash => r.hash.as_deref().map(Cow::Borrowed),
-            Column::Status => Some(Cow::Borrowed("queued")),
-            _ => None,
-        }
-    }
-
-    fn priority(&self) -> i64 {
-        self.row.priority
-    }
-
-    fn time(&self, column: Column) -> Option<NaiveDateTime> {
-        match column {
-            Column::CreatedAt => Some(self.row.created_at),
-            Column::ModifiedAt => Some(self.row.modified_at),
-            _ => None,
-        }
-    }
-
-    fn json(&self, path: &[String]) -> Json<'_> {
-        KeyField::of_data_path(self.scheduler, path)
-            .and_then(|f| self.row.key(f))
-            .map_or(Json::Missing, Json::Text)
     }
 }
 

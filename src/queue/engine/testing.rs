@@ -118,19 +118,7 @@ pub struct FakeTable {
 
 /// A task row as a heap holds it.
 pub fn heap_row_of(r: &TaskRow) -> HeapRow {
-    HeapRow {
-        id: r.id.clone(),
-        priority: r.priority,
-        created_at: r.created_at,
-        modified_at: r.modified_at,
-        hash: r.hash.clone(),
-        schedule_id: r.schedule_id.clone(),
-        organisation: r.organisation.clone(),
-        plugin_id: r.plugin_id.clone(),
-        oci_image: r.oci_image.clone(),
-        input_ooi: r.input_ooi.clone(),
-        deduplication_key: r.deduplication_key.clone(),
-    }
+    HeapRow::from(r)
 }
 
 impl Reads for FakeTable {
@@ -166,6 +154,14 @@ impl Reads for FakeTable {
         out.sort_by_key(|r| (r.priority, r.created_at));
         out.truncate(limit);
         Ok(out)
+    }
+
+    fn pending_to_pop(
+        &mut self,
+        s: &super::backlog::Search<'_>,
+    ) -> Result<Vec<HeapRow>, StorageError> {
+        let rows = self.pending_matching(s.lookup, s.filter, s.limit, s.skip, s.after)?;
+        Ok(rows.iter().map(HeapRow::from).collect())
     }
 
     fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError> {

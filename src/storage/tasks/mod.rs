@@ -89,7 +89,7 @@ pub const INSERT_CHUNK: usize = 500;
 pub const PENDING_PROBE: usize = 1_000;
 
 /// Values of an `in` list looked up one index range each; a longer list is one `IN (…)` range.
-const LOOKUP_RANGES_MAX: usize = 32;
+pub(crate) const LOOKUP_RANGES_MAX: usize = 32;
 
 /// Pop order, as the heap ranks: most urgent first, then oldest, then id for a total order.
 pub const POP_ORDER: &str = "priority ASC, created_at ASC, id ASC";
