@@ -1,6 +1,7 @@
 //! The engines' `ANALYZE task_queue` after bulk changes (`storage::analyse`) on PostgreSQL: from
-//! a small sample (statistics target 10, a tenth of the cost of the server's default), in a
-//! transaction of its own, so the pooled connection it ran on keeps its settings.
+//! a small sample (statistics target 10, a tenth of the cost of the server's default), and the
+//! pooled connection it ran on keeps its settings. On a server without autovacuum it is a
+//! `VACUUM (ANALYZE)`, so the rows pops and refills delete are reclaimed.
 
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ async fn the_queue_table_is_analysed_from_a_small_sample_and_the_connection_keep
         let pool =
             storage::connect(&DbTarget::parse(&uri).unwrap(), 1, Duration::from_secs(5)).unwrap();
         let mut conn = storage::checkout(&pool).unwrap();
-        // 2,000 waiting rows, each of its own priority.
+        // 2,000 waiting rows, each of its own priority (1,000 left below).
         conn.batch_execute(
             "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
              modified_at, organisation) SELECT md5(i::text), 'boefje', 'pending', i, \
@@ -41,12 +42,31 @@ async fn the_queue_table_is_analysed_from_a_small_sample_and_the_connection_keep
             before > i64::from(ANALYSE_SAMPLE_TARGET),
             "the server's target: {before}"
         );
-        storage::analyse(&mut conn).unwrap();
+        // Half of them gone, as pops and refills delete queue rows.
+        conn.batch_execute("DELETE FROM task_queue WHERE priority % 2 = 0")
+            .unwrap();
+        let autovacuum = number(
+            &mut conn,
+            "SELECT (current_setting('autovacuum') = 'on')::int::bigint AS count",
+        ) == 1;
+        let upkept = storage::analyse(&mut conn).unwrap();
         assert_eq!(
             number(&mut conn, setting),
             before,
             "the connection's setting"
         );
+        if autovacuum {
+            assert_eq!(upkept, storage::Upkept::Analysed);
+        } else {
+            // Nothing else would reclaim the deleted rows.
+            assert_eq!(upkept, storage::Upkept::Vacuumed);
+            let vacuumed = number(
+                &mut conn,
+                "SELECT count(*) AS count FROM pg_stat_user_tables \
+                 WHERE relname = 'task_queue' AND last_vacuum IS NOT NULL",
+            );
+            assert_eq!(vacuumed, 1, "task_queue vacuumed");
+        }
         // A histogram has as many buckets as the target: 11 bounds, not the server's 101.
         let bounds = number(
             &mut conn,

@@ -627,7 +627,8 @@ impl Engine {
             .spawn(move || {
                 let began = Instant::now();
                 match storage::checkout(&pool).and_then(|mut c| storage::analyse(&mut c)) {
-                    Ok(()) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables analysed after bulk changes"),
+                    Ok(storage::Upkept::Vacuumed) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables vacuumed and analysed after bulk changes (the server runs no autovacuum)"),
+                    Ok(_) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables analysed after bulk changes"),
                     Err(e) => warn!(scheduler.id = %s, rows, error = %e, "the queue tables' statistics could not be refreshed; tried again after the next bulk changes"),
                 }
             });

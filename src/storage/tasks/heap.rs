@@ -496,9 +496,13 @@ pub fn pending_keyed(
     match values {
         [] => Ok(Vec::new()),
         values if values.len() <= LOOKUP_RANGES_MAX => {
+            // One text per key field: kept prepared, so a search is neither parsed nor (once the
+            // server settles on the generic plan, the same index walk) planned again.
             let mut out = Vec::new();
             for value in values {
-                out.extend(range(conn, std::slice::from_ref(value)).load::<HeapRow>(conn)?);
+                out.extend(
+                    range(conn, std::slice::from_ref(value)).load_prepared::<HeapRow>(conn)?,
+                );
             }
             Ok(out)
         }
