@@ -117,39 +117,42 @@ fn decided(
     want: usize,
     rows: Vec<HeapRow>,
 ) -> Option<Vec<HeapRow>> {
-    let one_range = values.len() > tasks::LOOKUP_RANGES_MAX;
-    let mut read: HashMap<Option<String>, usize> = HashMap::new();
-    if !one_range {
-        for row in &rows {
-            *read.entry(row.key(field).map(str::to_owned)).or_default() += 1;
-        }
-    }
-    let all = rows.len();
-    let (mut found, mut rejected) = (Vec::with_capacity(rows.len()), Vec::new());
-    for row in rows {
-        let record = QueueRowRecord {
-            scheduler,
-            row: &row,
-            status: "pending",
-        };
-        if eval::matches(filter, &record) {
-            found.push(row);
-        } else {
-            rejected.push(row);
-        }
+    let matched: Vec<bool> = rows
+        .iter()
+        .map(|row| {
+            let record = QueueRowRecord {
+                scheduler,
+                row,
+                status: "pending",
+            };
+            eval::matches(filter, &record)
+        })
+        .collect();
+    // The runners' filters are their lookup: nothing turned down, nothing more to count.
+    if matched.iter().all(|&m| m) {
+        return Some(rows);
     }
     // Each value's range was read up to `want` rows (one range for them all beyond
-    // `LOOKUP_RANGES_MAX` values): a rejected row's range was read whole only if it came back
+    // `LOOKUP_RANGES_MAX` values): a turned-down row's range was read whole only if it came back
     // short.
-    let short = if one_range {
-        all < want
+    let short = if values.len() > tasks::LOOKUP_RANGES_MAX {
+        rows.len() < want
     } else {
-        rejected.iter().all(|r| {
-            read.get(&r.key(field).map(str::to_owned))
-                .is_none_or(|&n| n < want)
-        })
+        let mut read: HashMap<Option<&str>, usize> = HashMap::new();
+        for row in &rows {
+            *read.entry(row.key(field)).or_default() += 1;
+        }
+        rows.iter()
+            .zip(&matched)
+            .filter(|(_, m)| !**m)
+            .all(|(r, _)| read.get(&r.key(field)).is_none_or(|&n| n < want))
     };
-    short.then_some(found)
+    short.then(|| {
+        rows.into_iter()
+            .zip(matched)
+            .filter_map(|(r, m)| m.then_some(r))
+            .collect()
+    })
 }
 
 /// The best `s.limit` of `found`, less the batch's skipped tasks and those at or before

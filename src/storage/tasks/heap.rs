@@ -307,6 +307,22 @@ pub enum Keyset<'a> {
     Before(&'a PopKey),
 }
 
+/// `SELECT` of the queue rows of `scheduler`'s pending tasks as a heap holds them, for the caller
+/// to add its conditions, order and limit to. The status is written into the text, not bound:
+/// the indexes of `task_queue` in pop order are partial (pending rows), and a planner uses one
+/// only for a condition it can see implies the index's (SQLite never for a bound value).
+fn pending_queue_rows(conn: &AnyConnection, scheduler: SchedulerId) -> Sql {
+    let mut q = sql(
+        conn,
+        &format!(
+            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'pending' \
+             AND scheduler_id = "
+        ),
+    );
+    q.bind(scheduler.as_str());
+    q
+}
+
 /// The next `limit` pending tasks of `scheduler` in pop order from `from`, as a heap holds them
 /// (a keyset page through `ix_task_queue_pending_rank`): the pending rows that rank before a
 /// heap's worst task, at a rebuild.
@@ -316,17 +332,7 @@ pub fn pending_page(
     from: Keyset<'_>,
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
-    // The status is written into the text, not bound: the indexes of `task_queue` in pop order
-    // are partial (pending rows), and a planner uses one only for a condition it can see implies
-    // the index's (SQLite never for a bound value).
-    let mut q = sql(
-        conn,
-        &format!(
-            "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'pending' \
-             AND scheduler_id = "
-        ),
-    );
-    q.bind(scheduler.as_str());
+    let mut q = pending_queue_rows(conn, scheduler);
     match from {
         Keyset::First => {}
         Keyset::After(k) => push_ranked(&mut q, k, false),
@@ -470,15 +476,7 @@ pub fn pending_keyed(
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
     let range = |conn: &AnyConnection, values: &[String]| {
-        // The status is written into the text (see `pending_page`).
-        let mut q = sql(
-            conn,
-            &format!(
-                "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'pending' \
-                 AND scheduler_id = "
-            ),
-        );
-        q.bind(scheduler.as_str());
+        let mut q = pending_queue_rows(conn, scheduler);
         match values {
             [value] => {
                 q.push(&format!(" AND {} = ", field.column()))
