@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::harness::http::{Http, current_thread, pop_request_with, send_all};
 use super::harness::instance::{Broker, start_broker, stop_broker};
-use super::harness::pg_alone::{dispatches, ids_in, own_boefje, searches};
+use super::harness::pg_alone::{dispatches, ids_in, own_boefje, refills, searches};
 use super::harness::postgres::{
     BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, pg_exec, seed_tasks,
 };
@@ -98,6 +98,10 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     // left (before PostgreSQL alone uses the pending tasks up).
     eprintln!("pending: backlog searches, joined and from the queue rows alone…");
     let search_us = searches(full_db, SEARCH_ROWS, 5)?;
+    // What a refill's move costs per task, as the engines moved before and as they move now; it
+    // moves the best pending tasks to `queued` (PostgreSQL alone takes what is left).
+    eprintln!("pending: refill moves, before and now…");
+    let refill_us = refills(full_db, REFILL_PICKS, REFILL_PASSES)?;
     // The checks above count what the brokers left; what PostgreSQL alone does next uses it up.
     let alone = alone_dispatches(o, full_db, room_db)?;
 
@@ -155,6 +159,16 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         search_us.0,
         search_us.1 / search_us.0
     );
+    println!(
+        "a refill moving {REFILL_PICKS} pending tasks to the heap, on the engine's connection (median µs a task):"
+    );
+    println!(
+        "{:<44} {:>10.1} {:>10.1} {:>9.2}",
+        "  now ÷ before (the ids in the statement's text)",
+        refill_us.1,
+        refill_us.0,
+        refill_us.1 / refill_us.0
+    );
     let (pf, pr) = (p.push_full, p.push_room);
     println!(
         "{:<44} {:>10.0} {:>9.0} {:>9.0}",
@@ -199,6 +213,9 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         "search_queue_rows_vs_joined={:.3}",
         search_us.1 / search_us.0
     ));
+    kv.push(format!("refill_before_us_per_task={:.1}", refill_us.0));
+    kv.push(format!("refill_us_per_task={:.1}", refill_us.1));
+    kv.push(format!("refill_vs_before={:.3}", refill_us.1 / refill_us.0));
     kv.push(format!("pending_pushes_per_s={:.0}", pf.ops_per_sec));
     kv.push(format!("pending_push_p99_us={:.0}", pf.p99_us));
     kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));
@@ -214,6 +231,14 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.push(format!("pending_wall_s={wall_s:.0}"));
     Ok(kv.join(" "))
 }
+
+/// Tasks a refill moves in the refill comparison: a tenth of the benchmark's heap, what a refill
+/// ahead moves once the heap has that much room (`queue::engine::refill::refill_at`).
+const REFILL_PICKS: usize = 1_000;
+
+/// Refills each way in the refill comparison: 20,000 tasks moved in all, of some 70,000 pending
+/// after the runs.
+const REFILL_PASSES: usize = 10;
 
 /// Rows a backlog search reads in the search comparison: one pop's and the read ahead's
 /// (`queue::engine::read_ahead`, 64).

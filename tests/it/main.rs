@@ -41,6 +41,7 @@ mod push_sets;
 mod queue_rules;
 mod recovery;
 mod refill_ahead;
+mod refill_move;
 mod schedules;
 mod statistics;
 mod unknown_objects;

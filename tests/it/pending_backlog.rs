@@ -407,6 +407,61 @@ async fn a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out(bac
     // of the tables when the app stops finds nothing out of step).
 }
 
+/// A pending task cancelled by hand at the head of the backlog, its queue row left behind, is
+/// among the next refill's picks. The refill moves the others and deletes that row, and the
+/// backlog after its picks still counts: a task pushed next that ranks after all of it waits as
+/// pending (not in the heap's free place, ahead of better work), and the pops take every task
+/// best first, with no empty answer while one waits.
+async fn a_task_cancelled_by_hand_at_the_backlogs_head_leaves_the_order_intact(backend: Backend) {
+    let Some(app) = heap_full_of_common_work(backend).await else {
+        return;
+    };
+    let common = 2 * MAXSIZE;
+    let mut backlog = Vec::new();
+    for i in 0..2 * MAXSIZE as i64 {
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org1", "nmap", Some(&format!("b{i}")), 100 + i),
+            )
+            .await;
+        assert_eq!(t["status"], "pending");
+        backlog.push(id_of(&t));
+    }
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "UPDATE tasks SET status = 'cancelled' WHERE id = '{}'",
+            backlog[0]
+        ),
+    );
+    // The common work (the heap's and the backlog's best), then the refill reaches org1's.
+    let first = app.pop_ids("boefje", common).await;
+    assert_eq!(first.len(), common);
+    app.broker
+        .refill(kat_scheduler::domain::SchedulerId::Boefje)
+        .await
+        .unwrap();
+    let late = app
+        .push_ok("boefje", &boefje_push("org2", "nmap", Some("late"), 1_000))
+        .await;
+    assert_eq!(late["status"], "pending", "ranked after every task waiting");
+    let (mut got, mut empty) = (Vec::new(), 0);
+    while empty == 0 {
+        match pop_one(&app, None).await {
+            Some(id) => got.push(id),
+            None => empty += 1,
+        }
+    }
+    assert_eq!(
+        got,
+        [&backlog[1..], &[id_of(&late)]].concat(),
+        "every task once, best first, the late task last"
+    );
+    assert_eq!(app.task(&backlog[0]).await["status"], "cancelled");
+}
+
 /// A filter with a key field and more: the backlog search reads the key field's queue rows and
 /// decides the rest on them (`queue::engine::backlog`). When every row it read was turned down and
 /// there may be more, the matches further down are still found: seventy tasks of `orgx` rank
@@ -457,6 +512,7 @@ async fn matches_below_the_rows_a_filter_turns_down_are_found(backend: Backend) 
 }
 
 crate::backend_tests!(
+    a_task_cancelled_by_hand_at_the_backlogs_head_leaves_the_order_intact,
     matches_below_the_rows_a_filter_turns_down_are_found,
     a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out,
     pops_served_from_a_read_ahead_see_what_happened_since,

@@ -94,7 +94,9 @@ pub(crate) fn place(
     // [`super::refill`]): a task that ranks after its worst may rank after pending ones too, so it
     // waits as pending, and the refill brings the best of them in, in order.
     if !st.heap.is_full() {
-        if st.pending.count() == 0 || st.heap.worst().is_some_and(|w| rank < w) {
+        // A count that drifted (read again after the batch) may say none while some wait.
+        let none_pending = st.pending.count() == 0 && !st.pending.needs_recount();
+        if none_pending || st.heap.worst().is_some_and(|w| rank < w) {
             st.heap.insert(task);
             return Ok(Placement::Heap);
         }

@@ -105,9 +105,12 @@ pub(crate) fn refilled(
         st.heap.insert(task);
     }
     if short {
-        // Fewer than counted: the count drifted (e.g. a row changed by hand); the table had no
-        // more.
+        // Fewer than counted: rows changed behind the engine's back. Either the table had no
+        // more, or picks were no longer pending (a task cancelled by hand, whose queue row the
+        // move deleted) and more wait after them: the count is read again after the batch, so
+        // the refills go on while the backlog holds work.
         st.pending.correct(0);
+        st.pending.drift();
     }
     Ok(n)
 }
@@ -413,7 +416,11 @@ mod tests {
             2
         );
         assert_eq!(st.heap.len(), 2);
-        assert_eq!(st.pending.count(), 0, "the table had only two");
+        assert_eq!(st.pending.count(), 0, "no more until the table is asked");
+        assert!(
+            st.pending.needs_recount(),
+            "it may hold more after picks it did not move"
+        );
         assert_eq!(wanted(&st), 0);
     }
 

@@ -211,8 +211,8 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 /// On PostgreSQL two statements, for the caller's transaction: the picks are read in pop order
 /// through `ix_task_queue_pending_rank` and handed to `picked` before anything moves (a refill
 /// beside the engine announces them, so a pop whose match is not among them need not wait for the
-/// move; see `queue::engine::refill`), then each pick moves only if it is still pending: the task
-/// updated in place, its queue row deleted (a queued task has none). SQLite moves them without
+/// move; see `queue::engine::refill`), then each pick moves only if it is still pending: its queue
+/// row deleted (a queued task has none) and the task updated in place. SQLite moves them without
 /// announcing (it has no refill beside its one writer).
 pub fn refill(
     conn: &mut AnyConnection,
@@ -232,7 +232,7 @@ pub fn refill(
                 " AND status = 'pending' ORDER BY {QUEUE_ORDER} LIMIT "
             ))
             .bind(limit);
-        let picks: Vec<HeapRow> = q.load(conn)?;
+        let picks: Vec<HeapRow> = q.load_prepared(conn)?;
         if picks.is_empty() {
             return Ok(picks);
         }
@@ -267,33 +267,39 @@ pub fn refill(
     Ok(out)
 }
 
-/// Picks a refill moves per statement on PostgreSQL: a refill ahead moves up to 10,000, and a
-/// statement binds each id.
+/// Picks a refill moves per statement on PostgreSQL: a refill ahead moves up to 10,000.
 const REFILL_MOVE_CHUNK: usize = 5_000;
 
-/// Moves these picks of a refill (ids) to `queued` where they are still pending (PostgreSQL): the
-/// task updated in place and its queue row deleted, in one statement; answers the moved tasks as
-/// a heap holds them, from `tasks`. Its text begins with `WITH refilled`, which the tests that
-/// hold a refill under way look for.
+/// Moves these picks of a refill (ids) to `queued` where they are still pending (PostgreSQL), in
+/// one statement: each task still pending updated in place, and every pick's queue row deleted.
+/// So a queue row left for a task no longer pending (changed by hand) goes with its refill instead
+/// of being picked again by every refill after it, which would move nothing for it and find the
+/// backlog short each time; a pending task whose row was lost still moves. One text for any picks
+/// (the ids in one JSON bind), kept prepared. Answers the moved tasks as a heap holds them, from
+/// `tasks`. Its text begins with `WITH refilled`, which the tests that hold a refill under way
+/// look for.
 fn refill_move(
     conn: &mut AnyConnection,
     ids: &[String],
     now: NaiveDateTime,
 ) -> QueryResult<Vec<HeapRow>> {
+    let ids = serde_json::to_string(ids)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
     let mut q = sql(
         conn,
-        "WITH refilled AS (UPDATE tasks SET status = 'queued', modified_at = ",
+        "WITH refilled_picks AS (SELECT value AS pick FROM json_array_elements_text(",
     );
-    q.bind(now)
-        .push(" WHERE status = 'pending' AND id IN ")
-        .bind_list(ids.iter().map(String::as_str))
-        .push(
-            " RETURNING tasks.*), \
-             gone AS (DELETE FROM task_queue USING refilled \
-             WHERE task_queue.task_id = refilled.id) ",
-        )
-        .push(&format!("SELECT {HEAP_COLUMNS} FROM refilled"));
-    q.load(conn)
+    q.bind(ids)
+        .push("::json)), refilled AS (UPDATE tasks SET status = 'queued', modified_at = ")
+        .bind(now)
+        .push(&format!(
+            " FROM refilled_picks WHERE tasks.id = refilled_picks.pick \
+             AND tasks.status = 'pending' RETURNING {HEAP_COLUMNS}), \
+             gone AS (DELETE FROM task_queue USING refilled_picks \
+             WHERE task_queue.task_id = refilled_picks.pick) \
+             SELECT {HEAP_COLUMNS} FROM refilled"
+        ));
+    q.load_prepared(conn)
 }
 
 /// Where a keyset page starts: after a task in pop order, or (from the best) before one.
