@@ -443,6 +443,15 @@ async fn a_task_cancelled_by_hand_at_the_backlogs_head_leaves_the_order_intact(b
         .refill(kat_scheduler::domain::SchedulerId::Boefje)
         .await
         .unwrap();
+    // The same work as a task still pending after the refill's picks: not a second task.
+    let again = app
+        .push("boefje", &boefje_push("org1", "nmap", Some("b12"), 112))
+        .await;
+    assert_eq!(
+        again.status(),
+        reqwest::StatusCode::CONFLICT,
+        "a duplicate of pending work"
+    );
     let late = app
         .push_ok("boefje", &boefje_push("org2", "nmap", Some("late"), 1_000))
         .await;

@@ -231,8 +231,9 @@ fn pop_matching(
     // leave it low, and an empty answer sends a runner to sleep for its poll interval (10 s)
     // while matching work waits. So a pop about to answer empty searches the backlog even when
     // the count says there is none: one index probe, and finding something marks the count for
-    // a recount (see `PendingSet::remove`).
-    let look = st.pending.count() > 0 || (leader && chosen.is_empty());
+    // a recount (see `PendingSet::remove`). A count already marked is not to be trusted either.
+    let look =
+        st.pending.count() > 0 || st.pending.needs_recount() || (leader && chosen.is_empty());
     if chosen.len() < limit && look && !nothing {
         // A refill under way moves the best pending tasks: a pop none of them can serve searches
         // after them at once; one they may serve waits for them to reach the heap.

@@ -186,6 +186,12 @@ impl PendingSet {
 
     /// Whether a pending task may have this hash (false only when it certainly has not).
     pub fn may_hold(&self, hash: &str) -> bool {
+        // A count that drifted (rows changed behind the engine's back; read again after the
+        // batch) does not know the backlog: a count of none may hide this very work, and
+        // answering "certainly not" would create it twice.
+        if self.drifted {
+            return true;
+        }
         if self.count == 0 {
             return false;
         }
@@ -251,6 +257,13 @@ mod tests {
         assert!(unknown.may_hold(&other), "unknown: ask the table");
         unknown.correct(0);
         assert!(!unknown.may_hold(&other), "an empty backlog is known");
+        // A refill that came short: none counted, but the table may hold more.
+        let mut short = PendingSet::with(5, Some(HashSet::new()));
+        short.correct(0);
+        short.drift();
+        assert!(short.may_hold(&other), "drifted: ask the table");
+        let recounted = PendingSet::recounted(0);
+        assert!(!recounted.may_hold(&other), "read again: known");
     }
 
     #[test]
