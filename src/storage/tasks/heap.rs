@@ -211,9 +211,9 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 /// On PostgreSQL two statements, for the caller's transaction: the picks are read in pop order
 /// through `ix_task_queue_pending_rank` and handed to `picked` before anything moves (a refill
 /// beside the engine announces them, so a pop whose match is not among them need not wait for the
-/// move; see `queue::engine::refill`), then each pick moves only if it is still pending: its queue
-/// row deleted (a queued task has none) and the task updated in place. SQLite moves them without
-/// announcing (it has no refill beside its one writer).
+/// move; see `queue::engine::refill`), then each pick still pending moves (the task updated in
+/// place) and every pick's queue row is deleted (a queued task has none; see [`refill_move`]).
+/// SQLite moves them the same way without announcing (it has no refill beside its one writer).
 pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
