@@ -8,7 +8,7 @@
 //! Priorities are the scheduler's strategy's ([`crate::scoring`]; time-based by default, mula's
 //! ranker: the task's creation time in seconds), so anything a user pushes (priority 1) goes
 //! before all of it. Work that already waits is re-scored when the event changed what its
-//! strategy reads ([`rescore`]).
+//! strategy reads (`rescore`).
 
 mod post_push;
 mod rescore;

@@ -11,7 +11,7 @@
 //! - bounded memory: a full heap stores automatic pushes as `pending` (or refuses them), user
 //!   scans evict the worst automatic task, and pending tasks flow back best first.
 //!
-//! Reads (`GET /tasks…`, [`reads`]) go straight to the pool and never wait for an engine.
+//! Reads (`GET /tasks…`, `reads`) go straight to the pool and never wait for an engine.
 //!
 //! | file | holds |
 //! |---|---|

@@ -14,7 +14,7 @@
 //! of those moments (see [`grace_period`]). Only what a strategy reads of the work's inputs can
 //! change its priority, and only on the event that changed them (an object's scan level or
 //! findings: the planner, `planner/rescore.rs`). Terms that do move with time (how long overdue)
-//! are computed when asked ([`Scorer::explain_at`]), from the inputs recorded with the task.
+//! are computed when asked ([`explain_at`]), from the inputs recorded with the task.
 //!
 //! | strategy | file | order |
 //! |---|---|---|

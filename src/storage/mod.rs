@@ -521,7 +521,7 @@ impl WriterConn {
     }
 
     /// Checks a connection out for a queue engine: a writer's, planned to walk the indexes its
-    /// statements are shaped for (on PostgreSQL; see [`INDEX_PLANS`]).
+    /// statements are shaped for (on PostgreSQL; see `INDEX_PLANS`).
     pub fn checkout_engine(pool: &DbPool, unsynced: bool) -> Result<WriterConn, StorageError> {
         let mut w = Self::checkout(pool, unsynced)?;
         if Backend::of(&w.conn) == Backend::Postgres {
@@ -535,7 +535,7 @@ impl WriterConn {
 /// Refreshes the planner's statistics of the queue table after a bulk change (PostgreSQL's
 /// `ANALYZE`). Only `task_queue`: its status and rank are what bulk changes move, while `tasks`
 /// is indexed by columns that never change after the insert. The engines' own statements do
-/// not depend on it ([`INDEX_PLANS`]); the API's counts and listings of waiting work, planned
+/// not depend on it (`INDEX_PLANS`); the API's counts and listings of waiting work, planned
 /// with the full choice, do. SQLite plans by its indexes' shapes without statistics.
 ///
 /// It samples [`ANALYSE_SAMPLE_TARGET`] × 300 rows (3,000) instead of the server's default of

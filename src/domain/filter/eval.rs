@@ -6,7 +6,7 @@
 //! `data.input_ooi != 'x'` does not select a task without an `input_ooi`, as in SQL.
 //!
 //! Text compares byte by byte (the C collation the PostgreSQL cluster uses); a `data` field
-//! compares as text in its [`text_form`](crate::domain::keys::text_form) (PostgreSQL's `#>>`),
+//! compares as text in its [`text_form`] (PostgreSQL's `#>>`),
 //! as a number only when it is a JSON number, and as a boolean only when it is a JSON boolean.
 
 use std::borrow::Cow;

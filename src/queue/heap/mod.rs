@@ -23,9 +23,9 @@
 //!
 //! Memory is what bounds how much of a queue a heap can hold, so the layout is compact
 //! (docs/BENCHMARKS.md has the figures): a task is one fixed-size slot in a slab
-//! ([`slots`]), every other structure names it by its 4-byte slot number, key-field values are
-//! interned once per field with their text in one buffer ([`values`]), and the ordered sets
-//! hold slot numbers in sorted runs that read a slot's rank when they compare ([`ordered`]).
+//! (`slots`), every other structure names it by its 4-byte slot number, key-field values are
+//! interned once per field with their text in one buffer (`values`), and the ordered sets
+//! hold slot numbers in sorted runs that read a slot's rank when they compare (`ordered`).
 
 mod ordered;
 mod slots;

@@ -212,7 +212,7 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 /// through `ix_task_queue_pending_rank` and handed to `picked` before anything moves (a refill
 /// beside the engine announces them, so a pop whose match is not among them need not wait for the
 /// move; see `queue::engine::refill`), then each pick still pending moves (the task updated in
-/// place) and every pick's queue row is deleted (a queued task has none; see [`refill_move`]).
+/// place) and every pick's queue row is deleted (a queued task has none; see `refill_move`).
 /// SQLite moves them the same way without announcing (it has no refill beside its one writer).
 pub fn refill(
     conn: &mut AnyConnection,
