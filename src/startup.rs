@@ -238,6 +238,11 @@ const PROCESS_STOP_BUDGET: Duration = Duration::from_secs(3);
 /// Seconds a forwarded command may take beyond the owner's own shedding deadline.
 const FORWARD_MARGIN_SECS: u64 = 5;
 
+/// How long a stopped service waits, at most, for connections its pools are still opening
+/// before it exits: longer than an open takes on a loaded server, shorter than a supervisor's
+/// patience (SIGTERM must end the service within about 5 s, [`PROCESS_STOP_BUDGET`]).
+const OPENINGS_BOUND: Duration = Duration::from_secs(2);
+
 /// Who this instance is to the others: its configured name and address, or defaults from the
 /// host name and the bound port.
 fn ownership_config(settings: &Settings, port: u16) -> OwnershipConfig {
@@ -596,6 +601,16 @@ impl Application {
         }
         drop(pool);
         drop(sqlite_lock);
+        // A connection some pool is still opening (for a checkout that gave up) must not be in
+        // its TLS handshake when the process exits (see `storage::openings_settled`).
+        let settled =
+            tokio::task::spawn_blocking(|| storage::openings_settled(OPENINGS_BOUND)).await?;
+        if !settled {
+            tracing::warn!(
+                bound_secs = OPENINGS_BOUND.as_secs(),
+                "a database connection was still being opened at exit"
+            );
+        }
         info!("stopped");
         served?.context("HTTP server failed")
     }

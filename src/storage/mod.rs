@@ -332,6 +332,7 @@ impl ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> Result<AnyConnection, ConnectError> {
+        let _opening = Opening::start();
         match &self.target {
             DbTarget::Postgres(url) => {
                 let mut conn = diesel::PgConnection::establish(url)?;
@@ -353,6 +354,48 @@ impl ManageConnection for Manager {
     fn has_broken(&self, conn: &mut AnyConnection) -> bool {
         std::thread::panicking() || conn.is_broken()
     }
+}
+
+/// Connections this process is opening now, on any pool's threads (see [`openings_settled`]).
+static OPENING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static OPENED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// One connection being opened, counted in [`OPENING`] while it lives.
+struct Opening;
+
+impl Opening {
+    fn start() -> Opening {
+        *OPENING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        Opening
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        let mut n = OPENING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+        OPENED.notify_all();
+    }
+}
+
+/// Waits until no connection is being opened, `bound` at most; answers whether none is. The
+/// pools open connections on threads of their own, for a checkout that found none idle, and a
+/// checkout that gave up leaves its connection opening. A process that exits meanwhile runs the
+/// C library's exit handlers while such a connection is in its TLS handshake with PostgreSQL, and
+/// OpenSSL's handler frees what the handshake uses: SIGSEGV, after a clean stop. So the service
+/// waits for them before it exits.
+pub fn openings_settled(bound: Duration) -> bool {
+    let n = OPENING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (n, _) = OPENED
+        .wait_timeout_while(n, bound, |n| *n > 0)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *n == 0
 }
 
 /// Opens a pool to `target`, checking one connection first so a wrong URI fails start-up with the
@@ -736,6 +779,30 @@ pub fn revert_all_migrations(conn: &mut AnyConnection) -> Result<usize, StorageE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection being opened holds the process's exit back until it is done: here a
+    /// "server" that accepts and then says nothing keeps libpq waiting for its answer, until the
+    /// test closes the socket.
+    #[test]
+    fn an_exit_waits_for_a_connection_being_opened() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let manager = Manager {
+            target: DbTarget::parse(&format!("postgres://kat@127.0.0.1:{port}/kat")).unwrap(),
+        };
+        let opening = std::thread::spawn(move || manager.connect().is_err());
+        let (socket, _) = listener.accept().unwrap();
+        assert!(
+            !openings_settled(Duration::from_millis(200)),
+            "the connection is still being opened"
+        );
+        drop(socket);
+        assert!(
+            opening.join().unwrap(),
+            "the open fails once the server is gone"
+        );
+        assert!(openings_settled(Duration::from_secs(10)));
+    }
 
     #[test]
     fn database_uris_in_mula_and_sqlite_forms_parse() {

@@ -143,7 +143,14 @@ impl ChildApp {
 
     /// SIGTERM, then waits up to `bound`; returns whether it exited cleanly in time (a process
     /// still running then is killed).
-    pub fn terminate_within(mut self, bound: Duration) -> bool {
+    pub fn terminate_within(self, bound: Duration) -> bool {
+        self.stop_within(bound).is_ok()
+    }
+
+    /// SIGTERM, then waits up to `bound`: `Ok` for a clean exit, else how it ended (the exit
+    /// code or the signal, or still running at the bound) with the last lines it logged.
+    pub fn stop_within(mut self, bound: Duration) -> Result<(), String> {
+        use std::os::unix::process::ExitStatusExt;
         let pid = self.process.id().to_string();
         let sent = Command::new("kill")
             .args(["-TERM", &pid])
@@ -151,18 +158,35 @@ impl ChildApp {
             .expect("kill -TERM");
         assert!(sent.success());
         let started = std::time::Instant::now();
-        loop {
+        let ended = loop {
             if let Some(status) = self.process.try_wait().expect("wait") {
-                return status.success();
+                if status.success() {
+                    return Ok(());
+                }
+                break match (status.code(), status.signal()) {
+                    (Some(code), _) => format!("exited with code {code}"),
+                    (_, Some(sig)) => format!(
+                        "killed by signal {sig}{}",
+                        if status.core_dumped() {
+                            " (core dumped)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    _ => format!("ended: {status}"),
+                };
             }
             if started.elapsed() > bound {
                 let _ = self.process.kill();
                 let _ = self.process.wait();
-                return false;
+                break format!("still running {bound:?} after SIGTERM");
             }
             // Polling the child's exit, not a wait for a state of our own.
             std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        let lines = self.log_lines();
+        let tail = lines[lines.len().saturating_sub(8)..].join("\n");
+        Err(format!("{ended}; its last log lines:\n{tail}"))
     }
 
     /// SIGTERM, then waits (a minute at most); returns whether it exited cleanly.
