@@ -6,47 +6,21 @@
 
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
 use diesel::connection::SimpleConnection;
 use kat_scheduler::domain::{SchedulerId, TaskStatus};
 use kat_scheduler::storage::rows::TaskRow;
 use kat_scheduler::storage::tasks::fenced::{self, FencedWrite};
-use kat_scheduler::storage::{self, AnyConnection, DbTarget, StorageError, owners, tasks};
+use kat_scheduler::storage::{self, DbTarget, StorageError, owners, tasks};
 
+use crate::helpers::row_time as at;
 use crate::helpers::*;
 
-fn at(secs: i64) -> NaiveDateTime {
-    chrono::DateTime::from_timestamp(1_800_000_000 + secs, 0)
-        .unwrap()
-        .naive_utc()
-}
-
 fn queued(n: usize) -> TaskRow {
-    let id = uuid::Uuid::new_v4().to_string();
-    TaskRow {
-        id: id.clone(),
-        scheduler_id: "boefje".into(),
-        schedule_id: None,
-        organisation: "org1".into(),
-        task_type: "boefje".into(),
-        hash: Some(format!("hash-{n}")),
-        priority: n as i64,
-        data: format!(r#"{{"boefje": {{"id": "b{n}"}}, "input_ooi": "Hostname|internet|h{n}"}}"#),
-        status: TaskStatus::Queued,
-        attempts: 0,
-        lease_expires_at: None,
-        failure_reason: None,
-        created_at: at(0),
-        modified_at: at(0),
-        plugin_id: Some(format!("b{n}")),
-        oci_image: None,
-        input_ooi: Some(format!("Hostname|internet|h{n}")),
-        deduplication_key: None,
-    }
-}
-
-fn status(conn: &mut AnyConnection, id: &str) -> TaskStatus {
-    tasks::get(conn, id).unwrap().unwrap().status
+    boefje_row(
+        uuid::Uuid::new_v4().to_string(),
+        n as i64,
+        TaskStatus::Queued,
+    )
 }
 
 /// A migrated database whose boefje scheduler `me` owns, with `n` queued tasks; the owner's epoch.
@@ -150,7 +124,7 @@ async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing()
         }
         let stored = tasks::get(&mut conn, &rows[0].id).unwrap().unwrap();
         assert_eq!(stored, running, "the patched row is written whole");
-        assert_eq!(status(&mut conn, &rows[3].id), TaskStatus::Queued);
+        assert_eq!(row_status(&mut conn, &rows[3].id), TaskStatus::Queued);
         assert!(
             tasks::queue_mismatches(&mut conn).unwrap().is_empty(),
             "task_queue in step: only task 3 waits"
@@ -201,8 +175,8 @@ async fn one_statement_writes_pops_and_patches_and_a_fenced_one_writes_nothing()
             Err(StorageError::Fenced(SchedulerId::Boefje)) => {}
             other => panic!("a fenced batch must be refused: {other:?}"),
         }
-        assert_eq!(status(&mut conn, &rows[1].id), TaskStatus::Dispatched);
-        assert_eq!(status(&mut conn, &rows[3].id), TaskStatus::Queued);
+        assert_eq!(row_status(&mut conn, &rows[1].id), TaskStatus::Dispatched);
+        assert_eq!(row_status(&mut conn, &rows[3].id), TaskStatus::Queued);
         assert!(tasks::queue_mismatches(&mut conn).unwrap().is_empty());
     })
     .await;
@@ -263,7 +237,7 @@ async fn pending_tasks_popped_from_the_backlog_move_only_while_pending() {
             ..batch(epoch, &[], &[], 31, Some(61))
         };
         assert!(fenced::write(&mut conn, &w2).unwrap().is_empty());
-        assert_eq!(status(&mut conn, &pending[2].id), TaskStatus::Cancelled);
+        assert_eq!(row_status(&mut conn, &pending[2].id), TaskStatus::Cancelled);
 
         // A pop of a pending task whose answer was lost with the connection: found written and
         // read back; one never sent: found not written, and written once.
@@ -351,7 +325,7 @@ async fn a_batch_whose_connection_broke_is_found_written_or_written_once() {
             Err(StorageError::Fenced(SchedulerId::Boefje)) => {}
             other => panic!("a batch recovered after a takeover must be refused: {other:?}"),
         }
-        assert_eq!(status(&mut fresh, &rows[3].id), TaskStatus::Queued);
+        assert_eq!(row_status(&mut fresh, &rows[3].id), TaskStatus::Queued);
         assert!(tasks::queue_mismatches(&mut fresh).unwrap().is_empty());
     })
     .await;

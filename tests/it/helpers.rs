@@ -701,3 +701,51 @@ pub async fn terminate_connections(uri: &str) -> usize {
     .await
     .unwrap()
 }
+
+/// A fixed instant `secs` after a base one, for rows the storage tests write straight to the
+/// tables (the batch times and leases they read back).
+pub fn row_time(secs: i64) -> chrono::NaiveDateTime {
+    chrono::DateTime::from_timestamp(1_800_000_000 + secs, 0)
+        .unwrap()
+        .naive_utc()
+}
+
+/// A boefje task row `id` of priority `n` (the lower, the sooner) in `status`, for the storage
+/// tests: boefje `b{n}` on `Hostname|internet|h{n}` of `org1`, with hash `hash-{n}`.
+pub fn boefje_row(
+    id: String,
+    n: i64,
+    status: kat_scheduler::domain::TaskStatus,
+) -> kat_scheduler::storage::rows::TaskRow {
+    kat_scheduler::storage::rows::TaskRow {
+        id,
+        scheduler_id: "boefje".into(),
+        schedule_id: None,
+        organisation: "org1".into(),
+        task_type: "boefje".into(),
+        hash: Some(format!("hash-{n}")),
+        priority: n,
+        data: format!(r#"{{"boefje": {{"id": "b{n}"}}, "input_ooi": "Hostname|internet|h{n}"}}"#),
+        status,
+        attempts: 0,
+        lease_expires_at: None,
+        failure_reason: None,
+        created_at: row_time(0),
+        modified_at: row_time(0),
+        plugin_id: Some(format!("b{n}")),
+        oci_image: None,
+        input_ooi: Some(format!("Hostname|internet|h{n}")),
+        deduplication_key: None,
+    }
+}
+
+/// The status task `id`'s row holds.
+pub fn row_status(
+    conn: &mut kat_scheduler::storage::AnyConnection,
+    id: &str,
+) -> kat_scheduler::domain::TaskStatus {
+    kat_scheduler::storage::tasks::get(conn, id)
+        .unwrap()
+        .unwrap()
+        .status
+}

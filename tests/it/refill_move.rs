@@ -7,46 +7,17 @@
 
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
 use diesel::Connection;
 use kat_scheduler::domain::{SchedulerId, TaskStatus};
 use kat_scheduler::storage::rows::TaskRow;
-use kat_scheduler::storage::{self, AnyConnection, DbTarget, tasks};
+use kat_scheduler::storage::{self, DbTarget, tasks};
 
+use crate::helpers::row_time as at;
 use crate::helpers::*;
-
-fn at(secs: i64) -> NaiveDateTime {
-    chrono::DateTime::from_timestamp(1_800_000_000 + secs, 0)
-        .unwrap()
-        .naive_utc()
-}
 
 /// A pending boefje task of priority `n` (the lower, the sooner) with id `p{n}`.
 fn pending(n: i64) -> TaskRow {
-    TaskRow {
-        id: format!("p{n}"),
-        scheduler_id: "boefje".into(),
-        schedule_id: None,
-        organisation: "org1".into(),
-        task_type: "boefje".into(),
-        hash: Some(format!("hash-{n}")),
-        priority: n,
-        data: format!(r#"{{"boefje": {{"id": "b{n}"}}, "input_ooi": "Hostname|internet|h{n}"}}"#),
-        status: TaskStatus::Pending,
-        attempts: 0,
-        lease_expires_at: None,
-        failure_reason: None,
-        created_at: at(0),
-        modified_at: at(0),
-        plugin_id: Some(format!("b{n}")),
-        oci_image: None,
-        input_ooi: Some(format!("Hostname|internet|h{n}")),
-        deduplication_key: None,
-    }
-}
-
-fn status(conn: &mut AnyConnection, id: &str) -> TaskStatus {
-    tasks::get(conn, id).unwrap().unwrap().status
+    boefje_row(format!("p{n}"), n, TaskStatus::Pending)
 }
 
 /// The ids of the tasks that have a queue row, in id order.
@@ -108,7 +79,7 @@ async fn a_refill_moves_only_the_picks_still_pending_and_drops_stale_queue_rows(
             ("p4", TaskStatus::Queued),
             ("p5", TaskStatus::Pending),
         ] {
-            assert_eq!(status(&mut conn, id), now, "{id}");
+            assert_eq!(row_status(&mut conn, id), now, "{id}");
         }
         // No queue row for a task moved, none left for the cancelled one, the others' untouched.
         assert_eq!(queue_rows(&uri), ["p5", "p6"]);

@@ -118,8 +118,7 @@ fn push_dispatch(
     was: TaskStatus,
     w: &FencedWrite<'_>,
 ) -> QueryResult<()> {
-    let ids = serde_json::to_string(ids)
-        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let ids = json_bind(ids)?;
     q.push(&format!(
         ", {name}_ids (pid) AS (SELECT value FROM json_array_elements_text("
     ))
@@ -184,8 +183,7 @@ pub fn landed(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> QueryResult<bool
                 }),
         )
         .collect();
-    let json = serde_json::to_string(&written)
-        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let json = json_bind(&written)?;
     let mut q = Sql::new(
         Backend::Postgres,
         "SELECT COUNT(*) AS count FROM tasks JOIN json_to_recordset(",

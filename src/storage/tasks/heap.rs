@@ -223,14 +223,8 @@ pub fn refill(
 ) -> QueryResult<Vec<HeapRow>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     if Backend::of(conn) == Backend::Postgres {
-        let mut q = sql(
-            conn,
-            &format!("SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE scheduler_id = "),
-        );
-        q.bind(scheduler.as_str())
-            .push(&format!(
-                " AND status = 'pending' ORDER BY {QUEUE_ORDER} LIMIT "
-            ))
+        let mut q = pending_queue_rows(conn, scheduler);
+        q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
             .bind(limit);
         let picks: Vec<HeapRow> = q.load_prepared(conn)?;
         if picks.is_empty() {
@@ -283,8 +277,7 @@ fn refill_move(
     ids: &[String],
     now: NaiveDateTime,
 ) -> QueryResult<Vec<HeapRow>> {
-    let ids = serde_json::to_string(ids)
-        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let ids = json_bind(ids)?;
     let mut q = sql(
         conn,
         "WITH refilled_picks AS (SELECT value AS pick FROM json_array_elements_text(",

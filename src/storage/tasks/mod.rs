@@ -94,6 +94,12 @@ pub(crate) const LOOKUP_RANGES_MAX: usize = 32;
 /// Pop order, as the heap ranks: most urgent first, then oldest, then id for a total order.
 pub const POP_ORDER: &str = "priority ASC, created_at ASC, id ASC";
 
+/// `value` as one JSON text to bind: rows or ids travel to PostgreSQL as one bind, so a
+/// statement's text is the same whatever their number and the connection keeps it prepared.
+fn json_bind<T: serde::Serialize + ?Sized>(value: &T) -> QueryResult<String> {
+    serde_json::to_string(value).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+}
+
 fn sql(conn: &AnyConnection, text: &str) -> Sql {
     Sql::new(Backend::of(conn), text)
 }

@@ -206,8 +206,7 @@ fn insert_pg(
                 link: LinkRecord::of(linked.get(r.id.as_str()).copied()),
             })
             .collect();
-        let json = serde_json::to_string(&records)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        let json = json_bind(&records)?;
         // One statement writes the four tables: the rows are read once, as `x`; the links'
         // schedules are written first (`l`), and `y` is the rows with the schedule each
         // names: the one `l` wrote for its hash (a join: a subquery over `l` per row scanned
@@ -427,8 +426,7 @@ pub(super) fn push_update_from_json(q: &mut Sql, rows: &[TaskRow]) -> QueryResul
             modified_at: iso(r.modified_at),
         })
         .collect();
-    let json = serde_json::to_string(&records)
-        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let json = json_bind(&records)?;
     q.push(
         "UPDATE tasks SET status = v.status, priority = v.priority, \
          attempts = v.attempts, lease_expires_at = v.lease_expires_at, \
@@ -514,8 +512,7 @@ pub fn transition(
         // the connection keeps it prepared and PostgreSQL plans it once: the pairs, the queue
         // rows of tasks leaving `pending` deleted, the task side, and the queue rows of tasks
         // moved to `pending` written from them.
-        let ids = serde_json::to_string(chunk)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        let ids = json_bind(chunk)?;
         let mut q = sql(conn, "WITH pick (pid, was) AS (SELECT value, ");
         q.bind(from.as_str())
             .push("::text FROM json_array_elements_text(")
