@@ -6,7 +6,8 @@
 //! between a bulk load and its next analyse). The same pop bodies as `--workers` on the full
 //! heap, so the pops run over the backlog beyond it (a burst pops up to Q/4), and on the broker
 //! with room, side by side (in each round each body on one broker and then on the other, the
-//! first by turns), and each body's ratio: `pending_vs_room_<body>=` (target ≥ 0.8). Then pushes (64
+//! first by turns), and each body's ratio: `pending_vs_room_<body>=` (target ≥ 0.8), and how many
+//! pops the full heap's broker set aside for a refill's picks (`pending_pops_set_aside=`). Then pushes (64
 //! clients) into the full heap against pushes into the broker with room, alternating, and the
 //! ratio. Last, the starvation check: K tasks of an image no other task has
 //! (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything waiting, are pushed into the
@@ -26,7 +27,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::harness::http::{Http, current_thread, pop_request_with, send_all};
+use super::harness::http::{Http, current_thread, metric_values, pop_request_with, send_all};
 use super::harness::instance::{Broker, start_broker, stop_broker};
 use super::harness::pg_alone::{dispatches, ids_in, own_boefje, refills, searches};
 use super::harness::postgres::{
@@ -76,6 +77,15 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         count_tasks(full_db, "boefje", "'pending'")? as usize,
     );
     let result = pending_measurements(o, full_db, &full, &room, boefje);
+    // Pops that waited for a refill's picks, set aside while the engine served the others.
+    let set_aside = current_thread()
+        .and_then(|rt| {
+            rt.block_on(metric_values(
+                full.port,
+                ["scheduler_engine_pops_set_aside_total"],
+            ))
+        })
+        .map_or(f64::NAN, |[n]| n);
     let stopped = (stop_broker(full), stop_broker(room));
     let p = result?;
     stopped.0?;
@@ -139,6 +149,9 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         ratios.push(format!("pending_vs_room_{}={:.3}", body.key(), b / r));
     }
     println!("(target ≥ 0.8 for every body)");
+    println!(
+        "pops that waited for a refill's picks, set aside while the engine served others (the full heap's whole run): {set_aside}"
+    );
     println!(
         "PostgreSQL alone, the engine's batch statement on one connection, {ALONE_BATCH} tasks a statement (tasks/s):"
     );
@@ -204,6 +217,7 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.extend(body_pairs("pending", &p.figs, None));
     kv.extend(body_pairs("room", &p.room_figs, None));
     kv.extend(ratios);
+    kv.push(format!("pending_pops_set_aside={set_aside}"));
     kv.push(format!("alone_pending_dispatches_per_s={:.0}", alone.0));
     kv.push(format!("alone_heap_dispatches_per_s={:.0}", alone.1));
     kv.push(format!("alone_pending_vs_heap={:.3}", alone.0 / alone.1));

@@ -122,6 +122,7 @@ fn engine(out: &mut DescriptorEncoder, broker: &Broker) -> Written {
             load(&e.failed_batches),
         ),
         ("scheduler_engine_shed_total", load(&e.shed)),
+        ("scheduler_engine_pops_set_aside_total", load(&e.set_aside)),
     ] {
         counter(&mut describe(out, name)?, &[], value)?;
     }

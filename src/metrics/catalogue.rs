@@ -213,6 +213,12 @@ pub const CATALOGUE: &[Family] = &[
         "Commands answered without being applied: pops whose caller had gone, commands that waited too long.",
     ),
     family(
+        "scheduler_engine_pops_set_aside_total",
+        Kind::Counter,
+        "",
+        "Pops answered after the refill under way ended, its picks holding their match, while the engine served others.",
+    ),
+    family(
         "scheduler_listener_messages_total",
         Kind::Counter,
         "queue,outcome",

@@ -44,6 +44,9 @@ pub struct EngineCounters {
     /// Commands answered without being applied: pops whose caller had gone, and commands that
     /// waited past `shed_after`.
     pub shed: AtomicU64,
+    /// Pops set aside until a refill under way had ended (their match may have been among its
+    /// picks), so that the engine went on with the others meanwhile.
+    pub set_aside: AtomicU64,
 }
 
 impl Gauges {

@@ -2,7 +2,8 @@
 //! pops the heap serves and patches of tasks in flight are answered while it runs, and what it
 //! moves is taken in before anything that may meet a pending row, so every task is still handed
 //! out once, in pop order; a pop that none of the refill's picks can serve searches the backlog
-//! after them without waiting. A row lock held by another session keeps the refill waiting for as
+//! after them without waiting, and one that may be served by a pick waits set aside while the
+//! engine serves the others. A row lock held by another session keeps the refill waiting for as
 //! long as the test needs it to be under way.
 
 use std::time::{Duration, Instant};
@@ -219,12 +220,34 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
         tokio::spawn(async move { app.pop_ok("normalizer", 1, Some(&filter)).await })
     };
     waits(&mut pop, "the pop").await;
+    // It waits set aside: the engine goes on with the pops the heap serves meanwhile.
+    let next = tokio::time::timeout(ANSWER, app.pop_ok("normalizer", 1, None))
+        .await
+        .expect("a pop the heap serves does not wait behind a pop that waits for the refill");
+    assert_eq!(priorities(&next), vec![200]);
+    assert!(
+        refill_waits(&mut watch),
+        "the refill was under way all along"
+    );
+    assert!(!pop.is_finished(), "the pop waits for the refill's picks");
     blocker.batch_execute("ROLLBACK").unwrap();
     let popped = pop.await.unwrap();
     assert_eq!(priorities(&popped), vec![PICKED_AT]);
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "scheduler_engine_pops_set_aside_total 1"),
+        "the pop set aside is counted: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("set_aside"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
 
     // Everything else comes out once, in pop order.
-    let expected: Vec<i64> = (200..=TOTAL)
+    let expected: Vec<i64> = (201..=TOTAL)
         .filter(|p| *p != RARE_AT && *p != PICKED_AT)
         .collect();
     assert_eq!(priorities(&drain(&app).await), expected);

@@ -91,27 +91,42 @@ fn uuid_like(round: usize, client: usize, seq: usize) -> String {
 
 const NOOP_REQUEST: &[u8] = b"GET /livez HTTP/1.1\r\nHost: bench\r\n\r\n";
 
-/// The engine's counters from `/metrics`: (batches, commands, apply µs, batch µs).
-pub async fn engine_counters(port: u16) -> Result<[f64; 4]> {
+/// The values of these unlabelled metrics from `/metrics` (NaN for one not served).
+pub async fn metric_values<const N: usize>(port: u16, names: [&str; N]) -> Result<[f64; N]> {
     let mut http = Http::connect(port).await?;
     let mut body = Vec::new();
     http.call(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n", &mut body)
         .await?;
     let text = String::from_utf8(body)?;
-    let get = |name: &str| {
+    Ok(names.map(|name| {
         text.lines()
             .find_map(|l| {
                 l.strip_prefix(name)
+                    .and_then(|v| v.strip_prefix(' '))
                     .and_then(|v| v.trim().parse::<f64>().ok())
             })
             .unwrap_or(f64::NAN)
-    };
+    }))
+}
+
+/// The engine's counters from `/metrics`: (batches, commands, apply µs, batch µs).
+pub async fn engine_counters(port: u16) -> Result<[f64; 4]> {
+    let [batches, commands, apply_s, batch_s] = metric_values(
+        port,
+        [
+            "scheduler_engine_batches_total",
+            "scheduler_engine_commands_total",
+            "scheduler_engine_apply_seconds_total",
+            "scheduler_engine_batch_seconds_total",
+        ],
+    )
+    .await?;
     Ok([
-        get("scheduler_engine_batches_total "),
-        get("scheduler_engine_commands_total "),
+        batches,
+        commands,
         // Served in seconds; the figures here are in microseconds.
-        get("scheduler_engine_apply_seconds_total ") * 1e6,
-        get("scheduler_engine_batch_seconds_total ") * 1e6,
+        apply_s * 1e6,
+        batch_s * 1e6,
     ])
 }
 

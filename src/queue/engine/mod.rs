@@ -188,6 +188,7 @@ pub(crate) fn start_all(
             settled: refill::Settled::default(),
             read_ahead: read_ahead::ReadAhead::default(),
             stale_queue_rows: Vec::new(),
+            aside: Vec::new(),
         };
         let join = std::thread::Builder::new()
             .name(format!("engine-{s}"))
@@ -291,7 +292,13 @@ struct Engine {
     /// Pending tasks a pop's write skipped (no longer pending in the table), whose queue rows
     /// the upkeep deletes if their task is still not pending.
     stale_queue_rows: Vec<String>,
+    /// Pops set aside until the refill under way has ended (its picks may hold their match),
+    /// in the order they came; they join the first batch after it ([`Engine::aside_ready`]).
+    aside: Vec<PopCommand>,
 }
+
+/// A pop as the engine receives it.
+type PopCommand = command::Request<command::PopRequest, Vec<Task>>;
 
 /// What a committed batch came to.
 struct Applied {
@@ -307,6 +314,8 @@ struct Applied {
     /// Pending tasks popped from the backlog that the write skipped: the table no longer held
     /// them pending.
     skipped_pending: Vec<String>,
+    /// The batch's pops set aside until the refill under way has ended, by their place in it.
+    set_aside: Vec<usize>,
 }
 
 /// What a batch decided, per command, before it is written.
@@ -335,6 +344,8 @@ struct TableReads<'a> {
     /// Whether reads may be kept and served ahead: the batch holds nothing but pops, so nothing
     /// in it adds or changes a pending row the table would not show yet.
     keep: bool,
+    /// The last pop decided was set aside until the refill under way has ended.
+    set_aside: bool,
 }
 
 impl Reads for TableReads<'_> {
@@ -402,6 +413,11 @@ impl Reads for TableReads<'_> {
     fn refill_spares(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
         self.refill.as_ref()?.spare(filter, plan)
     }
+
+    fn set_aside(&mut self) -> bool {
+        self.set_aside = self.refill.is_some();
+        self.set_aside
+    }
 }
 
 impl Engine {
@@ -417,7 +433,7 @@ impl Engine {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
-            let first = if self.undelivered.is_empty() {
+            let first = if self.undelivered.is_empty() && !self.aside_ready() {
                 // The flush thread may find undelivered pops while nothing else arrives, and a
                 // refill ahead's tasks are taken in as soon as it ends.
                 let poll = match (self.flush.is_some(), self.refilling.is_some()) {
@@ -430,6 +446,9 @@ impl Engine {
                         Ok(cmd) => Some(cmd),
                         Err(RecvTimeoutError::Timeout) => {
                             self.settle_refill(false);
+                            if self.aside_ready() {
+                                self.process(Batch::default());
+                            }
                             continue;
                         }
                         Err(RecvTimeoutError::Disconnected) => break,
@@ -441,7 +460,7 @@ impl Engine {
                     }
                 }
             } else {
-                // Answers went undelivered: give those tasks back now, with whatever is waiting.
+                // Answers went undelivered, or pops set aside may go now: with whatever is waiting.
                 match rx.try_recv() {
                     Ok(cmd) => Some(cmd),
                     Err(TryRecvError::Empty) => None,
@@ -467,6 +486,9 @@ impl Engine {
             }
         }
         self.settle_refill(true);
+        if !self.aside.is_empty() {
+            self.process(Batch::default());
+        }
         if let Some(join) = self.analysing.take()
             && join.join().is_err()
         {
@@ -739,6 +761,32 @@ impl Engine {
         }
     }
 
+    /// Puts the pops set aside first in `batch`, once no refill is under way; answers how many
+    /// were dropped because their caller had gone.
+    fn take_aside(&mut self, batch: &mut Batch) -> usize {
+        if self.refilling.is_some() || self.aside.is_empty() {
+            return 0;
+        }
+        let mut aside = Batch {
+            pops: std::mem::take(&mut self.aside),
+            ..Batch::default()
+        };
+        let abandoned = aside.drop_abandoned_pops();
+        aside.pops.append(&mut batch.pops);
+        batch.pops = aside.pops;
+        abandoned
+    }
+
+    /// Whether pops set aside wait for nothing any more: the refill they waited for has ended
+    /// (and been taken in, or is taken in by the next batch).
+    fn aside_ready(&self) -> bool {
+        !self.aside.is_empty()
+            && self
+                .refilling
+                .as_ref()
+                .is_none_or(refill::Ahead::is_finished)
+    }
+
     /// Whether a batch can be applied while a refill ahead moves pending rows: it holds nothing
     /// that may read or write one, or place a task, before a pop's backlog search (which waits
     /// for the refill itself). A patch of a task in flight that does not queue it again changes
@@ -813,8 +861,19 @@ impl Engine {
     }
 
     fn process(&mut self, mut batch: Batch) {
-        let abandoned = batch.drop_abandoned_pops();
+        let mut abandoned = batch.drop_abandoned_pops();
         let shed = batch.shed_older_than(self.shed_after);
+        // Pops set aside for a refill that has ended go first, in this batch: the upkeep after
+        // it may start the next refill. They waited for the engine, not for a queue of commands
+        // too long to serve, so they are not shed.
+        if self
+            .refilling
+            .as_ref()
+            .is_some_and(refill::Ahead::is_finished)
+        {
+            self.settle_refill(false);
+        }
+        abandoned += self.take_aside(&mut batch);
         if abandoned + shed > 0 {
             debug!(scheduler.id = %self.scheduler(), abandoned, shed, "commands dropped before any work");
             self.gauges
@@ -849,6 +908,12 @@ impl Engine {
         if self.refilling.is_some() {
             let beside = self.beside_refill(&batch);
             self.settle_refill(!beside);
+            // This batch waited for the refill: the pops set aside for it go with it.
+            let abandoned = self.take_aside(&mut batch);
+            self.gauges
+                .engine
+                .shed
+                .fetch_add(abandoned as u64, Ordering::Relaxed);
         }
         if self.dirty
             && let Err(e) = self.rebuild()
@@ -900,12 +965,13 @@ impl Engine {
         let counters = &self.gauges.engine;
         match result {
             Ok(Applied {
-                decisions,
+                mut decisions,
                 rows,
                 statements,
                 moved,
                 queue_rows,
                 skipped_pending,
+                set_aside,
             }) => {
                 self.conn = Some(conn);
                 self.stale_queue_rows.extend(skipped_pending);
@@ -939,6 +1005,18 @@ impl Engine {
                     }
                 }
                 self.changed_since_analyse += queue_rows;
+                // Pops set aside are answered after the refill they wait for (they took nothing).
+                let mut aside: Vec<PopCommand> = Vec::with_capacity(set_aside.len());
+                for i in set_aside.into_iter().rev() {
+                    decisions.pops.remove(i);
+                    aside.push(batch.pops.remove(i));
+                }
+                if !aside.is_empty() {
+                    counters
+                        .set_aside
+                        .fetch_add(aside.len() as u64, Ordering::Relaxed);
+                    self.aside.extend(aside.into_iter().rev());
+                }
                 self.answer(batch, decisions, rows);
                 self.upkeep();
             }
@@ -1056,6 +1134,7 @@ impl Engine {
 
         // 2. Decide, rule by rule.
         let mut d = Decisions::default();
+        let mut set_aside = Vec::new();
         lease::give_back(st, &mut rows, &undelivered, now);
         for r in &batch.pushes {
             d.pushes.push(
@@ -1084,15 +1163,19 @@ impl Engine {
                 settled: &mut self.settled,
                 ahead: &mut self.read_ahead,
                 keep,
+                set_aside: false,
             };
             for r in &batch.cancels {
                 d.cancels.push(cancel::cancel_object(
                     st, &mut rows, &mut reads, &r.body, now,
                 )?);
             }
-            for r in &batch.pops {
+            for (i, r) in batch.pops.iter().enumerate() {
                 d.pops
                     .push(pop::pop(st, &mut rows, &mut reads, &r.body, now)?);
+                if std::mem::take(&mut reads.set_aside) {
+                    set_aside.push(i);
+                }
             }
         }
         // The heap is refilled ahead, after the batch is answered (`upkeep`); an explicit
@@ -1232,6 +1315,7 @@ impl Engine {
             moved,
             queue_rows,
             skipped_pending,
+            set_aside,
         })
     }
 

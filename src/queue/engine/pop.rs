@@ -73,6 +73,14 @@ pub(crate) trait Reads {
 
     /// A pending task this batch takes (see [`super::read_ahead`]).
     fn taken(&mut self, _id: &str) {}
+
+    /// Sets the pop aside instead of waiting for the refill under way, if the engine can: it
+    /// is decided again, from the start, in the first batch after the refill has ended, and the
+    /// engine goes on with everything else meanwhile. `false`: there is no refill to wait for,
+    /// or the pop waits for it here ([`Reads::settle_refill`]).
+    fn set_aside(&mut self) -> bool {
+        false
+    }
 }
 
 /// Decides one pop; answers the ids handed out, best first.
@@ -236,8 +244,14 @@ fn pop_matching(
         st.pending.count() > 0 || st.pending.needs_recount() || (leader && chosen.is_empty());
     if chosen.len() < limit && look && !nothing {
         // A refill under way moves the best pending tasks: a pop none of them can serve searches
-        // after them at once; one they may serve waits for them to reach the heap.
+        // after them at once; one they may serve waits for them to reach the heap. A pop that
+        // has taken nothing yet waits set aside, not on the engine's thread: the pops the heap
+        // serves, all the other runners', go on meanwhile (a refill of a thousand tasks takes
+        // tens of milliseconds).
         let after = reads.refill_spares(filter, plan);
+        if after.is_none() && leader && chosen.is_empty() && reads.set_aside() {
+            return Ok(chosen);
+        }
         if after.is_none() && reads.settle_refill(st)? {
             // The heap took the best of the backlog in: it answers first again.
             let more = pop_matching(

@@ -27,7 +27,8 @@
 //!
 //! A refill reads its picks (the best `n` pending tasks, in pop order) before it moves them, and
 //! announces them ([`Picks`]). A pop whose match the heap lacks waits for the refill only if one
-//! of the picks may match it (it will be in the heap); otherwise its best match is pending after
+//! of the picks may match it (it will be in the heap), and then set aside, off the engine's
+//! thread, when it has taken nothing yet; otherwise its best match is pending after
 //! the worst pick, where the refill moves nothing, and the pop searches there beside it. Real
 //! runners' filters (an organisation, images, plugin ids) are told apart by the picks' values of
 //! those fields, without evaluating each pick; a filter that reads the payload waits.
