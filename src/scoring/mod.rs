@@ -248,7 +248,7 @@ pub struct Explanation {
     pub priority: i64,
     /// For a waiting task: where it stands and what holds it back (absent for others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait: Option<crate::queue::Wait>,
+    pub wait: Option<crate::domain::wait::Wait>,
 }
 
 #[cfg(test)]

@@ -639,6 +639,10 @@ pub enum Upkept {
     Vacuumed,
 }
 
+/// Ids per statement, in the statements that look tasks or schedules up by a list of ids or
+/// hashes.
+pub const CHUNK: usize = 1000;
+
 /// The statistics target of the engines' `ANALYZE task_queue` ([`analyse`]).
 pub const ANALYSE_SAMPLE_TARGET: u32 = 10;
 

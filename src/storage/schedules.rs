@@ -179,12 +179,12 @@ pub fn taken(
         hash: Option<String>,
     }
     let mut out = Vec::new();
-    for chunk in ids.chunks(super::tasks::CHUNK) {
+    for chunk in ids.chunks(super::CHUNK) {
         let mut q = sql(conn, "SELECT id, hash FROM schedules WHERE id IN ");
         q.bind_list(chunk.iter().map(String::as_str));
         out.extend(q.load::<Row>(conn)?.into_iter().map(|r| (r.id, r.hash)));
     }
-    for chunk in hashes.chunks(super::tasks::CHUNK) {
+    for chunk in hashes.chunks(super::CHUNK) {
         let mut q = sql(conn, "SELECT id, hash FROM schedules WHERE hash IN ");
         q.bind_list(chunk.iter().map(String::as_str));
         out.extend(q.load::<Row>(conn)?.into_iter().map(|r| (r.id, r.hash)));

@@ -78,8 +78,7 @@ const QUEUE_UPSERT: &str = " ON CONFLICT (task_id) DO UPDATE SET status = exclud
      oci_image = excluded.oci_image, input_ooi = excluded.input_ooi, \
      deduplication_key = excluded.deduplication_key";
 
-/// Ids per statement.
-pub const CHUNK: usize = 1000;
+pub use super::CHUNK;
 
 /// Rows per multi-row INSERT (18 binds each).
 pub const INSERT_CHUNK: usize = 500;
