@@ -7,7 +7,9 @@
 //! heap, so the pops run over the backlog beyond it (a burst pops up to Q/4), and on the broker
 //! with room, side by side (in each round each body on one broker and then on the other, the
 //! first by turns), and each body's ratio: `pending_vs_room_<body>=` (target ≥ 0.8), and how many
-//! pops the full heap's broker set aside for a refill's picks (`pending_pops_set_aside=`). Then pushes (64
+//! pops the full heap's broker set aside for a refill's picks (`pending_pops_set_aside=`), and
+//! for each body on each broker the engines' work per batch and the server's WAL per task popped
+//! (`<side>_<body>_batch_us_per_batch=`, `<side>_<body>_wal_bytes_per_pop=`). Then pushes (64
 //! clients) into the full heap against pushes into the broker with room, alternating, and the
 //! ratio. Last, the starvation check: K tasks of an image no other task has
 //! (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything waiting, are pushed into the
@@ -36,7 +38,7 @@ use super::harness::postgres::{
 use super::harness::stats::{Figure, median, median_figure, thousands};
 use super::harness::worker_pops::{
     Body, BodyFigure, Role, SideFigures, Tally, Want, body_pairs, boefje_push, burst, check_table,
-    image_filter, measure_side_by_side, print_bodies, steady,
+    image_filter, measure_side_by_side, print_bodies, print_engine_per_batch, steady,
 };
 use super::{Options, Result};
 
@@ -149,6 +151,7 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         ratios.push(format!("pending_vs_room_{}={:.3}", body.key(), b / r));
     }
     println!("(target ≥ 0.8 for every body)");
+    print_engine_per_batch([&p.figs, &p.room_figs], ["over the backlog", "with room"]);
     println!(
         "pops that waited for a refill's picks, set aside while the engine served others (the full heap's whole run): {set_aside}"
     );
@@ -218,6 +221,23 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.extend(body_pairs("room", &p.room_figs, None));
     kv.extend(ratios);
     kv.push(format!("pending_pops_set_aside={set_aside}"));
+    for (side, figs) in [("pending", &p.figs), ("room", &p.room_figs)] {
+        for body in Body::ALL {
+            let [c, a, b] = figs[body.index()].engine;
+            kv.push(format!("{side}_{}_commands_per_batch={c:.1}", body.key()));
+            kv.push(format!("{side}_{}_apply_us_per_batch={a:.0}", body.key()));
+            kv.push(format!("{side}_{}_batch_us_per_batch={b:.0}", body.key()));
+            let [bytes, fpi] = figs[body.index()].wal;
+            kv.push(format!(
+                "{side}_{}_wal_bytes_per_pop={bytes:.0}",
+                body.key()
+            ));
+            kv.push(format!(
+                "{side}_{}_wal_fpi_per_1000_pops={fpi:.0}",
+                body.key()
+            ));
+        }
+    }
     kv.push(format!("alone_pending_dispatches_per_s={:.0}", alone.0));
     kv.push(format!("alone_heap_dispatches_per_s={:.0}", alone.1));
     kv.push(format!("alone_pending_vs_heap={:.3}", alone.0 / alone.1));
@@ -332,8 +352,13 @@ fn pending_measurements(
     boefje: usize,
 ) -> Result<PendingFigures> {
     let budget = (boefje / 4).max(o.clients * 8);
-    let [full_side, room_side] =
-        measure_side_by_side(o, [full.port, room.port], budget, ["pending", "room"])?;
+    let [full_side, room_side] = measure_side_by_side(
+        o,
+        [full.port, room.port],
+        full_db,
+        budget,
+        ["pending", "room"],
+    )?;
     let SideFigures {
         figs,
         acked: mut acked_full,

@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 
 use super::baseline::{baseline_run, refill_baseline};
 use super::http::{
-    Http, current_thread, patch_request, pop_request_with, popped_id, send_all, task_id,
+    Http, current_thread, engine_counters, engine_delta, patch_request, pop_request_with,
+    popped_id, send_all, task_id,
 };
-use super::postgres::{BOEFJES, IMAGES, ORGS, count_stored, count_tasks, image_name};
-use super::stats::{CpuSpan, Figure, cpu_ticks, figure, median_figure, micros_since};
+use super::postgres::{BOEFJES, IMAGES, ORGS, count_stored, count_tasks, image_name, pg_number};
+use super::stats::{CpuSpan, Figure, cpu_ticks, figure, median, median_figure, micros_since};
 use crate::{Error, Options, Result};
 
 /// The pops the boefje runner sends (`POST /schedulers/boefje/pop?limit=1`, a filter body only
@@ -433,6 +434,12 @@ pub struct BodyFigure {
     popped: usize,
     completed: usize,
     empty: usize,
+    /// The engines' work while the body ran, per batch: commands, µs reading and deciding
+    /// (before the write), µs from the first read to the commit (zeros where not measured).
+    pub engine: [f64; 3],
+    /// The server's write-ahead log while the body ran, per task popped (the bursts' put-back
+    /// patches included): bytes, and full-page images per thousand (zeros where not measured).
+    pub wal: [f64; 2],
 }
 
 pub struct Tally {
@@ -555,6 +562,8 @@ fn body_medians(rounds: &[[BodyFigure; 5]]) -> [BodyFigure; 5] {
         o.pushes = pick(|b| b.pushes);
         o.bursts = rounds.iter().map(|r| r[i].bursts).sum();
         o.popped = rounds.iter().map(|r| r[i].popped).sum();
+        o.engine = std::array::from_fn(|k| median(rounds.iter().map(|r| r[i].engine[k]).collect()));
+        o.wal = std::array::from_fn(|k| median(rounds.iter().map(|r| r[i].wal[k]).collect()));
     }
     out
 }
@@ -620,9 +629,20 @@ pub struct SideFigures {
 /// The bodies on two brokers side by side: in each round each body runs on one and then on the
 /// other (the first by turns), so that the machine's drift over a run falls on both alike rather
 /// than on whichever ran later. Medians of the rounds, per broker.
+/// The server's write-ahead log so far (`pg_stat_wal`): bytes and full-page images.
+fn wal_so_far(server: &str) -> Result<[f64; 2]> {
+    Ok([
+        pg_number(server, "SELECT wal_bytes::bigint AS n FROM pg_stat_wal")? as f64,
+        pg_number(server, "SELECT wal_fpi AS n FROM pg_stat_wal")? as f64,
+    ])
+}
+
+/// [`measure_bodies`] on two brokers of one PostgreSQL server (`server`: a database URL on it),
+/// each body on one and then on the other within each round (the first by turns).
 pub fn measure_side_by_side(
     o: &Options,
     ports: [u16; 2],
+    server: &str,
     budget: usize,
     what: [&str; 2],
 ) -> Result<[SideFigures; 2]> {
@@ -642,7 +662,9 @@ pub fn measure_side_by_side(
         for (k, body) in Body::ALL.into_iter().enumerate() {
             let first = (round + k) % 2;
             for side in [first, 1 - first] {
-                let f = rt.block_on(measure_body(
+                let before = rt.block_on(engine_counters(ports[side]))?;
+                let wal_before = wal_so_far(server)?;
+                let mut f = rt.block_on(measure_body(
                     ports[side],
                     o.clients,
                     body,
@@ -650,6 +672,13 @@ pub fn measure_side_by_side(
                     o.seconds,
                     &mut acked[side],
                 ))?;
+                f.engine = engine_delta(before, rt.block_on(engine_counters(ports[side]))?);
+                let wal_after = wal_so_far(server)?;
+                let popped = f.popped.max(1) as f64;
+                f.wal = [
+                    (wal_after[0] - wal_before[0]) / popped,
+                    (wal_after[1] - wal_before[1]) / popped * 1000.0,
+                ];
                 completed[side] += f.completed;
                 figs[side][body.index()] = f;
             }
@@ -671,6 +700,35 @@ pub fn measure_side_by_side(
             completed: completed[1],
         },
     ])
+}
+
+/// The engines' work per batch and the server's write-ahead log per task popped while each body
+/// ran, on two brokers side by side.
+pub fn print_engine_per_batch(figs: [&[BodyFigure; 5]; 2], what: [&str; 2]) {
+    println!(
+        "while each body ran (medians of rounds): the engines per batch (commands, µs reading and deciding, \
+         µs to the commit); the server's WAL per task popped, put-back patches included (bytes, full-page images per 1,000)"
+    );
+    println!(
+        "{:<44} {:>24} {:>24} {:>18} {:>18}",
+        "pop body", what[0], what[1], what[0], what[1]
+    );
+    for body in Body::ALL {
+        let cell = |f: &BodyFigure| {
+            let [c, a, b] = f.engine;
+            format!("{c:.1} / {a:.0} / {b:.0}")
+        };
+        let wal = |f: &BodyFigure| format!("{:.0} B / {:.0}", f.wal[0], f.wal[1]);
+        let (x, y) = (&figs[0][body.index()], &figs[1][body.index()]);
+        println!(
+            "{:<44} {:>24} {:>24} {:>18} {:>18}",
+            body.label(),
+            cell(x),
+            cell(y),
+            wal(x),
+            wal(y)
+        );
+    }
 }
 
 pub fn print_bodies(figs: &[BodyFigure; 5], baseline: Option<Figure>) {
