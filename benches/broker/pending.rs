@@ -9,7 +9,8 @@
 //! first by turns), and each body's ratio: `pending_vs_room_<body>=` (target ≥ 0.8), and how many
 //! pops the full heap's broker set aside for a refill's picks (`pending_pops_set_aside=`), and
 //! for each body on each broker the engines' work per batch and the server's WAL per task popped
-//! (`<side>_<body>_batch_us_per_batch=`, `<side>_<body>_wal_bytes_per_pop=`). Then pushes (64
+//! (`<side>_<body>_batch_us_per_batch=`, `<side>_<body>_wal_bytes_per_pop=`), with where the log
+//! began and ended while each body ran in the last round, for `pg_waldump`. Then pushes (64
 //! clients) into the full heap against pushes into the broker with room, alternating, and the
 //! ratio. Last, the starvation check: K tasks of an image no other task has
 //! (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything waiting, are pushed into the

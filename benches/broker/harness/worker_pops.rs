@@ -440,6 +440,9 @@ pub struct BodyFigure {
     /// The server's write-ahead log while the body ran, per task popped (the bursts' put-back
     /// patches included): bytes, and full-page images per thousand (zeros where not measured).
     pub wal: [f64; 2],
+    /// Where the log began and ended while the body ran, in the last round (to read it by
+    /// record type with `pg_waldump`).
+    pub wal_window: [f64; 2],
 }
 
 pub struct Tally {
@@ -564,6 +567,7 @@ fn body_medians(rounds: &[[BodyFigure; 5]]) -> [BodyFigure; 5] {
         o.popped = rounds.iter().map(|r| r[i].popped).sum();
         o.engine = std::array::from_fn(|k| median(rounds.iter().map(|r| r[i].engine[k]).collect()));
         o.wal = std::array::from_fn(|k| median(rounds.iter().map(|r| r[i].wal[k]).collect()));
+        o.wal_window = rounds.last().map_or([0.0; 2], |r| r[i].wal_window);
     }
     out
 }
@@ -626,19 +630,29 @@ pub struct SideFigures {
     pub completed: usize,
 }
 
-/// The bodies on two brokers side by side: in each round each body runs on one and then on the
-/// other (the first by turns), so that the machine's drift over a run falls on both alike rather
-/// than on whichever ran later. Medians of the rounds, per broker.
-/// The server's write-ahead log so far (`pg_stat_wal`): bytes and full-page images.
-fn wal_so_far(server: &str) -> Result<[f64; 2]> {
+/// The server's write-ahead log so far (`pg_stat_wal`): bytes and full-page images,
+/// and where the log ends, as a byte position.
+fn wal_so_far(server: &str) -> Result<[f64; 3]> {
     Ok([
         pg_number(server, "SELECT wal_bytes::bigint AS n FROM pg_stat_wal")? as f64,
         pg_number(server, "SELECT wal_fpi AS n FROM pg_stat_wal")? as f64,
+        pg_number(
+            server,
+            "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint AS n",
+        )? as f64,
     ])
 }
 
-/// [`measure_bodies`] on two brokers of one PostgreSQL server (`server`: a database URL on it),
-/// each body on one and then on the other within each round (the first by turns).
+/// A byte position of the log as PostgreSQL writes it (`pg_waldump -s`/`-e`).
+fn lsn(at: f64) -> String {
+    let at = at as u64;
+    format!("{:X}/{:X}", at >> 32, at & 0xFFFF_FFFF)
+}
+
+/// The bodies on two brokers of one PostgreSQL server (`server`: a database URL on it) side by
+/// side: in each round each body runs on one and then on the other (the first by turns), so that
+/// the machine's drift over a run falls on both alike rather than on whichever ran later.
+/// Medians of the rounds, per broker.
 pub fn measure_side_by_side(
     o: &Options,
     ports: [u16; 2],
@@ -679,6 +693,7 @@ pub fn measure_side_by_side(
                     (wal_after[0] - wal_before[0]) / popped,
                     (wal_after[1] - wal_before[1]) / popped * 1000.0,
                 ];
+                f.wal_window = [wal_before[2], wal_after[2]];
                 completed[side] += f.completed;
                 figs[side][body.index()] = f;
             }
@@ -727,6 +742,19 @@ pub fn print_engine_per_batch(figs: [&[BodyFigure; 5]; 2], what: [&str; 2]) {
             cell(y),
             wal(x),
             wal(y)
+        );
+    }
+    println!("the log while each body ran in the last round (pg_waldump -s … -e …):");
+    for body in Body::ALL {
+        let window =
+            |f: &BodyFigure| format!("{} … {}", lsn(f.wal_window[0]), lsn(f.wal_window[1]));
+        println!(
+            "{:<44} {}: {}; {}: {}",
+            body.label(),
+            what[0],
+            window(&figs[0][body.index()]),
+            what[1],
+            window(&figs[1][body.index()])
         );
     }
 }
