@@ -10,7 +10,11 @@
 //! pops the full heap's broker set aside for a refill's picks (`pending_pops_set_aside=`), and
 //! for each body on each broker the engines' work per batch and the server's WAL per task popped
 //! (`<side>_<body>_batch_us_per_batch=`, `<side>_<body>_wal_bytes_per_pop=`), with where the log
-//! began and ended while each body ran in the last round, for `pg_waldump`. Then pushes (64
+//! began and ended while each body ran in the last round, for `pg_waldump`; the engines' figures
+//! and the log are of the bursts alone, the put-backs after them apart
+//! (`<side>_<body>_put_back_wal_bytes_per_pop=`), and, over the backlog, the share of the tasks
+//! popped that came straight from it rather than the heap (`<side>_<body>_from_backlog_share=`)
+//! and the searches of its indexes (`<side>_<body>_backlog_searches_per_1000_pops=`). Then pushes (64
 //! clients) into the full heap against pushes into the broker with room, alternating, and the
 //! ratio. Last, the starvation check: K tasks of an image no other task has
 //! (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything waiting, are pushed into the
@@ -157,6 +161,18 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         "pops that waited for a refill's picks, set aside while the engine served others (the full heap's whole run): {set_aside}"
     );
     println!(
+        "over the backlog, tasks popped straight from the pending backlog (not the heap), and searches of its indexes:"
+    );
+    for body in Body::ALL {
+        let [share, searches] = p.figs[body.index()].backlog;
+        println!(
+            "{:<44} {:>9.1} % of tasks popped {:>8.1} searches per 1,000 pops",
+            body.label(),
+            share * 100.0,
+            searches
+        );
+    }
+    println!(
         "PostgreSQL alone, the engine's batch statement on one connection, {ALONE_BATCH} tasks a statement (tasks/s):"
     );
     println!(
@@ -228,9 +244,22 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
             kv.push(format!("{side}_{}_commands_per_batch={c:.1}", body.key()));
             kv.push(format!("{side}_{}_apply_us_per_batch={a:.0}", body.key()));
             kv.push(format!("{side}_{}_batch_us_per_batch={b:.0}", body.key()));
-            let [bytes, fpi] = figs[body.index()].wal;
+            let [bytes, fpi, restore] = figs[body.index()].wal;
             kv.push(format!(
                 "{side}_{}_wal_bytes_per_pop={bytes:.0}",
+                body.key()
+            ));
+            kv.push(format!(
+                "{side}_{}_put_back_wal_bytes_per_pop={restore:.0}",
+                body.key()
+            ));
+            let [share, searches] = figs[body.index()].backlog;
+            kv.push(format!(
+                "{side}_{}_from_backlog_share={share:.3}",
+                body.key()
+            ));
+            kv.push(format!(
+                "{side}_{}_backlog_searches_per_1000_pops={searches:.1}",
                 body.key()
             ));
             kv.push(format!(

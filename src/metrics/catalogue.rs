@@ -219,6 +219,18 @@ pub const CATALOGUE: &[Family] = &[
         "Pops answered after the refill under way ended, its picks holding their match, while the engine served others.",
     ),
     family(
+        "scheduler_engine_backlog_pops_total",
+        Kind::Counter,
+        "",
+        "Tasks pops took from the pending backlog beyond the heap, their match not being in it.",
+    ),
+    family(
+        "scheduler_engine_backlog_searches_total",
+        Kind::Counter,
+        "",
+        "Searches of the pending backlog's indexes for pops (a read ahead serves the next pops of its filter).",
+    ),
+    family(
         "scheduler_listener_messages_total",
         Kind::Counter,
         "queue,outcome",

@@ -47,6 +47,12 @@ pub struct EngineCounters {
     /// Pops set aside until a refill under way had ended (their match may have been among its
     /// picks), so that the engine went on with the others meanwhile.
     pub set_aside: AtomicU64,
+    /// Tasks pops took straight from the pending backlog beyond the heap (their match was not in
+    /// it): many of them say the heap is small for the filters runners pop with.
+    pub backlog_pops: AtomicU64,
+    /// Searches of the pending backlog's indexes for such pops (a read ahead serves the next
+    /// pops of the same filter without one).
+    pub backlog_searches: AtomicU64,
 }
 
 impl Gauges {

@@ -245,6 +245,16 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
             .collect::<Vec<_>>()
             .join("; ")
     );
+    // Of all the tasks popped so far, one came from the pending backlog (the rare one, found
+    // beside the refill); the others from the heap.
+    let counted = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} is served"))
+    };
+    assert_eq!(counted("scheduler_engine_backlog_pops_total"), 1.0);
+    assert!(counted("scheduler_engine_backlog_searches_total") >= 1.0);
 
     // Everything else comes out once, in pop order.
     let expected: Vec<i64> = (201..=TOTAL)

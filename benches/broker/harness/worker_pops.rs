@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::baseline::{baseline_run, refill_baseline};
 use super::http::{
-    Http, current_thread, engine_counters, engine_delta, patch_request, pop_request_with,
-    popped_id, send_all, task_id,
+    Http, current_thread, engine_counters, engine_delta, metric_values, patch_request,
+    pop_request_with, popped_id, send_all, task_id,
 };
 use super::postgres::{BOEFJES, IMAGES, ORGS, count_stored, count_tasks, image_name, pg_number};
 use super::stats::{CpuSpan, Figure, cpu_ticks, figure, median, median_figure, micros_since};
@@ -434,12 +434,20 @@ pub struct BodyFigure {
     popped: usize,
     completed: usize,
     empty: usize,
-    /// The engines' work while the body ran, per batch: commands, µs reading and deciding
-    /// (before the write), µs from the first read to the commit (zeros where not measured).
+    /// The engines' work while the bursts ran (not the put-backs after them), per batch:
+    /// commands, µs reading and deciding (before the write), µs from the first read to the
+    /// commit (zeros where not measured).
     pub engine: [f64; 3],
-    /// The server's write-ahead log while the body ran, per task popped (the bursts' put-back
-    /// patches included): bytes, and full-page images per thousand (zeros where not measured).
-    pub wal: [f64; 2],
+    /// The server's write-ahead log while the bursts ran, per task popped: bytes, and full-page
+    /// images per thousand; and while the queue was put back after them (the `PATCH queued` of
+    /// each popped task, the fleet's replacements), bytes per task popped (zeros where not
+    /// measured). Work a burst started may end after it (a refill under way): the split is at
+    /// the burst's last answer.
+    pub wal: [f64; 3],
+    /// Of the tasks popped while the bursts ran, the share taken straight from the pending
+    /// backlog (not the heap), and the searches of the backlog's indexes per thousand tasks
+    /// popped (zeros where not measured).
+    pub backlog: [f64; 2],
     /// Where the log began and ended while the body ran, in the last round (to read it by
     /// record type with `pg_waldump`).
     pub wal_window: [f64; 2],
@@ -490,6 +498,31 @@ impl Tally {
     }
 }
 
+/// What the engines and the server's log did over the bursts and over the put-backs: engine
+/// counters (batches, commands, apply µs, batch µs) and WAL (bytes, full-page images) over the
+/// bursts, and WAL bytes over the put-backs.
+#[derive(Default)]
+struct BurstWork {
+    engine: [f64; 4],
+    backlog: [f64; 2],
+    wal: [f64; 2],
+    restore_wal: f64,
+}
+
+/// The engines' tasks popped from the pending backlog and searches of it, from `/metrics`.
+async fn backlog_counters(port: u16) -> Result<[f64; 2]> {
+    metric_values(
+        port,
+        [
+            "scheduler_engine_backlog_pops_total",
+            "scheduler_engine_backlog_searches_total",
+        ],
+    )
+    .await
+}
+
+/// One body's bursts on the broker at `port`; with `watch` (a database URL on its server), the
+/// engines' counters and the server's log are read around each burst, apart from the put-backs.
 async fn measure_body(
     port: u16,
     clients: usize,
@@ -497,16 +530,42 @@ async fn measure_body(
     budget: usize,
     seconds: f64,
     acked: &mut Vec<String>,
+    watch: Option<&str>,
 ) -> Result<BodyFigure> {
     let roles = body.roles(clients);
     let mut tally = Tally::new();
     let mut out = BodyFigure::default();
     let mut ran = 0.0;
     let mut cpu = CpuSpan::default();
+    let mut work = BurstWork::default();
     while ran < seconds * 0.98 {
+        let before = match watch {
+            Some(server) => Some((
+                engine_counters(port).await?,
+                backlog_counters(port).await?,
+                wal_so_far(server)?,
+            )),
+            None => None,
+        };
         let from = cpu_ticks();
         let b = burst(port, &roles, budget, seconds - ran).await?;
         cpu.add(from, cpu_ticks());
+        let ended = match (watch, before) {
+            (Some(server), Some((e0, b0, w0))) => {
+                let (e1, b1) = (engine_counters(port).await?, backlog_counters(port).await?);
+                let w1 = wal_so_far(server)?;
+                for k in 0..4 {
+                    work.engine[k] += e1[k] - e0[k];
+                }
+                for k in 0..2 {
+                    work.backlog[k] += b1[k] - b0[k];
+                }
+                work.wal[0] += w1[0] - w0[0];
+                work.wal[1] += w1[1] - w0[1];
+                Some(w1[0])
+            }
+            _ => None,
+        };
         let window = steady(
             &[&b.pop_samples, &b.push_samples],
             b.clients,
@@ -521,6 +580,19 @@ async fn measure_body(
         out.completed += b.pops.iter().filter(|p| p.completed).count();
         out.empty += b.empty;
         acked.extend(check_and_restore(port, clients, &b).await?);
+        if let (Some(server), Some(w)) = (watch, ended) {
+            work.restore_wal += wal_so_far(server)?[0] - w;
+        }
+    }
+    if watch.is_some() {
+        let popped = out.popped.max(1) as f64;
+        out.engine = engine_delta([0.0; 4], work.engine);
+        out.wal = [
+            work.wal[0] / popped,
+            work.wal[1] / popped * 1000.0,
+            work.restore_wal / popped,
+        ];
+        out.backlog = [work.backlog[0] / popped, work.backlog[1] / popped * 1000.0];
     }
     if out.empty > 0 {
         eprintln!(
@@ -567,6 +639,8 @@ fn body_medians(rounds: &[[BodyFigure; 5]]) -> [BodyFigure; 5] {
         o.popped = rounds.iter().map(|r| r[i].popped).sum();
         o.engine = std::array::from_fn(|k| median(rounds.iter().map(|r| r[i].engine[k]).collect()));
         o.wal = std::array::from_fn(|k| median(rounds.iter().map(|r| r[i].wal[k]).collect()));
+        o.backlog =
+            std::array::from_fn(|k| median(rounds.iter().map(|r| r[i].backlog[k]).collect()));
         o.wal_window = rounds.last().map_or([0.0; 2], |r| r[i].wal_window);
     }
     out
@@ -601,7 +675,7 @@ pub fn measure_bodies(
             match (item, baseline) {
                 (Some(body), _) => {
                     let f = rt.block_on(measure_body(
-                        port, o.clients, body, budget, o.seconds, &mut acked,
+                        port, o.clients, body, budget, o.seconds, &mut acked, None,
                     ))?;
                     completed += f.completed;
                     figs[body.index()] = f;
@@ -676,7 +750,6 @@ pub fn measure_side_by_side(
         for (k, body) in Body::ALL.into_iter().enumerate() {
             let first = (round + k) % 2;
             for side in [first, 1 - first] {
-                let before = rt.block_on(engine_counters(ports[side]))?;
                 let wal_before = wal_so_far(server)?;
                 let mut f = rt.block_on(measure_body(
                     ports[side],
@@ -685,15 +758,9 @@ pub fn measure_side_by_side(
                     budget,
                     o.seconds,
                     &mut acked[side],
+                    Some(server),
                 ))?;
-                f.engine = engine_delta(before, rt.block_on(engine_counters(ports[side]))?);
-                let wal_after = wal_so_far(server)?;
-                let popped = f.popped.max(1) as f64;
-                f.wal = [
-                    (wal_after[0] - wal_before[0]) / popped,
-                    (wal_after[1] - wal_before[1]) / popped * 1000.0,
-                ];
-                f.wal_window = [wal_before[2], wal_after[2]];
+                f.wal_window = [wal_before[2], wal_so_far(server)?[2]];
                 completed[side] += f.completed;
                 figs[side][body.index()] = f;
             }
@@ -721,12 +788,13 @@ pub fn measure_side_by_side(
 /// ran, on two brokers side by side.
 pub fn print_engine_per_batch(figs: [&[BodyFigure; 5]; 2], what: [&str; 2]) {
     println!(
-        "while each body ran (medians of rounds): the engines per batch (commands, µs reading and deciding, \
-         µs to the commit); the server's WAL per task popped, put-back patches included (bytes, full-page images per 1,000)"
+        "while each body's bursts ran (medians of rounds): the engines per batch (commands, µs reading and deciding, \
+         µs to the commit); the server's WAL per task popped (bytes, full-page images per 1,000); \
+         then the WAL of the put-backs after the bursts, per task popped (bytes)"
     );
     println!(
-        "{:<44} {:>24} {:>24} {:>18} {:>18}",
-        "pop body", what[0], what[1], what[0], what[1]
+        "{:<44} {:>24} {:>24} {:>18} {:>18} {:>10} {:>10}",
+        "pop body", what[0], what[1], what[0], what[1], "put-back", "put-back"
     );
     for body in Body::ALL {
         let cell = |f: &BodyFigure| {
@@ -736,12 +804,14 @@ pub fn print_engine_per_batch(figs: [&[BodyFigure; 5]; 2], what: [&str; 2]) {
         let wal = |f: &BodyFigure| format!("{:.0} B / {:.0}", f.wal[0], f.wal[1]);
         let (x, y) = (&figs[0][body.index()], &figs[1][body.index()]);
         println!(
-            "{:<44} {:>24} {:>24} {:>18} {:>18}",
+            "{:<44} {:>24} {:>24} {:>18} {:>18} {:>8.0} B {:>8.0} B",
             body.label(),
             cell(x),
             cell(y),
             wal(x),
-            wal(y)
+            wal(y),
+            x.wal[2],
+            y.wal[2]
         );
     }
     println!("the log while each body ran in the last round (pg_waldump -s … -e …):");

@@ -32,6 +32,10 @@ pub(crate) struct BatchRows {
     /// dispatched` by id, each only if the table still holds it pending (a read ahead may be
     /// up to half a second old), their queue rows deleted.
     pub taken_pending: Vec<Uuid>,
+    /// Tasks this batch's pops took from the pending backlog rather than the heap (those in
+    /// `taken_pending` and pending rows the batch had read or created), for
+    /// `scheduler_engine_backlog_pops_total`.
+    pub from_backlog: usize,
     /// Heap tasks evicted whose rows were not read: moved `queued → pending` by id.
     pub evicted: Vec<Uuid>,
     /// Heap tasks cancelled whose rows were not read: moved `queued → cancelled` by id.

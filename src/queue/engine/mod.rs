@@ -316,6 +316,9 @@ struct Applied {
     skipped_pending: Vec<String>,
     /// The batch's pops set aside until the refill under way has ended, by their place in it.
     set_aside: Vec<usize>,
+    /// Tasks its pops took from the pending backlog, and the searches of the backlog's indexes
+    /// they made.
+    backlog: [u64; 2],
 }
 
 /// What a batch decided, per command, before it is written.
@@ -346,6 +349,8 @@ struct TableReads<'a> {
     keep: bool,
     /// The last pop decided was set aside until the refill under way has ended.
     set_aside: bool,
+    /// Searches of the backlog's indexes for pops (reads ahead included).
+    searches: u64,
 }
 
 impl Reads for TableReads<'_> {
@@ -385,12 +390,16 @@ impl Reads for TableReads<'_> {
                     limit: read_ahead::ReadAhead::wanted(s.limit),
                     ..*s
                 };
+                self.searches += 1;
                 let found = backlog::search(self.conn, self.scheduler, &wide)?;
                 Ok(self
                     .ahead
                     .keep(lookup, s.filter, s.limit, s.skip, found, now))
             }
-            _ => backlog::search(self.conn, self.scheduler, s),
+            _ => {
+                self.searches += 1;
+                backlog::search(self.conn, self.scheduler, s)
+            }
         }
     }
 
@@ -972,6 +981,7 @@ impl Engine {
                 queue_rows,
                 skipped_pending,
                 set_aside,
+                backlog,
             }) => {
                 self.conn = Some(conn);
                 self.stale_queue_rows.extend(skipped_pending);
@@ -985,6 +995,12 @@ impl Engine {
                 counters
                     .statements
                     .fetch_add(statements as u64, Ordering::Relaxed);
+                counters
+                    .backlog_pops
+                    .fetch_add(backlog[0], Ordering::Relaxed);
+                counters
+                    .backlog_searches
+                    .fetch_add(backlog[1], Ordering::Relaxed);
                 counters
                     .batch_micros
                     .fetch_add(began.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -1135,6 +1151,7 @@ impl Engine {
         // 2. Decide, rule by rule.
         let mut d = Decisions::default();
         let mut set_aside = Vec::new();
+        let searches;
         lease::give_back(st, &mut rows, &undelivered, now);
         for r in &batch.pushes {
             d.pushes.push(
@@ -1164,6 +1181,7 @@ impl Engine {
                 ahead: &mut self.read_ahead,
                 keep,
                 set_aside: false,
+                searches: 0,
             };
             for r in &batch.cancels {
                 d.cancels.push(cancel::cancel_object(
@@ -1177,6 +1195,7 @@ impl Engine {
                     set_aside.push(i);
                 }
             }
+            searches = reads.searches;
         }
         // The heap is refilled ahead, after the batch is answered (`upkeep`); an explicit
         // refill request is served in its batch.
@@ -1306,6 +1325,7 @@ impl Engine {
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
         }
+        let from_backlog = rows.from_backlog.saturating_sub(skipped_pending.len()) as u64;
         let mut rows = rows.into_rows();
         rows.extend(returned);
         Ok(Applied {
@@ -1316,6 +1336,7 @@ impl Engine {
             queue_rows,
             skipped_pending,
             set_aside,
+            backlog: [from_backlog, searches],
         })
     }
 

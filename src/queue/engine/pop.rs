@@ -309,6 +309,7 @@ fn pop_matching(
         for row in admitted {
             let id = row.uuid()?;
             reads.taken(&row.id);
+            rows.from_backlog += 1;
             st.pending.remove(row.hash.as_deref());
             let key = row.deduplication_key.as_deref().map(Arc::from);
             if rows.contains(&id) {
