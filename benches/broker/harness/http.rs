@@ -111,23 +111,41 @@ pub async fn metric_values<const N: usize>(port: u16, names: [&str; N]) -> Resul
 
 /// The engine's counters from `/metrics`: (batches, commands, apply µs, batch µs).
 pub async fn engine_counters(port: u16) -> Result<[f64; 4]> {
-    let [batches, commands, apply_s, batch_s] = metric_values(
+    Ok(engine_and_backlog_counters(port).await?.0)
+}
+
+/// The engine's counters ([`engine_counters`]) and, from the same reading, the tasks pops took
+/// straight from the pending backlog and the searches of it.
+pub async fn engine_and_backlog_counters(port: u16) -> Result<([f64; 4], [f64; 2])> {
+    let [
+        batches,
+        commands,
+        apply_s,
+        batch_s,
+        backlog_pops,
+        backlog_searches,
+    ] = metric_values(
         port,
         [
             "scheduler_engine_batches_total",
             "scheduler_engine_commands_total",
             "scheduler_engine_apply_seconds_total",
             "scheduler_engine_batch_seconds_total",
+            "scheduler_engine_backlog_pops_total",
+            "scheduler_engine_backlog_searches_total",
         ],
     )
     .await?;
-    Ok([
-        batches,
-        commands,
-        // Served in seconds; the figures here are in microseconds.
-        apply_s * 1e6,
-        batch_s * 1e6,
-    ])
+    Ok((
+        [
+            batches,
+            commands,
+            // Served in seconds; the figures here are in microseconds.
+            apply_s * 1e6,
+            batch_s * 1e6,
+        ],
+        [backlog_pops, backlog_searches],
+    ))
 }
 
 /// Commands per batch, apply µs per batch and batch µs (BEGIN to COMMIT) between two readings.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::baseline::{baseline_run, refill_baseline};
 use super::http::{
-    Http, current_thread, engine_counters, engine_delta, metric_values, patch_request,
+    Http, current_thread, engine_and_backlog_counters, engine_delta, patch_request,
     pop_request_with, popped_id, send_all, task_id,
 };
 use super::postgres::{BOEFJES, IMAGES, ORGS, count_stored, count_tasks, image_name, pg_number};
@@ -509,18 +509,6 @@ struct BurstWork {
     restore_wal: f64,
 }
 
-/// The engines' tasks popped from the pending backlog and searches of it, from `/metrics`.
-async fn backlog_counters(port: u16) -> Result<[f64; 2]> {
-    metric_values(
-        port,
-        [
-            "scheduler_engine_backlog_pops_total",
-            "scheduler_engine_backlog_searches_total",
-        ],
-    )
-    .await
-}
-
 /// One body's bursts on the broker at `port`; with `watch` (a database URL on its server), the
 /// engines' counters and the server's log are read around each burst, apart from the put-backs.
 async fn measure_body(
@@ -541,8 +529,7 @@ async fn measure_body(
     while ran < seconds * 0.98 {
         let before = match watch {
             Some(server) => Some((
-                engine_counters(port).await?,
-                backlog_counters(port).await?,
+                engine_and_backlog_counters(port).await?,
                 wal_so_far(server)?,
             )),
             None => None,
@@ -551,8 +538,8 @@ async fn measure_body(
         let b = burst(port, &roles, budget, seconds - ran).await?;
         cpu.add(from, cpu_ticks());
         let ended = match (watch, before) {
-            (Some(server), Some((e0, b0, w0))) => {
-                let (e1, b1) = (engine_counters(port).await?, backlog_counters(port).await?);
+            (Some(server), Some(((e0, b0), w0))) => {
+                let (e1, b1) = engine_and_backlog_counters(port).await?;
                 let w1 = wal_so_far(server)?;
                 for k in 0..4 {
                     work.engine[k] += e1[k] - e0[k];
@@ -784,8 +771,8 @@ pub fn measure_side_by_side(
     ])
 }
 
-/// The engines' work per batch and the server's write-ahead log per task popped while each body
-/// ran, on two brokers side by side.
+/// The engines' work per batch and the server's write-ahead log per task popped while each body's
+/// bursts ran, and the put-backs' log after them, on two brokers side by side.
 pub fn print_engine_per_batch(figs: [&[BodyFigure; 5]; 2], what: [&str; 2]) {
     println!(
         "while each body's bursts ran (medians of rounds): the engines per batch (commands, µs reading and deciding, \
