@@ -115,9 +115,9 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     // left (before PostgreSQL alone uses the pending tasks up).
     eprintln!("pending: backlog searches, joined and from the queue rows alone…");
     let search_us = searches(full_db, SEARCH_ROWS, 5)?;
-    // What a refill's move costs per task, as the engines moved before and as they move now; it
-    // moves the best pending tasks to `queued` (PostgreSQL alone takes what is left).
-    eprintln!("pending: refill moves, before and now…");
+    // What a refill costs per task, as the engines moved the tasks until now and as they read
+    // them now (the moves take the best pending tasks; PostgreSQL alone takes what is left).
+    eprintln!("pending: refills, moved and read…");
     let refill_us = refills(full_db, REFILL_PICKS, REFILL_PASSES)?;
     // The checks above count what the brokers left; what PostgreSQL alone does next uses it up.
     let alone = alone_dispatches(o, full_db, room_db)?;
@@ -193,11 +193,11 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         search_us.1 / search_us.0
     );
     println!(
-        "a refill moving {REFILL_PICKS} pending tasks to the heap, on the engine's connection (median µs a task):"
+        "a refill of {REFILL_PICKS} pending tasks into the heap, on the engine's connection (median µs a task):"
     );
     println!(
         "{:<44} {:>10.1} {:>10.1} {:>9.2}",
-        "  now ÷ before (the ids in the statement's text)",
+        "  read (now) ÷ read and moved (until now)",
         refill_us.1,
         refill_us.0,
         refill_us.1 / refill_us.0
@@ -277,9 +277,12 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         "search_queue_rows_vs_joined={:.3}",
         search_us.1 / search_us.0
     ));
-    kv.push(format!("refill_before_us_per_task={:.1}", refill_us.0));
-    kv.push(format!("refill_us_per_task={:.1}", refill_us.1));
-    kv.push(format!("refill_vs_before={:.3}", refill_us.1 / refill_us.0));
+    kv.push(format!("refill_move_us_per_task={:.1}", refill_us.0));
+    kv.push(format!("refill_read_us_per_task={:.1}", refill_us.1));
+    kv.push(format!(
+        "refill_read_vs_move={:.3}",
+        refill_us.1 / refill_us.0
+    ));
     kv.push(format!("pending_pushes_per_s={:.0}", pf.ops_per_sec));
     kv.push(format!("pending_push_p99_us={:.0}", pf.p99_us));
     kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));

@@ -84,6 +84,7 @@ fn batch<'a>(
         updates,
         dispatched,
         taken_pending: &[],
+        pending_rows: true,
         at: at(secs),
         lease: lease_secs.map(at),
     }

@@ -1,10 +1,9 @@
-//! The refill ahead on PostgreSQL runs on a connection and thread of its own, beside the engine:
+//! The refill ahead on PostgreSQL reads on a connection and thread of its own, beside the engine:
 //! pops the heap serves and patches of tasks in flight are answered while it runs, and what it
-//! moves is taken in before anything that may meet a pending row, so every task is still handed
-//! out once, in pop order; a pop that none of the refill's picks can serve searches the backlog
-//! after them without waiting, and one that may be served by a pick waits set aside while the
-//! engine serves the others. A row lock held by another session keeps the refill waiting for as
-//! long as the test needs it to be under way.
+//! reads is taken in before anything that may meet a pending row, so every task is still handed
+//! out once, in pop order; a pop whose match the heap lacks waits set aside while the engine
+//! serves the others. A lock on the queue table held by another session keeps the refill's read
+//! waiting for as long as the test needs it to be under way.
 
 use std::time::{Duration, Instant};
 
@@ -71,29 +70,33 @@ async fn sizes(app: &TestApp) -> (u64, u64) {
     (s["qsize"].as_u64().unwrap(), s["pending"].as_u64().unwrap())
 }
 
-/// Whether a refill statement of this database waits for a row lock.
+/// A refill's read, from the backlog's head or on after what the heap holds as read (the text
+/// of `storage::tasks::refill_picks`).
+const REFILL_READ: &str = "(query LIKE '%FROM task_queue WHERE status = ''pending'' \
+     AND scheduler_id = $1 ORDER BY%' OR query LIKE '%FROM task_queue WHERE status = ''pending'' \
+     AND scheduler_id = $1 AND (priority, created_at, task_id) >%')";
+
+/// Whether a refill's read of this database waits for a lock.
 fn refill_waits(conn: &mut PgConnection) -> bool {
-    diesel::sql_query(
+    diesel::sql_query(format!(
         "SELECT COUNT(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
-         AND wait_event_type = 'Lock' AND query LIKE 'WITH refilled%'",
-    )
+         AND wait_event_type = 'Lock' AND {REFILL_READ}"
+    ))
     .get_result::<CountRow>(conn)
     .unwrap()
     .count
         > 0
 }
 
-/// A refill ahead held under way: another session holds the row of the pending task of priority
-/// `held`, a tenth of the heap is popped (answers `popped`, in order), and the refill that starts
-/// after that batch waits for the row. Answers the holding session (its `ROLLBACK` lets the
-/// refill go on) and a session to watch from.
-async fn refill_held(app: &TestApp, held: i64, popped: &[i64]) -> (PgConnection, PgConnection) {
+/// A refill ahead held under way: another session locks the queue table, a tenth of the heap is
+/// popped (answers `popped`, in order; the heap's tasks were pushed into it, so their pops do
+/// not touch the queue table), and the refill that starts after that batch waits for the lock
+/// before it has read anything. Answers the holding session (its `ROLLBACK` lets the refill go
+/// on) and a session to watch from.
+async fn refill_held(app: &TestApp, popped: &[i64]) -> (PgConnection, PgConnection) {
     let mut blocker = PgConnection::establish(&app.db.uri).unwrap();
     blocker
-        .batch_execute(&format!(
-            "BEGIN; SELECT id FROM tasks WHERE scheduler_id = 'normalizer' \
-             AND priority = {held} AND status = 'pending' FOR UPDATE"
-        ))
+        .batch_execute("BEGIN; LOCK TABLE task_queue IN ACCESS EXCLUSIVE MODE")
         .unwrap();
     let got = app.pop_many("normalizer", MAXSIZE / 10, None).await;
     assert_eq!(priorities(&got), popped);
@@ -145,7 +148,7 @@ async fn pops_from_the_heap_and_patches_go_on_while_a_refill_ahead_runs() {
     let Some(app) = full_heap().await else {
         return;
     };
-    let (mut blocker, mut watch) = refill_held(&app, 1001, &range(1, 100)).await;
+    let (mut blocker, mut watch) = refill_held(&app, &range(1, 100)).await;
 
     // While it waits: the heap's next tasks are handed out, and a task in flight is finished.
     let more = tokio::time::timeout(ANSWER, app.pop_many("normalizer", 50, None))
@@ -179,7 +182,7 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
 
     // A push, while a refill waits: it may merge into a pending task or place one, so it waits
     // for the refill, and then goes into the full heap before everything (1,100 moves out).
-    let (mut blocker, _) = refill_held(&app, 1001, &range(1, 100)).await;
+    let (mut blocker, _) = refill_held(&app, &range(1, 100)).await;
     let mut push = {
         let app = app.clone();
         tokio::spawn(async move {
@@ -192,53 +195,48 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
     let pushed = push.await.unwrap();
     assert_eq!(pushed["status"], "queued", "{pushed}");
 
-    // The next refill waits with its picks read: the best 100 pending tasks, 1,100 to 1,199.
+    // The next refill waits before it has read its picks (the best 100 pending tasks, 1,100 to
+    // 1,199, the task the push evicted first).
     let popped: Vec<i64> = std::iter::once(-1).chain(101..=199).collect();
-    let (mut blocker, mut watch) = refill_held(&app, 1100, &popped).await;
+    let (mut blocker, mut watch) = refill_held(&app, &popped).await;
     let only = |normalizer: &str| {
         json!({"filters": [{"column": "data", "field": "normalizer__id",
             "operator": "in", "value": [normalizer]}]})
     };
-    // A pop whose filter only a pending task after the picks matches is served beside it.
-    let rare = tokio::time::timeout(ANSWER, app.pop_ok("normalizer", 1, Some(&only("rare"))))
-        .await
-        .expect("a pop no pick can serve does not wait for the refill");
-    assert_eq!(
-        priorities(&rare),
-        vec![RARE_AT],
-        "the pending task, not an empty answer"
-    );
-    assert!(
-        refill_waits(&mut watch),
-        "the refill was under way all along"
-    );
-    // A pop whose match is among the picks would search the rows the refill is moving: it waits,
-    // and then takes its task from the heap.
-    let mut pop = {
+    let pop_only = |normalizer: &'static str| {
         let app = app.clone();
-        let filter = only("picked");
+        let filter = only(normalizer);
         tokio::spawn(async move { app.pop_ok("normalizer", 1, Some(&filter)).await })
     };
-    waits(&mut pop, "the pop").await;
-    // It waits set aside: the engine goes on with the pops the heap serves meanwhile.
+    // Pops whose match the heap lacks cannot tell yet whether the refill will bring it (one of
+    // the picks) or not (a task pending after them): both wait for it, set aside.
+    let mut rare = pop_only("rare");
+    let mut picked = pop_only("picked");
+    waits(&mut rare, "a pop of work pending after the picks").await;
+    waits(&mut picked, "a pop of work among the picks").await;
+    // Meanwhile the engine goes on with the pops the heap serves.
     let next = tokio::time::timeout(ANSWER, app.pop_ok("normalizer", 1, None))
         .await
-        .expect("a pop the heap serves does not wait behind a pop that waits for the refill");
+        .expect("a pop the heap serves does not wait behind pops that wait for the refill");
     assert_eq!(priorities(&next), vec![200]);
     assert!(
         refill_waits(&mut watch),
         "the refill was under way all along"
     );
-    assert!(!pop.is_finished(), "the pop waits for the refill's picks");
+    assert!(!rare.is_finished() && !picked.is_finished());
     blocker.batch_execute("ROLLBACK").unwrap();
-    let popped = pop.await.unwrap();
-    assert_eq!(priorities(&popped), vec![PICKED_AT]);
+    assert_eq!(
+        priorities(&rare.await.unwrap()),
+        vec![RARE_AT],
+        "the pending task, not an empty answer"
+    );
+    assert_eq!(priorities(&picked.await.unwrap()), vec![PICKED_AT]);
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(
         metrics
             .lines()
-            .any(|l| l == "scheduler_engine_pops_set_aside_total 1"),
-        "the pop set aside is counted: {}",
+            .any(|l| l == "scheduler_engine_pops_set_aside_total 2"),
+        "the pops set aside are counted: {}",
         metrics
             .lines()
             .filter(|l| l.contains("set_aside"))
@@ -246,7 +244,8 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
             .join("; ")
     );
     // Of all the tasks popped so far, one came from the pending backlog (the rare one, found
-    // beside the refill); the others from the heap.
+    // by a search once the refill had read its picks); the others from the heap, the picked one
+    // among what the refill read.
     let counted = |name: &str| -> f64 {
         metrics
             .lines()
@@ -255,6 +254,19 @@ async fn a_push_and_a_pop_of_pending_work_wait_for_a_refill_under_way_and_nothin
     };
     assert_eq!(counted("scheduler_engine_backlog_pops_total"), 1.0);
     assert!(counted("scheduler_engine_backlog_searches_total") >= 1.0);
+    // The picked task was popped straight from `pending`: the refill wrote nothing.
+    let mut conn = PgConnection::establish(&app.db.uri).unwrap();
+    let queued = diesel::sql_query(
+        "SELECT COUNT(*) AS count FROM tasks WHERE scheduler_id = 'normalizer' \
+         AND status = 'queued' AND priority BETWEEN 1100 AND 1199",
+    )
+    .get_result::<CountRow>(&mut conn)
+    .unwrap()
+    .count;
+    assert_eq!(
+        queued, 0,
+        "what the refill read is pending in the table until popped"
+    );
 
     // Everything else comes out once, in pop order.
     let expected: Vec<i64> = (201..=TOTAL)
@@ -268,13 +280,12 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     let Some(app) = full_heap().await else {
         return;
     };
-    let (mut blocker, mut watch) = refill_held(&app, 1001, &range(1, 100)).await;
+    let (mut blocker, mut watch) = refill_held(&app, &range(1, 100)).await;
     // An administrator (or a failover) ends the refill's session while it waits.
-    let cut = diesel::sql_query(
+    let cut = diesel::sql_query(format!(
         "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock' \
-         AND query LIKE 'WITH refilled%'",
-    )
+         WHERE datname = current_database() AND wait_event_type = 'Lock' AND {REFILL_READ}"
+    ))
     .get_result::<CountRow>(&mut watch)
     .unwrap()
     .count;
@@ -282,5 +293,109 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     blocker.batch_execute("ROLLBACK").unwrap();
     // Every task left comes out once, in pop order.
     assert_eq!(priorities(&drain(&app).await), range(101, TOTAL));
+    assert_eq!(sizes(&app).await, (0, 0));
+}
+
+/// The status of the normalizer task of priority `p`, as the table holds it.
+fn status_at(conn: &mut PgConnection, p: i64) -> String {
+    #[derive(diesel::QueryableByName)]
+    struct Status {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        status: String,
+    }
+    diesel::sql_query(format!(
+        "SELECT status FROM tasks WHERE scheduler_id = 'normalizer' AND priority = {p}"
+    ))
+    .get_result::<Status>(conn)
+    .unwrap()
+    .status
+}
+
+/// How many normalizer tasks of priorities `from..=to` the table holds in `status`.
+fn count_at(conn: &mut PgConnection, status: &str, from: i64, to: i64) -> i64 {
+    diesel::sql_query(format!(
+        "SELECT COUNT(*) AS count FROM tasks WHERE scheduler_id = 'normalizer' \
+         AND status = '{status}' AND priority BETWEEN {from} AND {to}"
+    ))
+    .get_result::<CountRow>(conn)
+    .unwrap()
+    .count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_a_refill_read_stay_pending_until_popped_or_met_and_a_hand_edit_of_one_stands() {
+    let Some(app) = full_heap().await else {
+        return;
+    };
+    let mut conn = PgConnection::establish(&app.db.uri).unwrap();
+    // A tenth of the heap popped: the refill ahead reads the best 100 pending tasks into it (an
+    // explicit refill waits for it, and then finds the heap full).
+    assert_eq!(
+        priorities(&app.pop_many("normalizer", 100, None).await),
+        range(1, 100)
+    );
+    assert_eq!(app.broker.refill(SchedulerId::Normalizer).await.unwrap(), 0);
+    assert_eq!(sizes(&app).await, (MAXSIZE as u64, PENDING as u64 - 100));
+    assert_eq!(
+        count_at(&mut conn, "pending", 1001, 1100),
+        100,
+        "the refill wrote nothing"
+    );
+    let unmatched = diesel::sql_query(
+        "SELECT COUNT(*) AS count FROM tasks t FULL JOIN task_queue q ON q.task_id = t.id \
+         WHERE (t.status = 'pending') IS DISTINCT FROM (q.task_id IS NOT NULL)",
+    )
+    .get_result::<CountRow>(&mut conn)
+    .unwrap()
+    .count;
+    assert_eq!(
+        unmatched, 0,
+        "each pending task, held as read or not, keeps its queue row"
+    );
+
+    // An operator cancels two of them by hand, in SQL, queue rows left as they are.
+    conn.batch_execute(
+        "UPDATE tasks SET status = 'cancelled' WHERE scheduler_id = 'normalizer' \
+         AND priority IN (1020, 1070)",
+    )
+    .unwrap();
+    // Pops take the heap's tasks in order; the one cancelled by hand is skipped, not handed
+    // out (the runner's next pop takes the next task), and the others are written straight
+    // from `pending`.
+    let got = app.pop_many("normalizer", 950, None).await;
+    let want: Vec<i64> = (101..=1051).filter(|p| *p != 1020).collect();
+    assert_eq!(priorities(&got), want);
+    assert_eq!(
+        status_at(&mut conn, 1020),
+        "cancelled",
+        "the hand edit stands"
+    );
+    assert_eq!(count_at(&mut conn, "dispatched", 1001, 1051), 50);
+
+    // A push may meet a pending row: first, what the heap holds as read is written `queued`
+    // (the one cancelled by hand is let go), then the push goes its way.
+    let pushed = app
+        .push_ok("normalizer", &normalizer_push("org1", "late", 5_000))
+        .await;
+    // The refills have read every pending task into the heap, which has room: it goes in.
+    assert_eq!(pushed["status"], "queued", "{pushed}");
+    assert_eq!(
+        status_at(&mut conn, 1070),
+        "cancelled",
+        "the hand edit stands"
+    );
+    assert_eq!(
+        count_at(&mut conn, "pending", 1052, TOTAL),
+        0,
+        "the tasks held as read are written queued before the push"
+    );
+    assert_eq!(count_at(&mut conn, "queued", 1052, TOTAL), 448);
+
+    // Everything else comes out once, in pop order, the late push last.
+    let expected: Vec<i64> = (1052..=TOTAL)
+        .filter(|p| *p != 1070)
+        .chain([5_000])
+        .collect();
+    assert_eq!(priorities(&drain(&app).await), expected);
     assert_eq!(sizes(&app).await, (0, 0));
 }

@@ -207,6 +207,7 @@ pub fn dispatches(
             updates: &[],
             dispatched: heap,
             taken_pending: backlog,
+            pending_rows: false,
             at: now,
             lease: Some(now + chrono::Duration::minutes(10)),
         };
@@ -280,14 +281,14 @@ pub fn searches(db: &str, rows: usize, passes: usize) -> Result<(f64, f64)> {
     Ok((super::stats::median(joined), super::stats::median(alone)))
 }
 
-/// What a refill costs the server per task moved, two ways, on the engine's connection, each in a
-/// transaction of its own as the engine runs it: the statements the engines ran before (the picks'
-/// ids written into the move's text as an `IN` list, a text of its own for every number of picks,
-/// parsed and planned each time), and the engine's own (`storage::tasks::refill`: the ids in one
-/// JSON bind, kept prepared; every pick's queue row deleted, so a row left for a task no longer
-/// pending goes too). `picks` a refill (a heap's tenth), the two ways alternating, `passes` times;
-/// each moves the best pending tasks left to `queued`, so both meet rows alike. Answers the
-/// medians in microseconds per task moved (before, now).
+/// What a refill costs the server per task, two ways, on the engine's connection: as the engines
+/// refilled until now, moving the picks (`storage::tasks::refill`: the best pending tasks read,
+/// then written `queued` and their queue rows deleted, in a transaction of its own; what a batch
+/// that meets a pending row still writes of the tasks a heap holds as read), and as they refill
+/// now, reading alone (`storage::tasks::refill_picks`, on after the last row read, as the engine
+/// reads while it holds what it read). `picks` a refill (a heap's tenth), the two ways
+/// alternating, `passes` times; the moves take the best pending tasks left, the reads page on
+/// through the rows after them. Answers the medians in microseconds per task (move, read).
 pub fn refills(db: &str, picks: usize, passes: usize) -> Result<(f64, f64)> {
     use diesel::Connection;
     use kat_scheduler::domain::SchedulerId;
@@ -295,63 +296,38 @@ pub fn refills(db: &str, picks: usize, passes: usize) -> Result<(f64, f64)> {
     let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
     let pool = storage::connect(&target, 2, Duration::from_secs(5))?;
     let mut conn = WriterConn::checkout_engine(&pool, false)?;
-    let (mut before, mut now_us) = (Vec::new(), Vec::new());
+    let (mut moves, mut reads) = (Vec::new(), Vec::new());
+    let mut after: Option<kat_scheduler::storage::rows::PopKey> = None;
     for pass in 0..passes {
         for way in [pass % 2, 1 - pass % 2] {
             let now = chrono::Utc::now().naive_utc();
             let began = Instant::now();
-            let moved = conn.transaction(|c| match way {
-                0 => refill_before(c, picks, now),
-                _ => tasks::refill(c, SchedulerId::Boefje, picks, now, &mut |_| {})
-                    .map(|rows| rows.len()),
-            })?;
+            let n = match way {
+                0 => conn
+                    .transaction(|c| {
+                        tasks::refill(c, SchedulerId::Boefje, picks, now, &mut |_| {})
+                    })?
+                    .len(),
+                _ => {
+                    let rows =
+                        tasks::refill_picks(&mut conn, SchedulerId::Boefje, after.as_ref(), picks)?;
+                    after = rows.last().map(|r| kat_scheduler::storage::rows::PopKey {
+                        priority: r.priority,
+                        created_at: r.created_at,
+                        id: r.id.clone(),
+                    });
+                    rows.len()
+                }
+            };
             let us = began.elapsed().as_secs_f64() * 1e6;
-            if moved == 0 {
-                return Err("no pending task left to move".into());
+            if n == 0 {
+                return Err("no pending task left to refill".into());
             }
             match way {
-                0 => before.push(us / moved as f64),
-                _ => now_us.push(us / moved as f64),
+                0 => moves.push(us / n as f64),
+                _ => reads.push(us / n as f64),
             }
         }
     }
-    Ok((super::stats::median(before), super::stats::median(now_us)))
-}
-
-/// A refill as the engines ran it before: the best `picks` pending boefje tasks read as a heap
-/// holds them, then moved by id (the statements' text as it was). Answers how many.
-fn refill_before(
-    conn: &mut storage::AnyConnection,
-    picks: usize,
-    now: chrono::NaiveDateTime,
-) -> diesel::QueryResult<usize> {
-    use kat_scheduler::storage::rows::HeapRow;
-    use kat_scheduler::storage::sql::Sql;
-    const HEAP: &str = "priority, created_at, modified_at, hash, schedule_id, organisation, \
-         plugin_id, oci_image, input_ooi, deduplication_key";
-    let mut q = Sql::new(
-        storage::Backend::Postgres,
-        &format!(
-            "SELECT task_id AS id, {HEAP} FROM task_queue WHERE scheduler_id = 'boefje' \
-             AND status = 'pending' ORDER BY priority, created_at, task_id LIMIT "
-        ),
-    );
-    q.bind(picks as i64);
-    let read: Vec<HeapRow> = q.load(conn)?;
-    if read.is_empty() {
-        return Ok(0);
-    }
-    let mut q = Sql::new(
-        storage::Backend::Postgres,
-        "WITH refilled AS (UPDATE tasks SET status = 'queued', modified_at = ",
-    );
-    q.bind(now)
-        .push(" WHERE status = 'pending' AND id IN ")
-        .bind_list(read.iter().map(|r| r.id.as_str()))
-        .push(
-            " RETURNING tasks.*), gone AS (DELETE FROM task_queue USING refilled \
-             WHERE task_queue.task_id = refilled.id) ",
-        )
-        .push(&format!("SELECT id, {HEAP} FROM refilled"));
-    Ok(q.load::<HeapRow>(conn)?.len())
+    Ok((super::stats::median(moves), super::stats::median(reads)))
 }

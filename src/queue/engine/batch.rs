@@ -13,7 +13,6 @@ use crate::domain::TaskStatus;
 use crate::metrics::{ByStatus, status_slot};
 use crate::storage::rows::TaskRow;
 use crate::storage::schedules::{self, ScheduleRow};
-#[cfg(doc)]
 use crate::storage::tasks;
 
 /// Rows read or created in this batch, by task id.
@@ -32,6 +31,12 @@ pub(crate) struct BatchRows {
     /// dispatched` by id, each only if the table still holds it pending (a read ahead may be
     /// up to half a second old), their queue rows deleted.
     pub taken_pending: Vec<Uuid>,
+    /// Heap tasks popped that the heap held as a refill read them ([`QueueState::copies`](super::state::QueueState::copies)): moved
+    /// `pending → dispatched` by id, as `taken_pending` are.
+    pub taken_copies: Vec<Uuid>,
+    /// Heap tasks held as read, written `queued` before anything else this batch writes (it may
+    /// meet a pending row): the rules see them as heap tasks.
+    pub settle: Vec<Uuid>,
     /// Tasks this batch's pops took from the pending backlog rather than the heap (those in
     /// `taken_pending` and pending rows the batch had read or created), for
     /// `scheduler_engine_backlog_pops_total`.
@@ -70,8 +75,8 @@ pub(crate) struct Writes {
     pub scores: Vec<(String, String)>,
     /// Created tasks' schedules, written first (see [`BatchRows::links`]).
     pub links: Vec<(Uuid, ScheduleRow)>,
-    /// Pending tasks to move into the heap after the rest.
-    pub refill: usize,
+    /// Heap tasks held as read, written `queued` first (see [`BatchRows::settle`]).
+    pub settle: Vec<String>,
 }
 
 impl Writes {
@@ -94,6 +99,7 @@ impl Writes {
             false => schedules::ensure_statements(self.links.len()),
         };
         links
+            + self.settle.len().div_ceil(tasks::SETTLE_CHUNK)
             + self.inserts.len().div_ceil(insert_chunk.max(1))
             + self.updates.len().div_ceil(update_chunk.max(1))
             + usize::from(!self.evicted.is_empty())
@@ -103,7 +109,6 @@ impl Writes {
             + self.reprioritised.len().div_ceil(update_chunk.max(1))
             + self.explained.len().div_ceil(update_chunk.max(1))
             + scores
-            + usize::from(self.refill > 0)
     }
 
     /// Whether these writes are only changed rows and heap tasks dispatched: the common batch
@@ -116,7 +121,7 @@ impl Writes {
             && self.explained.is_empty()
             && self.scores.is_empty()
             && self.links.is_empty()
-            && self.refill == 0
+            && self.settle.is_empty()
     }
 
     /// Queue rows these writes insert, change or delete: tasks written as pending (pushes into a
@@ -231,11 +236,24 @@ impl BatchRows {
             .filter(|r| r.status != TaskStatus::Pending)
             .map(|r| r.id.clone())
             .chain(self.taken_pending.iter().map(Uuid::to_string))
+            .chain(self.taken_copies.iter().map(Uuid::to_string))
             .collect()
     }
 
+    /// Marks the rows read of tasks held as read (`settle`) `queued`, as the batch writes them
+    /// first: the rules take them for what the heap holds.
+    pub fn settled_as_queued(&mut self) {
+        for id in &self.settle {
+            if let Some(row) = self.rows.get_mut(id)
+                && row.status == TaskStatus::Pending
+            {
+                row.status = TaskStatus::Queued;
+            }
+        }
+    }
+
     /// The statements, and the rows as they will be once written.
-    pub fn writes(&self, refill: usize) -> Writes {
+    pub fn writes(&self) -> Writes {
         Writes {
             inserts: self
                 .created
@@ -250,7 +268,12 @@ impl BatchRows {
             evicted: self.evicted.iter().map(Uuid::to_string).collect(),
             cancelled: self.cancelled.iter().map(Uuid::to_string).collect(),
             dispatched: self.dispatched.iter().map(Uuid::to_string).collect(),
-            taken_pending: self.taken_pending.iter().map(Uuid::to_string).collect(),
+            taken_pending: self
+                .taken_pending
+                .iter()
+                .chain(&self.taken_copies)
+                .map(Uuid::to_string)
+                .collect(),
             reprioritised: self
                 .reprioritised
                 .iter()
@@ -267,7 +290,7 @@ impl BatchRows {
                 .map(|(id, e)| (id.to_string(), e.clone()))
                 .collect(),
             links: self.links.clone(),
-            refill,
+            settle: self.settle.iter().map(Uuid::to_string).collect(),
         }
     }
 

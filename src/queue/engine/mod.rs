@@ -49,7 +49,7 @@ mod state;
 #[cfg(test)]
 mod testing;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -629,6 +629,8 @@ impl Engine {
                 Ok(tasks::count_waiting(c, s, TaskStatus::Pending)?)
             });
             if let Some(n) = counted {
+                // The heap's tasks held as read are pending rows too.
+                let n = n.saturating_sub(self.state.copies.len() as u64);
                 warn!(scheduler.id = %s, pending = n, "pending tasks found that the count did not hold (rows changed outside the scheduler); counted again");
                 self.state.pending = state::PendingSet::recounted(n);
                 self.publish();
@@ -672,15 +674,14 @@ impl Engine {
         }
     }
 
-    /// Moves the best `n` pending tasks into the heap, in a transaction of its own: on PostgreSQL
-    /// on a connection and thread of its own while the engine goes on ([`refill::Ahead`]), on
-    /// SQLite (one writer at a time) here.
+    /// Reads the best `n` pending tasks into the heap ([`refill`]): on PostgreSQL on a connection
+    /// and thread of its own while the engine goes on ([`refill::Ahead`]), on SQLite (one
+    /// writer at a time, whose reads wait for it) here.
     fn refill_ahead(&mut self, n: usize) {
         let s = self.scheduler();
-        let now = self.clock.now().naive_utc();
+        let after = self.state.copies.after();
         if self.write_lock.is_none() && n >= refill::AHEAD_APART_MIN {
-            let (pool, fence, unsynced) = (&self.pool, self.fence(), self.flush.is_some());
-            match refill::Ahead::start(pool, s, n, now, fence, unsynced) {
+            match refill::Ahead::start(&self.pool, s, n, after.clone(), self.flush.is_some()) {
                 Ok(ahead) => {
                     self.refilling = Some(ahead);
                     return;
@@ -690,32 +691,26 @@ impl Engine {
                 }
             }
         }
-        let fence = self.fence();
-        let lock = self.write_lock.clone();
-        let _turn = write_turn(lock.as_ref());
-        let moved = self.on_connection("refill", |c, st| {
-            let rows = refill::fenced(c, s, n, now, fence.as_ref(), &mut |_| {})?;
+        let read = self.on_connection("refill", |c, st| {
+            let rows = refill::read(c, s, n, after.as_ref(), &mut |_| {})?;
             let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-            refill::refilled(st, rows, n)
+            refill::read_in(st, rows, n)
                 .map(|k| (k, ids))
                 .map_err(|e| StorageError::Corrupt(e.to_string()))
         });
-        if let Some((k, ids)) = moved {
-            // The moved tasks are in the heap now, no longer pending.
+        if let Some((k, ids)) = read {
+            // The tasks read are in the heap now: a read ahead must not hand them out again.
             self.read_ahead.moved(ids.iter().map(String::as_str));
             self.took_refill(k);
         }
     }
 
-    /// Counts the tasks a refill moved into the heap.
+    /// Publishes the heap's size after a refill took `k` tasks in (it wrote none: their moves are
+    /// counted when a pop or a batch writes them).
     fn took_refill(&mut self, k: usize) {
         if k == 0 {
             return;
         }
-        let mut by = ByStatus::default();
-        by[status_slot(TaskStatus::Queued)] = k as u64;
-        self.gauges.metrics.transitions(self.scheduler(), &by);
-        self.changed_since_analyse += k as u64;
         self.publish();
     }
 
@@ -801,15 +796,21 @@ impl Engine {
     /// for the refill itself). A patch of a task in flight that does not queue it again changes
     /// that task alone. See [`refill`]. The same holds the reads ahead ([`read_ahead`]) true.
     fn beside_refill(&self, batch: &Batch) -> bool {
-        batch.pushes.is_empty()
+        batch.refills.is_empty() && !self.meets_pending(batch)
+    }
+
+    /// Whether a batch may read or write a pending row, or place a task: all but pops, patches of
+    /// tasks in flight that do not queue them again, and explicit refills (which read). Before
+    /// one, what the heap holds as a refill read it is written `queued` ([`state::Copies`]).
+    fn meets_pending(&self, batch: &Batch) -> bool {
+        !(batch.pushes.is_empty()
             && batch.expiries.is_empty()
             && batch.cancels.is_empty()
             && batch.rescores.is_empty()
-            && batch.refills.is_empty()
             && self.undelivered.is_empty()
             && batch.patches.iter().all(|p| {
                 self.in_flight.knows(&p.body.id) && p.body.patch.status != Some(TaskStatus::Queued)
-            })
+            }))
     }
 
     /// Runs `f` on the engine's connection; `None` after a failure, which is logged and leaves
@@ -1096,10 +1097,16 @@ impl Engine {
         if !keep {
             self.read_ahead.forget();
         }
+        let settle = self.meets_pending(batch);
         let now = self.clock.now();
         let s = self.scheduler();
         let st = &mut self.state;
         let mut rows = BatchRows::default();
+        if settle {
+            // What the heap holds as read is written `queued` first, in this batch's
+            // transaction: its rules then meet the table as the heap holds it.
+            rows.settle = st.copies.take_all();
+        }
 
         // 1. Read what the batch may meet.
         let needs = push::reads(st, batch.pushes.iter().flat_map(|r| &r.body));
@@ -1147,6 +1154,7 @@ impl Engine {
         };
         rows.load(read.0, s.as_str());
         rows.load(read.1, s.as_str());
+        rows.settled_as_queued();
 
         // 2. Decide, rule by rule.
         let mut d = Decisions::default();
@@ -1198,12 +1206,19 @@ impl Engine {
             searches = reads.searches;
         }
         // The heap is refilled ahead, after the batch is answered (`upkeep`); an explicit
-        // refill request is served in its batch.
-        let refill = match batch.refills.is_empty() {
+        // refill request is served in its batch, with a read.
+        let wanted = match batch.refills.is_empty() {
             true => 0,
             false => refill::wanted(st),
         };
-        let writes = rows.writes(refill);
+        if wanted > 0 {
+            let after = st.copies.after();
+            let picks = refill::read(conn, s, wanted, after.as_ref(), &mut |_| {})?;
+            self.read_ahead.moved(picks.iter().map(|r| r.id.as_str()));
+            d.refilled = refill::read_in(st, picks, wanted)
+                .map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        }
+        let writes = rows.writes();
 
         self.gauges
             .engine
@@ -1218,24 +1233,25 @@ impl Engine {
         );
         let lock = self.write_lock.clone();
         let _turn = write_turn(lock.as_ref());
+        // Read before the batch took its undelivered pops in (see `meets_pending`).
+        let pending_rows = settle;
         let lease = self.state.lease(now, TaskStatus::Dispatched);
         let fence = self.fence();
         let (pool, unsynced) = (self.pool.clone(), self.flush.is_some());
         let state = &mut self.state;
         // In a transaction: whether its statements all ran, so the next step is `COMMIT`.
-        let transaction =
-            |c: &mut AnyConnection, state: &mut QueueState, statements_ran: &mut bool| {
-                c.transaction::<_, StorageError, _>(|c| {
-                    if let Some((own, epoch)) = &fence
-                        && !owners::holds(c, s, own.instance(), *epoch)?
-                    {
-                        return Err(StorageError::Fenced(s));
-                    }
-                    let written = write(c, state, &writes, now, lease)?;
-                    *statements_ran = true;
-                    Ok(written)
-                })
-            };
+        let transaction = |c: &mut AnyConnection, statements_ran: &mut bool| {
+            c.transaction::<_, StorageError, _>(|c| {
+                if let Some((own, epoch)) = &fence
+                    && !owners::holds(c, s, own.instance(), *epoch)?
+                {
+                    return Err(StorageError::Fenced(s));
+                }
+                let written = write(c, &writes, now, lease)?;
+                *statements_ran = true;
+                Ok(written)
+            })
+        };
         // Pops and patches on PostgreSQL: one statement with the fence inside it, instead of a
         // transaction's five round trips, which the batch's callers would all wait for.
         let one = match &fence {
@@ -1250,6 +1266,7 @@ impl Engine {
                     updates: &writes.updates,
                     dispatched: &writes.dispatched,
                     taken_pending: &writes.taken_pending,
+                    pending_rows,
                     at: now.naive_utc(),
                     lease,
                 })
@@ -1260,7 +1277,7 @@ impl Engine {
         // On SQLite a write to `tasks` and its queue rows are separate statements; with several
         // instances the fence is one more.
         // A batch that writes nothing (a pop that found nothing) needs no fence either.
-        let (returned, refilled, relinked) = if let Some(w) = &one {
+        let (returned, settled, relinked) = if let Some(w) = &one {
             let written = match tasks::fenced::write(conn, w) {
                 // The statement may or may not have been committed before the connection broke:
                 // the rows tell, on a fresh connection (written: read back; not: written now).
@@ -1275,22 +1292,22 @@ impl Engine {
             for row in written {
                 out.insert(row.uuid()?, row);
             }
-            (out, 0, Vec::new())
+            (out, HashSet::new(), Vec::new())
         } else if statements == 0
             || (statements <= 1 && fence.is_none() && Backend::of(conn) == Backend::Postgres)
         {
-            write(conn, state, &writes, now, lease)?
+            write(conn, &writes, now, lease)?
         } else {
             let mut statements_ran = false;
-            match transaction(conn, state, &mut statements_ran) {
+            match transaction(conn, &mut statements_ran) {
                 // A statement failed on a broken connection before `COMMIT` was sent: the
                 // server rolled the transaction back, so the same writes go again on a fresh
                 // connection. (The rules changed `state` before the write; `write` itself
-                // changes it only after its last statement, the refill, has run.)
+                // changes none of it.)
                 Err(e) if !statements_ran && e.is_connection_lost() => {
                     warn!(scheduler.id = %s, operation = "write", attempt = 1, error = %e, "the database connection broke before the commit; writing the batch again on a fresh one");
                     *conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                    transaction(conn, state, &mut false)?
+                    transaction(conn, &mut false)?
                 }
                 other => other?,
             }
@@ -1298,13 +1315,28 @@ impl Engine {
         // A pending task popped from the backlog that the table no longer held pending was
         // changed behind the engine's back (by hand): skipped, like a heap task no longer
         // queued (its answer says so in the log), and the backlog's count read again.
-        let skipped_pending: Vec<String> = rows
-            .taken_pending
-            .iter()
-            .filter(|id| !returned.contains_key(id))
-            .map(Uuid::to_string)
-            .collect();
-        if !skipped_pending.is_empty() {
+        let skipped = |taken: &[Uuid]| -> Vec<String> {
+            taken
+                .iter()
+                .filter(|id| !returned.contains_key(id))
+                .map(Uuid::to_string)
+                .collect()
+        };
+        let from_backlog = rows
+            .from_backlog
+            .saturating_sub(skipped(&rows.taken_pending).len()) as u64;
+        let mut skipped_pending = skipped(&rows.taken_pending);
+        skipped_pending.extend(skipped(&rows.taken_copies));
+        // A task held as read that was no longer pending when the batch wrote it `queued`
+        // (changed by hand): the heap lets it go, and the count is read again.
+        let mut unsettled = 0;
+        for id in &rows.settle {
+            if !settled.contains(&id.to_string()) {
+                unsettled += 1;
+                state.heap.remove(id);
+            }
+        }
+        if !skipped_pending.is_empty() || unsettled > 0 {
             state.pending.drift();
         }
         // Tasks whose link met the schedule their hash had: they name that one, in the heap and
@@ -1319,13 +1351,11 @@ impl Engine {
             None => statements,
         };
         let mut moved = writes.transitions();
-        moved[status_slot(TaskStatus::Queued)] += refilled as u64;
-        let queue_rows = writes.pending_rows() + refilled as u64;
-        d.refilled = refilled;
+        moved[status_slot(TaskStatus::Queued)] += settled.len() as u64;
+        let queue_rows = writes.pending_rows() + settled.len() as u64;
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
         }
-        let from_backlog = rows.from_backlog.saturating_sub(skipped_pending.len()) as u64;
         let mut rows = rows.into_rows();
         rows.extend(returned);
         Ok(Applied {
@@ -1434,21 +1464,32 @@ fn deliver(
     undelivered
 }
 /// What [`write`] did beyond its statements: the rows of tasks dispatched by id (heap tasks and
-/// pending tasks taken from the backlog), how many
-/// pending tasks the refill moved, and the created tasks whose link met an existing schedule
-/// (with that schedule's id).
-type Written = (HashMap<Uuid, TaskRow>, usize, Vec<(Uuid, Option<String>)>);
+/// pending tasks taken from the backlog), the tasks held as read that it wrote `queued` (those
+/// still pending), and the created tasks whose link met an existing schedule (with that
+/// schedule's id).
+type Written = (
+    HashMap<Uuid, TaskRow>,
+    HashSet<String>,
+    Vec<(Uuid, Option<String>)>,
+);
 
-/// Executes a batch's writes and its refill (see [`Written`]).
+/// Executes a batch's writes (see [`Written`]).
 fn write(
     c: &mut AnyConnection,
-    st: &mut QueueState,
     w: &Writes,
     now: DateTime<Utc>,
     lease: Option<chrono::NaiveDateTime>,
 ) -> Result<Written, StorageError> {
     let at = now.naive_utc();
     let mut relinked = Vec::new();
+    // First, so every statement after it meets these tasks as the rules did: `queued`.
+    let settled: HashSet<String> = match w.settle.is_empty() {
+        true => HashSet::new(),
+        false => tasks::settle(c, &w.settle, at)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect(),
+    };
     if !w.inserts.is_empty() {
         // The explanations and schedules are those of created tasks: written with them (a link
         // whose hash has a schedule writes none, and its task names that one).
@@ -1507,11 +1548,5 @@ fn write(
             out.insert(row.uuid()?, row);
         }
     }
-    let mut refilled = 0;
-    if w.refill > 0 {
-        let moved = tasks::refill(c, st.scheduler, w.refill, at, &mut |_| {})?;
-        refilled = refill::refilled(st, moved, w.refill)
-            .map_err(|e| StorageError::Corrupt(e.to_string()))?;
-    }
-    Ok((out, refilled, relinked))
+    Ok((out, settled, relinked))
 }

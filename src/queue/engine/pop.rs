@@ -232,7 +232,10 @@ fn pop_matching(
         }
     }
     for (id, _) in &chosen {
-        dispatch(st, rows, *id, now)?;
+        if dispatch(st, rows, *id, now)? {
+            // Still pending in the table: a read ahead may hold it too.
+            reads.taken(&id.to_string());
+        }
     }
     let nothing = plan.as_ref().is_some_and(|p| p.nothing);
     // The pending count is a hint: rows changed behind the engine's back (by hand, a restore)
@@ -291,6 +294,9 @@ fn pop_matching(
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
         });
         found.dedup_by(|a, b| a.id == b.id);
+        // The heap's tasks held as read are pending rows too, and rank first: not this search's
+        // to take (those this batch took are skipped above).
+        found.retain(|r| r.uuid().is_ok_and(|id| !st.copies.contains(&id)));
         let mut admitted = Vec::with_capacity(want);
         for row in found {
             if admitted.len() == want {
@@ -327,13 +333,14 @@ fn pop_matching(
     Ok(chosen)
 }
 
-/// Marks a task dispatched: its row if the batch knows it, else by id (a heap task).
+/// Marks a task dispatched: its row if the batch knows it, else by id (a heap task, from
+/// `pending` if the heap held it as a refill read it). Answers whether it was so held.
 fn dispatch(
-    st: &QueueState,
+    st: &mut QueueState,
     rows: &mut BatchRows,
     id: Uuid,
     now: DateTime<Utc>,
-) -> Result<(), StorageError> {
+) -> Result<bool, StorageError> {
     match rows.get(&id).cloned() {
         Some(mut row) => {
             row.status = row
@@ -344,9 +351,13 @@ fn dispatch(
             row.lease_expires_at = st.lease(now, row.status);
             rows.update(id, row);
         }
+        None if st.copies.taken(&id) => {
+            rows.taken_copies.push(id);
+            return Ok(true);
+        }
         None => rows.dispatched.push(id),
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Whether the dispatch limits let a heap task go now (always, when the pop is not held to them).

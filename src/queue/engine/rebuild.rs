@@ -54,6 +54,8 @@ pub(crate) fn rebuild(
     now: NaiveDateTime,
 ) -> Result<(), StorageError> {
     let s = st.scheduler;
+    // What the heap held as read is pending in the table, and read again from there.
+    st.copies.take_all();
     let mut filled = tasks::backfill_keys(c, s)?;
     let maxsize = st.limits.maxsize;
     let mut pending = tasks::count_waiting(c, s, TaskStatus::Pending)?;

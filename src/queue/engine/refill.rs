@@ -1,44 +1,44 @@
-//! Refill: as the heap drains, the best pending tasks move into it, so the heap keeps holding the
+//! Refill: as the heap drains, the best pending tasks go into it, so the heap keeps holding the
 //! best waiting tasks and the backlog flows back, best first.
 //!
 //! The refill runs ahead of need and off the pops' path: once the heap has room for a tenth of
-//! its bound ([`ahead`]), the engine moves that many of the best pending tasks in with
-//! set-based statements (the picks read, then moved), in a transaction of its own after it has
-//! answered the batch that made the room. A refill per batch cost a statement per batch whatever it moved (a few rows, for
-//! the pops of one batch), and the pops of that batch waited for it. While the heap has room
-//! and tasks are pending, a new task that ranks after the heap's worst waits as pending too
-//! (see [`super::place`]), so whatever is pending still ranks after everything in the heap,
-//! and a pop whose match the heap lacks searches the pending backlog itself ([`super::pop`]):
-//! no pop needs the refill to be served.
+//! its bound ([`ahead`]), the engine reads that many of the best pending tasks in pop order, in
+//! one statement, after it has answered the batch that made the room. It writes nothing: the heap
+//! holds the rows as read, still `pending` in the table with their queue rows
+//! ([`super::state::Copies`]), and a pop that takes one writes it `pending → dispatched` and
+//! deletes its queue row, in the statement that writes its other pops, as a pop from the backlog
+//! does. A refill that moved its picks to `queued` wrote every task twice and cost the server
+//! about 25 µs a task beside the pops (docs/BENCHMARKS.md). A batch that may meet a pending row
+//! (below) first writes what the heap holds so `queued`, as such a refill did, so the rules it
+//! runs see the table as the heap does.
 //!
-//! On PostgreSQL a refill ahead of [`AHEAD_APART_MIN`] tasks or more runs on a connection and
-//! thread of its own ([`Ahead`]) while the engine goes on: a refill moves every task a second time
-//! (`pending → queued`, then the pop's `queued → dispatched`), about as much of the server's time
-//! per task as the pop, and on the engine's thread the pops waited for it. Meanwhile the engine
-//! serves only what cannot meet a row the refill moves: pops from the heap (the refill moves
-//! pending rows, the heap holds queued ones), pops of pending rows after the ones it moves (below)
-//! and patches of tasks in flight. Anything else that may read or write a pending row (a push,
-//! which may merge into one or evict to pending; a patch of a task not in flight; a cancel, an
-//! expiry, a re-score; a pop whose match the refill may be moving, which a boefje pop with a
-//! de-duplication group may look for among the group's pending siblings) first waits for the
-//! refill and takes its tasks in, so the two never decide about the same row, and the refill's
-//! `n` (the room when it began) still fits: pops only make more. SQLite takes one writer at a time,
-//! so there the refill stays on the engine's thread.
+//! While the heap has room and tasks are pending, a new task that ranks after the heap's worst
+//! waits as pending too (see [`super::place`]), so whatever is pending still ranks after
+//! everything in the heap, and a pop whose match the heap lacks searches the pending backlog
+//! itself ([`super::pop`]): no pop needs the refill to be served.
 //!
-//! A refill reads its picks (the best `n` pending tasks, in pop order) before it moves them, and
-//! announces them ([`Picks`]). A pop whose match the heap lacks waits for the refill only if one
-//! of the picks may match it (it will be in the heap), and then set aside, off the engine's
-//! thread, when it has taken nothing yet; otherwise its best match is pending after
-//! the worst pick, where the refill moves nothing, and the pop searches there beside it. Real
-//! runners' filters (an organisation, images, plugin ids) are told apart by the picks' values of
-//! those fields, without evaluating each pick; a filter that reads the payload waits.
+//! On PostgreSQL a refill ahead of [`AHEAD_APART_MIN`] tasks or more reads on a connection and
+//! thread of its own ([`Ahead`]) while the engine goes on. Meanwhile the engine serves only what
+//! cannot meet a row the refill reads: pops from the heap, pops of pending rows after the ones it
+//! reads (below) and patches of tasks in flight. Anything else that may read or write a pending
+//! row (a push, which may merge into one or evict to pending; a patch of a task not in flight; a
+//! cancel, an expiry, a re-score; a pop whose match the refill may be reading, which a boefje pop
+//! with a de-duplication group may look for among the group's pending siblings) first waits for
+//! the refill and takes its tasks in, so the two never decide about the same row, and the
+//! refill's `n` (the room when it began) still fits: pops only make more. SQLite takes one
+//! writer at a time, so there the refill stays on the engine's thread.
+//!
+//! A refill announces its picks (the best `n` pending tasks, in pop order) once read
+//! ([`Picks`]). A pop whose match the heap lacks waits for the refill only if one of the picks
+//! may match it (it will be in the heap), and then set aside, off the engine's thread, when it
+//! has taken nothing yet; otherwise its best match is pending after the worst pick, and the pop
+//! searches there beside it. Real runners' filters (an organisation, images, plugin ids) are told
+//! apart by the picks' values of those fields, without evaluating each pick; a filter that reads
+//! the payload waits.
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-
-use chrono::NaiveDateTime;
-use diesel::Connection;
 
 use super::backlog::QueueRowRecord;
 use super::place::heap_task_of;
@@ -49,21 +49,20 @@ use crate::domain::filter::FilterNode;
 use crate::domain::filter::eval;
 use crate::domain::filter::plan::Plan;
 use crate::domain::keys::KeyField;
-use crate::ownership::Ownership;
 use crate::queue::types::QueueError;
 use crate::storage::rows::{HeapRow, PopKey};
-use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, tasks};
+use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, tasks};
 
-/// Pending tasks moved into a heap per statement at most by an explicit refill and at a
+/// Pending tasks taken into a heap per statement at most by an explicit refill and at a
 /// rebuild.
 pub const REFILL_BATCH: usize = 1_000;
 
-/// Pending tasks moved into a heap by one refill ahead at most: a read and a move (one per 5,000
-/// picks), about 10 ms of PostgreSQL's time per thousand rows, so a refill of a large heap holds
-/// the engine for a bounded time.
+/// Pending tasks read into a heap by one refill ahead at most: one read, about 5 ms of
+/// PostgreSQL's time per thousand rows, so a refill of a large heap holds the engine for a
+/// bounded time.
 pub const REFILL_AHEAD_MAX: usize = 10_000;
 
-/// Pending tasks a refill ahead moves at least to run on a thread and connection of its own
+/// Pending tasks a refill ahead reads at least to run on a thread and connection of its own
 /// ([`Ahead`]): a smaller one (a small heap's) takes less of the server than the pooled
 /// connection's check-out and settings would, and is over before a pop could go on beside it.
 pub(crate) const AHEAD_APART_MIN: usize = 100;
@@ -75,7 +74,7 @@ pub(crate) fn wanted(st: &QueueState) -> usize {
 }
 
 /// The room at which a heap of `maxsize` is refilled ahead: a tenth of it (between one task and
-/// [`REFILL_BATCH`]), so a refill moves many rows in one statement and the heap never runs dry
+/// [`REFILL_BATCH`]), so a refill reads many rows in one statement and the heap never runs dry
 /// while the backlog has work.
 pub(crate) fn refill_at(maxsize: usize) -> usize {
     (maxsize / 10).clamp(1, REFILL_BATCH)
@@ -116,26 +115,41 @@ pub(crate) fn refilled(
     Ok(n)
 }
 
-/// Moves the best `n` pending tasks of `scheduler` to `queued` in a transaction that first checks
-/// the fence (when several instances share the database): committed, or `Fenced` and nothing
-/// written. Hands the picks to `picked` before it moves them (PostgreSQL). Answers the moved
-/// tasks as a heap holds them.
-pub(crate) fn fenced(
+/// Reads the best `n` pending tasks of `scheduler` in pop order, after `after` (see
+/// [`Copies::after`](super::state::Copies::after)), and hands them to `picked` once read. Nothing is written, so no fence is
+/// checked: a pop that takes one writes it, fenced, from `pending`.
+pub(crate) fn read(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     n: usize,
-    now: NaiveDateTime,
-    fence: Option<&(Arc<Ownership>, i64)>,
+    after: Option<&PopKey>,
     picked: &mut dyn FnMut(Vec<HeapRow>),
 ) -> Result<Vec<HeapRow>, StorageError> {
-    conn.transaction(|c| {
-        if let Some((own, epoch)) = fence
-            && !owners::holds(c, scheduler, own.instance(), *epoch)?
-        {
-            return Err(StorageError::Fenced(scheduler));
-        }
-        Ok(tasks::refill(c, scheduler, n, now, picked)?)
-    })
+    let rows = tasks::refill_picks(conn, scheduler, after, n)?;
+    picked(rows.clone());
+    Ok(rows)
+}
+
+/// Takes in the rows a refill of `wanted` read (in pop order) as the heap's, their rows still
+/// pending ([`Copies`](super::state::Copies)); answers how many.
+pub(crate) fn read_in(
+    st: &mut QueueState,
+    rows: Vec<HeapRow>,
+    wanted: usize,
+) -> Result<usize, QueueError> {
+    let last = rows.last().map(|r| PopKey {
+        priority: r.priority,
+        created_at: r.created_at,
+        id: r.id.clone(),
+    });
+    let ids = rows
+        .iter()
+        .map(HeapRow::uuid)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| QueueError::Internal(e.to_string()))?;
+    let n = refilled(st, rows, wanted)?;
+    st.copies.read(ids, last);
+    Ok(n)
 }
 
 /// The tasks a refill is moving, announced before it moves them: the best pending tasks, in pop
@@ -234,15 +248,13 @@ pub(crate) struct Settled {
 }
 
 impl Ahead {
-    /// Starts moving the best `n` pending tasks of `scheduler` into the heap, in a transaction on
-    /// a pooled connection (planned as the engine's, [`WriterConn::checkout_engine`]) that checks
-    /// the fence first when several instances share the database.
+    /// Starts reading the best `n` pending tasks of `scheduler` after `after` (see [`read`]) on
+    /// a pooled connection (planned as the engine's, [`WriterConn::checkout_engine`]).
     pub fn start(
         pool: &DbPool,
         scheduler: SchedulerId,
         n: usize,
-        now: NaiveDateTime,
-        fence: Option<(Arc<Ownership>, i64)>,
+        after: Option<PopKey>,
         unsynced: bool,
     ) -> std::io::Result<Ahead> {
         let pool = pool.clone();
@@ -255,7 +267,7 @@ impl Ahead {
                 let mut picked = |rows: Vec<HeapRow>| {
                     let _ = announce.set(Picks::new(scheduler, rows));
                 };
-                fenced(&mut conn, scheduler, n, now, fence.as_ref(), &mut picked)
+                read(&mut conn, scheduler, n, after.as_ref(), &mut picked)
             })?;
         Ok(Ahead {
             handle,
@@ -275,8 +287,7 @@ impl Ahead {
         self.handle.is_finished()
     }
 
-    /// Waits for its end: the rows it moved to `queued` (committed), and how many it was asked
-    /// for.
+    /// Waits for its end: the rows it read, and how many it was asked for.
     pub fn wait(self) -> (Result<Vec<HeapRow>, StorageError>, usize) {
         let outcome = self.handle.join().unwrap_or_else(|_| {
             Err(StorageError::Unavailable(
@@ -300,9 +311,9 @@ pub(crate) fn settle_into(
     };
     match ahead.wait() {
         (Ok(rows), wanted) => {
-            // The moved tasks are in the heap now: a read ahead holds no longer pending rows.
+            // The tasks read are in the heap now: a read ahead must not hand them out again.
             read_ahead.moved(rows.iter().map(|r| r.id.as_str()));
-            let n = refilled(st, rows, wanted).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+            let n = read_in(st, rows, wanted).map_err(|e| StorageError::Corrupt(e.to_string()))?;
             settled.moved += n;
             Ok(n > 0)
         }

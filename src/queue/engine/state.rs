@@ -13,6 +13,7 @@ use crate::domain::{SchedulerId, TaskStatus};
 use crate::queue::fair::FairShare;
 use crate::queue::heap::{SchedulerHeap, hash_bytes};
 use crate::queue::types::SchedulerLimits;
+use crate::storage::rows::PopKey;
 
 /// Hashes of pending tasks kept in memory per scheduler at most (16 bytes each, about 24 with
 /// the set's overhead). Beyond it the set is dropped and pushes ask the table again, until the
@@ -34,6 +35,8 @@ pub(crate) struct QueueState {
     pub leases: LeaseBook,
     /// The dispatch limits and what counts against them.
     pub throttle: Throttle,
+    /// What the heap holds as the refills read it, not yet written: see [`Copies`].
+    pub copies: Copies,
     /// The last `created_at` handed out, in microseconds: creation times are strictly
     /// increasing, so pop order among equal priorities is push order even within a microsecond.
     last_created: i64,
@@ -51,6 +54,7 @@ impl QueueState {
             pending: PendingSet::default(),
             in_flight: InFlightHashes::default(),
             leases: LeaseBook::default(),
+            copies: Copies::default(),
             last_created: i64::MIN,
         }
     }
@@ -93,6 +97,67 @@ impl QueueState {
             .ok()
             .and_then(|ttl| now.checked_add_signed(ttl))
             .map(|t| t.naive_utc())
+    }
+}
+
+/// Heap tasks a refill read from the pending backlog and has not written: their rows are still
+/// `pending`, with their queue rows, until a pop takes them (`pending → dispatched`, the queue
+/// row deleted, as a pop from the backlog writes) or a batch that may meet a pending row writes
+/// them `queued` first ([`Copies::take_all`], then as a refill moved them before).
+///
+/// A refill that moved its picks wrote every task a second time (`pending → queued`, then the
+/// pop's `queued → dispatched`) and deleted its queue row apart: about 25 µs of the server per
+/// task, on two cores that the pops share (docs/BENCHMARKS.md, "The bursts apart from the
+/// put-backs"). Deferred, a task popped from the heap costs what a task popped from the backlog
+/// does, and one that a push, a cancel or a re-score meets first costs what it did.
+///
+/// Between two batches that may meet a pending row only pops and patches of tasks in flight run,
+/// and neither adds a pending row: every pending row not held here ranks after the last one a
+/// refill read ([`Copies::after`]), so the next refill reads on from there instead of reading
+/// these again.
+#[derive(Debug, Default)]
+pub(crate) struct Copies {
+    ids: HashSet<Uuid>,
+    /// The last row the refills read while tasks are held here.
+    last: Option<PopKey>,
+}
+
+impl Copies {
+    /// Whether the heap holds this task as read, not written.
+    pub fn contains(&self, id: &Uuid) -> bool {
+        self.ids.contains(id)
+    }
+
+    /// How many tasks are held as read.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Takes in the rows a refill read (in pop order) as held: the heap has them.
+    pub fn read(&mut self, ids: impl IntoIterator<Item = Uuid>, last: Option<PopKey>) {
+        self.ids.extend(ids);
+        if last.is_some() {
+            self.last = last;
+        }
+    }
+
+    /// A task taken from the heap: answers whether its row is still pending (to be written
+    /// from `pending`).
+    pub fn taken(&mut self, id: &Uuid) -> bool {
+        self.ids.remove(id)
+    }
+
+    /// Where the next refill reads on: after the last row read, while tasks are held; from the
+    /// backlog's head when none are (which also finds rows added behind the engine's back).
+    pub fn after(&self) -> Option<PopKey> {
+        self.last.clone().filter(|_| !self.ids.is_empty())
+    }
+
+    /// Every task held, to be written `queued` before a batch that may meet a pending row; the
+    /// next refill reads from the backlog's head again.
+    pub fn take_all(&mut self) -> Vec<Uuid> {
+        self.last = None;
+        self.ids.drain().collect()
     }
 }
 

@@ -41,6 +41,10 @@ pub struct FencedWrite<'a> {
     /// Pending tasks popped from the backlog (`pending → dispatched`), by id; their queue rows
     /// are deleted.
     pub taken_pending: &'a [String],
+    /// Whether a row of `updates` may have been or become pending: then its queue row is written
+    /// with it. A batch of pops and patches of tasks in flight has none, and its statement leaves
+    /// the queue table alone (no lock of it to wait for, no part of it to plan).
+    pub pending_rows: bool,
     /// The batch's time: every row written gets it as `modified_at`.
     pub at: NaiveDateTime,
     /// The dispatched tasks' lease.
@@ -92,13 +96,20 @@ pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRo
     owners::push_fence(&mut q, w.scheduler, w.instance, w.epoch);
     q.push("), moved AS (");
     push_update_from_json(&mut q, w.updates)?;
-    q.push(" AND EXISTS (SELECT 1 FROM fence) RETURNING tasks.*)")
-        .push(&pg_sync());
+    q.push(" AND EXISTS (SELECT 1 FROM fence) RETURNING tasks.*)");
+    if w.pending_rows && !w.updates.is_empty() {
+        q.push(&pg_sync());
+    }
     push_dispatch(&mut q, "dispatched", w.dispatched, TaskStatus::Queued, w)?;
     push_dispatch(&mut q, "taken", w.taken_pending, TaskStatus::Pending, w)?;
+    if !w.taken_pending.is_empty() {
+        q.push(
+            ", unqueued AS (DELETE FROM task_queue USING taken \
+             WHERE task_queue.task_id = taken.id)",
+        );
+    }
     q.push(
-        ", unqueued AS (DELETE FROM task_queue USING taken WHERE task_queue.task_id = taken.id) \
-         SELECT d.* FROM fence LEFT JOIN \
+        " SELECT d.* FROM fence LEFT JOIN \
          (SELECT * FROM dispatched UNION ALL SELECT * FROM taken) AS d ON true",
     );
     let rows = q.load_prepared::<Option<TaskRow>>(conn)?;

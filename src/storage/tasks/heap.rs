@@ -206,14 +206,9 @@ pub fn queued_keys(conn: &mut AnyConnection) -> QueryResult<Vec<HeapRow>> {
 }
 
 /// Moves the best `limit` pending tasks of `scheduler` to `queued` and returns them as a heap
-/// holds them.
-///
-/// On PostgreSQL two statements, for the caller's transaction: the picks are read in pop order
-/// through `ix_task_queue_pending_rank` and handed to `picked` before anything moves (a refill
-/// beside the engine announces them, so a pop whose match is not among them need not wait for the
-/// move; see `queue::engine::refill`), then each pick still pending moves (the task updated in
-/// place) and every pick's queue row is deleted (a queued task has none; see `refill_move`).
-/// SQLite moves them the same way without announcing (it has no refill beside its one writer).
+/// holds them: a rebuild's refill, for the caller's transaction. The picks are read in pop order
+/// ([`refill_picks`]) and handed to `picked` before they move ([`settle`]: a pick changed
+/// meanwhile does not move, and its queue row goes).
 pub fn refill(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -221,32 +216,50 @@ pub fn refill(
     now: NaiveDateTime,
     picked: &mut dyn FnMut(Vec<HeapRow>),
 ) -> QueryResult<Vec<HeapRow>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    if Backend::of(conn) == Backend::Postgres {
-        let mut q = pending_queue_rows(conn, scheduler);
-        q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
-            .bind(limit);
-        let picks: Vec<HeapRow> = q.load_prepared(conn)?;
-        if picks.is_empty() {
-            return Ok(picks);
-        }
-        let ids: Vec<String> = picks.iter().map(|p| p.id.clone()).collect();
-        picked(picks);
-        let mut moved = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(REFILL_MOVE_CHUNK) {
-            moved.extend(refill_move(conn, chunk, now)?);
-        }
-        return Ok(moved);
+    let picks = refill_picks(conn, scheduler, None, limit)?;
+    if picks.is_empty() {
+        return Ok(picks);
     }
-    let mut q = sql(
-        conn,
-        "SELECT task_id AS id FROM task_queue WHERE status = 'pending' AND scheduler_id = ",
-    );
-    q.bind(scheduler.as_str())
-        .push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
-        .bind(limit);
-    let ids: Vec<String> = q.load::<IdRow>(conn)?.into_iter().map(|r| r.id).collect();
+    let ids: Vec<String> = picks.iter().map(|p| p.id.clone()).collect();
+    picked(picks);
+    settle(conn, &ids, now)
+}
+
+/// The best `limit` pending tasks of `scheduler` in pop order, after `after` (from the head
+/// without), as a heap holds them: what a refill reads, through `ix_task_queue_pending_rank`
+/// (the row comparison is a condition of that index). One text, kept prepared. The engines'
+/// refills read and write nothing: the heap holds what they read until a pop takes it
+/// (`queue::engine::state::Copies`).
+pub fn refill_picks(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    after: Option<&PopKey>,
+    limit: usize,
+) -> QueryResult<Vec<HeapRow>> {
+    let mut q = pending_queue_rows(conn, scheduler);
+    if let Some(k) = after {
+        push_ranked(&mut q, k, false);
+    }
+    q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    q.load_prepared(conn)
+}
+
+/// Writes these tasks (ids) `queued` where they are still pending, and deletes their queue rows:
+/// what a heap holds as a refill read it, before a batch that may meet a pending row, and a
+/// rebuild's refill. Answers the tasks written, as a heap holds them.
+pub fn settle(
+    conn: &mut AnyConnection,
+    ids: &[String],
+    now: NaiveDateTime,
+) -> QueryResult<Vec<HeapRow>> {
     let mut out = Vec::with_capacity(ids.len());
+    if Backend::of(conn) == Backend::Postgres {
+        for chunk in ids.chunks(SETTLE_CHUNK) {
+            out.extend(refill_move(conn, chunk, now)?);
+        }
+        return Ok(out);
+    }
     for chunk in ids.chunks(CHUNK) {
         // The moved tasks' heap columns come back from the update itself.
         out.extend(transition_sqlite(
@@ -261,8 +274,8 @@ pub fn refill(
     Ok(out)
 }
 
-/// Picks a refill moves per statement on PostgreSQL: a refill ahead moves up to 10,000.
-const REFILL_MOVE_CHUNK: usize = 5_000;
+/// Tasks [`settle`] writes per statement on PostgreSQL (a heap may hold 10,000 as read).
+pub const SETTLE_CHUNK: usize = 5_000;
 
 /// Moves these picks of a refill (ids) to `queued` where they are still pending (PostgreSQL), in
 /// one statement: each task still pending updated in place, and every pick's queue row deleted.
