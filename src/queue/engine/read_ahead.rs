@@ -123,15 +123,14 @@ impl ReadAhead {
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
         });
         found.dedup_by(|a, b| a.id == b.id);
-        // A read of several values reads each value's range up to the same limit: only the best
-        // `wanted` of them are surely the best overall.
+        // Rows this batch has taken already are pending in the table until it commits: kept, a
+        // later batch would hand them out again (the heap's tasks held as read, which every
+        // search of their key meets first, most of all).
+        found.retain(|r| !skip.contains(&r.id));
+        // A read of several values reads each value's range up to the same limit (the skipped
+        // rows beside): only the best `wanted` of them are surely the best overall.
         found.truncate(Self::wanted(limit));
-        let answer: Vec<HeapRow> = found
-            .iter()
-            .filter(|r| !skip.contains(&r.id))
-            .take(limit)
-            .cloned()
-            .collect();
+        let answer: Vec<HeapRow> = found.iter().take(limit).cloned().collect();
         self.reads.retain(|r| !r.is_for(lookup, filter));
         if self.reads.len() == FILTERS_MAX {
             self.reads.pop_front();
@@ -280,6 +279,23 @@ mod tests {
             )
             .unwrap();
         assert_eq!(served[0].id, all[1].id);
+    }
+
+    #[test]
+    fn rows_the_batch_took_already_are_not_kept_for_later_batches() {
+        let mut ahead = ReadAhead::default();
+        let org = vec!["org1".to_string()];
+        let f = org_filter("org1");
+        // A pop earlier in the batch took the best row (its write is not committed: the search
+        // still met it); the read skips it for this pop and keeps it for none after.
+        let all = rows(READ_AHEAD + 2);
+        let taken = vec![all[0].id.clone()];
+        let first = ahead.keep(lookup(&org), &f, 1, &taken, all.clone(), t0());
+        assert_eq!(first[0].id, all[1].id);
+        ahead.taken(&all[1].id);
+        let next = ahead.serve(lookup(&org), &f, 1, &[], None, t0()).unwrap();
+        assert_eq!(next[0].id, all[2].id, "the row taken before is never served");
+        assert_eq!(ahead.held(), READ_AHEAD, "the best `wanted` beside the skipped row");
     }
 
     #[test]
