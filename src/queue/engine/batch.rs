@@ -13,6 +13,7 @@ use crate::domain::TaskStatus;
 use crate::metrics::{ByStatus, status_slot};
 use crate::storage::rows::TaskRow;
 use crate::storage::schedules::{self, ScheduleRow};
+#[cfg(doc)]
 use crate::storage::tasks;
 
 /// Rows read or created in this batch, by task id.
@@ -34,9 +35,6 @@ pub(crate) struct BatchRows {
     /// Heap tasks popped that the heap held as a refill read them ([`QueueState::copies`](super::state::QueueState::copies)): moved
     /// `pending → dispatched` by id, as `taken_pending` are.
     pub taken_copies: Vec<Uuid>,
-    /// Heap tasks held as read, written `queued` before anything else this batch writes (it may
-    /// meet a pending row): the rules see them as heap tasks.
-    pub settle: Vec<Uuid>,
     /// Tasks this batch's pops took from the pending backlog rather than the heap (those in
     /// `taken_pending` and pending rows the batch had read or created), for
     /// `scheduler_engine_backlog_pops_total`.
@@ -75,8 +73,6 @@ pub(crate) struct Writes {
     pub scores: Vec<(String, String)>,
     /// Created tasks' schedules, written first (see [`BatchRows::links`]).
     pub links: Vec<(Uuid, ScheduleRow)>,
-    /// Heap tasks held as read, written `queued` first (see [`BatchRows::settle`]).
-    pub settle: Vec<String>,
 }
 
 impl Writes {
@@ -99,7 +95,6 @@ impl Writes {
             false => schedules::ensure_statements(self.links.len()),
         };
         links
-            + self.settle.len().div_ceil(tasks::SETTLE_CHUNK)
             + self.inserts.len().div_ceil(insert_chunk.max(1))
             + self.updates.len().div_ceil(update_chunk.max(1))
             + usize::from(!self.evicted.is_empty())
@@ -121,7 +116,6 @@ impl Writes {
             && self.explained.is_empty()
             && self.scores.is_empty()
             && self.links.is_empty()
-            && self.settle.is_empty()
     }
 
     /// Queue rows these writes insert, change or delete: tasks written as pending (pushes into a
@@ -240,18 +234,6 @@ impl BatchRows {
             .collect()
     }
 
-    /// Marks the rows read of tasks held as read (`settle`) `queued`, as the batch writes them
-    /// first: the rules take them for what the heap holds.
-    pub fn settled_as_queued(&mut self) {
-        for id in &self.settle {
-            if let Some(row) = self.rows.get_mut(id)
-                && row.status == TaskStatus::Pending
-            {
-                row.status = TaskStatus::Queued;
-            }
-        }
-    }
-
     /// The statements, and the rows as they will be once written.
     pub fn writes(&self) -> Writes {
         Writes {
@@ -290,7 +272,6 @@ impl BatchRows {
                 .map(|(id, e)| (id.to_string(), e.clone()))
                 .collect(),
             links: self.links.clone(),
-            settle: self.settle.iter().map(Uuid::to_string).collect(),
         }
     }
 

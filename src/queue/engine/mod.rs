@@ -49,7 +49,7 @@ mod state;
 #[cfg(test)]
 mod testing;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -1100,13 +1100,21 @@ impl Engine {
         let settle = self.meets_pending(batch);
         let now = self.clock.now();
         let s = self.scheduler();
+        if settle && self.state.copies.len() > 0 {
+            // What the heap holds as read is written `queued` first, before the batch reads
+            // anything: its rules and its searches then meet the table as the heap holds it.
+            let (fence, lock) = (self.fence(), self.write_lock.clone());
+            let written = {
+                let _turn = write_turn(lock.as_ref());
+                refill::settle_held(conn, &mut self.state, now.naive_utc(), fence.as_ref())?
+            };
+            let mut by = ByStatus::default();
+            by[status_slot(TaskStatus::Queued)] = written as u64;
+            self.gauges.metrics.transitions(s, &by);
+            self.changed_since_analyse += written as u64;
+        }
         let st = &mut self.state;
         let mut rows = BatchRows::default();
-        if settle {
-            // What the heap holds as read is written `queued` first, in this batch's
-            // transaction: its rules then meet the table as the heap holds it.
-            rows.settle = st.copies.take_all();
-        }
 
         // 1. Read what the batch may meet.
         let needs = push::reads(st, batch.pushes.iter().flat_map(|r| &r.body));
@@ -1154,7 +1162,6 @@ impl Engine {
         };
         rows.load(read.0, s.as_str());
         rows.load(read.1, s.as_str());
-        rows.settled_as_queued();
 
         // 2. Decide, rule by rule.
         let mut d = Decisions::default();
@@ -1277,7 +1284,7 @@ impl Engine {
         // On SQLite a write to `tasks` and its queue rows are separate statements; with several
         // instances the fence is one more.
         // A batch that writes nothing (a pop that found nothing) needs no fence either.
-        let (returned, settled, relinked) = if let Some(w) = &one {
+        let (returned, relinked) = if let Some(w) = &one {
             let written = match tasks::fenced::write(conn, w) {
                 // The statement may or may not have been committed before the connection broke:
                 // the rows tell, on a fresh connection (written: read back; not: written now).
@@ -1292,7 +1299,7 @@ impl Engine {
             for row in written {
                 out.insert(row.uuid()?, row);
             }
-            (out, HashSet::new(), Vec::new())
+            (out, Vec::new())
         } else if statements == 0
             || (statements <= 1 && fence.is_none() && Backend::of(conn) == Backend::Postgres)
         {
@@ -1327,16 +1334,7 @@ impl Engine {
             .saturating_sub(skipped(&rows.taken_pending).len()) as u64;
         let mut skipped_pending = skipped(&rows.taken_pending);
         skipped_pending.extend(skipped(&rows.taken_copies));
-        // A task held as read that was no longer pending when the batch wrote it `queued`
-        // (changed by hand): the heap lets it go, and the count is read again.
-        let mut unsettled = 0;
-        for id in &rows.settle {
-            if !settled.contains(&id.to_string()) {
-                unsettled += 1;
-                state.heap.remove(id);
-            }
-        }
-        if !skipped_pending.is_empty() || unsettled > 0 {
+        if !skipped_pending.is_empty() {
             state.pending.drift();
         }
         // Tasks whose link met the schedule their hash had: they name that one, in the heap and
@@ -1350,9 +1348,8 @@ impl Engine {
             Some(_) => 1,
             None => statements,
         };
-        let mut moved = writes.transitions();
-        moved[status_slot(TaskStatus::Queued)] += settled.len() as u64;
-        let queue_rows = writes.pending_rows() + settled.len() as u64;
+        let moved = writes.transitions();
+        let queue_rows = writes.pending_rows();
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
         }
@@ -1464,14 +1461,9 @@ fn deliver(
     undelivered
 }
 /// What [`write`] did beyond its statements: the rows of tasks dispatched by id (heap tasks and
-/// pending tasks taken from the backlog), the tasks held as read that it wrote `queued` (those
-/// still pending), and the created tasks whose link met an existing schedule (with that
-/// schedule's id).
-type Written = (
-    HashMap<Uuid, TaskRow>,
-    HashSet<String>,
-    Vec<(Uuid, Option<String>)>,
-);
+/// pending tasks taken from the backlog), and the created tasks whose link met an existing
+/// schedule (with that schedule's id).
+type Written = (HashMap<Uuid, TaskRow>, Vec<(Uuid, Option<String>)>);
 
 /// Executes a batch's writes (see [`Written`]).
 fn write(
@@ -1482,14 +1474,6 @@ fn write(
 ) -> Result<Written, StorageError> {
     let at = now.naive_utc();
     let mut relinked = Vec::new();
-    // First, so every statement after it meets these tasks as the rules did: `queued`.
-    let settled: HashSet<String> = match w.settle.is_empty() {
-        true => HashSet::new(),
-        false => tasks::settle(c, &w.settle, at)?
-            .into_iter()
-            .map(|r| r.id)
-            .collect(),
-    };
     if !w.inserts.is_empty() {
         // The explanations and schedules are those of created tasks: written with them (a link
         // whose hash has a schedule writes none, and its task names that one).
@@ -1548,5 +1532,5 @@ fn write(
             out.insert(row.uuid()?, row);
         }
     }
-    Ok((out, settled, relinked))
+    Ok((out, relinked))
 }

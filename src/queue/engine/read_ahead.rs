@@ -294,8 +294,15 @@ mod tests {
         assert_eq!(first[0].id, all[1].id);
         ahead.taken(&all[1].id);
         let next = ahead.serve(lookup(&org), &f, 1, &[], None, t0()).unwrap();
-        assert_eq!(next[0].id, all[2].id, "the row taken before is never served");
-        assert_eq!(ahead.held(), READ_AHEAD, "the best `wanted` beside the skipped row");
+        assert_eq!(
+            next[0].id, all[2].id,
+            "the row taken before is never served"
+        );
+        assert_eq!(
+            ahead.held(),
+            READ_AHEAD,
+            "the best `wanted` beside the skipped row"
+        );
     }
 
     #[test]

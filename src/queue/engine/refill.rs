@@ -40,6 +40,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
+use chrono::NaiveDateTime;
+use diesel::Connection;
+
 use super::backlog::QueueRowRecord;
 use super::place::heap_task_of;
 use super::read_ahead::ReadAhead;
@@ -49,9 +52,10 @@ use crate::domain::filter::FilterNode;
 use crate::domain::filter::eval;
 use crate::domain::filter::plan::Plan;
 use crate::domain::keys::KeyField;
+use crate::ownership::Ownership;
 use crate::queue::types::QueueError;
 use crate::storage::rows::{HeapRow, PopKey};
-use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, tasks};
+use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, tasks};
 
 /// Pending tasks taken into a heap per statement at most by an explicit refill and at a
 /// rebuild.
@@ -113,6 +117,54 @@ pub(crate) fn refilled(
         st.pending.drift();
     }
     Ok(n)
+}
+
+/// Writes every task the heap holds as read `queued` ([`Copies::take_all`]), their queue rows
+/// deleted, in a transaction that checks the fence first (when several instances share the
+/// database): before a batch that may meet a pending row reads anything. A task no longer
+/// pending (changed by hand) is let go from the heap, and the count is read again. Answers how
+/// many it wrote. On a failure the heap holds tasks the table may not: the engine rebuilds it.
+///
+/// [`Copies::take_all`]: super::state::Copies::take_all
+pub(crate) fn settle_held(
+    conn: &mut AnyConnection,
+    st: &mut QueueState,
+    now: NaiveDateTime,
+    fence: Option<&(Arc<Ownership>, i64)>,
+) -> Result<usize, StorageError> {
+    let ids: Vec<String> = st
+        .copies
+        .take_all()
+        .iter()
+        .map(uuid::Uuid::to_string)
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let scheduler = st.scheduler;
+    let written: HashSet<String> = conn
+        .transaction(|c| {
+            if let Some((own, epoch)) = fence
+                && !owners::holds(c, scheduler, own.instance(), *epoch)?
+            {
+                return Err(StorageError::Fenced(scheduler));
+            }
+            Ok(tasks::settle(c, &ids, now)?)
+        })?
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let mut missed = false;
+    for id in ids.iter().filter(|id| !written.contains(*id)) {
+        if let Ok(id) = uuid::Uuid::parse_str(id) {
+            st.heap.remove(&id);
+        }
+        missed = true;
+    }
+    if missed {
+        st.pending.drift();
+    }
+    Ok(written.len())
 }
 
 /// Reads the best `n` pending tasks of `scheduler` in pop order, after `after` (see

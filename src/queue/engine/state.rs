@@ -103,7 +103,8 @@ impl QueueState {
 /// Heap tasks a refill read from the pending backlog and has not written: their rows are still
 /// `pending`, with their queue rows, until a pop takes them (`pending → dispatched`, the queue
 /// row deleted, as a pop from the backlog writes) or a batch that may meet a pending row writes
-/// them `queued` first ([`Copies::take_all`], then as a refill moved them before).
+/// them `queued` before it reads anything ([`Copies::take_all`], then as a refill moved them
+/// before: `refill::settle_held`).
 ///
 /// A refill that moved its picks wrote every task a second time (`pending → queued`, then the
 /// pop's `queued → dispatched`) and deleted its queue row apart: about 25 µs of the server per
