@@ -1212,19 +1212,6 @@ impl Engine {
             }
             searches = reads.searches;
         }
-        // The heap is refilled ahead, after the batch is answered (`upkeep`); an explicit
-        // refill request is served in its batch, with a read.
-        let wanted = match batch.refills.is_empty() {
-            true => 0,
-            false => refill::wanted(st),
-        };
-        if wanted > 0 {
-            let after = st.copies.after();
-            let picks = refill::read(conn, s, wanted, after.as_ref(), &mut |_| {})?;
-            self.read_ahead.moved(picks.iter().map(|r| r.id.as_str()));
-            d.refilled = refill::read_in(st, picks, wanted)
-                .map_err(|e| StorageError::Corrupt(e.to_string()))?;
-        }
         let writes = rows.writes();
 
         self.gauges
@@ -1348,6 +1335,19 @@ impl Engine {
             Some(_) => 1,
             None => statements,
         };
+        // The heap is refilled ahead, after the batch is answered (`upkeep`); an explicit
+        // refill request is served in its batch, with a read once the batch's writes are in the
+        // table (before, it would meet the pending tasks this batch's pops took as pending).
+        if !batch.refills.is_empty() {
+            let wanted = refill::wanted(state);
+            if wanted > 0 {
+                let after = state.copies.after();
+                let picks = refill::read(conn, s, wanted, after.as_ref(), &mut |_| {})?;
+                self.read_ahead.moved(picks.iter().map(|r| r.id.as_str()));
+                d.refilled = refill::read_in(state, picks, wanted)
+                    .map_err(|e| StorageError::Corrupt(e.to_string()))?;
+            }
+        }
         let moved = writes.transitions();
         let queue_rows = writes.pending_rows();
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
