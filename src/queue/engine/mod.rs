@@ -1316,10 +1316,10 @@ impl Engine {
                 .map(Uuid::to_string)
                 .collect()
         };
-        let from_backlog = rows
-            .from_backlog
-            .saturating_sub(skipped(&rows.taken_pending).len()) as u64;
         let mut skipped_pending = skipped(&rows.taken_pending);
+        let from_backlog = rows.from_backlog.saturating_sub(skipped_pending.len()) as u64;
+        // The heap's tasks held as read are written from `pending` too (not counted as taken
+        // from the backlog).
         skipped_pending.extend(skipped(&rows.taken_copies));
         if !skipped_pending.is_empty() {
             state.pending.drift();
