@@ -132,15 +132,11 @@ pub(crate) fn settle_held(
     now: NaiveDateTime,
     fence: Option<&(Arc<Ownership>, i64)>,
 ) -> Result<usize, StorageError> {
-    let ids: Vec<String> = st
-        .copies
-        .take_all()
-        .iter()
-        .map(uuid::Uuid::to_string)
-        .collect();
-    if ids.is_empty() {
+    let held = st.copies.take_all();
+    if held.is_empty() {
         return Ok(0);
     }
+    let ids: Vec<String> = held.iter().map(uuid::Uuid::to_string).collect();
     let scheduler = st.scheduler;
     let written: HashSet<String> = conn
         .transaction(|c| {
@@ -154,14 +150,12 @@ pub(crate) fn settle_held(
         .into_iter()
         .map(|r| r.id)
         .collect();
-    let mut missed = false;
-    for id in ids.iter().filter(|id| !written.contains(*id)) {
-        if let Ok(id) = uuid::Uuid::parse_str(id) {
-            st.heap.remove(&id);
+    if written.len() < held.len() {
+        for (id, text) in held.iter().zip(&ids) {
+            if !written.contains(text) {
+                st.heap.remove(id);
+            }
         }
-        missed = true;
-    }
-    if missed {
         st.pending.drift();
     }
     Ok(written.len())
