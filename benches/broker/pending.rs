@@ -26,7 +26,10 @@
 //! (the task's update and its queue row's delete) on the first database against heap tasks (the
 //! update alone) on the second: `alone_pending_vs_heap=`. Before that, on the first database, a
 //! backlog search for each organisation's best 65 pending tasks on an engine's connection, joined
-//! to `tasks` against from the queue rows alone: `search_queue_rows_vs_joined=`.
+//! to `tasks` against from the queue rows alone: `search_queue_rows_vs_joined=`; a refill read
+//! against read and moved (`refill_read_vs_move=`); and a push batch's read of waiting work by
+//! hash, on `tasks` never analysed, as a lookup of the hash index per hash against one `IN` list
+//! (`hash_read_lookups_vs_list=`).
 //!
 //! How long (this project's 2 shared CPUs): `--pending --seconds 1` about 50 s, at 5 s about 3
 //! minutes.
@@ -36,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use super::harness::http::{Http, current_thread, metric_values, pop_request_with, send_all};
 use super::harness::instance::{Broker, start_broker, stop_broker};
-use super::harness::pg_alone::{dispatches, ids_in, own_boefje, refills, searches};
+use super::harness::pg_alone::{dispatches, hash_reads, ids_in, own_boefje, refills, searches};
 use super::harness::postgres::{
     BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, pg_exec, seed_tasks,
 };
@@ -119,6 +122,8 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     // them now (the moves take the best pending tasks; PostgreSQL alone takes what is left).
     eprintln!("pending: refills, moved and read…");
     let refill_us = refills(full_db, REFILL_PICKS, REFILL_PASSES)?;
+    eprintln!("pending: push batches' reads by hash, as one list and one lookup a hash…");
+    let hash_us = hash_reads(full_db, HASH_BATCH, HASH_PASSES)?;
     // The checks above count what the brokers left; what PostgreSQL alone does next uses it up.
     let alone = alone_dispatches(o, full_db, room_db)?;
 
@@ -202,6 +207,16 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         refill_us.0,
         refill_us.1 / refill_us.0
     );
+    println!(
+        "a push batch's read of {HASH_BATCH} hashes (half waiting), on the engine's connection, `tasks` never analysed (median µs):"
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10.0} {:>9.2}",
+        "  a lookup a hash (now) ÷ one list (until now)",
+        hash_us.1,
+        hash_us.0,
+        hash_us.1 / hash_us.0
+    );
     let (pf, pr) = (p.push_full, p.push_room);
     println!(
         "{:<44} {:>10.0} {:>9.0} {:>9.0}",
@@ -283,6 +298,12 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         "refill_read_vs_move={:.3}",
         refill_us.1 / refill_us.0
     ));
+    kv.push(format!("hash_read_list_us={:.0}", hash_us.0));
+    kv.push(format!("hash_read_lookups_us={:.0}", hash_us.1));
+    kv.push(format!(
+        "hash_read_lookups_vs_list={:.3}",
+        hash_us.1 / hash_us.0
+    ));
     kv.push(format!("pending_pushes_per_s={:.0}", pf.ops_per_sec));
     kv.push(format!("pending_push_p99_us={:.0}", pf.p99_us));
     kv.push(format!("room_pushes_per_s={:.0}", pr.ops_per_sec));
@@ -306,6 +327,13 @@ const REFILL_PICKS: usize = 1_000;
 /// Refills each way in the refill comparison: 20,000 tasks moved in all, of some 70,000 pending
 /// after the runs.
 const REFILL_PASSES: usize = 10;
+
+/// Hashes a push batch reads in the comparison of reads by hash: about what the engines group
+/// in a batch at 64 clients (9.5–10.5 pushes, BENCHMARKS).
+const HASH_BATCH: usize = 10;
+
+/// Reads each way in the comparison of reads by hash.
+const HASH_PASSES: usize = 40;
 
 /// Rows a backlog search reads in the search comparison: one pop's and the read ahead's
 /// (`queue::engine::read_ahead`, 64).

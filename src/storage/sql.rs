@@ -121,6 +121,18 @@ impl Sql {
         self
     }
 
+    /// The statement's plan instead of its rows: `EXPLAIN` before its text, its binds kept, so a
+    /// test can read the plan a statement gets on a given table (on PostgreSQL one row of text
+    /// per line of the plan, in a column named `QUERY PLAN`).
+    pub fn explained(mut self) -> Self {
+        const PREFIX: &str = "EXPLAIN ";
+        self.text.insert_str(0, PREFIX);
+        for span in &mut self.spans {
+            *span = (span.0 + PREFIX.len(), span.1 + PREFIX.len());
+        }
+        self
+    }
+
     /// The SQL text (for tests and debugging).
     pub fn text(&self) -> &str {
         &self.text

@@ -35,6 +35,7 @@ mod openapi;
 mod operable;
 mod outage;
 mod pending_backlog;
+mod plans;
 mod politeness;
 mod process;
 mod push_sets;

@@ -331,3 +331,81 @@ pub fn refills(db: &str, picks: usize, passes: usize) -> Result<(f64, f64)> {
     }
     Ok((super::stats::median(moves), super::stats::median(reads)))
 }
+
+/// What a push batch's read of waiting work by hash costs on the engine's connection, on `db`'s
+/// `tasks` as the brokers left it (never analysed, as the scenario's start made it), two ways:
+/// as the engines read until now, one statement `hash IN (…) AND scheduler_id = … AND status IN
+/// (…)` (kept here as the baseline), and as they read now (`storage::tasks::waiting_by_hash`: a
+/// lookup of the hash index per hash). A push batch reads by hash when the engine does not know
+/// the backlog's hashes: after rows changed behind its back, or beyond two million pending.
+/// `batch` hashes a read, half of them of waiting tasks (re-pushes) and half new; the two ways
+/// alternating, `passes` times. Answers the medians in microseconds per read (until now, now).
+pub fn hash_reads(db: &str, batch: usize, passes: usize) -> Result<(f64, f64)> {
+    use diesel::{Connection, RunQueryDsl};
+    use kat_scheduler::domain::SchedulerId;
+    use kat_scheduler::storage::rows::TaskRow;
+    use kat_scheduler::storage::sql::Sql;
+    use kat_scheduler::storage::{Backend, WriterConn};
+    #[derive(diesel::QueryableByName)]
+    struct Hash {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        hash: String,
+    }
+    let waiting: Vec<String> = {
+        let mut c = diesel::PgConnection::establish(db)?;
+        diesel::sql_query(format!(
+            "SELECT hash FROM tasks WHERE scheduler_id = 'boefje' \
+             AND status IN ('pending', 'queued') AND hash IS NOT NULL \
+             ORDER BY random() LIMIT {}",
+            passes * batch
+        ))
+        .load::<Hash>(&mut c)?
+        .into_iter()
+        .map(|h| h.hash)
+        .collect()
+    };
+    if waiting.len() < passes * batch / 2 {
+        return Err("too few waiting tasks with a hash to read by hash".into());
+    }
+    let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
+    let pool = storage::connect(&target, 2, Duration::from_secs(5))?;
+    let mut conn = WriterConn::checkout_engine(&pool, false)?;
+    let (mut before, mut now) = (Vec::new(), Vec::new());
+    for pass in 0..passes {
+        let hashes: Vec<String> = waiting[pass * batch / 2..(pass + 1) * batch / 2]
+            .iter()
+            .cloned()
+            .chain((0..batch - batch / 2).map(|k| format!("bench-new-{pass}-{k}")))
+            .collect();
+        let mut found = [0usize; 2];
+        for way in [pass % 2, 1 - pass % 2] {
+            let began = Instant::now();
+            found[way] = if way == 0 {
+                let mut q = Sql::new(
+                    Backend::Postgres,
+                    &format!("SELECT {} FROM tasks WHERE hash IN ", tasks::COLUMNS),
+                );
+                q.bind_list(hashes.iter().map(String::as_str))
+                    .push(" AND scheduler_id = ")
+                    .bind(SchedulerId::Boefje.as_str())
+                    .push(" AND status IN ('pending', 'queued')");
+                q.load::<TaskRow>(&mut conn)?.len()
+            } else {
+                tasks::waiting_by_hash(&mut conn, SchedulerId::Boefje, &hashes)?.len()
+            };
+            let us = began.elapsed().as_secs_f64() * 1e6;
+            match way {
+                0 => before.push(us),
+                _ => now.push(us),
+            }
+        }
+        if found[0] != found[1] {
+            return Err(format!(
+                "the two reads by hash disagree: {} against {} tasks",
+                found[0], found[1]
+            )
+            .into());
+        }
+    }
+    Ok((super::stats::median(before), super::stats::median(now)))
+}

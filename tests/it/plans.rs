@@ -1,0 +1,119 @@
+//! The plans PostgreSQL gives a queue engine's statements on its own connection, on a `tasks`
+//! table loaded in bulk and never analysed (a server between an import, a ColdStart or a
+//! restore and its next analyse; any server with `autovacuum = off`), and once analysed: the
+//! statement's shape, not the table's statistics, decides which index it walks.
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use kat_scheduler::domain::{SchedulerId, TaskStatus};
+use kat_scheduler::storage::sql::Sql;
+use kat_scheduler::storage::{self, AnyConnection, DbTarget, WriterConn, tasks};
+
+use crate::helpers::*;
+
+/// Tasks the bulk load writes: one in two boefje tasks, the others the normalizer's; of each
+/// scheduler's, a third pending, a third queued, a third completed.
+const LOADED: usize = 60_000;
+
+/// `statement`'s plan, one line per row, joined.
+fn plan_of(conn: &mut AnyConnection, statement: Sql) -> String {
+    #[derive(diesel::QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        #[diesel(column_name = "QUERY PLAN")]
+        line: String,
+    }
+    statement
+        .explained()
+        .load::<Line>(conn)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn a_push_batchs_lookup_by_hash_walks_the_hash_index_whatever_the_tables_statistics() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        let pool =
+            storage::connect(&DbTarget::parse(&uri).unwrap(), 2, Duration::from_secs(5)).unwrap();
+        let mut conn = storage::checkout(&pool).unwrap();
+        storage::run_migrations(&mut conn).unwrap();
+        // Task i has hash h{i mod LOADED/3}: each hash has a task of each status for one
+        // scheduler (a waiting one and its past runs, as a rescheduled piece of work has).
+        conn.batch_execute(&format!(
+            "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, \
+                 status, created_at, modified_at) \
+             SELECT 't' || i, CASE WHEN i % 2 = 0 THEN 'boefje' ELSE 'normalizer' END, \
+                 'org' || (i % 50), 'boefje', 'h' || (i % {third}), i, repeat('x', 300), \
+                 CASE (i / {third}) WHEN 0 THEN 'pending' WHEN 1 THEN 'queued' \
+                     ELSE 'completed' END, \
+                 now(), now() \
+             FROM generate_series(0, {last}) AS i",
+            third = LOADED / 3,
+            last = LOADED - 1,
+        ))
+        .unwrap();
+        drop(conn);
+
+        // A push batch's hashes: ten, of which h2, h4 and h6 are boefje work (even i) and h1
+        // the normalizer's; the others no task has.
+        let hashes: Vec<String> = ["h1", "h2", "h4", "h6", "x1", "x2", "x3", "x4", "x5", "x6"]
+            .map(String::from)
+            .to_vec();
+        let mut engine = WriterConn::checkout_engine(&pool, false).unwrap();
+        for state in ["never analysed", "analysed"] {
+            if state == "analysed" {
+                engine.batch_execute("ANALYZE tasks").unwrap();
+            }
+            let plan = plan_of(
+                &mut engine,
+                tasks::waiting_by_hash_statement(SchedulerId::Boefje, &hashes).unwrap(),
+            );
+            assert!(
+                plan.contains("Index Scan using ix_tasks_hash on tasks"),
+                "{state}: the lookup by hash does not walk ix_tasks_hash:\n{plan}"
+            );
+            assert!(
+                !plan.contains("Seq Scan") && !plan.contains("JIT"),
+                "{state}: the lookup by hash scans or compiles:\n{plan}"
+            );
+
+            // What it answers: the waiting tasks of the boefje scheduler with those hashes (the
+            // pending and the queued one of each), not their completed runs nor the
+            // normalizer's.
+            let mut found: Vec<(String, String, TaskStatus)> =
+                tasks::waiting_by_hash(&mut engine, SchedulerId::Boefje, &hashes)
+                    .unwrap()
+                    .into_iter()
+                    .map(|t| (t.hash.unwrap_or_default(), t.id, t.status))
+                    .collect();
+            found.sort_by(|a, b| a.1.cmp(&b.1));
+            let third = LOADED / 3;
+            let mut expected: Vec<(String, String, TaskStatus)> = [2, 4, 6]
+                .into_iter()
+                .flat_map(|h| {
+                    [
+                        (format!("h{h}"), format!("t{h}"), TaskStatus::Pending),
+                        (
+                            format!("h{h}"),
+                            format!("t{}", h + third),
+                            TaskStatus::Queued,
+                        ),
+                    ]
+                })
+                .collect();
+            expected.sort_by(|a, b| a.1.cmp(&b.1));
+            assert_eq!(found, expected, "{state}");
+        }
+    })
+    .await
+    .unwrap();
+    drop(db);
+}
