@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
+use kat_scheduler::domain::keys::KeyField;
 use kat_scheduler::domain::{SchedulerId, TaskStatus};
+use kat_scheduler::storage::rows::PopKey;
 use kat_scheduler::storage::sql::Sql;
 use kat_scheduler::storage::{self, AnyConnection, DbTarget, WriterConn, tasks};
 
@@ -35,7 +37,7 @@ fn plan_of(conn: &mut AnyConnection, statement: Sql) -> String {
 }
 
 #[tokio::test]
-async fn a_push_batchs_lookup_by_hash_walks_the_hash_index_whatever_the_tables_statistics() {
+async fn an_engines_reads_walk_their_index_whatever_the_tables_statistics() {
     let Some(db) = TestDb::create(Backend::Postgres).await else {
         return;
     };
@@ -60,6 +62,17 @@ async fn a_push_batchs_lookup_by_hash_walks_the_hash_index_whatever_the_tables_s
             last = LOADED - 1,
         ))
         .unwrap();
+        // The pending tasks' queue rows, as the engines write them: an image of ten, a plugin of
+        // thirty, the organisation.
+        conn.batch_execute(
+            "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
+                 modified_at, hash, organisation, plugin_id, oci_image, input_ooi) \
+             SELECT id, scheduler_id, status, priority, created_at, modified_at, hash, \
+                 organisation, 'b' || (priority % 30), 'img' || (priority % 10), \
+                 'Hostname|internet|' || id \
+             FROM tasks WHERE status = 'pending'",
+        )
+        .unwrap();
         drop(conn);
 
         // A push batch's hashes: ten, of which h2, h4 and h6 are boefje work (even i) and h1
@@ -70,7 +83,7 @@ async fn a_push_batchs_lookup_by_hash_walks_the_hash_index_whatever_the_tables_s
         let mut engine = WriterConn::checkout_engine(&pool, false).unwrap();
         for state in ["never analysed", "analysed"] {
             if state == "analysed" {
-                engine.batch_execute("ANALYZE tasks").unwrap();
+                engine.batch_execute("ANALYZE tasks; ANALYZE task_queue").unwrap();
             }
             let plan = plan_of(
                 &mut engine,
@@ -84,6 +97,57 @@ async fn a_push_batchs_lookup_by_hash_walks_the_hash_index_whatever_the_tables_s
                 !plan.contains("Seq Scan") && !plan.contains("JIT"),
                 "{state}: the lookup by hash scans or compiles:\n{plan}"
             );
+
+            // The refill's read: a walk of the pending rows in pop order, from the backlog's head
+            // and from after the last row read, never a sort of every pending row.
+            let last = PopKey {
+                priority: 900,
+                created_at: chrono::Utc::now().naive_utc(),
+                id: "t900".into(),
+            };
+            for after in [None, Some(&last)] {
+                let plan = plan_of(
+                    &mut engine,
+                    tasks::refill_picks_statement(
+                        storage::Backend::Postgres,
+                        SchedulerId::Boefje,
+                        after,
+                        1_000,
+                    ),
+                );
+                assert!(
+                    plan.contains("Index Scan using ix_task_queue_pending_rank on task_queue")
+                        && !plan.contains("Sort")
+                        && !plan.contains("Seq Scan")
+                        && !plan.contains("JIT"),
+                    "{state}, after {:?}: the refill does not walk the pending rows in pop order:\n{plan}",
+                    after.map(|k| &k.id)
+                );
+            }
+            // A filtered pop's search of the backlog: a walk of its key field's index.
+            for (field, value, index) in [
+                (KeyField::Organisation, "org4", "ix_task_queue_pending_organisation"),
+                (KeyField::OciImage, "img3", "ix_task_queue_pending_oci_image"),
+                (KeyField::PluginId, "b7", "ix_task_queue_pending_plugin_id"),
+            ] {
+                let plan = plan_of(
+                    &mut engine,
+                    tasks::pending_keyed_statement(
+                        storage::Backend::Postgres,
+                        SchedulerId::Boefje,
+                        field,
+                        &[value.to_owned()],
+                        65,
+                    ),
+                );
+                assert!(
+                    plan.contains(&format!("Index Scan using {index} on task_queue"))
+                        && !plan.contains("Sort")
+                        && !plan.contains("Seq Scan")
+                        && !plan.contains("JIT"),
+                    "{state}: the search by {field:?} does not walk {index}:\n{plan}"
+                );
+            }
 
             // What it answers: the waiting tasks of the boefje scheduler with those hashes (the
             // pending and the queued one of each), not their completed runs nor the

@@ -262,13 +262,23 @@ pub fn refill_picks(
     after: Option<&PopKey>,
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
-    let mut q = pending_queue_rows(conn, scheduler);
+    refill_picks_statement(Backend::of(conn), scheduler, after, limit).load_prepared(conn)
+}
+
+/// [`refill_picks`]' statement: a walk of `ix_task_queue_pending_rank` from `after`, to `limit`.
+pub fn refill_picks_statement(
+    backend: Backend,
+    scheduler: SchedulerId,
+    after: Option<&PopKey>,
+    limit: usize,
+) -> Sql {
+    let mut q = pending_queue_rows(backend, scheduler);
     if let Some(k) = after {
         push_ranked(&mut q, k, false);
     }
     q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    q.load_prepared(conn)
+    q
 }
 
 /// Writes these tasks (ids) `queued` where they are still pending, and deletes their queue rows:
@@ -349,9 +359,9 @@ pub enum Keyset<'a> {
 /// to add its conditions, order and limit to. The status is written into the text, not bound:
 /// the indexes of `task_queue` in pop order are partial (pending rows), and a planner uses one
 /// only for a condition it can see implies the index's (SQLite never for a bound value).
-fn pending_queue_rows(conn: &AnyConnection, scheduler: SchedulerId) -> Sql {
-    let mut q = sql(
-        conn,
+fn pending_queue_rows(backend: Backend, scheduler: SchedulerId) -> Sql {
+    let mut q = Sql::new(
+        backend,
         &format!(
             "SELECT {QUEUE_HEAP_COLUMNS} FROM task_queue WHERE status = 'pending' \
              AND scheduler_id = "
@@ -370,7 +380,7 @@ pub fn pending_page(
     from: Keyset<'_>,
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
-    let mut q = pending_queue_rows(conn, scheduler);
+    let mut q = pending_queue_rows(Backend::of(conn), scheduler);
     match from {
         Keyset::First => {}
         Keyset::After(k) => push_ranked(&mut q, k, false),
@@ -514,20 +524,7 @@ pub fn pending_keyed(
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
     let range = |conn: &AnyConnection, values: &[String]| {
-        let mut q = pending_queue_rows(conn, scheduler);
-        match values {
-            [value] => {
-                q.push(&format!(" AND {} = ", field.column()))
-                    .bind(value.as_str());
-            }
-            values => {
-                q.push(&format!(" AND {} IN ", field.column()))
-                    .bind_list(values.iter().map(String::as_str));
-            }
-        }
-        q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        q
+        pending_keyed_statement(Backend::of(conn), scheduler, field, values, limit)
     };
     match values {
         [] => Ok(Vec::new()),
@@ -544,6 +541,48 @@ pub fn pending_keyed(
         }
         values => range(conn, values).load(conn),
     }
+}
+
+/// [`pending_keyed`]'s statement for `values` (one value: a walk of the field's index of pending
+/// rows in pop order, to `limit`).
+pub fn pending_keyed_statement(
+    backend: Backend,
+    scheduler: SchedulerId,
+    field: KeyField,
+    values: &[String],
+    limit: usize,
+) -> Sql {
+    let mut q = pending_queue_rows(backend, scheduler);
+    let column = field.column();
+    match values {
+        [value] if backend == Backend::Postgres => {
+            // The value as a range of one, and the order led by the field: only the field's own
+            // index gives that order without a sort, which the engine's connection does not do.
+            // As `= value` with `ORDER BY priority, …`, the index of all pending rows in pop
+            // order gives the order as well (an equality makes its column constant, dropped
+            // from the order), and on a queue table never analysed both walks are estimated
+            // at a row or two: the planner took that one and filtered it, reading every pending
+            // row of the scheduler for a value few or none of them have. A deterministic
+            // collation (every one PostgreSQL creates by default) makes the range the equality.
+            q.push(&format!(" AND {column} >= "))
+                .bind(value.as_str())
+                .push(&format!(" AND {column} <= "))
+                .bind(value.as_str())
+                .push(&format!(" ORDER BY {column}, {QUEUE_ORDER} LIMIT "));
+        }
+        [value] => {
+            q.push(&format!(" AND {column} = "))
+                .bind(value.as_str())
+                .push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "));
+        }
+        values => {
+            q.push(&format!(" AND {column} IN "))
+                .bind_list(values.iter().map(String::as_str))
+                .push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "));
+        }
+    }
+    q.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    q
 }
 
 /// Deletes the queue rows of these tasks whose task is no longer pending (read so in the same
