@@ -216,7 +216,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_engine_pops_set_aside_total",
         Kind::Counter,
         "",
-        "Pops answered after the refill under way ended, its picks holding their match, while the engine served others.",
+        "Pops set aside until the refill under way ended (their match not in the heap), while the engine served others.",
     ),
     family(
         "scheduler_engine_backlog_pops_total",

@@ -183,73 +183,6 @@ async fn after_a_restart_the_pending_backlog_is_found(backend: Backend) {
     assert_eq!(common.len(), 3 * MAXSIZE, "every common task popped");
 }
 
-/// The backlog search a pop makes beside a refill skips every task up to the refill's last pick,
-/// through a key field's index (where the bound is checked on the rows found) and without one
-/// (where it is the statement's).
-async fn the_backlog_search_after_a_refills_picks_skips_them(backend: Backend) {
-    use kat_scheduler::domain::SchedulerId;
-    use kat_scheduler::domain::filter::FilterNode;
-    use kat_scheduler::domain::keys::KeyField;
-    use kat_scheduler::storage::rows::PopKey;
-    use kat_scheduler::storage::{self, DbTarget, tasks};
-
-    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = MAXSIZE).await else {
-        return;
-    };
-    let rare = common_then_rare(&app, 2 * MAXSIZE, 5).await;
-    let second: Value = app
-        .get(&format!("/tasks/{}", rare[1]))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let after = PopKey {
-        priority: second["priority"].as_i64().unwrap(),
-        created_at: chrono::DateTime::parse_from_rfc3339(second["created_at"].as_str().unwrap())
-            .unwrap()
-            .naive_utc(),
-        id: rare[1].clone(),
-    };
-    let uri = app.db.uri.clone();
-    let found = tokio::task::spawn_blocking(move || {
-        let pool = storage::connect(
-            &DbTarget::parse(&uri).unwrap(),
-            1,
-            std::time::Duration::from_secs(5),
-        )
-        .unwrap();
-        let mut conn = storage::checkout(&pool).unwrap();
-        let images = [RARE.to_owned()];
-        let mut search = |lookup| {
-            tasks::pending_matching(
-                &mut conn,
-                SchedulerId::Boefje,
-                lookup,
-                &FilterNode::And(Vec::new()),
-                10,
-                &[],
-                Some(&after),
-            )
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect::<Vec<_>>()
-        };
-        (
-            search(Some((KeyField::OciImage, &images[..]))),
-            search(None),
-        )
-    })
-    .await
-    .unwrap();
-    assert_eq!(found.0, rare[2..].to_vec(), "through the image's index");
-    assert_eq!(
-        found.1,
-        rare[2..].to_vec(),
-        "the head of the backlog after the bound"
-    );
-}
-
 fn organisation_filter(org: &str) -> Value {
     json!({"filters": [{"column": "organisation", "operator": "==", "value": org}]})
 }
@@ -525,7 +458,6 @@ crate::backend_tests!(
     matches_below_the_rows_a_filter_turns_down_are_found,
     a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out,
     pops_served_from_a_read_ahead_see_what_happened_since,
-    the_backlog_search_after_a_refills_picks_skips_them,
     every_pending_only_task_is_popped_and_no_answer_is_empty_while_one_waits,
     pending_rows_the_count_does_not_hold_are_found,
     pending_rows_gone_behind_its_back_leave_no_pop_stuck,

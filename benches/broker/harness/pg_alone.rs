@@ -254,7 +254,6 @@ pub fn searches(db: &str, rows: usize, passes: usize) -> Result<(f64, f64)> {
                         &filter,
                         rows,
                         &[],
-                        None,
                     )?
                     .len()
                 } else {

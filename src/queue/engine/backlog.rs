@@ -21,7 +21,7 @@ use crate::domain::SchedulerId;
 use crate::domain::filter::eval::{self, Json, Record};
 use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::KeyField;
-use crate::storage::rows::{HeapRow, PopKey};
+use crate::storage::rows::HeapRow;
 use crate::storage::{AnyConnection, StorageError, tasks};
 
 /// A queue row as the filter evaluator sees it: the heap's columns and key fields, no payload.
@@ -81,8 +81,6 @@ pub(crate) struct Search<'a> {
     pub limit: usize,
     /// Tasks already taken by the batch.
     pub skip: &'a [String],
-    /// With a refill under way, only tasks ranked after its last pick.
-    pub after: Option<&'a PopKey>,
 }
 
 /// The best `s.limit` pending tasks of `scheduler` matching the search, in pop order.
@@ -100,9 +98,7 @@ pub(crate) fn search(
             return Ok(bounded(found, s));
         }
     }
-    let rows = tasks::pending_matching(
-        conn, scheduler, s.lookup, s.filter, s.limit, s.skip, s.after,
-    )?;
+    let rows = tasks::pending_matching(conn, scheduler, s.lookup, s.filter, s.limit, s.skip)?;
     Ok(rows.iter().map(HeapRow::from).collect())
 }
 
@@ -155,18 +151,10 @@ fn decided(
     })
 }
 
-/// The best `s.limit` of `found`, less the batch's skipped tasks and those at or before
-/// `s.after`. Through a key field's index the bound is applied here, not in the statement: with
-/// a row comparison beside the key, a planner without statistics walked the pop-order index of
-/// all pending rows (see `tasks::pending_matching`).
+/// The best `s.limit` of `found` (one key field's ranges, one after the other), in pop order,
+/// less the batch's skipped tasks.
 fn bounded(mut found: Vec<HeapRow>, s: &Search<'_>) -> Vec<HeapRow> {
-    found.retain(|r| {
-        !s.skip.contains(&r.id)
-            && s.after.is_none_or(|k| {
-                (r.priority, r.created_at, r.id.as_str())
-                    > (k.priority, k.created_at, k.id.as_str())
-            })
-    });
+    found.retain(|r| !s.skip.contains(&r.id));
     found.sort_by(|a, b| (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id)));
     found.dedup_by(|a, b| a.id == b.id);
     found.truncate(s.limit);
@@ -257,14 +245,9 @@ mod tests {
     }
 
     #[test]
-    fn the_bound_and_the_skipped_rows_are_left_out_best_first() {
+    fn the_skipped_rows_are_left_out_best_first() {
         let all = rows(6);
         let skip = vec![all[1].id.clone()];
-        let after = PopKey {
-            priority: all[2].priority,
-            created_at: all[2].created_at,
-            id: all[2].id.clone(),
-        };
         let f = FilterNode::And(Vec::new());
         let mut shuffled = all.clone();
         shuffled.reverse();
@@ -272,14 +255,13 @@ mod tests {
             lookup: None,
             filter: &f,
             needs_payload: false,
-            limit: 2,
+            limit: 3,
             skip: &skip,
-            after: Some(&after),
         };
         let got: Vec<String> = bounded(shuffled, &s).into_iter().map(|r| r.id).collect();
-        assert_eq!(got, vec![all[3].id.clone(), all[4].id.clone()]);
-        let s = Search { after: None, ..s };
-        let got: Vec<String> = bounded(all.clone(), &s).into_iter().map(|r| r.id).collect();
-        assert_eq!(got, vec![all[0].id.clone(), all[2].id.clone()]);
+        assert_eq!(
+            got,
+            vec![all[0].id.clone(), all[2].id.clone(), all[3].id.clone()]
+        );
     }
 }

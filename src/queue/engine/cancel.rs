@@ -55,7 +55,6 @@ pub(crate) fn cancel_object(
             &filter,
             CANCEL_MAX,
             &skip,
-            None,
         )? {
             let id = row.uuid()?;
             st.pending.remove(row.hash.as_deref());

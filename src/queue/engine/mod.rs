@@ -72,12 +72,11 @@ use super::gauges::Gauges;
 use super::types::{ExpiryReport, PushOutcome, QueueConfig, QueueError};
 use crate::clock::SharedClock;
 use crate::domain::filter::FilterNode;
-use crate::domain::filter::plan::Plan;
 use crate::domain::keys::KeyField;
 use crate::domain::{PerScheduler, SchedulerId, Task, TaskStatus};
 use crate::metrics::{ByStatus, status_slot};
 use crate::ownership::Ownership;
-use crate::storage::rows::{HeapRow, PopKey, TaskRow};
+use crate::storage::rows::{HeapRow, TaskRow};
 use crate::storage::{
     self, AnyConnection, Backend, DbPool, StorageError, WriterConn, owners, tasks,
 };
@@ -292,7 +291,7 @@ struct Engine {
     /// Pending tasks a pop's write skipped (no longer pending in the table), whose queue rows
     /// the upkeep deletes if their task is still not pending.
     stale_queue_rows: Vec<String>,
-    /// Pops set aside until the refill under way has ended (its picks may hold their match),
+    /// Pops set aside until the refill under way has ended (it reads what their search would meet),
     /// in the order they came; they join the first batch after it ([`Engine::aside_ready`]).
     aside: Vec<PopCommand>,
 }
@@ -360,7 +359,6 @@ impl Reads for TableReads<'_> {
         filter: &FilterNode,
         limit: usize,
         skip: &[String],
-        after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError> {
         Ok(tasks::pending_matching(
             self.conn,
@@ -369,21 +367,16 @@ impl Reads for TableReads<'_> {
             filter,
             limit,
             skip,
-            after,
         )?)
     }
 
     fn pending_to_pop(&mut self, s: &backlog::Search<'_>) -> Result<Vec<HeapRow>, StorageError> {
         // A search without a key field (a probe of the backlog's head only) is read as it is.
         match s.lookup {
-            // Beside a refill under way, a pop searches only after its picks (`after`), where no
-            // match of its filter is being moved.
+            // A batch of pops and patches of tasks in flight reads ahead ([`read_ahead`]).
             Some(lookup) if self.keep => {
                 let now = Instant::now();
-                if let Some(rows) = self
-                    .ahead
-                    .serve(lookup, s.filter, s.limit, s.skip, s.after, now)
-                {
+                if let Some(rows) = self.ahead.serve(lookup, s.filter, s.limit, s.skip, now) {
                     return Ok(rows);
                 }
                 let wide = backlog::Search {
@@ -417,10 +410,6 @@ impl Reads for TableReads<'_> {
 
     fn settle_refill(&mut self, st: &mut QueueState) -> Result<bool, StorageError> {
         refill::settle_into(st, self.refill, self.settled, self.ahead)
-    }
-
-    fn refill_spares(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
-        self.refill.as_ref()?.spare(filter, plan)
     }
 
     fn set_aside(&mut self) -> bool {
@@ -692,7 +681,7 @@ impl Engine {
             }
         }
         let read = self.on_connection("refill", |c, st| {
-            let rows = refill::read(c, s, n, after.as_ref(), &mut |_| {})?;
+            let rows = refill::read(c, s, n, after.as_ref())?;
             let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
             refill::read_in(st, rows, n)
                 .map(|k| (k, ids))
@@ -1342,7 +1331,7 @@ impl Engine {
             let wanted = refill::wanted(state);
             if wanted > 0 {
                 let after = state.copies.after();
-                let picks = refill::read(conn, s, wanted, after.as_ref(), &mut |_| {})?;
+                let picks = refill::read(conn, s, wanted, after.as_ref())?;
                 self.read_ahead.moved(picks.iter().map(|r| r.id.as_str()));
                 d.refilled = refill::read_in(state, picks, wanted)
                     .map_err(|e| StorageError::Corrupt(e.to_string()))?;

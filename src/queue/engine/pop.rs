@@ -28,7 +28,7 @@ use crate::domain::filter::{Column, FilterNode};
 use crate::domain::keys::{DEDUP_PATH, KeyField};
 use crate::queue::heap::SchedulerHeap;
 use crate::storage::StorageError;
-use crate::storage::rows::{HeapRow, PopKey, TaskRow};
+use crate::storage::rows::{HeapRow, TaskRow};
 
 /// Payloads read per round trip when a filter needs them.
 const PAYLOAD_PAGE: usize = 256;
@@ -40,14 +40,13 @@ pub const GROUP_MAX: usize = 1_000;
 /// What a pop reads from the table.
 pub(crate) trait Reads {
     /// The best `limit` pending tasks matching `filter` (through `lookup` when given), skipping
-    /// the ids in `skip`, and ranking after `after` when given, whole (a cancel writes them).
+    /// the ids in `skip`, whole (a cancel writes them).
     fn pending_matching(
         &mut self,
         lookup: Option<(KeyField, &[String])>,
         filter: &FilterNode,
         limit: usize,
         skip: &[String],
-        after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError>;
 
     /// The best pending tasks a pop may take for `search`, in pop order, as their queue rows
@@ -62,13 +61,6 @@ pub(crate) trait Reads {
     /// be moving the very rows the search would find.
     fn settle_refill(&mut self, _st: &mut QueueState) -> Result<bool, StorageError> {
         Ok(false)
-    }
-
-    /// Where the backlog may be searched beside a refill ahead under way, without waiting for
-    /// it: after the last task it moves, when none of those can match `filter` (see
-    /// [`super::refill::Picks::spare`]). `None`: no refill is under way, or the pop waits for it.
-    fn refill_spares(&self, _filter: &FilterNode, _plan: Option<&Plan>) -> Option<PopKey> {
-        None
     }
 
     /// A pending task this batch takes (see [`super::read_ahead`]).
@@ -246,16 +238,14 @@ fn pop_matching(
     let look =
         st.pending.count() > 0 || st.pending.needs_recount() || (leader && chosen.is_empty());
     if chosen.len() < limit && look && !nothing {
-        // A refill under way moves the best pending tasks: a pop none of them can serve searches
-        // after them at once; one they may serve waits for them to reach the heap. A pop that
-        // has taken nothing yet waits set aside, not on the engine's thread: the pops the heap
-        // serves, all the other runners', go on meanwhile (a refill of a thousand tasks takes
-        // tens of milliseconds).
-        let after = reads.refill_spares(filter, plan);
-        if after.is_none() && leader && chosen.is_empty() && reads.set_aside() {
+        // A refill under way reads the best pending tasks, which this search would meet: the
+        // pop waits for them to reach the heap. A pop that has taken nothing yet waits set
+        // aside, not on the engine's thread: the pops the heap serves, all the other runners',
+        // go on meanwhile (a refill of a thousand tasks takes a few milliseconds).
+        if leader && chosen.is_empty() && reads.set_aside() {
             return Ok(chosen);
         }
-        if after.is_none() && reads.settle_refill(st)? {
+        if reads.settle_refill(st)? {
             // The heap took the best of the backlog in: it answers first again.
             let more = pop_matching(
                 st,
@@ -288,7 +278,6 @@ fn pop_matching(
             needs_payload: plan.is_some_and(|p| p.needs_payload),
             limit: want,
             skip: &skip,
-            after: after.as_ref(),
         })?);
         found.sort_by(|a, b| {
             (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
@@ -667,6 +656,29 @@ mod tests {
     }
 
     #[test]
+    fn a_pop_whose_match_a_refill_under_way_does_not_read_waits_for_it_all_the_same() {
+        let (mut st, mut rows, _, pending) =
+            common_queued_and_pending(&[(5, "common"), (6, "common"), (7, "rare")]);
+        // The refill under way reads the two best pending rows, neither of them rare: the rows
+        // it reads are known only once it has ended, so the pop cannot tell and waits.
+        let moved: Vec<String> = pending[..2].iter().map(|r| r.id.clone()).collect();
+        let mut table = FakeTable {
+            pending: pending.clone(),
+            refilling: Some(moved),
+            ..Default::default()
+        };
+        let rare = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("rare")));
+        let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
+        assert_eq!(table.waited, 1, "it waited for the refill");
+        assert_eq!(
+            got,
+            vec![pending[2].uuid().unwrap()],
+            "then found its match pending, after the rows the refill took in"
+        );
+        assert_eq!(table.reads, 1);
+    }
+
+    #[test]
     fn a_pop_whose_match_a_refill_under_way_moves_waits_for_it_and_takes_it_from_the_heap() {
         let (mut st, mut rows, a, pending) =
             common_queued_and_pending(&[(5, "rare"), (6, "common"), (7, "rare")]);
@@ -675,7 +687,6 @@ mod tests {
         let mut table = FakeTable {
             pending: pending.clone(),
             refilling: Some(moved),
-            announced: true,
             ..Default::default()
         };
         let common = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("common")));
@@ -709,53 +720,6 @@ mod tests {
         let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
         assert_eq!(got, vec![pending[2].uuid().unwrap()]);
         assert_eq!(table.reads, 1);
-    }
-
-    #[test]
-    fn a_pop_whose_match_is_not_among_a_refills_picks_searches_after_them_beside_it() {
-        let (mut st, mut rows, a, pending) =
-            common_queued_and_pending(&[(5, "common"), (6, "common"), (7, "rare"), (8, "rare")]);
-        // The refill under way moves the two best pending rows, neither of them rare.
-        let moved: Vec<String> = pending[..2].iter().map(|r| r.id.clone()).collect();
-        let mut table = FakeTable {
-            pending: pending.clone(),
-            refilling: Some(moved.clone()),
-            ..Default::default()
-        };
-        let rare = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("rare")));
-
-        // Before the refill has read its picks, the pop cannot tell: it waits.
-        let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
-        assert_eq!(got, vec![pending[2].uuid().unwrap()]);
-        assert_eq!(table.waited, 1);
-
-        // With the picks announced, the next rare pop goes after them at once.
-        for r in &pending[..2] {
-            st.heap.take(&r.uuid().unwrap());
-            st.pending.add(r.hash.as_deref());
-        }
-        table.pending = vec![pending[0].clone(), pending[1].clone(), pending[3].clone()];
-        table.refilling = Some(moved);
-        table.announced = true;
-        let got = pop(&mut st, &mut rows, &mut table, &rare, now()).unwrap();
-        assert_eq!(
-            got,
-            vec![pending[3].uuid().unwrap()],
-            "the best rare task, pending after the picks"
-        );
-        assert_eq!(table.waited, 1, "it did not wait for the refill");
-        assert!(table.refilling.is_some(), "the refill is still under way");
-        assert_eq!(table.reads, 2);
-        // A pop a pick may serve waits for it, and takes the pick from the heap.
-        let common = PopRequest::new(SchedulerId::Boefje, 1, Some(image_filter("common")));
-        assert_eq!(
-            pop(&mut st, &mut rows, &mut table, &common, now()).unwrap(),
-            vec![a]
-        );
-        let got = pop(&mut st, &mut rows, &mut table, &common, now()).unwrap();
-        assert_eq!(got, vec![pending[0].uuid().unwrap()]);
-        assert_eq!(table.waited, 2);
-        assert_eq!(table.reads, 2, "served from the heap");
     }
 
     #[test]

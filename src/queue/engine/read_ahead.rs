@@ -17,9 +17,9 @@
 //! the heap, is dropped from every read it is in ([`ReadAhead::taken`], [`ReadAhead::moved`]). A read
 //! held this way still holds the best pending tasks matching its filter, best first: no pending
 //! row was added or changed since it was read, and a refill moves the best pending tasks, so
-//! what it leaves of a read ranks after what it moved. Beside a refill under way a pop searches
-//! only after the refill's last pick ([`super::refill::Picks::spare`]), and a read is served then
-//! only if it holds nothing before that pick.
+//! what it leaves of a read ranks after what it moved. A refill under way reads pending rows a
+//! pop's search would meet: a pop whose match the heap lacks waits for it (set aside) before it
+//! searches, so no read is served beside one.
 //!
 //! Two limits keep what a read cannot know from costing a runner its work. A read holding fewer
 //! rows than a pop asks for is not served: the table is read, so an answer is empty only when
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::domain::filter::FilterNode;
 use crate::domain::keys::KeyField;
-use crate::storage::rows::{HeapRow, PopKey};
+use crate::storage::rows::HeapRow;
 
 /// Pending rows read beyond what a pop asks for, per filter.
 pub(crate) const READ_AHEAD: usize = 64;
@@ -71,26 +71,17 @@ pub(crate) struct ReadAhead {
 impl ReadAhead {
     /// The best `limit` rows of a read ahead for this lookup and filter, less those in `skip`
     /// (rows the batch has already taken from the backlog), if the read holds that many and is
-    /// younger than [`READ_AHEAD_MAX_AGE`] at `now`; `None`: the table must be read. With
-    /// `after` (beside a refill under way, after its last pick), only if the read holds nothing
-    /// ranked at or before it.
+    /// younger than [`READ_AHEAD_MAX_AGE`] at `now`; `None`: the table must be read.
     pub fn serve(
         &self,
         lookup: (KeyField, &[String]),
         filter: &FilterNode,
         limit: usize,
         skip: &[String],
-        after: Option<&PopKey>,
         now: Instant,
     ) -> Option<Vec<HeapRow>> {
         let read = self.reads.iter().find(|r| r.is_for(lookup, filter))?;
         if now.saturating_duration_since(read.at) >= READ_AHEAD_MAX_AGE {
-            return None;
-        }
-        if let (Some(k), Some(first)) = (after, read.rows.front())
-            && (first.priority, first.created_at, first.id.as_str())
-                <= (k.priority, k.created_at, k.id.as_str())
-        {
             return None;
         }
         let rows: Vec<HeapRow> = read
@@ -216,12 +207,12 @@ mod tests {
         ahead.taken(&all[0].id);
         // The read took the pop's row and READ_AHEAD more; the next pops are served from it.
         for row in all.iter().skip(1).take(READ_AHEAD) {
-            let next = ahead.serve(lookup(&org), &f, 1, &[], None, t0()).unwrap();
+            let next = ahead.serve(lookup(&org), &f, 1, &[], t0()).unwrap();
             assert_eq!(next[0].id, row.id);
             ahead.taken(&row.id);
         }
         // Read to its end: the table is read again.
-        assert!(ahead.serve(lookup(&org), &f, 1, &[], None, t0()).is_none());
+        assert!(ahead.serve(lookup(&org), &f, 1, &[], t0()).is_none());
     }
 
     #[test]
@@ -232,23 +223,21 @@ mod tests {
         let all = rows(3);
         ahead.keep(lookup(&org), &f, 1, &[], all.clone(), t0());
         assert_eq!(
-            ahead
-                .serve(lookup(&org), &f, 2, &[], None, t0())
-                .map(|r| r.len()),
+            ahead.serve(lookup(&org), &f, 2, &[], t0()).map(|r| r.len()),
             Some(2)
         );
         // Three held, five asked: the table says whether there are more (rows put back by
         // hand), so an answer is never short from a read alone.
-        assert!(ahead.serve(lookup(&org), &f, 5, &[], None, t0()).is_none());
+        assert!(ahead.serve(lookup(&org), &f, 5, &[], t0()).is_none());
         for r in &all {
             ahead.taken(&r.id);
         }
-        assert!(ahead.serve(lookup(&org), &f, 1, &[], None, t0()).is_none());
+        assert!(ahead.serve(lookup(&org), &f, 1, &[], t0()).is_none());
         let full = rows(READ_AHEAD + 1);
         ahead.keep(lookup(&org), &f, 1, &[], full, t0());
-        assert!(ahead.serve(lookup(&org), &f, 1, &[], None, t0()).is_some());
+        assert!(ahead.serve(lookup(&org), &f, 1, &[], t0()).is_some());
         let later = t0() + READ_AHEAD_MAX_AGE;
-        assert!(ahead.serve(lookup(&org), &f, 1, &[], None, later).is_none());
+        assert!(ahead.serve(lookup(&org), &f, 1, &[], later).is_none());
     }
 
     #[test]
@@ -259,13 +248,13 @@ mod tests {
         ahead.keep(lookup(&org), &org_filter("org1"), 1, &[], all.clone(), t0());
         assert!(
             ahead
-                .serve(lookup(&org), &org_filter("org2"), 1, &[], None, t0())
+                .serve(lookup(&org), &org_filter("org2"), 1, &[], t0())
                 .is_none()
         );
         let other = vec!["org2".to_string()];
         assert!(
             ahead
-                .serve(lookup(&other), &org_filter("org1"), 1, &[], None, t0())
+                .serve(lookup(&other), &org_filter("org1"), 1, &[], t0())
                 .is_none()
         );
         let served = ahead
@@ -274,7 +263,6 @@ mod tests {
                 &org_filter("org1"),
                 1,
                 &[all[0].id.clone()],
-                None,
                 t0(),
             )
             .unwrap();
@@ -293,7 +281,7 @@ mod tests {
         let first = ahead.keep(lookup(&org), &f, 1, &taken, all.clone(), t0());
         assert_eq!(first[0].id, all[1].id);
         ahead.taken(&all[1].id);
-        let next = ahead.serve(lookup(&org), &f, 1, &[], None, t0()).unwrap();
+        let next = ahead.serve(lookup(&org), &f, 1, &[], t0()).unwrap();
         assert_eq!(
             next[0].id, all[2].id,
             "the row taken before is never served"
@@ -326,39 +314,25 @@ mod tests {
         ahead.keep(lookup(&org), &f, 1, &[], found, t0());
         assert_eq!(ahead.held(), READ_AHEAD + 1);
         let served = ahead
-            .serve(lookup(&org), &f, READ_AHEAD + 1, &[], None, t0())
+            .serve(lookup(&org), &f, READ_AHEAD + 1, &[], t0())
             .unwrap();
         assert_eq!(
             served.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
             best
         );
         ahead.forget();
-        assert!(ahead.serve(lookup(&org), &f, 1, &[], None, t0()).is_none());
+        assert!(ahead.serve(lookup(&org), &f, 1, &[], t0()).is_none());
     }
 
     #[test]
-    fn beside_a_refill_a_read_is_served_only_if_it_holds_nothing_before_the_last_pick() {
+    fn a_row_a_refill_took_into_the_heap_is_served_no_more() {
         let mut ahead = ReadAhead::default();
         let org = vec!["org1".to_string()];
         let f = org_filter("org1");
         let all = rows(READ_AHEAD + 2);
         ahead.keep(lookup(&org), &f, 1, &[], all.clone(), t0());
-        let key = |r: &HeapRow| PopKey {
-            priority: r.priority,
-            created_at: r.created_at,
-            id: r.id.clone(),
-        };
-        // The best row ranks at the last pick: it may be moving, so the table is read.
-        assert!(
-            ahead
-                .serve(lookup(&org), &f, 1, &[], Some(&key(&all[0])), t0())
-                .is_none()
-        );
-        // The refill moved it into the heap: the rest all rank after the pick.
         ahead.moved([all[0].id.as_str()]);
-        let served = ahead
-            .serve(lookup(&org), &f, 1, &[], Some(&key(&all[0])), t0())
-            .unwrap();
-        assert_eq!(served[0].id, all[1].id);
+        let served = ahead.serve(lookup(&org), &f, 1, &[], t0()).unwrap();
+        assert_eq!(served[0].id, all[1].id, "the heap holds the best one now");
     }
 }

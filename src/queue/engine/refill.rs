@@ -19,39 +19,31 @@
 //!
 //! On PostgreSQL a refill ahead of [`AHEAD_APART_MIN`] tasks or more reads on a connection and
 //! thread of its own ([`Ahead`]) while the engine goes on. Meanwhile the engine serves only what
-//! cannot meet a row the refill reads: pops from the heap, pops of pending rows after the ones it
-//! reads (below) and patches of tasks in flight. Anything else that may read or write a pending
-//! row (a push, which may merge into one or evict to pending; a patch of a task not in flight; a
-//! cancel, an expiry, a re-score; a pop whose match the refill may be reading, which a boefje pop
-//! with a de-duplication group may look for among the group's pending siblings) first waits for
-//! the refill and takes its tasks in, so the two never decide about the same row, and the
-//! refill's `n` (the room when it began) still fits: pops only make more. SQLite takes one
-//! writer at a time, so there the refill stays on the engine's thread.
+//! cannot meet a row the refill reads: pops from the heap and patches of tasks in flight.
+//! Anything else that may read or write a pending row (a push, which may merge into one or evict
+//! to pending; a patch of a task not in flight; a cancel, an expiry, a re-score; a pop whose match
+//! the heap lacks, which would search the rows the refill reads) first waits for the refill and
+//! takes its tasks in, so the two never decide about the same row, and the refill's `n` (the room
+//! when it began) still fits: pops only make more. A pop that has taken nothing yet waits set
+//! aside, off the engine's thread, and is decided again once the refill has ended. SQLite takes
+//! one writer at a time, so there the refill stays on the engine's thread.
 //!
-//! A refill announces its picks (the best `n` pending tasks, in pop order) once read
-//! ([`Picks`]). A pop whose match the heap lacks waits for the refill only if one of the picks
-//! may match it (it will be in the heap), and then set aside, off the engine's thread, when it
-//! has taken nothing yet; otherwise its best match is pending after the worst pick, and the pop
-//! searches there beside it. Real runners' filters (an organisation, images, plugin ids) are told
-//! apart by the picks' values of those fields, without evaluating each pick; a filter that reads
-//! the payload waits.
+//! Until 2026-11-29 a refill announced its picks as soon as it had read them, so that a pop none
+//! of them could serve searched the backlog after them instead of waiting; a refill that only
+//! reads has nothing left to do once it has read them, so the announcement came as it ended and
+//! served nothing, and it went.
 
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use chrono::NaiveDateTime;
 use diesel::Connection;
 
-use super::backlog::QueueRowRecord;
 use super::place::heap_task_of;
 use super::read_ahead::ReadAhead;
 use super::state::QueueState;
 use crate::domain::SchedulerId;
-use crate::domain::filter::FilterNode;
-use crate::domain::filter::eval;
-use crate::domain::filter::plan::Plan;
-use crate::domain::keys::KeyField;
 use crate::ownership::Ownership;
 use crate::queue::types::QueueError;
 use crate::storage::rows::{HeapRow, PopKey};
@@ -162,18 +154,15 @@ pub(crate) fn settle_held(
 }
 
 /// Reads the best `n` pending tasks of `scheduler` in pop order, after `after` (see
-/// [`Copies::after`](super::state::Copies::after)), and hands them to `picked` once read. Nothing is written, so no fence is
-/// checked: a pop that takes one writes it, fenced, from `pending`.
+/// [`Copies::after`](super::state::Copies::after)). Nothing is written, so no fence is checked: a
+/// pop that takes one writes it, fenced, from `pending`.
 pub(crate) fn read(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     n: usize,
     after: Option<&PopKey>,
-    picked: &mut dyn FnMut(Vec<HeapRow>),
 ) -> Result<Vec<HeapRow>, StorageError> {
-    let rows = tasks::refill_picks(conn, scheduler, after, n)?;
-    picked(rows.clone());
-    Ok(rows)
+    Ok(tasks::refill_picks(conn, scheduler, after, n)?)
 }
 
 /// Takes in the rows a refill of `wanted` read (in pop order) as the heap's, their rows still
@@ -198,91 +187,11 @@ pub(crate) fn read_in(
     Ok(n)
 }
 
-/// The tasks a refill is moving, announced before it moves them: the best pending tasks, in pop
-/// order, so every pending task the refill leaves ranks after the last of them.
-pub(crate) struct Picks {
-    scheduler: SchedulerId,
-    rows: Vec<HeapRow>,
-    /// The values the picks have of the fields runners select by (organisation, plugin, image):
-    /// few per refill, so the sets are small; an object reference or a de-duplication key is
-    /// nearly one per task, and a filter on those is evaluated on each pick instead.
-    values: [HashSet<String>; SET_FIELDS.len()],
-}
-
-/// The key fields [`Picks`] keeps the values of.
-const SET_FIELDS: [KeyField; 3] = [
-    KeyField::Organisation,
-    KeyField::PluginId,
-    KeyField::OciImage,
-];
-
-impl Picks {
-    /// The picks of a refill of `scheduler`, in pop order.
-    pub fn new(scheduler: SchedulerId, rows: Vec<HeapRow>) -> Picks {
-        let mut values: [HashSet<String>; SET_FIELDS.len()] = Default::default();
-        for row in &rows {
-            for (set, field) in values.iter_mut().zip(SET_FIELDS) {
-                if let Some(v) = row.key(field)
-                    && !set.contains(v)
-                {
-                    set.insert(v.to_owned());
-                }
-            }
-        }
-        Picks {
-            scheduler,
-            rows,
-            values,
-        }
-    }
-
-    /// Where a pop may search the pending backlog while the refill moves these picks: after the
-    /// last of them, when none of them can match `filter` (planned as `plan`). `None` when one
-    /// may, or when that cannot be told without payloads (an unfiltered pop, a filter on other
-    /// payload fields): the pop waits for the refill and finds its match in the heap.
-    pub fn spare(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
-        let last = self.rows.last()?;
-        let plan = plan?;
-        if plan.needs_payload {
-            return None;
-        }
-        // Every match has one of each lookup's values: a lookup none of whose values a pick has
-        // rules them all out, as the runners' filters (an organisation, images, plugin ids) do.
-        let ruled_out = plan.lookups.iter().any(|l| {
-            SET_FIELDS
-                .iter()
-                .position(|f| *f == l.field)
-                .is_some_and(|i| !l.values.iter().any(|v| self.values[i].contains(v)))
-        });
-        // Otherwise each pick is evaluated; an unknown answer counts as a match, to wait.
-        if !ruled_out
-            && self.rows.iter().any(|row| {
-                // As the heap will hold it.
-                let pick = QueueRowRecord {
-                    scheduler: self.scheduler,
-                    row,
-                    status: "queued",
-                };
-                eval::eval(filter, &pick) != Some(false)
-            })
-        {
-            return None;
-        }
-        Some(PopKey {
-            priority: last.priority,
-            created_at: last.created_at,
-            id: last.id.clone(),
-        })
-    }
-}
-
 /// A refill ahead under way on a connection of its own.
 pub(crate) struct Ahead {
     handle: JoinHandle<Result<Vec<HeapRow>, StorageError>>,
-    /// How many pending tasks it was asked to move.
+    /// How many pending tasks it was asked to read.
     wanted: usize,
-    /// Its picks, once it has read them.
-    picks: Arc<OnceLock<Picks>>,
 }
 
 /// What a refill ahead a pop waited for came to, for the engine to count after the batch: the
@@ -304,28 +213,13 @@ impl Ahead {
         unsynced: bool,
     ) -> std::io::Result<Ahead> {
         let pool = pool.clone();
-        let picks = Arc::new(OnceLock::new());
-        let announce = picks.clone();
         let handle = std::thread::Builder::new()
             .name(format!("refill-{scheduler}"))
             .spawn(move || {
                 let mut conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                let mut picked = |rows: Vec<HeapRow>| {
-                    let _ = announce.set(Picks::new(scheduler, rows));
-                };
-                read(&mut conn, scheduler, n, after.as_ref(), &mut picked)
+                read(&mut conn, scheduler, n, after.as_ref())
             })?;
-        Ok(Ahead {
-            handle,
-            wanted: n,
-            picks,
-        })
-    }
-
-    /// Where a pop whose match the heap lacks may search the backlog beside this refill (see
-    /// [`Picks::spare`]); `None` while its picks are not read yet, or when one may match.
-    pub fn spare(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
-        self.picks.get()?.spare(filter, plan)
+        Ok(Ahead { handle, wanted: n })
     }
 
     /// Whether it has ended (its outcome is ready).
@@ -373,94 +267,8 @@ pub(crate) fn settle_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::filter::parse_request;
-    use crate::domain::filter::plan::plan;
-    use crate::queue::engine::testing::{heap_row, heap_row_of, row_with, state};
+    use crate::queue::engine::testing::{heap_row, state};
     use crate::queue::types::WhenFull;
-    use serde_json::json;
-
-    fn planned(filter: serde_json::Value) -> (FilterNode, Plan) {
-        let f = parse_request(&json!({ "filters": filter })).unwrap();
-        let p = plan(&f, SchedulerId::Boefje);
-        (f, p)
-    }
-
-    /// Picks of priorities 1..=3 of image `img` in `org1`, in pop order, each of its own object.
-    fn picks() -> (Picks, HeapRow) {
-        let rows: Vec<HeapRow> = (1..=3)
-            .map(|p| {
-                let mut row = row_with(p, p, "img").1;
-                row.input_ooi = Some(format!("Hostname|internet|host{p}"));
-                heap_row_of(&row)
-            })
-            .collect();
-        let last = rows[2].clone();
-        (Picks::new(SchedulerId::Boefje, rows), last)
-    }
-
-    /// Where a pop with `filter` (a request's `filters` list) may search beside `picks`.
-    fn spare(picks: &Picks, filter: serde_json::Value) -> Option<PopKey> {
-        let (f, p) = planned(filter);
-        picks.spare(&f, Some(&p))
-    }
-
-    #[test]
-    fn a_pop_no_pick_can_serve_searches_after_the_last_pick() {
-        let (picks, last) = picks();
-        let after = |filter| spare(&picks, filter);
-        let last_key = Some(PopKey {
-            priority: last.priority,
-            created_at: last.created_at,
-            id: last.id.clone(),
-        });
-        // Ruled out by a lookup's values: the runners' filters.
-        let other_image = json!([{"column": "data", "field": "boefje__oci_image",
-            "operator": "in", "value": ["other", "rare"]}]);
-        assert_eq!(after(other_image), last_key);
-        let other_org = json!([{"column": "organisation", "value": "org2"}]);
-        assert_eq!(after(other_org), last_key);
-        // Ruled out by evaluating each pick: no lookup, but no pick matches.
-        let later = json!([{"column": "priority", "operator": ">", "value": 3}]);
-        assert_eq!(after(later), last_key);
-        // A field whose values are not kept (an object reference): evaluated on each pick.
-        let other_object = json!([{"column": "data", "field": "input_ooi",
-            "value": "Hostname|internet|host9"}]);
-        assert_eq!(after(other_object), last_key);
-    }
-
-    #[test]
-    fn a_pop_a_pick_may_serve_waits_for_the_refill() {
-        let (picks, _) = picks();
-        let after = |filter| spare(&picks, filter);
-        let image = json!([{"column": "data", "field": "boefje__oci_image",
-            "operator": "in", "value": ["other", "img"]}]);
-        assert_eq!(after(image), None, "a pick has one of the images");
-        // The lookup's value is there, but the rest of the filter rules every pick out.
-        let image_later = json!([
-            {"column": "data", "field": "boefje__oci_image", "operator": "==", "value": "img"},
-            {"column": "priority", "operator": ">", "value": 3}
-        ]);
-        assert!(after(image_later).is_some());
-        let some = json!([{"column": "priority", "operator": ">", "value": 2}]);
-        assert_eq!(after(some), None, "the pick of priority 3 matches");
-        let object = json!([{"column": "data", "field": "input_ooi",
-            "value": "Hostname|internet|host2"}]);
-        assert_eq!(after(object), None, "the pick of priority 2 has it");
-        // Status: the picks are as the heap will hold them.
-        let queued = json!([{"column": "status", "value": "queued"}]);
-        assert_eq!(after(queued), None);
-        // A field the picks do not hold: it cannot be told, so the pop waits.
-        let payload = json!([{"column": "data", "field": "boefje__version", "value": "1"}]);
-        assert_eq!(after(payload), None);
-        // An unfiltered pop matches every pick.
-        assert_eq!(picks.spare(&FilterNode::And(Vec::new()), None), None);
-        // No picks: nothing to search after.
-        let none = Picks::new(SchedulerId::Boefje, Vec::new());
-        assert_eq!(
-            spare(&none, json!([{"column": "organisation", "value": "org2"}])),
-            None
-        );
-    }
 
     #[test]
     fn the_heap_takes_what_it_has_room_for_and_the_count_follows_the_table() {

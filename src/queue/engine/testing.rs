@@ -10,13 +10,12 @@ use super::pop::Reads;
 use super::state::QueueState;
 use crate::domain::filter::FilterNode;
 use crate::domain::filter::eval;
-use crate::domain::filter::plan::Plan;
 use crate::domain::keys::{DataKeys, KeyField};
 use crate::domain::{SchedulerId, TaskStatus};
 use crate::queue::push::NewTask;
 use crate::queue::types::{SchedulerLimits, WhenFull};
 use crate::storage::StorageError;
-use crate::storage::rows::{HeapRow, PopKey, TaskRow};
+use crate::storage::rows::{HeapRow, TaskRow};
 
 pub fn now() -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
@@ -110,8 +109,6 @@ pub struct FakeTable {
     pub reads: usize,
     /// The ids of the pending rows a refill under way moves to `queued`, once waited for.
     pub refilling: Option<Vec<String>>,
-    /// Whether that refill has announced its picks (the rows of `refilling`, in pop order).
-    pub announced: bool,
     /// How many times a pop waited for the refill.
     pub waited: usize,
 }
@@ -128,18 +125,12 @@ impl Reads for FakeTable {
         filter: &FilterNode,
         limit: usize,
         skip: &[String],
-        after: Option<&PopKey>,
     ) -> Result<Vec<TaskRow>, StorageError> {
         self.reads += 1;
         let mut out: Vec<TaskRow> = self
             .pending
             .iter()
             .filter(|r| !skip.contains(&r.id))
-            .filter(|r| {
-                after.is_none_or(|k| {
-                    (r.priority, r.created_at, &r.id) > (k.priority, k.created_at, &k.id)
-                })
-            })
             .filter(|r| match lookup {
                 Some((KeyField::OciImage, values)) => {
                     r.oci_image.as_ref().is_some_and(|v| values.contains(v))
@@ -160,7 +151,7 @@ impl Reads for FakeTable {
         &mut self,
         s: &super::backlog::Search<'_>,
     ) -> Result<Vec<HeapRow>, StorageError> {
-        let rows = self.pending_matching(s.lookup, s.filter, s.limit, s.skip, s.after)?;
+        let rows = self.pending_matching(s.lookup, s.filter, s.limit, s.skip)?;
         Ok(rows.iter().map(HeapRow::from).collect())
     }
 
@@ -184,20 +175,5 @@ impl Reads for FakeTable {
         let n = super::refill::refilled(st, moved.iter().map(heap_row_of).collect(), ids.len())
             .map_err(|e| StorageError::Corrupt(e.to_string()))?;
         Ok(n > 0)
-    }
-
-    fn refill_spares(&self, filter: &FilterNode, plan: Option<&Plan>) -> Option<PopKey> {
-        let ids = self.refilling.as_ref().filter(|_| self.announced)?;
-        let mut picks: Vec<HeapRow> = self
-            .pending
-            .iter()
-            .filter(|r| ids.contains(&r.id))
-            .map(heap_row_of)
-            .collect();
-        picks.sort_by(|a, b| {
-            (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id))
-        });
-        let scheduler = self.pending.first()?.scheduler().ok()?;
-        super::refill::Picks::new(scheduler, picks).spare(filter, plan)
     }
 }

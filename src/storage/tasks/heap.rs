@@ -92,25 +92,14 @@ pub fn count_waiting(
 /// ranked after (before) `key` in pop order; an index condition on every index of pending rows in
 /// pop order.
 fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
-    push_ranked_as(q, "", key, before);
-}
-
-/// [`push_ranked`] on a queue row aliased `q`.
-fn push_ranked_queue(q: &mut Sql, key: &PopKey) {
-    push_ranked_as(q, "q.", key, false);
-}
-
-fn push_ranked_as(q: &mut Sql, alias: &str, key: &PopKey, before: bool) {
     let op = if before { '<' } else { '>' };
-    q.push(&format!(
-        " AND ({alias}priority, {alias}created_at, {alias}task_id) {op} ("
-    ))
-    .bind(key.priority)
-    .push(", ")
-    .bind(key.created_at)
-    .push(", ")
-    .bind(key.id.as_str())
-    .push(")");
+    q.push(&format!(" AND (priority, created_at, task_id) {op} ("))
+        .bind(key.priority)
+        .push(", ")
+        .bind(key.created_at)
+        .push(", ")
+        .bind(key.id.as_str())
+        .push(")");
 }
 
 /// Rows a rebuild reads from its cursor at a time on PostgreSQL.
@@ -399,9 +388,8 @@ const PENDING_JOINED: &str = "t.id, t.scheduler_id, t.schedule_id, t.organisatio
      t.input_ooi, t.deduplication_key, q.task_id AS queue_id";
 
 /// The best `limit` pending tasks of `scheduler` matching `filter`, in pop order, skipping
-/// `skip` and, with `after`, every task ranked at or before it. With a `lookup` on a key field the
-/// search walks that field's index of pending tasks (one range per value); without one it looks
-/// only at the best [`PENDING_PROBE`] pending tasks (after `after`).
+/// `skip`. With a `lookup` on a key field the search walks that field's index of pending tasks
+/// (one range per value); without one it looks only at the best [`PENDING_PROBE`] pending tasks.
 pub fn pending_matching(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -409,7 +397,6 @@ pub fn pending_matching(
     filter: &FilterNode,
     limit: usize,
     skip: &[String],
-    after: Option<&PopKey>,
 ) -> QueryResult<Vec<TaskRow>> {
     let want = i64::try_from(limit.saturating_add(skip.len())).unwrap_or(i64::MAX);
     let matching = |conn: &AnyConnection, key: Option<(KeyField, &[String])>| {
@@ -464,11 +451,6 @@ pub fn pending_matching(
                 ),
             );
             q.bind(scheduler.as_str());
-            // The head of the backlog after the bound: the probe would otherwise read only rows
-            // the bound excludes (a refill's picks are the head).
-            if let Some(k) = after {
-                push_ranked_queue(&mut q, k);
-            }
             q.push(" ORDER BY q.priority, q.created_at, q.task_id LIMIT ")
                 .bind(i64::try_from(PENDING_PROBE).unwrap_or(i64::MAX))
                 .push(") head WHERE ");
@@ -489,18 +471,7 @@ pub fn pending_matching(
         let ids: Vec<&str> = stale.iter().map(|r| r.id.as_str()).collect();
         forget_stale_queue_rows(conn, &ids)?;
     }
-    // Through a key field's index the bound is applied here, not in the statement: with a row
-    // comparison beside the key, a planner without statistics walked the pop-order index of all
-    // pending rows and filtered it (92,136 rows and 105 ms for an image no pending task had,
-    // against 0.15 ms through the image's index). A key field's lookup finds the best matches
-    // whatever precedes them, and the caller's bound excludes none of them but by a mistake.
-    rows.retain(|r| {
-        !skip.contains(&r.id)
-            && after.is_none_or(|k| {
-                (r.priority, r.created_at, r.id.as_str())
-                    > (k.priority, k.created_at, k.id.as_str())
-            })
-    });
+    rows.retain(|r| !skip.contains(&r.id));
     rows.sort_by(|a, b| (a.priority, a.created_at, &a.id).cmp(&(b.priority, b.created_at, &b.id)));
     rows.truncate(limit);
     Ok(rows)
