@@ -63,13 +63,16 @@ async fn an_engines_reads_walk_their_index_whatever_the_tables_statistics() {
         ))
         .unwrap();
         // The pending tasks' queue rows, as the engines write them: an image of ten, a plugin of
-        // thirty, the organisation.
+        // thirty, the organisation, its own object, and for one in a hundred a de-duplication
+        // group of seven.
         conn.batch_execute(
             "INSERT INTO task_queue (task_id, scheduler_id, status, priority, created_at, \
-                 modified_at, hash, organisation, plugin_id, oci_image, input_ooi) \
+                 modified_at, hash, organisation, plugin_id, oci_image, input_ooi, \
+                 deduplication_key) \
              SELECT id, scheduler_id, status, priority, created_at, modified_at, hash, \
                  organisation, 'b' || (priority % 30), 'img' || (priority % 10), \
-                 'Hostname|internet|' || id \
+                 'Hostname|internet|' || id, \
+                 CASE WHEN priority % 100 = 0 THEN 'group-' || (priority % 7) END \
              FROM tasks WHERE status = 'pending'",
         )
         .unwrap();
@@ -129,6 +132,16 @@ async fn an_engines_reads_walk_their_index_whatever_the_tables_statistics() {
                 (KeyField::Organisation, "org4", "ix_task_queue_pending_organisation"),
                 (KeyField::OciImage, "img3", "ix_task_queue_pending_oci_image"),
                 (KeyField::PluginId, "b7", "ix_task_queue_pending_plugin_id"),
+                (
+                    KeyField::InputOoi,
+                    "Hostname|internet|t4",
+                    "ix_task_queue_pending_input_ooi",
+                ),
+                (
+                    KeyField::DedupKey,
+                    "group-1",
+                    "ix_task_queue_pending_deduplication_key",
+                ),
             ] {
                 let plan = plan_of(
                     &mut engine,
