@@ -22,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context as _, anyhow, bail};
 use diesel::Connection;
+use diesel::connection::SimpleConnection;
 use tracing::{info, warn};
 
 use crate::clock::Clock;
@@ -169,6 +170,13 @@ fn open_for_writing(target: &DbTarget) -> anyhow::Result<(Option<SqliteLock>, An
     let applied = storage::run_migrations(&mut conn)?;
     for m in &applied {
         info!(migration = %m, "migration applied");
+    }
+    if Backend::of(&conn) == Backend::Postgres {
+        // Its statements are lookups by key and batch writes, on a target the import has just
+        // filled and nothing has analysed: the default estimates put a batch's lookup of waiting
+        // work by hash (`storage::tasks::waiting_by_hash`, a lookup per hash) above
+        // `jit_above_cost`, and compiling it would cost more than running it, every batch.
+        conn.batch_execute("SET jit = off")?;
     }
     Ok((lock, conn))
 }
