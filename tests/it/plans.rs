@@ -8,8 +8,9 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use kat_scheduler::domain::keys::KeyField;
 use kat_scheduler::domain::{SchedulerId, TaskStatus};
-use kat_scheduler::storage::rows::PopKey;
+use kat_scheduler::storage::rows::{PopKey, TaskRow};
 use kat_scheduler::storage::sql::Sql;
+use kat_scheduler::storage::tasks::fenced::{self, FencedWrite};
 use kat_scheduler::storage::{self, AnyConnection, DbTarget, WriterConn, tasks};
 
 use crate::helpers::*;
@@ -161,6 +162,46 @@ async fn an_engines_reads_walk_their_index_whatever_the_tables_statistics() {
                     "{state}: the search by {field:?} does not walk {index}:\n{plan}"
                 );
             }
+
+            // A batch's one statement: PATCHes of ten tasks read (written whole, their queue
+            // rows in step), pops of ten heap tasks and of ten backlog tasks, by id. Each part
+            // is joined to `tasks` by its primary key, never a scan or a hash join over it.
+            let at = chrono::Utc::now().naive_utc();
+            let ids = |from: usize| -> Vec<String> {
+                (0..10).map(|i| format!("t{}", from + 2 * i)).collect()
+            };
+            let updates: Vec<TaskRow> = tasks::get_many(&mut engine, &ids(0))
+                .unwrap()
+                .into_iter()
+                .map(|mut r| {
+                    r.status = TaskStatus::Queued;
+                    r.modified_at = at;
+                    r
+                })
+                .collect();
+            assert_eq!(updates.len(), 10);
+            let (dispatched, taken) = (ids(LOADED / 3), ids(100));
+            let batch = FencedWrite {
+                scheduler: SchedulerId::Boefje,
+                instance: "me",
+                epoch: 1,
+                updates: &updates,
+                dispatched: &dispatched,
+                taken_pending: &taken,
+                pending_rows: true,
+                at,
+                lease: Some(at),
+            };
+            let plan = plan_of(&mut engine, fenced::statement(&batch).unwrap());
+            assert!(
+                plan.contains("Index Scan using tasks_pkey on tasks")
+                    && !plan.contains("Seq Scan on tasks")
+                    && !plan.contains("Seq Scan on task_queue")
+                    && !plan.contains("Hash Join")
+                    && !plan.contains("Merge Join")
+                    && !plan.contains("JIT"),
+                "{state}: a batch's statement does not reach its rows by primary key:\n{plan}"
+            );
 
             // What it answers: the waiting tasks of the boefje scheduler with those hashes (the
             // pending and the queued one of each), not their completed runs nor the

@@ -92,6 +92,17 @@ impl FencedWrite<'_> {
 /// skipped, as [`transition`] skips it). `Fenced` when another instance owns the scheduler now:
 /// then nothing was written.
 pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRow>, StorageError> {
+    let rows = statement(w)?.load_prepared::<Option<TaskRow>>(conn)?;
+    if rows.is_empty() {
+        return Err(StorageError::Fenced(w.scheduler));
+    }
+    Ok(rows.into_iter().flatten().collect())
+}
+
+/// [`write()`]'s statement: the fence, the updates of rows read (their queue rows in step when
+/// `pending_rows`), the dispatches of heap and backlog tasks by id, and the backlog tasks' queue
+/// rows deleted; each part joined to `tasks` by primary key.
+pub fn statement(w: &FencedWrite<'_>) -> QueryResult<Sql> {
     let mut q = Sql::new(Backend::Postgres, "WITH fence AS MATERIALIZED (");
     owners::push_fence(&mut q, w.scheduler, w.instance, w.epoch);
     q.push("), moved AS (");
@@ -112,11 +123,7 @@ pub fn write(conn: &mut AnyConnection, w: &FencedWrite<'_>) -> Result<Vec<TaskRo
         " SELECT d.* FROM fence LEFT JOIN \
          (SELECT * FROM dispatched UNION ALL SELECT * FROM taken) AS d ON true",
     );
-    let rows = q.load_prepared::<Option<TaskRow>>(conn)?;
-    if rows.is_empty() {
-        return Err(StorageError::Fenced(w.scheduler));
-    }
-    Ok(rows.into_iter().flatten().collect())
+    Ok(q)
 }
 
 /// Appends `, {name}_ids (pid) AS (…), {name} AS (UPDATE tasks …)`: the tasks `ids` (one JSON
