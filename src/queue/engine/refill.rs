@@ -27,11 +27,6 @@
 //! when it began) still fits: pops only make more. A pop that has taken nothing yet waits set
 //! aside, off the engine's thread, and is decided again once the refill has ended. SQLite takes
 //! one writer at a time, so there the refill stays on the engine's thread.
-//!
-//! Until 2026-11-29 a refill announced its picks as soon as it had read them, so that a pop none
-//! of them could serve searched the backlog after them instead of waiting; a refill that only
-//! reads has nothing left to do once it has read them, so the announcement came as it ended and
-//! served nothing, and it went.
 
 use std::collections::HashSet;
 use std::sync::Arc;
