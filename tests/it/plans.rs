@@ -113,20 +113,25 @@ async fn an_engines_statements_walk_their_index_whatever_the_tables_statistics()
                 "{state}: the lookup by hash does not walk ix_tasks_hash:\n{plan}"
             );
 
-            // The refill's read: a walk of the pending rows in pop order, from the backlog's head
-            // and from after the last row read, never a sort of every pending row.
+            // The refill's read: a walk of the pending rows in pop order, from the backlog's head,
+            // from after the last row read and from a task that became pending (included), never
+            // a sort of every pending row.
             let last = PopKey {
                 priority: 900,
                 created_at: chrono::Utc::now().naive_utc(),
                 id: "t900".into(),
             };
-            for after in [None, Some(&last)] {
+            for from in [
+                tasks::Keyset::First,
+                tasks::Keyset::After(&last),
+                tasks::Keyset::From(&last),
+            ] {
                 let plan = plan_of(
                     &mut engine,
                     tasks::refill_picks_statement(
                         storage::Backend::Postgres,
                         SchedulerId::Boefje,
-                        after,
+                        from,
                         1_000,
                     ),
                 );
@@ -135,8 +140,7 @@ async fn an_engines_statements_walk_their_index_whatever_the_tables_statistics()
                         &plan,
                         "Index Scan using ix_task_queue_pending_rank on task_queue"
                     ),
-                    "{state}, after {:?}: the refill does not walk the pending rows in pop order:\n{plan}",
-                    after.map(|k| &k.id)
+                    "{state}, {from:?}: the refill does not walk the pending rows in pop order:\n{plan}"
                 );
             }
             // A filtered pop's search of the backlog: a walk of its key field's index.

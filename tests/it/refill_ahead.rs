@@ -307,8 +307,23 @@ fn count_at(conn: &mut PgConnection, status: &str, from: i64, to: i64) -> i64 {
     .count
 }
 
+/// The id of the normalizer task of priority `p`.
+fn task_at(conn: &mut PgConnection, p: i64) -> String {
+    #[derive(diesel::QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        id: String,
+    }
+    diesel::sql_query(format!(
+        "SELECT id FROM tasks WHERE scheduler_id = 'normalizer' AND priority = {p}"
+    ))
+    .get_result::<Id>(conn)
+    .unwrap()
+    .id
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_a_refill_read_stay_pending_until_popped_or_met_and_a_hand_edit_of_one_stands() {
+async fn tasks_a_refill_read_stay_pending_until_popped_or_named_and_a_hand_edit_of_one_stands() {
     let Some(app) = full_heap().await else {
         return;
     };
@@ -357,31 +372,116 @@ async fn tasks_a_refill_read_stay_pending_until_popped_or_met_and_a_hand_edit_of
     );
     assert_eq!(count_at(&mut conn, "dispatched", 1001, 1051), 50);
 
-    // A push may meet a pending row: first, what the heap holds as read is written `queued`
-    // (the one cancelled by hand is let go), then the push goes its way.
+    // A push that names none of them writes none of them: they stay pending, as read, the one
+    // cancelled by hand too. The heap holds every waiting task, so the push goes into it.
     let pushed = app
         .push_ok("normalizer", &normalizer_push("org1", "late", 5_000))
         .await;
-    // The hand edit the write found leaves the count of pending tasks to be read again; until
-    // then a push that ranks after the heap's worst waits as pending, though the heap has room.
-    assert_eq!(pushed["status"], "pending", "{pushed}");
+    assert_eq!(pushed["status"], "queued", "{pushed}");
+    assert_eq!(
+        count_at(&mut conn, "pending", 1052, TOTAL),
+        448,
+        "the tasks held as read stay pending through the push"
+    );
+    assert_eq!(count_at(&mut conn, "queued", 1052, TOTAL), 0);
     assert_eq!(
         count_at(&mut conn, "cancelled", 1070, 1070),
         1,
         "the hand edit stands"
     );
+
+    // A push that boosts one of them (the same work, better) writes that one `queued` first
+    // (the boost reads its row), and it moves ahead; the others stay pending.
+    let held = task_at(&mut conn, 1_100);
+    let task = app.task(&held).await;
+    let again = json!({"organisation": "org1", "priority": 50, "data": task["data"]});
+    let resp = app.push("normalizer", &again).await;
+    assert_eq!(resp.status(), reqwest::StatusCode::OK);
+    let boosted: Value = resp.json().await.unwrap();
+    assert_eq!(boosted["id"], held.as_str(), "boosted in place");
+    assert_eq!(
+        boosted["status"], "queued",
+        "written `queued` with its boost"
+    );
     assert_eq!(
         count_at(&mut conn, "pending", 1052, TOTAL),
-        0,
-        "the tasks held as read are written queued before the push"
+        447,
+        "the others stay pending"
     );
-    assert_eq!(count_at(&mut conn, "queued", 1052, TOTAL), 448);
+    let first = app.pop_ok("normalizer", 1, None).await;
+    assert_eq!(first[0]["id"], held.as_str(), "the boost comes first");
 
     // Everything else comes out once, in pop order, the late push last.
     let expected: Vec<i64> = (1052..=TOTAL)
-        .filter(|p| *p != 1070)
+        .filter(|p| *p != 1070 && *p != 1100)
         .chain([5_000])
         .collect();
     assert_eq!(priorities(&drain(&app).await), expected);
+    assert_eq!(sizes(&app).await, (0, 0));
+}
+
+/// Pushes that name none of the tasks the heap holds as read write none of them: a better push
+/// into the full heap evicts its worst (held as read: its row stays pending, queue row and all),
+/// and a push that ranks after the heap's worst but before that evicted task waits as pending.
+/// The refills after them read from the first of those, so every task still comes out once, in
+/// pop order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_that_name_no_task_held_as_read_write_none_and_the_order_holds() {
+    let Some(app) = full_heap().await else {
+        return;
+    };
+    let mut conn = PgConnection::establish(&app.db.uri).unwrap();
+    assert_eq!(
+        priorities(&app.pop_many("normalizer", 100, None).await),
+        range(1, 100)
+    );
+    // The refill ahead read 1001 to 1100 into the heap, full again.
+    assert_eq!(app.broker.refill(SchedulerId::Normalizer).await.unwrap(), 0);
+    assert_eq!(sizes(&app).await, (MAXSIZE as u64, PENDING as u64 - 100));
+
+    let better = app
+        .push_ok("normalizer", &normalizer_push("org1", "better", 2))
+        .await;
+    assert_eq!(better["status"], "queued");
+    let between = app
+        .push_ok("normalizer", &normalizer_push("org1", "between", 1_099))
+        .await;
+    assert_eq!(
+        between["status"], "pending",
+        "after the heap's worst (the other 1099, pushed before it)"
+    );
+    assert_eq!(
+        sizes(&app).await,
+        (MAXSIZE as u64, PENDING as u64 - 100 + 2)
+    );
+    assert_eq!(
+        count_at(&mut conn, "pending", 1001, 1100),
+        101,
+        "nothing held as read was written: the evicted 1100 is pending as it was"
+    );
+    assert_eq!(count_at(&mut conn, "queued", 1001, TOTAL), 0);
+    let unmatched = diesel::sql_query(
+        "SELECT COUNT(*) AS count FROM tasks t FULL JOIN task_queue q ON q.task_id = t.id \
+         WHERE (t.status = 'pending') IS DISTINCT FROM (q.task_id IS NOT NULL)",
+    )
+    .get_result::<CountRow>(&mut conn)
+    .unwrap()
+    .count;
+    assert_eq!(unmatched, 0, "each pending task keeps its queue row");
+
+    let expected: Vec<i64> = [2]
+        .into_iter()
+        .chain(101..=1_099)
+        .chain([1_099])
+        .chain(1_100..=TOTAL)
+        .collect();
+    // Most of the heap first, so a refill runs while it still holds some of the tasks read.
+    let mut got = app.pop_many("normalizer", 950, None).await;
+    got.extend(drain(&app).await);
+    assert_eq!(priorities(&got), expected);
+    assert_eq!(
+        got[1_000]["id"], between["id"],
+        "the later 1099 after the earlier"
+    );
     assert_eq!(sizes(&app).await, (0, 0));
 }

@@ -308,8 +308,10 @@ pub fn refills(db: &str, picks: usize, passes: usize) -> Result<(f64, f64)> {
                     })?
                     .len(),
                 _ => {
-                    let rows =
-                        tasks::refill_picks(&mut conn, SchedulerId::Boefje, after.as_ref(), picks)?;
+                    let from = after
+                        .as_ref()
+                        .map_or(tasks::Keyset::First, tasks::Keyset::After);
+                    let rows = tasks::refill_picks(&mut conn, SchedulerId::Boefje, from, picks)?;
                     after = rows.last().map(|r| kat_scheduler::storage::rows::PopKey {
                         priority: r.priority,
                         created_at: r.created_at,

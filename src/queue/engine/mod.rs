@@ -668,9 +668,9 @@ impl Engine {
     /// writer at a time, whose reads wait for it) here.
     fn refill_ahead(&mut self, n: usize) {
         let s = self.scheduler();
-        let after = self.state.copies.after();
         if self.write_lock.is_none() && n >= refill::AHEAD_APART_MIN {
-            match refill::Ahead::start(&self.pool, s, n, after.clone(), self.flush.is_some()) {
+            let from = refill::ReadFrom::of(&self.state);
+            match refill::Ahead::start(&self.pool, s, n, from, self.flush.is_some()) {
                 Ok(ahead) => {
                     self.refilling = Some(ahead);
                     return;
@@ -681,9 +681,9 @@ impl Engine {
             }
         }
         let read = self.on_connection("refill", |c, st| {
-            let rows = refill::read(c, s, n, after.as_ref())?;
-            let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-            refill::read_in(st, rows, n)
+            let read = refill::read(c, s, n, &refill::ReadFrom::of(st))?;
+            let ids: Vec<String> = read.rows.iter().map(|r| r.id.clone()).collect();
+            refill::read_in(st, read, n)
                 .map(|k| (k, ids))
                 .map_err(|e| StorageError::Corrupt(e.to_string()))
         });
@@ -800,6 +800,21 @@ impl Engine {
             && batch.patches.iter().all(|p| {
                 self.in_flight.knows(&p.body.id) && p.body.patch.status != Some(TaskStatus::Queued)
             }))
+    }
+
+    /// Whether a batch may read pending rows it does not name by id, or rewrite one by the status
+    /// the heap gives it: a cancel (which searches the pending rows of an object), a re-score
+    /// (every waiting task's priority, each written only while its status is the one the engine
+    /// knows) and a patch of a task not in flight (any task, by id). Before one, everything the
+    /// heap holds as read is written `queued` ([`state::Copies`]); before another batch that
+    /// meets pending rows (pushes, give-backs, expiries), only what its pushes name.
+    fn settles_all(&self, batch: &Batch) -> bool {
+        !batch.cancels.is_empty()
+            || !batch.rescores.is_empty()
+            || batch
+                .patches
+                .iter()
+                .any(|p| !self.in_flight.knows(&p.body.id))
     }
 
     /// Runs `f` on the engine's connection; `None` after a failure, which is logged and leaves
@@ -1023,6 +1038,21 @@ impl Engine {
                         .fetch_add(aside.len() as u64, Ordering::Relaxed);
                     self.aside.extend(aside.into_iter().rev());
                 }
+                // A pop whose every task the write skipped (changed by hand since the engine read
+                // it) would answer empty, and send its runner to sleep while work waits: it is
+                // decided again in the next batch, the heap without those tasks now.
+                let mut again = Vec::new();
+                for i in (0..decisions.pops.len()).rev() {
+                    let ids = &decisions.pops[i];
+                    if !ids.is_empty() && ids.iter().all(|id| !rows.contains_key(id)) {
+                        decisions.pops.remove(i);
+                        again.push(batch.pops.remove(i));
+                    }
+                }
+                if !again.is_empty() {
+                    warn!(scheduler.id = %self.scheduler(), pops = again.len(), "popped tasks the table no longer held waiting (changed outside the scheduler); those pops are decided again");
+                    self.aside.extend(again.into_iter().rev());
+                }
                 self.answer(batch, decisions, rows);
                 self.upkeep();
             }
@@ -1089,13 +1119,24 @@ impl Engine {
         let settle = self.meets_pending(batch);
         let now = self.clock.now();
         let s = self.scheduler();
-        if settle && self.state.copies.len() > 0 {
-            // What the heap holds as read is written `queued` first, before the batch reads
-            // anything: its rules and its searches then meet the table as the heap holds it.
+        let held = match settle && self.state.copies.len() > 0 {
+            false => Vec::new(),
+            true if self.settles_all(batch) => self.state.copies.take_all(),
+            true => {
+                let named = push::reads(&self.state, batch.pushes.iter().flat_map(|r| &r.body));
+                let ids = named.ids.iter().filter_map(|id| Uuid::parse_str(id).ok());
+                self.state.copies.take(ids)
+            }
+        };
+        if !held.is_empty() {
+            // What the heap holds as read that the batch may meet is written `queued` first,
+            // before the batch reads anything: its rules and its searches then meet the table as
+            // the heap holds it.
             let (fence, lock) = (self.fence(), self.write_lock.clone());
             let written = {
                 let _turn = write_turn(lock.as_ref());
-                refill::settle_held(conn, &mut self.state, now.naive_utc(), fence.as_ref())?
+                let at = now.naive_utc();
+                refill::settle_held(conn, &mut self.state, held, at, fence.as_ref())?
             };
             let mut by = ByStatus::default();
             by[status_slot(TaskStatus::Queued)] = written as u64;
@@ -1330,9 +1371,9 @@ impl Engine {
         if !batch.refills.is_empty() {
             let wanted = refill::wanted(state);
             if wanted > 0 {
-                let after = state.copies.after();
-                let picks = refill::read(conn, s, wanted, after.as_ref())?;
-                self.read_ahead.moved(picks.iter().map(|r| r.id.as_str()));
+                let picks = refill::read(conn, s, wanted, &refill::ReadFrom::of(state))?;
+                self.read_ahead
+                    .moved(picks.rows.iter().map(|r| r.id.as_str()));
                 d.refilled = refill::read_in(state, picks, wanted)
                     .map_err(|e| StorageError::Corrupt(e.to_string()))?;
             }

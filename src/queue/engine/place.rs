@@ -101,6 +101,7 @@ pub(crate) fn place(
             return Ok(Placement::Heap);
         }
         st.pending.add(row.hash.as_deref());
+        st.copies.became_pending(rank);
         return Ok(Placement::Backlog);
     }
     if admission == Admission::New && !rank.is_user() && st.limits.when_full == WhenFull::Reject {
@@ -119,6 +120,7 @@ pub(crate) fn place(
         return Ok(Placement::Heap);
     }
     st.pending.add(row.hash.as_deref());
+    st.copies.became_pending(rank);
     Ok(Placement::Backlog)
 }
 
@@ -127,6 +129,12 @@ fn evict(st: &mut QueueState, rows: &mut BatchRows, victim: Rank) -> Result<(), 
     let hash = st.heap.hash_of(&victim.id);
     st.heap.remove(&victim.id);
     st.pending.add(hash.as_deref());
+    st.copies.became_pending(victim);
+    if st.copies.evicted(&victim.id) {
+        // Held as a refill read it: its row is pending, with its queue row, as it is to be.
+        tracing::debug!(task.id = %victim.id, scheduler.id = %st.scheduler, "evicted to pending by a better task (its row was pending still)");
+        return Ok(());
+    }
     match rows.get(&victim.id).cloned() {
         Some(mut row) => {
             row.status = row.status.enqueue(Placement::Backlog).map_err(internal)?;

@@ -34,14 +34,16 @@ use std::thread::JoinHandle;
 
 use chrono::NaiveDateTime;
 use diesel::Connection;
+use uuid::Uuid;
 
 use super::place::heap_task_of;
 use super::read_ahead::ReadAhead;
-use super::state::QueueState;
+use super::state::{QueueState, Start};
 use crate::domain::SchedulerId;
 use crate::ownership::Ownership;
+use crate::queue::heap::Rank;
 use crate::queue::types::QueueError;
-use crate::storage::rows::{HeapRow, PopKey};
+use crate::storage::rows::HeapRow;
 use crate::storage::{AnyConnection, DbPool, StorageError, WriterConn, owners, tasks};
 
 /// Pending tasks taken into a heap per statement at most by an explicit refill and at a
@@ -106,24 +108,24 @@ pub(crate) fn refilled(
     Ok(n)
 }
 
-/// Writes every task the heap holds as read `queued` ([`Copies::take_all`]), their queue rows
-/// deleted, in a transaction that checks the fence first (when several instances share the
-/// database): before a batch that may meet a pending row reads anything. A task no longer
+/// Writes these tasks the heap held as read (`held`, taken from [`Copies`]) `queued`, their
+/// queue rows deleted, in a transaction that checks the fence first (when several instances
+/// share the database): before a batch that may meet them reads anything. A task no longer
 /// pending (changed by hand) is let go from the heap, and the count is read again. Answers how
 /// many it wrote. On a failure the heap holds tasks the table may not: the engine rebuilds it.
 ///
-/// [`Copies::take_all`]: super::state::Copies::take_all
+/// [`Copies`]: super::state::Copies
 pub(crate) fn settle_held(
     conn: &mut AnyConnection,
     st: &mut QueueState,
+    held: Vec<Uuid>,
     now: NaiveDateTime,
     fence: Option<&(Arc<Ownership>, i64)>,
 ) -> Result<usize, StorageError> {
-    let held = st.copies.take_all();
     if held.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<String> = held.iter().map(uuid::Uuid::to_string).collect();
+    let ids: Vec<String> = held.iter().map(Uuid::to_string).collect();
     let scheduler = st.scheduler;
     let written: HashSet<String> = conn
         .transaction(|c| {
@@ -148,43 +150,100 @@ pub(crate) fn settle_held(
     Ok(written.len())
 }
 
-/// Reads the best `n` pending tasks of `scheduler` in pop order, after `after` (see
-/// [`Copies::after`](super::state::Copies::after)). Nothing is written, so no fence is checked: a
-/// pop that takes one writes it, fenced, from `pending`.
+/// Where a refill reads from, and the tasks the heap holds as read that it meets again there
+/// (skipped): see [`Copies`](super::state::Copies).
+#[derive(Debug, Default)]
+pub(crate) struct ReadFrom {
+    start: Option<Start>,
+    skip: HashSet<Uuid>,
+}
+
+impl ReadFrom {
+    /// Where the next refill of `st`'s heap reads from.
+    pub fn of(st: &QueueState) -> ReadFrom {
+        let start = st.copies.start();
+        let skip = start
+            .map(|s| st.copies.ahead_of(s, &st.heap))
+            .unwrap_or_default();
+        ReadFrom { start, skip }
+    }
+
+    /// Where it starts.
+    #[cfg(test)]
+    pub fn start(&self) -> Option<Start> {
+        self.start
+    }
+
+    /// How many rows to read for `n` new to the heap: the skipped ones beside them.
+    pub fn limit(&self, n: usize) -> usize {
+        n + self.skip.len()
+    }
+
+    /// What a read from here for `n` new rows ([`ReadFrom::limit`] rows in pop order) brings the
+    /// heap: the first `n` it does not skip. A skipped task may rank after them (then it was not
+    /// needed to reach them), so there may be more than `n` rows: the rest wait for the next read.
+    pub fn sift(&self, rows: Vec<HeapRow>, n: usize) -> Result<Read, StorageError> {
+        let mut out = Read::default();
+        for r in rows {
+            if out.rows.len() == n {
+                break;
+            }
+            let id = r.uuid()?;
+            out.last = Some(Rank::new(r.priority, r.created_at, id));
+            if !self.skip.contains(&id) {
+                out.rows.push(r);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What a refill read: the rows new to the heap, in pop order, and the rank of the last row it
+/// read (skipped or not).
+#[derive(Debug, Default)]
+pub(crate) struct Read {
+    pub rows: Vec<HeapRow>,
+    pub last: Option<Rank>,
+}
+
+/// Reads the best `n` pending tasks of `scheduler` in pop order from `from`, less those it
+/// skips. Nothing is written, so no fence is checked: a pop that takes one writes it, fenced,
+/// from `pending`.
 pub(crate) fn read(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     n: usize,
-    after: Option<&PopKey>,
-) -> Result<Vec<HeapRow>, StorageError> {
-    Ok(tasks::refill_picks(conn, scheduler, after, n)?)
+    from: &ReadFrom,
+) -> Result<Read, StorageError> {
+    let key = from.start.map(|s| match s {
+        Start::After(r) | Start::At(r) => r.key(),
+    });
+    let keyset = match (from.start, &key) {
+        (Some(Start::After(_)), Some(k)) => tasks::Keyset::After(k),
+        (Some(Start::At(_)), Some(k)) => tasks::Keyset::From(k),
+        _ => tasks::Keyset::First,
+    };
+    let rows = tasks::refill_picks(conn, scheduler, keyset, from.limit(n))?;
+    from.sift(rows, n)
 }
 
 /// Takes in the rows a refill of `wanted` read (in pop order) as the heap's, their rows still
 /// pending ([`Copies`](super::state::Copies)); answers how many.
-pub(crate) fn read_in(
-    st: &mut QueueState,
-    rows: Vec<HeapRow>,
-    wanted: usize,
-) -> Result<usize, QueueError> {
-    let last = rows.last().map(|r| PopKey {
-        priority: r.priority,
-        created_at: r.created_at,
-        id: r.id.clone(),
-    });
-    let ids = rows
+pub(crate) fn read_in(st: &mut QueueState, read: Read, wanted: usize) -> Result<usize, QueueError> {
+    let ids = read
+        .rows
         .iter()
         .map(HeapRow::uuid)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| QueueError::Internal(e.to_string()))?;
-    let n = refilled(st, rows, wanted)?;
-    st.copies.read(ids, last);
+    let n = refilled(st, read.rows, wanted)?;
+    st.copies.read(ids, read.last);
     Ok(n)
 }
 
 /// A refill ahead under way on a connection of its own.
 pub(crate) struct Ahead {
-    handle: JoinHandle<Result<Vec<HeapRow>, StorageError>>,
+    handle: JoinHandle<Result<Read, StorageError>>,
     /// How many pending tasks it was asked to read.
     wanted: usize,
 }
@@ -198,13 +257,13 @@ pub(crate) struct Settled {
 }
 
 impl Ahead {
-    /// Starts reading the best `n` pending tasks of `scheduler` after `after` (see [`read`]) on
+    /// Starts reading the best `n` pending tasks of `scheduler` from `from` (see [`read`]) on
     /// a pooled connection (planned as the engine's, [`WriterConn::checkout_engine`]).
     pub fn start(
         pool: &DbPool,
         scheduler: SchedulerId,
         n: usize,
-        after: Option<PopKey>,
+        from: ReadFrom,
         unsynced: bool,
     ) -> std::io::Result<Ahead> {
         let pool = pool.clone();
@@ -212,7 +271,7 @@ impl Ahead {
             .name(format!("refill-{scheduler}"))
             .spawn(move || {
                 let mut conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                read(&mut conn, scheduler, n, after.as_ref())
+                read(&mut conn, scheduler, n, &from)
             })?;
         Ok(Ahead { handle, wanted: n })
     }
@@ -222,8 +281,8 @@ impl Ahead {
         self.handle.is_finished()
     }
 
-    /// Waits for its end: the rows it read, and how many it was asked for.
-    pub fn wait(self) -> (Result<Vec<HeapRow>, StorageError>, usize) {
+    /// Waits for its end: what it read, and how many it was asked for.
+    pub fn wait(self) -> (Result<Read, StorageError>, usize) {
         let outcome = self.handle.join().unwrap_or_else(|_| {
             Err(StorageError::Unavailable(
                 "the refill's thread stopped".into(),
@@ -245,10 +304,10 @@ pub(crate) fn settle_into(
         return Ok(false);
     };
     match ahead.wait() {
-        (Ok(rows), wanted) => {
+        (Ok(read), wanted) => {
             // The tasks read are in the heap now: a read ahead must not hand them out again.
-            read_ahead.moved(rows.iter().map(|r| r.id.as_str()));
-            let n = read_in(st, rows, wanted).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+            read_ahead.moved(read.rows.iter().map(|r| r.id.as_str()));
+            let n = read_in(st, read, wanted).map_err(|e| StorageError::Corrupt(e.to_string()))?;
             settled.moved += n;
             Ok(n > 0)
         }
@@ -305,5 +364,176 @@ mod tests {
         assert_eq!(ahead(&few), 2, "no more than are pending");
         assert_eq!(refill_at(3), 1, "a small heap refills at every free place");
         assert_eq!(refill_at(1_000_000), REFILL_BATCH);
+    }
+}
+
+/// The refills, pops and pushes of one engine against a model of the table's pending rows, in
+/// random order: what each refill reads is the best pending rows the heap does not hold, and
+/// every task pushed is popped once.
+#[cfg(test)]
+mod model {
+    use std::collections::{BTreeMap, HashMap, HashSet};
+
+    use uuid::Uuid;
+
+    use super::{ReadFrom, ahead, read_in};
+    use crate::domain::SchedulerId;
+    use crate::queue::engine::batch::BatchRows;
+    use crate::queue::engine::place::{Admission, place};
+    use crate::queue::engine::state::QueueState;
+    use crate::queue::engine::testing::{limits, row};
+    use crate::queue::fair::Fairness;
+    use crate::queue::heap::Rank;
+    use crate::queue::types::WhenFull;
+    use crate::storage::rows::{HeapRow, TaskRow};
+
+    /// A small deterministic generator (xorshift64*), so a failing case reproduces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+    }
+
+    /// The table: every task's row, and the pending ones by rank (their queue rows).
+    #[derive(Default)]
+    struct Table {
+        rows: HashMap<Uuid, TaskRow>,
+        pending: BTreeMap<Rank, Uuid>,
+    }
+
+    impl Table {
+        fn rank(&self, id: &Uuid) -> Rank {
+            let r = &self.rows[id];
+            Rank::new(r.priority, r.created_at, *id)
+        }
+
+        /// The rows `refill_picks` answers: pending, in pop order, from `from`, up to `limit`.
+        fn picks(&self, from: &ReadFrom, limit: usize) -> Vec<HeapRow> {
+            self.pending
+                .iter()
+                .filter(|(r, _)| from.start().is_none_or(|s| s.reads(**r)))
+                .take(limit)
+                .map(|(_, id)| HeapRow::from(&self.rows[id]))
+                .collect()
+        }
+    }
+
+    fn refill(st: &mut QueueState, table: &Table, n: usize) {
+        let from = ReadFrom::of(st);
+        let read = from.sift(table.picks(&from, from.limit(n)), n).unwrap();
+        let want: Vec<Uuid> = table
+            .pending
+            .values()
+            .filter(|id| !st.heap.contains(id))
+            .take(n)
+            .copied()
+            .collect();
+        let got: Vec<Uuid> = read.rows.iter().map(|r| r.uuid().unwrap()).collect();
+        assert_eq!(
+            got, want,
+            "a refill reads the best pending tasks the heap lacks"
+        );
+        read_in(st, read, n).unwrap();
+    }
+
+    /// Every pending task the heap does not hold ranks after everything it holds.
+    fn check_order(st: &QueueState, table: &Table) {
+        let Some(worst) = st.heap.worst() else { return };
+        if let Some((first, _)) = table.pending.iter().find(|(_, id)| !st.heap.contains(id)) {
+            assert!(
+                *first > worst,
+                "a pending task the heap lacks ranks before its worst"
+            );
+        }
+    }
+
+    /// Where organisations take turns (odd seeds), a push evicts the largest organisation's
+    /// worst task, which may rank before tasks the heap holds as read: the refill that reads it
+    /// again skips those.
+    #[test]
+    fn refills_read_the_best_pending_tasks_the_heap_lacks_whatever_pushes_and_pops_do_between() {
+        for seed in 1..=400u64 {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+            let fair = seed % 2 == 1;
+            let mut limits = limits(8, WhenFull::Pending);
+            if fair {
+                limits.fairness = Fairness::Organisation;
+            }
+            let mut st = QueueState::new(SchedulerId::Boefje, limits);
+            let mut table = Table::default();
+            let mut pushed = HashSet::new();
+            let mut popped = Vec::new();
+            let mut clock = 0;
+            for _ in 0..300 {
+                match rng.below(10) {
+                    // A push, of any priority: into the heap (evicting its worst) or pending.
+                    0..=3 => {
+                        clock += 1;
+                        let (id, mut r) = row(rng.below(40) as i64, clock % 7);
+                        // Mostly one organisation's, so its share of the heap is the largest.
+                        r.organisation = format!("org{}", rng.below(5).saturating_sub(2));
+                        let mut rows = BatchRows::default();
+                        let placed = place(&mut st, &mut rows, id, &r, Admission::New).unwrap();
+                        r.status = crate::domain::TaskStatus::new_task(placed);
+                        table.rows.insert(id, r);
+                        if placed == crate::domain::Placement::Backlog {
+                            table.pending.insert(table.rank(&id), id);
+                        }
+                        // Evicted tasks written `queued → pending`; one held as read wrote
+                        // nothing (its row is pending already).
+                        for victim in rows.evicted {
+                            assert!(!table.pending.values().any(|p| *p == victim));
+                            table.pending.insert(table.rank(&victim), victim);
+                        }
+                        pushed.insert(id);
+                    }
+                    // A pop of the heap's best: one held as read leaves the pending rows.
+                    4..=7 => {
+                        if let Some(best) = st.heap.best() {
+                            st.heap.take(&best.id);
+                            let held = st.copies.taken(&best.id);
+                            let was_pending = table.pending.remove(&best).is_some();
+                            assert_eq!(held, was_pending, "held as read ⇔ pending in the table");
+                            popped.push(best.id);
+                        }
+                    }
+                    // A refill ahead once a tenth of the heap is free.
+                    _ => {
+                        let n = ahead(&st);
+                        if n > 0 {
+                            refill(&mut st, &table, n);
+                        }
+                    }
+                }
+                if !fair {
+                    check_order(&st, &table);
+                }
+            }
+            // Drain: everything comes out once.
+            loop {
+                let n = st.heap.room().min(table.pending.len());
+                if n > 0 {
+                    refill(&mut st, &table, n);
+                }
+                let Some(best) = st.heap.best() else { break };
+                st.heap.take(&best.id);
+                if st.copies.taken(&best.id) {
+                    table.pending.remove(&best);
+                }
+                popped.push(best.id);
+                if !fair {
+                    check_order(&st, &table);
+                }
+            }
+            let once: HashSet<Uuid> = popped.iter().copied().collect();
+            assert_eq!(once.len(), popped.len(), "seed {seed}: a task popped twice");
+            assert_eq!(once, pushed, "seed {seed}: a task lost");
+            assert!(table.pending.is_empty());
+        }
     }
 }

@@ -11,9 +11,8 @@ use uuid::Uuid;
 use crate::domain::politeness::Throttle;
 use crate::domain::{SchedulerId, TaskStatus};
 use crate::queue::fair::FairShare;
-use crate::queue::heap::{SchedulerHeap, hash_bytes};
+use crate::queue::heap::{Rank, SchedulerHeap, hash_bytes};
 use crate::queue::types::SchedulerLimits;
-use crate::storage::rows::PopKey;
 
 /// Hashes of pending tasks kept in memory per scheduler at most (16 bytes each, about 24 with
 /// the set's overhead). Beyond it the set is dropped and pushes ask the table again, until the
@@ -102,25 +101,47 @@ impl QueueState {
 
 /// Heap tasks a refill read from the pending backlog and has not written: their rows are still
 /// `pending`, with their queue rows, until a pop takes them (`pending → dispatched`, the queue
-/// row deleted, as a pop from the backlog writes) or a batch that may meet a pending row writes
-/// them `queued` before it reads anything ([`Copies::take_all`], then as a refill moved them
-/// before: `refill::settle_held`).
+/// row deleted, as a pop from the backlog writes) or a batch that may meet one in the table
+/// writes them `queued` before it reads anything (`refill::settle_held`): all of them before a
+/// cancel, a re-score or a patch of a task not in flight, which may read any pending row; the
+/// ones it names before a push ([`Copies::take`]: a boost of one, by its hash or id).
 ///
 /// A refill that moved its picks wrote every task a second time (`pending → queued`, then the
 /// pop's `queued → dispatched`) and deleted its queue row apart: about 25 µs of the server per
 /// task, on two cores that the pops share (docs/BENCHMARKS.md, "The bursts apart from the
 /// put-backs"). Deferred, a task popped from the heap costs what a task popped from the backlog
-/// does, and one that a push, a cancel or a re-score meets first costs what it did.
+/// does. A push that evicts one writes nothing for it: its row is pending already.
 ///
-/// Between two batches that may meet a pending row only pops and patches of tasks in flight run,
-/// and neither adds a pending row: every pending row not held here ranks after the last one a
-/// refill read ([`Copies::after`]), so the next refill reads on from there instead of reading
-/// these again.
+/// Every pending row not held here ranks after where the next refill reads from
+/// ([`Copies::start`]): after the last row a refill read, or, once a task became pending ahead of
+/// that (pushed into the backlog or evicted, [`Copies::became_pending`]), at that task. A refill
+/// from there skips the tasks held here that it meets again ([`Copies::ahead_of`]).
 #[derive(Debug, Default)]
 pub(crate) struct Copies {
     ids: HashSet<Uuid>,
-    /// The last row the refills read while tasks are held here.
-    last: Option<PopKey>,
+    /// Where the next refill reads from while tasks are held here.
+    start: Option<Start>,
+    /// The worst rank a refill read while tasks are held here: no task held ranks after it.
+    read_to: Option<Rank>,
+}
+
+/// Where a refill reads from in pop order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// After this rank (the last row a refill read).
+    After(Rank),
+    /// At this rank, included (a task that became pending there).
+    At(Rank),
+}
+
+impl Start {
+    /// Whether a refill from here reads a row of rank `r`.
+    pub fn reads(self, r: Rank) -> bool {
+        match self {
+            Start::After(k) => r > k,
+            Start::At(k) => r >= k,
+        }
+    }
 }
 
 impl Copies {
@@ -134,11 +155,16 @@ impl Copies {
         self.ids.len()
     }
 
-    /// Takes in the rows a refill read (in pop order) as held: the heap has them.
-    pub fn read(&mut self, ids: impl IntoIterator<Item = Uuid>, last: Option<PopKey>) {
+    /// Takes in the rows a refill read (in pop order) as held: the heap has them. `last` is the
+    /// last row it read, held here before or not: every pending row up to it is held now.
+    pub fn read(&mut self, ids: impl IntoIterator<Item = Uuid>, last: Option<Rank>) {
+        if self.ids.is_empty() {
+            self.read_to = None;
+        }
         self.ids.extend(ids);
-        if last.is_some() {
-            self.last = last;
+        if let Some(last) = last {
+            self.start = Some(Start::After(last));
+            self.read_to = self.read_to.max(Some(last));
         }
     }
 
@@ -148,16 +174,52 @@ impl Copies {
         self.ids.remove(id)
     }
 
-    /// Where the next refill reads on: after the last row read, while tasks are held; from the
-    /// backlog's head when none are (which also finds rows added behind the engine's back).
-    pub fn after(&self) -> Option<PopKey> {
-        self.last.clone().filter(|_| !self.ids.is_empty())
+    /// A task evicted from the heap to the backlog: answers whether it was held here (its row is
+    /// pending already, with its queue row: nothing to write).
+    pub fn evicted(&mut self, id: &Uuid) -> bool {
+        self.ids.remove(id)
     }
 
-    /// Every task held, to be written `queued` before a batch that may meet a pending row; the
+    /// A task of rank `r` became pending, not held here: the next refill reads from it if it
+    /// would not have read it.
+    pub fn became_pending(&mut self, r: Rank) {
+        if let Some(start) = self.start
+            && !start.reads(r)
+        {
+            self.start = Some(Start::At(r));
+        }
+    }
+
+    /// Where the next refill reads from: see [`Copies`]; from the backlog's head when no task is
+    /// held (which also finds rows added behind the engine's back).
+    pub fn start(&self) -> Option<Start> {
+        self.start.filter(|_| !self.ids.is_empty())
+    }
+
+    /// The tasks held here that a refill from `start` reads again (`heap` gives their ranks).
+    pub fn ahead_of(&self, start: Start, heap: &SchedulerHeap) -> HashSet<Uuid> {
+        if self.read_to.is_none_or(|to| !start.reads(to)) {
+            // None ranks after the worst read, which the refill does not read.
+            return HashSet::new();
+        }
+        self.ids
+            .iter()
+            .filter(|id| heap.rank(id).is_some_and(|r| start.reads(r)))
+            .copied()
+            .collect()
+    }
+
+    /// The tasks of `ids` held here, held no more: to be written `queued` before a batch that
+    /// names them reads them.
+    pub fn take(&mut self, ids: impl IntoIterator<Item = Uuid>) -> Vec<Uuid> {
+        ids.into_iter().filter(|id| self.ids.remove(id)).collect()
+    }
+
+    /// Every task held, to be written `queued` before a batch that may meet any pending row; the
     /// next refill reads from the backlog's head again.
     pub fn take_all(&mut self) -> Vec<Uuid> {
-        self.last = None;
+        self.start = None;
+        self.read_to = None;
         self.ids.drain().collect()
     }
 }

@@ -99,6 +99,15 @@ impl Rank {
     pub fn is_user(self) -> bool {
         self.priority <= USER_PRIORITY_MAX
     }
+
+    /// The same place in pop order as the table's columns give it (a keyset's bound).
+    pub fn key(self) -> crate::storage::rows::PopKey {
+        crate::storage::rows::PopKey {
+            priority: self.priority,
+            created_at: from_micros(self.created_micros),
+            id: self.id.to_string(),
+        }
+    }
 }
 
 fn micros(t: NaiveDateTime) -> i64 {

@@ -91,8 +91,7 @@ pub fn count_waiting(
 /// Appends `AND (priority, created_at, task_id) > (key)` (or `<` with `before`): every queue row
 /// ranked after (before) `key` in pop order; an index condition on every index of pending rows in
 /// pop order.
-fn push_ranked(q: &mut Sql, key: &PopKey, before: bool) {
-    let op = if before { '<' } else { '>' };
+fn push_ranked(q: &mut Sql, key: &PopKey, op: &str) {
     q.push(&format!(" AND (priority, created_at, task_id) {op} ("))
         .bind(key.priority)
         .push(", ")
@@ -231,7 +230,7 @@ pub fn refill(
     now: NaiveDateTime,
     picked: &mut dyn FnMut(Vec<HeapRow>),
 ) -> QueryResult<Vec<HeapRow>> {
-    let picks = refill_picks(conn, scheduler, None, limit)?;
+    let picks = refill_picks(conn, scheduler, Keyset::First, limit)?;
     if picks.is_empty() {
         return Ok(picks);
     }
@@ -240,31 +239,29 @@ pub fn refill(
     settle(conn, &ids, now)
 }
 
-/// The best `limit` pending tasks of `scheduler` in pop order, after `after` (from the head
-/// without), as a heap holds them: what a refill reads, through `ix_task_queue_pending_rank`
-/// (the row comparison is a condition of that index). One text, kept prepared. The engines'
-/// refills read and write nothing: the heap holds what they read until a pop takes it
-/// (`queue::engine::state::Copies`).
+/// The best `limit` pending tasks of `scheduler` in pop order from `from` (not
+/// [`Keyset::Before`]), as a heap holds them: what a refill reads, through
+/// `ix_task_queue_pending_rank` (the row comparison is a condition of that index). One text for
+/// each kind of start, kept prepared. The engines' refills read and write nothing: the heap holds
+/// what they read until a pop takes it (`queue::engine::state::Copies`).
 pub fn refill_picks(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
-    after: Option<&PopKey>,
+    from: Keyset<'_>,
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
-    refill_picks_statement(Backend::of(conn), scheduler, after, limit).load_prepared(conn)
+    refill_picks_statement(Backend::of(conn), scheduler, from, limit).load_prepared(conn)
 }
 
-/// [`refill_picks`]' statement: a walk of `ix_task_queue_pending_rank` from `after`, to `limit`.
+/// [`refill_picks`]' statement: a walk of `ix_task_queue_pending_rank` from `from`, to `limit`.
 pub fn refill_picks_statement(
     backend: Backend,
     scheduler: SchedulerId,
-    after: Option<&PopKey>,
+    from: Keyset<'_>,
     limit: usize,
 ) -> Sql {
     let mut q = pending_queue_rows(backend, scheduler);
-    if let Some(k) = after {
-        push_ranked(&mut q, k, false);
-    }
+    push_keyset(&mut q, from);
     q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
     q
@@ -333,15 +330,28 @@ fn refill_move(
     q.load_prepared(conn)
 }
 
-/// Where a keyset page starts: after a task in pop order, or (from the best) before one.
+/// Where a keyset page starts: after a task in pop order, at one, or (from the best) before one.
 #[derive(Debug, Clone, Copy)]
 pub enum Keyset<'a> {
     /// From the best task.
     First,
     /// After this task.
     After(&'a PopKey),
+    /// At this task's place in pop order (included): a refill's, where a task became pending
+    /// ahead of what the heap's refills had read.
+    From(&'a PopKey),
     /// From the best task, up to this one (excluded).
     Before(&'a PopKey),
+}
+
+/// The condition of a keyset page.
+fn push_keyset(q: &mut Sql, from: Keyset<'_>) {
+    match from {
+        Keyset::First => {}
+        Keyset::After(k) => push_ranked(q, k, ">"),
+        Keyset::From(k) => push_ranked(q, k, ">="),
+        Keyset::Before(k) => push_ranked(q, k, "<"),
+    }
 }
 
 /// `SELECT` of the queue rows of `scheduler`'s pending tasks as a heap holds them, for the caller
@@ -370,11 +380,7 @@ pub fn pending_page(
     limit: usize,
 ) -> QueryResult<Vec<HeapRow>> {
     let mut q = pending_queue_rows(Backend::of(conn), scheduler);
-    match from {
-        Keyset::First => {}
-        Keyset::After(k) => push_ranked(&mut q, k, false),
-        Keyset::Before(k) => push_ranked(&mut q, k, true),
-    }
+    push_keyset(&mut q, from);
     q.push(&format!(" ORDER BY {QUEUE_ORDER} LIMIT "))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
     q.load(conn)
