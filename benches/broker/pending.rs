@@ -14,7 +14,10 @@
 //! and the log are of the bursts alone, the put-backs after them apart
 //! (`<side>_<body>_put_back_wal_bytes_per_pop=`), and, over the backlog, the share of the tasks
 //! popped that came straight from it rather than the heap (`<side>_<body>_from_backlog_share=`)
-//! and the searches of its indexes (`<side>_<body>_backlog_searches_per_1000_pops=`). Then pushes (64
+//! and the searches of its indexes (`<side>_<body>_backlog_searches_per_1000_pops=`), and the task
+//! rows written `queued` while the bursts ran (`<side>_<body>_written_queued_per_1000_pops=`:
+//! pushes into the heap, and tasks the heap held as read written so before a batch that meets
+//! them). Then pushes (64
 //! clients) into the full heap against pushes into the broker with room, alternating, and the
 //! ratio. Last, the starvation check: K tasks of an image no other task has
 //! (`ghcr.io/minvws/openkat/rare:latest`), ranked after everything waiting, are pushed into the
@@ -166,15 +169,17 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         "pops that waited for a refill's picks, set aside while the engine served others (the full heap's whole run): {set_aside}"
     );
     println!(
-        "over the backlog, tasks popped straight from the pending backlog (not the heap), and searches of its indexes:"
+        "over the backlog, tasks popped straight from the pending backlog (not the heap), searches of its indexes, and task rows written `queued` (with room, the latter beside):"
     );
     for body in Body::ALL {
-        let [share, searches] = p.figs[body.index()].backlog;
+        let [share, searches, queued] = p.figs[body.index()].backlog;
         println!(
-            "{:<44} {:>9.1} % of tasks popped {:>8.1} searches per 1,000 pops",
+            "{:<44} {:>9.1} % of tasks popped {:>8.1} searches {:>8.1} queued ({:.1} with room) per 1,000 pops",
             body.label(),
             share * 100.0,
-            searches
+            searches,
+            queued,
+            p.room_figs[body.index()].backlog[2]
         );
     }
     println!(
@@ -268,13 +273,17 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
                 "{side}_{}_put_back_wal_bytes_per_pop={restore:.0}",
                 body.key()
             ));
-            let [share, searches] = figs[body.index()].backlog;
+            let [share, searches, queued] = figs[body.index()].backlog;
             kv.push(format!(
                 "{side}_{}_from_backlog_share={share:.3}",
                 body.key()
             ));
             kv.push(format!(
                 "{side}_{}_backlog_searches_per_1000_pops={searches:.1}",
+                body.key()
+            ));
+            kv.push(format!(
+                "{side}_{}_written_queued_per_1000_pops={queued:.1}",
                 body.key()
             ));
             kv.push(format!(

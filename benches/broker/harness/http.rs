@@ -91,7 +91,8 @@ fn uuid_like(round: usize, client: usize, seq: usize) -> String {
 
 const NOOP_REQUEST: &[u8] = b"GET /livez HTTP/1.1\r\nHost: bench\r\n\r\n";
 
-/// The values of these unlabelled metrics from `/metrics` (NaN for one not served).
+/// The values of these metrics from `/metrics`, each named as a line of it begins (a labelled
+/// one with its labels in the order served; NaN for one not served).
 pub async fn metric_values<const N: usize>(port: u16, names: [&str; N]) -> Result<[f64; N]> {
     let mut http = Http::connect(port).await?;
     let mut body = Vec::new();
@@ -115,8 +116,10 @@ pub async fn engine_counters(port: u16) -> Result<[f64; 4]> {
 }
 
 /// The engine's counters ([`engine_counters`]) and, from the same reading, the tasks pops took
-/// straight from the pending backlog and the searches of it.
-pub async fn engine_and_backlog_counters(port: u16) -> Result<([f64; 4], [f64; 2])> {
+/// straight from the pending backlog, the searches of it, and the boefje task rows written
+/// `queued` (pushes into the heap, and tasks the heap held as read written so before a batch that
+/// meets them).
+pub async fn engine_and_backlog_counters(port: u16) -> Result<([f64; 4], [f64; 3])> {
     let [
         batches,
         commands,
@@ -124,6 +127,7 @@ pub async fn engine_and_backlog_counters(port: u16) -> Result<([f64; 4], [f64; 2
         batch_s,
         backlog_pops,
         backlog_searches,
+        written_queued,
     ] = metric_values(
         port,
         [
@@ -133,6 +137,7 @@ pub async fn engine_and_backlog_counters(port: u16) -> Result<([f64; 4], [f64; 2
             "scheduler_engine_batch_seconds_total",
             "scheduler_engine_backlog_pops_total",
             "scheduler_engine_backlog_searches_total",
+            r#"scheduler_task_transitions_total{scheduler_id="boefje",status="queued"}"#,
         ],
     )
     .await?;
@@ -144,7 +149,7 @@ pub async fn engine_and_backlog_counters(port: u16) -> Result<([f64; 4], [f64; 2
             apply_s * 1e6,
             batch_s * 1e6,
         ],
-        [backlog_pops, backlog_searches],
+        [backlog_pops, backlog_searches, written_queued],
     ))
 }
 

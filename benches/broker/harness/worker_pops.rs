@@ -445,9 +445,9 @@ pub struct BodyFigure {
     /// the burst's last answer.
     pub wal: [f64; 3],
     /// Of the tasks popped while the bursts ran, the share taken straight from the pending
-    /// backlog (not the heap), and the searches of the backlog's indexes per thousand tasks
-    /// popped (zeros where not measured).
-    pub backlog: [f64; 2],
+    /// backlog (not the heap), the searches of the backlog's indexes per thousand tasks popped,
+    /// and the task rows written `queued` per thousand tasks popped (zeros where not measured).
+    pub backlog: [f64; 3],
     /// Where the log began and ended while the body ran, in the last round (to read it by
     /// record type with `pg_waldump`).
     pub wal_window: [f64; 2],
@@ -504,7 +504,7 @@ impl Tally {
 #[derive(Default)]
 struct BurstWork {
     engine: [f64; 4],
-    backlog: [f64; 2],
+    backlog: [f64; 3],
     wal: [f64; 2],
     restore_wal: f64,
 }
@@ -544,7 +544,7 @@ async fn measure_body(
                 for k in 0..4 {
                     work.engine[k] += e1[k] - e0[k];
                 }
-                for k in 0..2 {
+                for k in 0..3 {
                     work.backlog[k] += b1[k] - b0[k];
                 }
                 work.wal[0] += w1[0] - w0[0];
@@ -579,7 +579,11 @@ async fn measure_body(
             work.wal[1] / popped * 1000.0,
             work.restore_wal / popped,
         ];
-        out.backlog = [work.backlog[0] / popped, work.backlog[1] / popped * 1000.0];
+        out.backlog = [
+            work.backlog[0] / popped,
+            work.backlog[1] / popped * 1000.0,
+            work.backlog[2] / popped * 1000.0,
+        ];
     }
     if out.empty > 0 {
         eprintln!(

@@ -790,7 +790,8 @@ impl Engine {
 
     /// Whether a batch may read or write a pending row, or place a task: all but pops, patches of
     /// tasks in flight that do not queue them again, and explicit refills (which read). Before
-    /// one, what the heap holds as a refill read it is written `queued` ([`state::Copies`]).
+    /// one, what the heap holds as a refill read it and the batch may meet is written `queued`
+    /// ([`state::Copies`], [`Engine::settles_all`]).
     fn meets_pending(&self, batch: &Batch) -> bool {
         !(batch.pushes.is_empty()
             && batch.expiries.is_empty()

@@ -8,9 +8,11 @@
 //! ([`super::state::Copies`]), and a pop that takes one writes it `pending → dispatched` and
 //! deletes its queue row, in the statement that writes its other pops, as a pop from the backlog
 //! does. A refill that moved its picks to `queued` wrote every task twice and cost the server
-//! about 25 µs a task beside the pops (docs/BENCHMARKS.md). A batch that may meet a pending row
-//! (below) first writes what the heap holds so `queued`, as such a refill did, so the rules it
-//! runs see the table as the heap does.
+//! about 25 µs a task beside the pops (docs/BENCHMARKS.md). A batch that may read any pending row
+//! first writes what the heap holds so `queued`, as such a refill did, so the rules it runs see
+//! the table as the heap does; a push, only what it names ([`super::state::Copies`]). A refill
+//! reads on from where the last one ended, or from a task that became pending ahead of that
+//! ([`ReadFrom`]).
 //!
 //! While the heap has room and tasks are pending, a new task that ranks after the heap's worst
 //! waits as pending too (see [`super::place`]), so whatever is pending still ranks after
