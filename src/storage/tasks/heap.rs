@@ -268,7 +268,7 @@ pub fn refill_picks_statement(
 }
 
 /// Writes these tasks (ids) `queued` where they are still pending, and deletes their queue rows:
-/// what a heap holds as a refill read it, before a batch that may meet a pending row, and a
+/// what a heap holds as a refill read it, before a batch that may meet those rows, and a
 /// rebuild's refill. Answers the tasks written, as a heap holds them.
 pub fn settle(
     conn: &mut AnyConnection,
