@@ -341,15 +341,9 @@ async fn tasks_a_refill_read_stay_pending_until_popped_or_named_and_a_hand_edit_
         100,
         "the refill wrote nothing"
     );
-    let unmatched = diesel::sql_query(
-        "SELECT COUNT(*) AS count FROM tasks t FULL JOIN task_queue q ON q.task_id = t.id \
-         WHERE (t.status = 'pending') IS DISTINCT FROM (q.task_id IS NOT NULL)",
-    )
-    .get_result::<CountRow>(&mut conn)
-    .unwrap()
-    .count;
     assert_eq!(
-        unmatched, 0,
+        out_of_step(&app),
+        Vec::<String>::new(),
         "each pending task, held as read or not, keeps its queue row"
     );
 
@@ -427,6 +421,19 @@ async fn tasks_a_refill_read_stay_pending_until_popped_or_named_and_a_hand_edit_
 /// pop order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushes_that_name_no_task_held_as_read_write_none_and_the_order_holds() {
+    pushes_past_tasks_held_as_read(false).await;
+}
+
+/// The same, the evicted task cancelled by hand in SQL after the refill read it (its queue row
+/// left behind): the engine evicts it as pending, writing nothing, and the refill that reads its
+/// queue row again takes it back; the pop that meets it skips it and the runner gets the next
+/// task, not an empty answer, and the row is cleaned up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_held_as_read_and_cancelled_by_hand_then_evicted_is_never_handed_out() {
+    pushes_past_tasks_held_as_read(true).await;
+}
+
+async fn pushes_past_tasks_held_as_read(cancel_the_evicted: bool) {
     let Some(app) = full_heap().await else {
         return;
     };
@@ -438,6 +445,13 @@ async fn pushes_that_name_no_task_held_as_read_write_none_and_the_order_holds() 
     // The refill ahead read 1001 to 1100 into the heap, full again.
     assert_eq!(app.broker.refill(SchedulerId::Normalizer).await.unwrap(), 0);
     assert_eq!(sizes(&app).await, (MAXSIZE as u64, PENDING as u64 - 100));
+    let evicted = task_at(&mut conn, 1_100);
+    if cancel_the_evicted {
+        conn.batch_execute(&format!(
+            "UPDATE tasks SET status = 'cancelled' WHERE id = '{evicted}'"
+        ))
+        .unwrap();
+    }
 
     let better = app
         .push_ok("normalizer", &normalizer_push("org1", "better", 2))
@@ -450,38 +464,68 @@ async fn pushes_that_name_no_task_held_as_read_write_none_and_the_order_holds() 
         between["status"], "pending",
         "after the heap's worst (the other 1099, pushed before it)"
     );
-    assert_eq!(
-        sizes(&app).await,
-        (MAXSIZE as u64, PENDING as u64 - 100 + 2)
-    );
+    let held = 100 - i64::from(cancel_the_evicted);
     assert_eq!(
         count_at(&mut conn, "pending", 1001, 1100),
-        101,
-        "nothing held as read was written: the evicted 1100 is pending as it was"
+        held + 1,
+        "nothing held as read was written: the evicted 1100 is as it was"
     );
     assert_eq!(count_at(&mut conn, "queued", 1001, TOTAL), 0);
-    let unmatched = diesel::sql_query(
-        "SELECT COUNT(*) AS count FROM tasks t FULL JOIN task_queue q ON q.task_id = t.id \
-         WHERE (t.status = 'pending') IS DISTINCT FROM (q.task_id IS NOT NULL)",
-    )
-    .get_result::<CountRow>(&mut conn)
-    .unwrap()
-    .count;
-    assert_eq!(unmatched, 0, "each pending task keeps its queue row");
+    if cancel_the_evicted {
+        assert_eq!(
+            count_at(&mut conn, "cancelled", 1100, 1100),
+            1,
+            "the hand edit stands"
+        );
+        assert_eq!(
+            out_of_step(&app),
+            vec![evicted.clone()],
+            "the queue row it left"
+        );
+    } else {
+        assert_eq!(
+            sizes(&app).await,
+            (MAXSIZE as u64, PENDING as u64 - 100 + 2)
+        );
+        assert_eq!(out_of_step(&app), Vec::<String>::new());
+    }
 
     let expected: Vec<i64> = [2]
         .into_iter()
         .chain(101..=1_099)
         .chain([1_099])
-        .chain(1_100..=TOTAL)
+        .chain(1_100 + i64::from(cancel_the_evicted)..=TOTAL)
         .collect();
     // Most of the heap first, so a refill runs while it still holds some of the tasks read.
     let mut got = app.pop_many("normalizer", 950, None).await;
     got.extend(drain(&app).await);
-    assert_eq!(priorities(&got), expected);
+    assert_eq!(
+        priorities(&got),
+        expected,
+        "every task once, in pop order, no empty answer"
+    );
     assert_eq!(
         got[1_000]["id"], between["id"],
         "the later 1099 after the earlier"
     );
     assert_eq!(sizes(&app).await, (0, 0));
+    assert_eq!(
+        app.task(&evicted).await["status"],
+        if cancel_the_evicted {
+            "cancelled"
+        } else {
+            "dispatched"
+        }
+    );
+    assert_eq!(
+        out_of_step(&app),
+        Vec::<String>::new(),
+        "no queue row left behind"
+    );
+}
+
+/// Pending tasks and queue rows out of step (`storage::tasks::queue_mismatches`).
+fn out_of_step(app: &TestApp) -> Vec<String> {
+    let mut conn = kat_scheduler::storage::AnyConnection::establish(&app.db.uri).unwrap();
+    kat_scheduler::storage::tasks::queue_mismatches(&mut conn).unwrap()
 }

@@ -292,7 +292,8 @@ struct Engine {
     /// the upkeep deletes if their task is still not pending.
     stale_queue_rows: Vec<String>,
     /// Pops set aside until the refill under way has ended (it reads what their search would meet),
-    /// in the order they came; they join the first batch after it ([`Engine::aside_ready`]).
+    /// and pops whose every task a batch's write skipped (to be decided again), in the order they
+    /// came; they join the first batch with no refill under way ([`Engine::aside_ready`]).
     aside: Vec<PopCommand>,
 }
 

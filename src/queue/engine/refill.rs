@@ -217,13 +217,11 @@ pub(crate) fn read(
     n: usize,
     from: &ReadFrom,
 ) -> Result<Read, StorageError> {
-    let key = from.start.map(|s| match s {
-        Start::After(r) | Start::At(r) => r.key(),
-    });
-    let keyset = match (from.start, &key) {
-        (Some(Start::After(_)), Some(k)) => tasks::Keyset::After(k),
-        (Some(Start::At(_)), Some(k)) => tasks::Keyset::From(k),
-        _ => tasks::Keyset::First,
+    let key = from.start.map(|s| (s, s.rank().key()));
+    let keyset = match &key {
+        None => tasks::Keyset::First,
+        Some((Start::After(_), k)) => tasks::Keyset::After(k),
+        Some((Start::At(_), k)) => tasks::Keyset::From(k),
     };
     let rows = tasks::refill_picks(conn, scheduler, keyset, from.limit(n))?;
     from.sift(rows, n)

@@ -135,6 +135,13 @@ pub(crate) enum Start {
 }
 
 impl Start {
+    /// The rank it starts at or after.
+    pub fn rank(self) -> Rank {
+        match self {
+            Start::After(r) | Start::At(r) => r,
+        }
+    }
+
     /// Whether a refill from here reads a row of rank `r`.
     pub fn reads(self, r: Rank) -> bool {
         match self {
