@@ -123,6 +123,10 @@ fn engine(out: &mut DescriptorEncoder, broker: &Broker) -> Written {
         ),
         ("scheduler_engine_shed_total", load(&e.shed)),
         ("scheduler_engine_pops_set_aside_total", load(&e.set_aside)),
+        (
+            "scheduler_engine_pops_decided_again_total",
+            load(&e.decided_again),
+        ),
         ("scheduler_engine_backlog_pops_total", load(&e.backlog_pops)),
         (
             "scheduler_engine_backlog_searches_total",

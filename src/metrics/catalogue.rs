@@ -219,6 +219,12 @@ pub const CATALOGUE: &[Family] = &[
         "Pops set aside until the refill under way ended (their match not in the heap), while the engine served others.",
     ),
     family(
+        "scheduler_engine_pops_decided_again_total",
+        Kind::Counter,
+        "",
+        "Pops decided again because every task they took had been changed outside the scheduler since it was read.",
+    ),
+    family(
         "scheduler_engine_backlog_pops_total",
         Kind::Counter,
         "",

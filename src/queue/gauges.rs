@@ -47,6 +47,9 @@ pub struct EngineCounters {
     /// Pops set aside until a refill under way had ended (their match may have been among its
     /// picks), so that the engine went on with the others meanwhile.
     pub set_aside: AtomicU64,
+    /// Pops decided again because the write skipped every task they took (changed outside the
+    /// scheduler since the engine read it): each is a sign of hand edits to waiting rows.
+    pub decided_again: AtomicU64,
     /// Tasks pops took straight from the pending backlog beyond the heap (their match was not in
     /// it): many of them say the heap is small for the filters runners pop with.
     pub backlog_pops: AtomicU64,

@@ -493,6 +493,15 @@ impl TestApp {
             .expect("request")
     }
 
+    /// The value of an unlabelled metric on `/metrics`; panics when it is missing.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").await.text().await.unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .find_map(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    }
+
     /// `POST /tasks?{query}` with an optional filter body.
     pub async fn search_tasks(&self, query: &str, body: Option<&Value>) -> Response {
         self.post(&format!("/tasks?{query}"), body).await

@@ -341,8 +341,9 @@ async fn a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out(bac
 }
 
 /// A pending task cancelled by hand at the head of the backlog, its queue row left behind, is
-/// among the next refill's picks. The refill moves the others and deletes that row, and the
-/// backlog after its picks still counts: a task pushed next that ranks after all of it waits as
+/// among the next refill's picks. The heap holds it as read until a pop meets it: the pop's
+/// write skips it, and a pop it leaves with nothing is decided again, not answered empty. The
+/// backlog after the refill's picks still counts: a task pushed next that ranks after all of it waits as
 /// pending (not in the heap's free place, ahead of better work), and the pops take every task
 /// best first, with no empty answer while one waits.
 async fn a_task_cancelled_by_hand_at_the_backlogs_head_leaves_the_order_intact(backend: Backend) {
@@ -402,6 +403,12 @@ async fn a_task_cancelled_by_hand_at_the_backlogs_head_leaves_the_order_intact(b
         "every task once, best first, the late task last"
     );
     assert_eq!(app.task(&backlog[0]).await["status"], "cancelled");
+    assert_eq!(
+        app.metric("scheduler_engine_pops_decided_again_total")
+            .await,
+        1.0,
+        "the pop that met it (its only task) was decided again, and counted"
+    );
 }
 
 /// A filter with a key field and more: the backlog search reads the key field's queue rows and

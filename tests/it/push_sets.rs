@@ -137,6 +137,57 @@ async fn a_batch_stores_each_piece_of_work_once_within_it_and_against_waiting_wo
     assert_eq!(popped[0], a.to_string(), "the boosted task first");
 }
 
+/// A batch whose first push evicts a waiting task from a full heap, and whose next push is the
+/// same work as that task, no more urgent: the second is a duplicate of the evicted task (which
+/// waits on, as pending), not a second task for the same work. Neither push needs a row read,
+/// so the batch knows the evicted task only from its own eviction.
+async fn work_evicted_by_an_earlier_push_of_the_batch_is_still_stored_once(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 2).await else {
+        return;
+    };
+    let mut waiting = Vec::new();
+    for (ooi, priority) in [("Hostname|a", 10), ("Hostname|b", 20)] {
+        let o = app
+            .broker
+            .push(SchedulerId::Boefje, request("o", "x", ooi, priority))
+            .await
+            .unwrap();
+        waiting.push(o.task.id);
+    }
+    let answers = app
+        .broker
+        .push_many(
+            SchedulerId::Boefje,
+            vec![
+                // better than the heap's worst (b): b moves out to pending
+                request("o", "x", "Hostname|urgent", 1),
+                // b's work again, no sooner
+                request("o", "x", "Hostname|b", 20),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(&answers[0], Ok(o) if o.created));
+    assert!(
+        matches!(&answers[1], Err(QueueError::Duplicate { existing }) if *existing == waiting[1]),
+        "a duplicate of the evicted task: {:?}",
+        answers[1]
+    );
+    assert_eq!(
+        count(
+            &app,
+            "SELECT COUNT(*) AS count FROM tasks WHERE data LIKE '%Hostname|b%'"
+        )
+        .await,
+        1,
+        "one task for b's work"
+    );
+    assert_eq!(app.task(&waiting[1].to_string()).await["status"], "pending");
+    let popped = app.pop_ids("boefje", 10).await;
+    assert_eq!(popped.len(), 3, "three pieces of work wait: {popped:?}");
+    assert_eq!(popped[2], waiting[1].to_string(), "b last");
+}
+
 async fn a_batch_over_the_sqlite_parameter_limit_is_written_whole(backend: Backend) {
     let Some(app) = spawn_app(backend).await else {
         return;
@@ -279,4 +330,5 @@ crate::backend_tests!(
     a_batch_stores_each_piece_of_work_once_within_it_and_against_waiting_work,
     a_batch_over_the_sqlite_parameter_limit_is_written_whole,
     a_failed_batch_leaves_nothing_half_written,
+    work_evicted_by_an_earlier_push_of_the_batch_is_still_stored_once,
 );

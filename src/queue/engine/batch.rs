@@ -26,6 +26,9 @@ pub(crate) struct BatchRows {
     changed: HashSet<Uuid>,
     /// Waiting tasks of this scheduler by hash, as this batch knows them.
     waiting_by_hash: HashMap<String, Uuid>,
+    /// Heap tasks this batch evicted without their rows, by hash, with their priorities: they
+    /// still wait, so a later push of the same work in the batch meets them.
+    evicted_by_hash: HashMap<String, (Uuid, i64)>,
     /// Heap tasks popped whose rows were not read: moved `queued → dispatched` by id.
     pub dispatched: Vec<Uuid>,
     /// Pending tasks popped straight from the backlog, read for the pop alone: moved `pending →
@@ -206,9 +209,27 @@ impl BatchRows {
         }
     }
 
-    /// The waiting task with this hash, if the batch knows one.
+    /// The waiting task with this hash, if the batch knows one (read, created or evicted).
     pub fn waiting_with_hash(&self, hash: &str) -> Option<Uuid> {
-        self.waiting_by_hash.get(hash).copied()
+        self.waiting_by_hash
+            .get(hash)
+            .or_else(|| self.evicted_by_hash.get(hash).map(|(id, _)| id))
+            .copied()
+    }
+
+    /// Records a heap task evicted without its row read: it waits on, as pending.
+    pub fn evicted_unread(&mut self, id: Uuid, hash: Option<String>, priority: i64) {
+        if let Some(hash) = hash {
+            self.evicted_by_hash.insert(hash, (id, priority));
+        }
+    }
+
+    /// The priority of a task this batch evicted without its row.
+    pub fn evicted_priority(&self, id: &Uuid) -> Option<i64> {
+        self.evicted_by_hash
+            .values()
+            .find(|(e, _)| e == id)
+            .map(|(_, p)| *p)
     }
 
     /// Pending tasks created in this batch (not yet in the table).

@@ -1052,6 +1052,9 @@ impl Engine {
                     }
                 }
                 if !again.is_empty() {
+                    counters
+                        .decided_again
+                        .fetch_add(again.len() as u64, Ordering::Relaxed);
                     warn!(scheduler.id = %self.scheduler(), pops = again.len(), "popped tasks the table no longer held waiting (changed outside the scheduler); those pops are decided again");
                     self.aside.extend(again.into_iter().rev());
                 }

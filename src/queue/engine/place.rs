@@ -130,18 +130,25 @@ fn evict(st: &mut QueueState, rows: &mut BatchRows, victim: Rank) -> Result<(), 
     st.heap.remove(&victim.id);
     st.pending.add(hash.as_deref());
     st.copies.became_pending(victim);
-    if st.copies.evicted(&victim.id) {
-        // Held as a refill read it: its row is pending, with its queue row, as it is to be.
-        tracing::debug!(task.id = %victim.id, scheduler.id = %st.scheduler, "evicted to pending by a better task (its row was pending still)");
-        return Ok(());
-    }
-    match rows.get(&victim.id).cloned() {
-        Some(mut row) => {
-            row.status = row.status.enqueue(Placement::Backlog).map_err(internal)?;
-            rows.update(victim.id, row);
+    let held = st.copies.evicted(&victim.id);
+    let row = match held {
+        false => rows.get(&victim.id).cloned(),
+        true => None,
+    };
+    let Some(mut row) = row else {
+        // Not read: a later push of the same work in this batch must still meet it.
+        rows.evicted_unread(victim.id, hash, victim.priority);
+        if held {
+            // Held as a refill read it: its row is pending, with its queue row, as it is to be.
+            tracing::debug!(task.id = %victim.id, scheduler.id = %st.scheduler, "evicted to pending by a better task (its row was pending still)");
+        } else {
+            rows.evicted.push(victim.id);
+            tracing::debug!(task.id = %victim.id, scheduler.id = %st.scheduler, "evicted to pending by a better task");
         }
-        None => rows.evicted.push(victim.id),
-    }
+        return Ok(());
+    };
+    row.status = row.status.enqueue(Placement::Backlog).map_err(internal)?;
+    rows.update(victim.id, row);
     tracing::debug!(task.id = %victim.id, scheduler.id = %st.scheduler, "evicted to pending by a better task");
     Ok(())
 }

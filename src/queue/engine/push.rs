@@ -154,12 +154,15 @@ fn boost_or_conflict(
     priority: i64,
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool), QueueError> {
+    // A boost reads the row first (`reads`): one without it is a task in the heap or evicted
+    // from it in this batch, which only a push that would not run sooner meets.
     let current = match rows.get(&id) {
         Some(row) => row.priority,
         None => st
             .heap
             .rank(&id)
             .map(|r| r.priority)
+            .or_else(|| rows.evicted_priority(&id))
             .ok_or_else(|| QueueError::Internal("waiting task not loaded".into()))?,
     };
     if priority >= current {
@@ -288,6 +291,41 @@ mod tests {
             push(&mut st, &mut rows, &planned, now()),
             Err(QueueError::Duplicate { .. })
         ));
+    }
+
+    #[test]
+    fn work_evicted_earlier_in_the_batch_is_still_met_by_a_push_of_the_same_hash() {
+        // Two ways a heap task's row is not read: queued (the table has it queued) and held as
+        // a refill read it (pending in the table already).
+        for held_as_read in [false, true] {
+            let mut st = state(1, WhenFull::Pending);
+            let mut rows = BatchRows::default();
+            let waiting = new_task("a", 10);
+            push(&mut st, &mut rows, &waiting, now()).unwrap();
+            if held_as_read {
+                st.copies.read([waiting.id], None);
+            }
+            // A new batch: a better push evicts it, then the same work is pushed again, no
+            // sooner. Neither push needs a row read.
+            let mut rows = BatchRows::default();
+            let better = new_task("b", 1);
+            let mut again = new_task("a", 10);
+            again.hash = waiting.hash.clone();
+            assert_eq!(
+                reads(&st, [&better, &again].into_iter()),
+                PushReads::default()
+            );
+            push(&mut st, &mut rows, &better, now()).unwrap();
+            assert!(!st.heap.contains(&waiting.id), "evicted");
+            assert!(
+                matches!(
+                    push(&mut st, &mut rows, &again, now()),
+                    Err(QueueError::Duplicate { existing }) if existing == waiting.id
+                ),
+                "the evicted task still waits (held as read: {held_as_read}): no second task for the same work"
+            );
+            assert_eq!(st.pending.count(), 1, "one task waits outside the heap");
+        }
     }
 
     #[test]
