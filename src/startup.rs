@@ -101,6 +101,15 @@ pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTar
                 ));
             }
         }
+        // A database loaded by an import from mula, a restore or another instance's work may
+        // never have been analysed: the API's listings would be planned from defaults.
+        let began = std::time::Instant::now();
+        match storage::statistics::refresh(&mut conn) {
+            Ok(t) if t.is_empty() => {}
+            Ok(tables) => info!(?tables, duration_ms = began.elapsed().as_millis() as u64, "tables the API lists from analysed (never analysed, or a tenth of their rows changed since)"),
+            // Slower listings, not a reason to refuse to start.
+            Err(e) => warn!(error = %e, "the statistics of the tables the API lists from could not be refreshed"),
+        }
         Ok(pool)
     })
     .await??;

@@ -14,6 +14,7 @@ pub mod owners;
 pub mod rows;
 pub mod schedules;
 pub mod sql;
+pub mod statistics;
 pub mod tasks;
 
 use std::path::{Path, PathBuf};

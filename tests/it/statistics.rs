@@ -86,3 +86,118 @@ async fn the_queue_table_is_analysed_from_a_small_sample_and_the_connection_keep
     .await
     .unwrap();
 }
+
+/// The webapp's task list, as `storage::listing` writes it: one scheduler's tasks, newest first,
+/// a page of ten.
+const TASK_LIST: &str = "EXPLAIN SELECT id, data FROM tasks WHERE 1 = 1 AND scheduler_id = \
+     'boefje' AND type = 'boefje' ORDER BY created_at DESC, id DESC LIMIT 10 OFFSET 0";
+
+fn plan(conn: &mut AnyConnection, sql: &str) -> String {
+    #[derive(diesel::QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        #[diesel(column_name = "QUERY PLAN")]
+        line: String,
+    }
+    diesel::sql_query(sql)
+        .load::<Line>(conn)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Loads `n` boefje tasks behind the service's back (as an import or a restore does), numbered
+/// from `from`, and has the server's cumulative statistics count them at once.
+fn load(conn: &mut AnyConnection, from: i64, n: i64) {
+    conn.batch_execute(&format!(
+        "INSERT INTO tasks (id, scheduler_id, organisation, type, hash, priority, data, status, \
+             created_at, modified_at) \
+         SELECT 't' || i, 'boefje', 'org' || (i % 50), 'boefje', 'h' || i, i, repeat('x', 300), \
+             'completed', now()::timestamp - i * interval '1 second', now()::timestamp \
+         FROM generate_series({from}, {last}) AS i; \
+         SELECT pg_stat_force_next_flush()",
+        last = from + n - 1
+    ))
+    .unwrap();
+}
+
+/// A database loaded behind the service's back and never analysed (an import from mula, a
+/// restore; a server with `autovacuum = off`, or any before its next round): the service
+/// analyses the tables the API lists from at its start, so the webapp's task list walks
+/// `ix_tasks_created_at` from its end instead of scanning and sorting the whole history; it
+/// analyses them again once a tenth of them has changed, and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_the_api_lists_from_are_analysed_at_start_and_after_bulk_changes() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    let pool = tokio::task::spawn_blocking(move || {
+        let pool =
+            storage::connect(&DbTarget::parse(&uri).unwrap(), 1, Duration::from_secs(5)).unwrap();
+        let mut conn = storage::checkout(&pool).unwrap();
+        storage::run_migrations(&mut conn).unwrap();
+        // Autovacuum, where the server runs it, must not analyse before the service does.
+        conn.batch_execute(
+            "ALTER TABLE tasks SET (autovacuum_enabled = false); \
+             ALTER TABLE schedules SET (autovacuum_enabled = false)",
+        )
+        .unwrap();
+        load(&mut conn, 0, 20_000);
+        let before = plan(&mut conn, TASK_LIST);
+        assert!(
+            !before.contains("ix_tasks_created_at"),
+            "never analysed, the list is planned from default estimates:\n{before}"
+        );
+        drop(conn);
+        pool
+    })
+    .await
+    .unwrap();
+
+    let app = spawn_app_on(db, Backend::Postgres, |_| {}).await;
+    tokio::task::spawn_blocking(move || {
+        let mut conn = storage::checkout(&pool).unwrap();
+        assert_eq!(
+            number(
+                &mut conn,
+                "SELECT count(*) AS count FROM pg_stat_user_tables \
+                 WHERE relname = 'tasks' AND last_analyze IS NOT NULL"
+            ),
+            1,
+            "analysed at the start"
+        );
+        let after = plan(&mut conn, TASK_LIST);
+        assert!(
+            after.contains("Index Scan Backward using ix_tasks_created_at on tasks")
+                && !after.contains("Seq Scan"),
+            "the list walks the creation index from its end:\n{after}"
+        );
+        // `schedules` is empty: nothing to analyse.
+        assert_eq!(
+            storage::statistics::refresh(&mut conn).unwrap(),
+            Vec::<&str>::new()
+        );
+        // A tenth of 20,000 and 50 is 2,050 changes: 2,000 more are not yet stale, 100 more are.
+        load(&mut conn, 20_000, 2_000);
+        assert_eq!(
+            storage::statistics::refresh(&mut conn).unwrap(),
+            Vec::<&str>::new()
+        );
+        load(&mut conn, 22_000, 100);
+        assert_eq!(
+            storage::statistics::refresh(&mut conn).unwrap(),
+            vec!["tasks"]
+        );
+        assert_eq!(
+            storage::statistics::refresh(&mut conn).unwrap(),
+            Vec::<&str>::new(),
+            "fresh again"
+        );
+    })
+    .await
+    .unwrap();
+    drop(app);
+}

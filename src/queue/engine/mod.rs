@@ -182,6 +182,7 @@ pub(crate) fn start_all(
             ownership: ownership.cloned(),
             epoch: 0,
             changed_since_analyse: 0,
+            created_since_stats: 0,
             refilling: None,
             analysing: None,
             settled: refill::Settled::default(),
@@ -280,6 +281,9 @@ struct Engine {
     /// Queue rows written or deleted since the planner's statistics were last refreshed
     /// ([`ANALYSE_AFTER`]): a pop or a patch of a queued task writes none.
     changed_since_analyse: u64,
+    /// Tasks created since the listed tables' statistics were last checked
+    /// ([`storage::statistics`], every [`ANALYSE_AFTER`]).
+    created_since_stats: u64,
     /// The refill ahead under way on a connection of its own (PostgreSQL; [`refill::Ahead`]).
     refilling: Option<refill::Ahead>,
     /// The `ANALYZE` under way on a connection of its own.
@@ -311,6 +315,8 @@ struct Applied {
     moved: ByStatus,
     /// Queue rows written or deleted (pending tasks only have one), for [`ANALYSE_AFTER`].
     queue_rows: u64,
+    /// Tasks created, for [`ANALYSE_AFTER`].
+    created: u64,
     /// Pending tasks popped from the backlog that the write skipped: the table no longer held
     /// them pending.
     skipped_pending: Vec<String>,
@@ -630,35 +636,60 @@ impl Engine {
         if n > 0 && self.refilling.is_none() {
             self.refill_ahead(n);
         }
-        if self.changed_since_analyse >= ANALYSE_AFTER.max(self.waiting() / 5)
-            && self.analysing.as_ref().is_none_or(JoinHandle::is_finished)
-        {
-            self.analyse();
+        let queue = self.changed_since_analyse >= ANALYSE_AFTER.max(self.waiting() / 5);
+        let listed = self.created_since_stats >= ANALYSE_AFTER;
+        if (queue || listed) && self.analysing.as_ref().is_none_or(JoinHandle::is_finished) {
+            self.analyse(queue, listed);
         }
     }
 
-    /// Refreshes the planner's statistics of the queue tables on a pooled connection and thread
-    /// of their own ([`storage::analyse`]: tens of milliseconds, which the engine's callers would
-    /// wait for on its thread, every second or two over a backlog). It changes no row the engine
-    /// reads.
-    fn analyse(&mut self) {
+    /// Refreshes the planner's statistics on a pooled connection and thread of their own (tens
+    /// of milliseconds, which the engine's callers would wait for on its thread, every second or
+    /// two over a backlog): of the queue table after bulk changes to it (`queue`,
+    /// [`storage::analyse`]), and of the tables the API lists from where many tasks were created
+    /// (`listed`, [`storage::statistics::refresh`]). It changes no row the engine reads.
+    fn analyse(&mut self, queue: bool, listed: bool) {
         let s = self.scheduler();
-        let rows = std::mem::take(&mut self.changed_since_analyse);
+        let rows = match queue {
+            true => std::mem::take(&mut self.changed_since_analyse),
+            false => 0,
+        };
+        let created = match listed {
+            true => std::mem::take(&mut self.created_since_stats),
+            false => 0,
+        };
         let pool = self.pool.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("analyse-{s}"))
             .spawn(move || {
                 let began = Instant::now();
-                match storage::checkout(&pool).and_then(|mut c| storage::analyse(&mut c)) {
-                    Ok(storage::Upkept::Vacuumed) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables vacuumed and analysed after bulk changes (the server runs no autovacuum)"),
-                    Ok(_) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables analysed after bulk changes"),
-                    Err(e) => warn!(scheduler.id = %s, rows, error = %e, "the queue tables' statistics could not be refreshed; tried again after the next bulk changes"),
+                let mut conn = match storage::checkout(&pool) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(scheduler.id = %s, rows, created, error = %e, "the planner's statistics could not be refreshed; tried again after the next bulk changes");
+                        return;
+                    }
+                };
+                if queue {
+                    match storage::analyse(&mut conn) {
+                        Ok(storage::Upkept::Vacuumed) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables vacuumed and analysed after bulk changes (the server runs no autovacuum)"),
+                        Ok(_) => debug!(scheduler.id = %s, rows, duration_ms = began.elapsed().as_millis() as u64, "queue tables analysed after bulk changes"),
+                        Err(e) => warn!(scheduler.id = %s, rows, error = %e, "the queue tables' statistics could not be refreshed; tried again after the next bulk changes"),
+                    }
+                }
+                if listed {
+                    match storage::statistics::refresh(&mut conn) {
+                        Ok(t) if t.is_empty() => {}
+                        Ok(tables) => info!(scheduler.id = %s, created, ?tables, duration_ms = began.elapsed().as_millis() as u64, "tables the API lists from analysed (never analysed, or a tenth of their rows changed since)"),
+                        Err(e) => warn!(scheduler.id = %s, created, error = %e, "the statistics of the tables the API lists from could not be refreshed; tried again after the next bulk changes"),
+                    }
                 }
             });
         match spawned {
             Ok(join) => self.analysing = Some(join),
             Err(e) => {
-                self.changed_since_analyse = rows;
+                self.changed_since_analyse += rows;
+                self.created_since_stats += created;
                 warn!(scheduler.id = %s, error = %e, "cannot start a thread to analyse the queue tables");
             }
         }
@@ -986,6 +1017,7 @@ impl Engine {
                 statements,
                 moved,
                 queue_rows,
+                created,
                 skipped_pending,
                 set_aside,
                 backlog,
@@ -1028,6 +1060,7 @@ impl Engine {
                     }
                 }
                 self.changed_since_analyse += queue_rows;
+                self.created_since_stats += created;
                 // Pops set aside are answered after the refill they wait for (they took nothing).
                 let mut aside: Vec<PopCommand> = Vec::with_capacity(set_aside.len());
                 for i in set_aside.into_iter().rev() {
@@ -1385,6 +1418,7 @@ impl Engine {
         }
         let moved = writes.transitions();
         let queue_rows = writes.pending_rows();
+        let created = writes.inserts.len() as u64;
         if !batch.pushes.is_empty() || !batch.pops.is_empty() {
             self.gauges.touch(s, now);
         }
@@ -1396,6 +1430,7 @@ impl Engine {
             statements,
             moved,
             queue_rows,
+            created,
             skipped_pending,
             set_aside,
             backlog: [from_backlog, searches],
