@@ -16,12 +16,18 @@
 //! cumulative statistics, which a session reports up to seconds after its commits; the row count
 //! of a table never analysed is unknown to the planner at once (`reltuples` = -1), so a database
 //! loaded just before the service starts is analysed at its start.
+//!
+//! Status changes count as changes, so on a busy server that is about every 20,000 tasks created.
+//! Each `ANALYZE` samples 3,000 rows ([`ANALYSE_SAMPLE_TARGET`], as the queue table's), which
+//! tells the listings' plans apart as well as the server's 30,000 do (the row counts, the
+//! frequent schedulers, types, statuses and organisations, the creation times' spread): 79 ms
+//! against 624 ms on 200,000 tasks.
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Double, Text};
 
-use super::{AnyConnection, Backend, StorageError};
+use super::{ANALYSE_SAMPLE_TARGET, AnyConnection, Backend, StorageError};
 
 /// The tables the API lists from, whose statistics the service keeps.
 pub const LISTED: [&str; 2] = ["tasks", "schedules"];
@@ -102,7 +108,9 @@ pub fn refresh(conn: &mut AnyConnection) -> Result<Vec<&'static str>, StorageErr
                     .get_result::<Exists>(c)?
                     .exists);
             if due {
-                c.batch_execute(&format!("ANALYZE {table}"))?;
+                c.batch_execute(&format!(
+                    "SET LOCAL default_statistics_target = {ANALYSE_SAMPLE_TARGET}; ANALYZE {table}"
+                ))?;
                 analysed.push(table);
             }
         }
