@@ -88,12 +88,13 @@ pub fn refresh(conn: &mut AnyConnection) -> Result<Vec<&'static str>, StorageErr
         if !locked {
             return Ok(Vec::new());
         }
-        let stats = diesel::sql_query(
+        let names = LISTED.map(|t| format!("'{t}'")).join(", ");
+        let stats = diesel::sql_query(format!(
             "SELECT s.relname::text AS name, s.n_mod_since_analyze AS changed, \
              c.reltuples::float8 AS rows \
              FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
-             WHERE s.schemaname = current_schema() AND s.relname IN ('tasks', 'schedules')",
-        )
+             WHERE s.schemaname = current_schema() AND s.relname IN ({names})"
+        ))
         .load::<TableStats>(c)?;
         let mut analysed = Vec::new();
         for table in LISTED {

@@ -758,3 +758,50 @@ pub fn row_status(
         .unwrap()
         .status
 }
+
+/// A pool on `uri` with its schema migrated and autovacuum off for `tables`: they stay never
+/// analysed until the test says so (a server between a bulk load and its next analyse; any
+/// server with `autovacuum = off`), whatever the server's setting. Answers the pool and one of
+/// its connections.
+pub fn never_analysed(
+    uri: &str,
+    pool_size: u32,
+    tables: &[&str],
+) -> (
+    kat_scheduler::storage::DbPool,
+    kat_scheduler::storage::DbConn,
+) {
+    use kat_scheduler::storage;
+    let target = storage::DbTarget::parse(uri).unwrap();
+    let pool = storage::connect(&target, pool_size, std::time::Duration::from_secs(5)).unwrap();
+    let mut conn = storage::checkout(&pool).unwrap();
+    storage::run_migrations(&mut conn).unwrap();
+    for table in tables {
+        conn.batch_execute(&format!(
+            "ALTER TABLE {table} SET (autovacuum_enabled = false)"
+        ))
+        .unwrap();
+    }
+    (pool, conn)
+}
+
+/// `statement`'s plan on PostgreSQL, one line per row, joined.
+pub fn plan_of(
+    conn: &mut kat_scheduler::storage::AnyConnection,
+    statement: kat_scheduler::storage::sql::Sql,
+) -> String {
+    #[derive(diesel::QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        #[diesel(column_name = "QUERY PLAN")]
+        line: String,
+    }
+    statement
+        .explained()
+        .load::<Line>(conn)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -3,39 +3,18 @@
 //! restore and its next analyse; any server with `autovacuum = off`), and once analysed: the
 //! statement's shape, not the tables' statistics, decides which index it walks.
 
-use std::time::Duration;
-
 use diesel::connection::SimpleConnection;
 use kat_scheduler::domain::keys::KeyField;
 use kat_scheduler::domain::{SchedulerId, TaskStatus};
 use kat_scheduler::storage::rows::{PopKey, TaskRow};
-use kat_scheduler::storage::sql::Sql;
 use kat_scheduler::storage::tasks::fenced::{self, FencedWrite};
-use kat_scheduler::storage::{self, AnyConnection, DbTarget, WriterConn, tasks};
+use kat_scheduler::storage::{self, WriterConn, tasks};
 
 use crate::helpers::*;
 
 /// Tasks the bulk load writes: one in two boefje tasks, the others the normalizer's; of each
 /// scheduler's, a third pending, a third queued, a third completed.
 const LOADED: usize = 60_000;
-
-/// `statement`'s plan, one line per row, joined.
-fn plan_of(conn: &mut AnyConnection, statement: Sql) -> String {
-    #[derive(diesel::QueryableByName)]
-    struct Line {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        #[diesel(column_name = "QUERY PLAN")]
-        line: String,
-    }
-    statement
-        .explained()
-        .load::<Line>(conn)
-        .unwrap()
-        .into_iter()
-        .map(|l| l.line)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 /// Whether `plan` walks the index `scan` names (`Index Scan using … on …`), with no sort, no
 /// sequential scan and no JIT compilation.
@@ -53,16 +32,7 @@ async fn an_engines_statements_walk_their_index_whatever_the_tables_statistics()
     };
     let uri = db.uri.clone();
     tokio::task::spawn_blocking(move || {
-        let pool =
-            storage::connect(&DbTarget::parse(&uri).unwrap(), 2, Duration::from_secs(5)).unwrap();
-        let mut conn = storage::checkout(&pool).unwrap();
-        storage::run_migrations(&mut conn).unwrap();
-        // Never analysed until the test says so, on a server with autovacuum on too.
-        conn.batch_execute(
-            "ALTER TABLE tasks SET (autovacuum_enabled = false); \
-             ALTER TABLE task_queue SET (autovacuum_enabled = false)",
-        )
-        .unwrap();
+        let (pool, mut conn) = never_analysed(&uri, 2, &["tasks", "task_queue"]);
         // Task i has hash h{i mod LOADED/3}: each hash has a task of each status for one
         // scheduler (a waiting one and its past runs, as a rescheduled piece of work has).
         conn.batch_execute(&format!(

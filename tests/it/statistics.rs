@@ -8,6 +8,7 @@ use std::time::Duration;
 use diesel::RunQueryDsl;
 use diesel::connection::SimpleConnection;
 use kat_scheduler::storage::rows::CountRow;
+use kat_scheduler::storage::sql::Sql;
 use kat_scheduler::storage::{self, ANALYSE_SAMPLE_TARGET, AnyConnection, DbTarget};
 
 use crate::helpers::*;
@@ -88,24 +89,21 @@ async fn the_queue_table_is_analysed_from_a_small_sample_and_the_connection_keep
 }
 
 /// The webapp's task list, as `storage::listing` writes it: one scheduler's tasks, newest first,
-/// a page of ten.
-const TASK_LIST: &str = "EXPLAIN SELECT id, data FROM tasks WHERE 1 = 1 AND scheduler_id = \
-     'boefje' AND type = 'boefje' ORDER BY created_at DESC, id DESC LIMIT 10 OFFSET 0";
-
-fn plan(conn: &mut AnyConnection, sql: &str) -> String {
-    #[derive(diesel::QueryableByName)]
-    struct Line {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        #[diesel(column_name = "QUERY PLAN")]
-        line: String,
-    }
-    diesel::sql_query(sql)
-        .load::<Line>(conn)
-        .unwrap()
-        .into_iter()
-        .map(|l| l.line)
-        .collect::<Vec<_>>()
-        .join("\n")
+/// a page of ten, the values bound.
+fn task_list() -> Sql {
+    let mut q = Sql::new(
+        storage::Backend::Postgres,
+        "SELECT id, data FROM tasks WHERE 1 = 1",
+    );
+    q.push(" AND scheduler_id = ")
+        .bind("boefje")
+        .push(" AND type = ")
+        .bind("boefje")
+        .push(" ORDER BY created_at DESC, id DESC LIMIT ")
+        .bind(10_i64)
+        .push(" OFFSET ")
+        .bind(0_i64);
+    q
 }
 
 /// Loads `n` boefje tasks behind the service's back (as an import or a restore does), numbered
@@ -135,18 +133,10 @@ async fn tables_the_api_lists_from_are_analysed_at_start_and_after_bulk_changes(
     };
     let uri = db.uri.clone();
     let pool = tokio::task::spawn_blocking(move || {
-        let pool =
-            storage::connect(&DbTarget::parse(&uri).unwrap(), 1, Duration::from_secs(5)).unwrap();
-        let mut conn = storage::checkout(&pool).unwrap();
-        storage::run_migrations(&mut conn).unwrap();
         // Autovacuum, where the server runs it, must not analyse before the service does.
-        conn.batch_execute(
-            "ALTER TABLE tasks SET (autovacuum_enabled = false); \
-             ALTER TABLE schedules SET (autovacuum_enabled = false)",
-        )
-        .unwrap();
+        let (pool, mut conn) = never_analysed(&uri, 1, &["tasks", "schedules"]);
         load(&mut conn, 0, 20_000);
-        let before = plan(&mut conn, TASK_LIST);
+        let before = plan_of(&mut conn, task_list());
         assert!(
             !before.contains("ix_tasks_created_at"),
             "never analysed, the list is planned from default estimates:\n{before}"
@@ -169,7 +159,7 @@ async fn tables_the_api_lists_from_are_analysed_at_start_and_after_bulk_changes(
             1,
             "analysed at the start"
         );
-        let after = plan(&mut conn, TASK_LIST);
+        let after = plan_of(&mut conn, task_list());
         assert!(
             after.contains("Index Scan Backward using ix_tasks_created_at on tasks")
                 && !after.contains("Seq Scan"),
