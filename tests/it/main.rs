@@ -31,6 +31,7 @@ mod leases;
 mod listener;
 mod metrics;
 mod migrations;
+mod model;
 mod openapi;
 mod operable;
 mod outage;

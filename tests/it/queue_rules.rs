@@ -310,6 +310,54 @@ async fn a_task_patched_back_to_queued_is_popped_again(backend: Backend) {
     assert_eq!(app.pop_ok("boefje", 1, None).await[0]["id"], task["id"]);
 }
 
+/// The same work waiting twice: a task put back to `queued` while the work had been pushed again
+/// as another task (mula's clients do both). Once one of the two leaves, a push of that work
+/// still meets the other (a 409 naming it), in the heap and in the pending backlog alike: the
+/// engine counts the tasks per hash, it does not keep one per hash.
+async fn work_waiting_twice_is_still_known_once_one_of_the_two_leaves(backend: Backend) {
+    for (in_backlog, leaves) in [(false, 0), (false, 1), (true, 0), (true, 1)] {
+        let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 2).await else {
+            return;
+        };
+        if in_backlog {
+            // A full heap of more urgent work: the work below waits as pending.
+            for org in ["org2", "org3"] {
+                app.push_ok("boefje", &boefje_push(org, "nmap", None, 1))
+                    .await;
+            }
+        }
+        let dns = json!({"filters": [
+            {"column": "data", "field": "boefje__id", "operator": "==", "value": "dns"}
+        ]});
+        let work = boefje_push("org1", "dns", Some("Hostname|internet|a.example.com"), 5);
+        let first = app.push_ok("boefje", &work).await;
+        assert_eq!(
+            app.pop_ok("boefje", 1, Some(&dns)).await[0]["id"],
+            first["id"]
+        );
+        // Out with a runner, the same work pushed again: a second task; then the first put
+        // back.
+        let second = app.push_ok("boefje", &work).await;
+        let back = app
+            .patch_task(&id_of(&first), &json!({"status": "queued"}))
+            .await;
+        assert_eq!(back.status(), StatusCode::OK);
+        let both = [id_of(&first), id_of(&second)];
+        let (gone, stays) = (&both[leaves], &both[1 - leaves]);
+        let cancel = app.patch_task(gone, &json!({"status": "cancelled"})).await;
+        assert_eq!(cancel.status(), StatusCode::OK);
+        let waits = if in_backlog { "pending" } else { "queued" };
+        assert_eq!(app.task(stays).await["status"], waits);
+        let again = app.push("boefje", &work).await;
+        let case = format!("in the backlog: {in_backlog}, {gone} cancelled");
+        assert_eq!(again.status(), StatusCode::CONFLICT, "{case}");
+        assert!(detail(again).await.contains(stays.as_str()), "{case}");
+        let popped = app.pop_ok("boefje", 1, Some(&dns)).await;
+        assert_eq!(popped[0]["id"], stays.as_str(), "{case}");
+        assert!(app.pop_ok("boefje", 1, Some(&dns)).await.is_empty());
+    }
+}
+
 /// A boefje push in de-duplication group `key`.
 fn sibling_push(org: &str, key: &str, priority: i64, ooi: &str) -> Value {
     let mut body = boefje_push(org, "dns", Some(ooi), priority);
@@ -451,5 +499,6 @@ crate::backend_tests!(
     a_user_scan_into_a_heap_of_user_scans_waits_as_pending,
     a_scheduler_set_to_reject_answers_429_but_takes_user_scans,
     a_task_patched_back_to_queued_is_popped_again,
+    work_waiting_twice_is_still_known_once_one_of_the_two_leaves,
     a_boefje_pop_hands_out_a_de_duplication_group_together_and_each_task_once,
 );

@@ -6,7 +6,7 @@
 //! pending rows rank before the heap's worst (written by an older version, or `maxsize` changed),
 //! swapped in, so the heap again holds the best waiting tasks. Then the pending hashes.
 
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::BinaryHeap;
 
 use chrono::NaiveDateTime;
 use tracing::info;
@@ -14,7 +14,7 @@ use tracing::info;
 use super::leases::LeaseBook;
 use super::place::heap_task_of;
 use super::refill::{REFILL_BATCH, refilled, wanted};
-use super::state::{InFlightHashes, PENDING_HASHES_MAX, PendingSet, QueueState};
+use super::state::{InFlightHashes, PENDING_HASHES_MAX, PendingHashes, PendingSet, QueueState};
 use crate::domain::TaskStatus;
 use crate::queue::heap::{HeapTask, SchedulerHeap, hash_bytes};
 use crate::storage::rows::PopKey;
@@ -112,10 +112,10 @@ pub(crate) fn rebuild(
     tracing::debug!(scheduler.id = %s, duration_ms = t.elapsed().as_millis() as u64, "heap finished");
     // The hashes are read before the refill takes some of them out of the backlog.
     let hashes = if pending <= PENDING_HASHES_MAX as u64 {
-        let mut set = HashSet::new();
+        let mut set = PendingHashes::new();
         for h in tasks::pending_hashes(c, s, PENDING_HASHES_MAX)? {
             if let Some(b) = h.as_deref().and_then(hash_bytes) {
-                set.insert(b);
+                *set.entry(b).or_default() += 1;
             }
         }
         Some(set)

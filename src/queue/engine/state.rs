@@ -14,9 +14,9 @@ use crate::queue::fair::FairShare;
 use crate::queue::heap::{Rank, SchedulerHeap, hash_bytes};
 use crate::queue::types::SchedulerLimits;
 
-/// Hashes of pending tasks kept in memory per scheduler at most (16 bytes each, about 24 with
-/// the set's overhead). Beyond it the set is dropped and pushes ask the table again, until the
-/// backlog has drained.
+/// Hashes of pending tasks kept in memory per scheduler at most (16 bytes and a count each, about
+/// 30 with the map's overhead). Beyond it the hashes are dropped and pushes ask the table again,
+/// until the backlog has drained.
 pub const PENDING_HASHES_MAX: usize = 2_000_000;
 
 /// One scheduler's queue state.
@@ -231,13 +231,19 @@ impl Copies {
     }
 }
 
+/// Pending tasks per hash.
+pub(crate) type PendingHashes = HashMap<[u8; 16], u32>;
+
 /// What the engine knows of the pending backlog: how many tasks wait there and, while they are
 /// not too many, their hashes, so a push can tell a new task from a duplicate without a read.
 #[derive(Debug)]
 pub(crate) struct PendingSet {
     count: u64,
-    /// `None`: not known (too many, or not loaded); pushes must ask the table.
-    hashes: Option<HashSet<[u8; 16]>>,
+    /// How many pending tasks have each hash; `None`: not known (too many, or not loaded),
+    /// pushes must ask the table. Counted, not a set: the same work can wait twice (a task
+    /// given back or patched back to waiting while the work had been pushed again, a database
+    /// written by mula), and the one left must still be found once the other leaves.
+    hashes: Option<PendingHashes>,
     /// A task left the backlog that the count did not hold: rows changed behind the engine's
     /// back (by hand, a restore, another tool), so the count is low and must be read again
     /// ([`Self::needs_recount`]). A low count would stop the refill early and leave pending
@@ -249,7 +255,7 @@ impl Default for PendingSet {
     fn default() -> Self {
         Self {
             count: 0,
-            hashes: Some(HashSet::new()),
+            hashes: Some(PendingHashes::new()),
             drifted: false,
         }
     }
@@ -257,7 +263,7 @@ impl Default for PendingSet {
 
 impl PendingSet {
     /// A backlog of `count` tasks with these hashes (`None`: unknown).
-    pub fn with(count: u64, hashes: Option<HashSet<[u8; 16]>>) -> Self {
+    pub fn with(count: u64, hashes: Option<PendingHashes>) -> Self {
         let mut set = Self {
             count,
             hashes,
@@ -287,7 +293,7 @@ impl PendingSet {
     pub fn add(&mut self, hash: Option<&str>) {
         self.count += 1;
         if let (Some(set), Some(h)) = (self.hashes.as_mut(), hash.and_then(hash_bytes)) {
-            set.insert(h);
+            *set.entry(h).or_default() += 1;
             if set.len() > PENDING_HASHES_MAX {
                 self.hashes = None;
             }
@@ -301,8 +307,13 @@ impl PendingSet {
             self.drifted = true;
         }
         self.count = self.count.saturating_sub(1);
-        if let (Some(set), Some(h)) = (self.hashes.as_mut(), hash.and_then(hash_bytes)) {
-            set.remove(&h);
+        if let (Some(set), Some(h)) = (self.hashes.as_mut(), hash.and_then(hash_bytes))
+            && let Some(n) = set.get_mut(&h)
+        {
+            *n -= 1;
+            if *n == 0 {
+                set.remove(&h);
+            }
         }
         self.settle();
     }
@@ -331,7 +342,7 @@ impl PendingSet {
             return false;
         }
         match (&self.hashes, hash_bytes(hash)) {
-            (Some(set), Some(h)) => set.contains(&h),
+            (Some(set), Some(h)) => set.contains_key(&h),
             _ => true,
         }
     }
@@ -339,34 +350,45 @@ impl PendingSet {
     fn settle(&mut self) {
         // An empty backlog is fully known again.
         if self.count == 0 {
-            self.hashes = Some(HashSet::new());
+            self.hashes = Some(PendingHashes::new());
         }
     }
 }
 
 /// Hash → task, for the tasks in flight.
 #[derive(Debug, Default)]
-pub(crate) struct InFlightHashes(HashMap<[u8; 16], Uuid>);
+pub(crate) struct InFlightHashes(HashMap<[u8; 16], Vec<Uuid>>);
 
 impl InFlightHashes {
-    /// The task in flight with this hash, if any.
+    /// A task in flight with this hash, if any.
     pub fn find(&self, hash: &str) -> Option<Uuid> {
-        self.0.get(&hash_bytes(hash)?).copied()
+        self.0
+            .get(&hash_bytes(hash)?)
+            .and_then(|ids| ids.first())
+            .copied()
     }
 
-    /// Records a task's committed status: in flight, or not (any more).
+    /// Records a task's committed status: in flight, or not (any more). Every task of a hash is
+    /// kept: a user may push work again while it runs, and both may be out at once; the work is
+    /// in flight until the last of them finishes.
     pub fn record(&mut self, id: Uuid, hash: Option<&str>, status: TaskStatus) {
         let Some(h) = hash.and_then(hash_bytes) else {
             return;
         };
         if matches!(status, TaskStatus::Dispatched | TaskStatus::Running) {
-            self.0.insert(h, id);
-        } else if self.0.get(&h) == Some(&id) {
-            self.0.remove(&h);
+            let ids = self.0.entry(h).or_default();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        } else if let Some(ids) = self.0.get_mut(&h) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.0.remove(&h);
+            }
         }
     }
 
-    /// How many.
+    /// How many hashes.
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -393,7 +415,7 @@ mod tests {
         unknown.correct(0);
         assert!(!unknown.may_hold(&other), "an empty backlog is known");
         // A refill that came short: none counted, but the table may hold more.
-        let mut short = PendingSet::with(5, Some(HashSet::new()));
+        let mut short = PendingSet::with(5, Some(PendingHashes::new()));
         short.correct(0);
         short.drift();
         assert!(short.may_hold(&other), "drifted: ask the table");
@@ -433,5 +455,37 @@ mod tests {
         f.record(a, Some(&h), TaskStatus::Failed);
         assert_eq!(f.find(&h), None);
         assert_eq!(f.len(), 0);
+    }
+
+    #[test]
+    fn work_out_twice_is_in_flight_until_both_finish() {
+        let h = format!("{:032x}", 9u128);
+        for first_done in [0, 1] {
+            let ids = [Uuid::new_v4(), Uuid::new_v4()];
+            let mut f = InFlightHashes::default();
+            f.record(ids[0], Some(&h), TaskStatus::Running);
+            f.record(ids[1], Some(&h), TaskStatus::Dispatched);
+            f.record(ids[first_done], Some(&h), TaskStatus::Completed);
+            assert_eq!(f.find(&h), Some(ids[1 - first_done]));
+            f.record(ids[1 - first_done], Some(&h), TaskStatus::Completed);
+            assert_eq!(f.find(&h), None);
+        }
+    }
+
+    #[test]
+    fn work_waiting_twice_is_known_until_both_leave_the_backlog() {
+        let h = format!("{:032x}", 7u128);
+        let mut set = PendingSet::default();
+        set.add(Some(&h));
+        set.add(Some(&h));
+        set.remove(Some(&h));
+        assert!(set.may_hold(&h), "the other still waits");
+        set.remove(Some(&h));
+        assert!(!set.may_hold(&h));
+        let mut loaded = PendingHashes::new();
+        loaded.insert(hash_bytes(&h).unwrap(), 2);
+        let mut set = PendingSet::with(2, Some(loaded));
+        set.remove(Some(&h));
+        assert!(set.may_hold(&h), "as loaded from the table");
     }
 }

@@ -148,7 +148,7 @@ impl Slots {
             .copied()
     }
 
-    /// The slot of the task with this hash (the last one added, if several share it).
+    /// The slot of a task with this hash (any one, if several share it).
     pub fn find_hash(&self, hash: &[u8; 16]) -> Option<u32> {
         let slots = &self.slots;
         self.by_hash
@@ -194,19 +194,14 @@ impl Slots {
         self.by_id.insert_unique(hasher.hash_one(slot.id), at, |s| {
             hasher.hash_one(slots[*s as usize].id)
         });
-        if let Some(h) = slot.hash() {
-            // A newer task with the same hash takes the entry over, as the map did.
-            match self
-                .by_hash
-                .find_mut(hasher.hash_one(h), |s| slots[*s as usize].hash == h)
-            {
-                Some(entry) => *entry = at,
-                None => {
-                    self.by_hash.insert_unique(hasher.hash_one(h), at, |s| {
-                        hasher.hash_one(slots[*s as usize].hash)
-                    });
-                }
-            }
+        if slot.hash().is_some() {
+            // An entry per task, also when several share the hash (work given back or patched
+            // back to waiting while the same work had been pushed again): each is found until it
+            // leaves. One entry per hash lost the others as soon as its own task left.
+            self.by_hash
+                .insert_unique(hasher.hash_one(slot.hash), at, |s| {
+                    hasher.hash_one(slots[*s as usize].hash)
+                });
         }
         at
     }

@@ -1,0 +1,594 @@
+//! A random mix of what the platform's clients send, against a model of the contract, on a heap
+//! far smaller than the work: pushes of new and repeated work (boosts, duplicates), the runners'
+//! filtered pops, `running` / `completed` / `failed` patches, put-backs (`PATCH queued`), a
+//! runtime's give-back (the full task pushed again), cancellations, priority patches, illegal
+//! moves and restarts. Tasks move between the heap and the pending backlog all the time (refills,
+//! evictions, boosts of pending work), which is where the engine keeps copies of rows it has not
+//! written; the model knows nothing of that.
+//!
+//! After every step the answer must be the model's: a pop hands out the most urgent waiting task
+//! its filter matches (priority, then creation, then id), each task once, and is empty only when
+//! none waits; a push of work already waiting boosts that task or is a 409 naming it; a move the
+//! state machine refuses is a 409 and changes nothing. Every few steps the counts must add up
+//! (`qsize` + `pending` = the waiting tasks, the heap within `maxsize`), and at the end the
+//! waiting tasks pop in the model's order and every task's status is the model's.
+//! `KAT_MODEL_SEED` replays a run.
+
+use std::collections::HashMap;
+
+use chrono::NaiveDateTime;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use kat_scheduler::queue::fair::Fairness;
+
+const ORGS: [&str; 3] = ["org-a", "org-b", "org-c"];
+const BOEFJES: [&str; 4] = ["nmap", "dns-records", "ssl-certificates", "wappalyzer"];
+
+/// One run's shape.
+#[derive(Clone, Copy)]
+struct Mix {
+    /// The boefje heap's `maxsize`.
+    maxsize: usize,
+    /// Objects the work is for (and one more: none, a boefje run on the organisation). Few
+    /// objects make the same work come again often.
+    objects: usize,
+    /// Distinct work pushed before the mix begins.
+    preload: usize,
+    steps: usize,
+    /// A restart after every this many steps.
+    restart_every: usize,
+    /// Of every hundred steps, how many push and how many pop (the rest patch, hurry and give
+    /// back).
+    pushes: usize,
+    pops: usize,
+}
+
+fn object(mix: &Mix, i: usize) -> Option<String> {
+    (i < mix.objects).then(|| format!("Hostname|internet|h{i}.example.com"))
+}
+
+/// Two images: the first two boefjes share one, the others the second.
+fn image(boefje: usize) -> String {
+    format!("ghcr.io/minvws/openkat/img{}:latest", boefje / 2)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Waiting,
+    Dispatched,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl Status {
+    fn of(answer: &str) -> Status {
+        match answer {
+            "queued" | "pending" => Status::Waiting,
+            "dispatched" => Status::Dispatched,
+            "running" => Status::Running,
+            "completed" => Status::Completed,
+            "failed" => Status::Failed,
+            "cancelled" => Status::Cancelled,
+            other => panic!("a status the API does not answer: {other}"),
+        }
+    }
+}
+
+/// The work a task does: organisation, boefje and object, by index (its hash).
+type Work = (usize, usize, usize);
+
+struct Task {
+    id: String,
+    work: Work,
+    priority: i64,
+    created_at: NaiveDateTime,
+    status: Status,
+    /// The task as a pop answered it (what a runtime pushes back).
+    popped: Option<Value>,
+}
+
+impl Task {
+    fn rank(&self) -> (i64, NaiveDateTime, &str) {
+        (self.priority, self.created_at, &self.id)
+    }
+}
+
+/// A runner's filter: the organisation column, images or boefje ids, or an organisation and an
+/// image together.
+#[derive(Clone, Debug)]
+enum Filter {
+    None,
+    Orgs(Vec<usize>),
+    Images(Vec<usize>),
+    Boefjes(Vec<usize>),
+    OrgAndImage(usize, usize),
+}
+
+impl Filter {
+    fn random(rng: &mut Rng) -> Filter {
+        let some = |rng: &mut Rng, n: usize| -> Vec<usize> {
+            let mut v: Vec<usize> = (0..1 + rng.below(2)).map(|_| rng.below(n)).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        match rng.below(6) {
+            0 | 1 => Filter::None,
+            2 => Filter::Orgs(some(rng, ORGS.len())),
+            3 => Filter::Images(some(rng, 2)),
+            4 => Filter::Boefjes(some(rng, BOEFJES.len())),
+            _ => Filter::OrgAndImage(rng.below(ORGS.len()), rng.below(2)),
+        }
+    }
+
+    fn matches(&self, w: Work) -> bool {
+        let (org, boefje, _) = w;
+        match self {
+            Filter::None => true,
+            Filter::Orgs(o) => o.contains(&org),
+            Filter::Images(i) => i.contains(&(boefje / 2)),
+            Filter::Boefjes(b) => b.contains(&boefje),
+            Filter::OrgAndImage(o, i) => *o == org && *i == boefje / 2,
+        }
+    }
+
+    /// The body a runner sends: the filter language's list of conditions.
+    fn body(&self) -> Option<Value> {
+        let org = |o: &[usize]| {
+            if let [one] = o {
+                json!({"column": "organisation", "operator": "==", "value": ORGS[*one]})
+            } else {
+                let v: Vec<&str> = o.iter().map(|&i| ORGS[i]).collect();
+                json!({"column": "organisation", "operator": "in", "value": v})
+            }
+        };
+        let images = |i: &[usize]| {
+            let v: Vec<String> = i.iter().map(|&i| image(2 * i)).collect();
+            json!({"column": "data", "field": "boefje__oci_image", "operator": "in", "value": v})
+        };
+        let conds = match self {
+            Filter::None => return None,
+            Filter::Orgs(o) => vec![org(o)],
+            Filter::Images(i) => vec![images(i)],
+            Filter::Boefjes(b) => {
+                let v: Vec<&str> = b.iter().map(|&i| BOEFJES[i]).collect();
+                vec![json!({"column": "data", "field": "boefje__id", "operator": "in", "value": v})]
+            }
+            Filter::OrgAndImage(o, i) => vec![org(&[*o]), images(&[*i])],
+        };
+        Some(json!({ "filters": conds }))
+    }
+}
+
+#[derive(Default)]
+struct Model {
+    tasks: Vec<Task>,
+    by_id: HashMap<String, usize>,
+}
+
+impl Model {
+    fn get(&mut self, id: &str) -> &mut Task {
+        let at = self.by_id[id];
+        &mut self.tasks[at]
+    }
+
+    /// The most urgent waiting task `filter` matches.
+    fn best(&self, filter: &Filter) -> Option<&Task> {
+        self.tasks
+            .iter()
+            .filter(|t| t.status == Status::Waiting && filter.matches(t.work))
+            .min_by(|a, b| a.rank().cmp(&b.rank()))
+    }
+
+    fn waiting(&self) -> Vec<&Task> {
+        let mut w: Vec<&Task> = self
+            .tasks
+            .iter()
+            .filter(|t| t.status == Status::Waiting)
+            .collect();
+        w.sort_by(|a, b| a.rank().cmp(&b.rank()));
+        w
+    }
+
+    /// A random task in one of `statuses`, if any.
+    fn pick(&self, rng: &mut Rng, statuses: &[Status]) -> Option<String> {
+        let ids: Vec<&Task> = self
+            .tasks
+            .iter()
+            .filter(|t| statuses.contains(&t.status))
+            .collect();
+        (!ids.is_empty()).then(|| ids[rng.below(ids.len())].id.clone())
+    }
+
+    fn add(&mut self, task: &Value, work: Work) {
+        let id = id_of(task);
+        self.by_id.insert(id.clone(), self.tasks.len());
+        self.tasks.push(Task {
+            id,
+            work,
+            priority: task["priority"].as_i64().unwrap(),
+            created_at: time_of(task),
+            status: Status::of(task["status"].as_str().unwrap()),
+            popped: None,
+        });
+    }
+}
+
+fn time_of(task: &Value) -> NaiveDateTime {
+    let s = task["created_at"].as_str().expect("created_at");
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.naive_utc())
+        .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f"))
+        .unwrap_or_else(|e| panic!("created_at {s}: {e}"))
+}
+
+fn push_body(mix: &Mix, w: Work, priority: i64) -> Value {
+    let (org, boefje, ooi) = w;
+    let ooi = object(mix, ooi);
+    let mut body = boefje_push(ORGS[org], BOEFJES[boefje], ooi.as_deref(), priority);
+    body["data"]["boefje"]["oci_image"] = json!(image(boefje));
+    body
+}
+
+/// One step's context, for the failure message.
+struct Step<'a> {
+    n: usize,
+    seed: u64,
+    backend: &'a Backend,
+    mix: &'a Mix,
+}
+
+impl std::fmt::Display for Step<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "step {} ({:?}, maxsize {}; replay with KAT_MODEL_SEED={})",
+            self.n, self.backend, self.mix.maxsize, self.seed
+        )
+    }
+}
+
+async fn push(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
+    let w = (
+        rng.below(ORGS.len()),
+        rng.below(BOEFJES.len()),
+        rng.below(at.mix.objects + 1),
+    );
+    push_work(app, model, w, 1 + rng.below(9) as i64, at).await;
+}
+
+async fn push_work(app: &TestApp, model: &mut Model, w: Work, priority: i64, at: &Step<'_>) {
+    app.advance(chrono::Duration::milliseconds(1));
+    let resp = app.push("boefje", &push_body(at.mix, w, priority)).await;
+    let code = resp.status();
+    // The same work waiting: only a give-back or a put-back of a task whose work was pushed again
+    // while it ran makes two.
+    let same: Vec<(String, i64)> = model
+        .tasks
+        .iter()
+        .filter(|t| t.status == Status::Waiting && t.work == w)
+        .map(|t| (t.id.clone(), t.priority))
+        .collect();
+    match code {
+        StatusCode::CREATED => {
+            assert!(
+                same.is_empty(),
+                "{at}: work already waiting as {same:?} was stored again"
+            );
+            model.add(&resp.json().await.unwrap(), w);
+        }
+        StatusCode::OK => {
+            let task: Value = resp.json().await.unwrap();
+            let id = id_of(&task);
+            let was = same.iter().find(|(s, _)| *s == id).map(|(_, p)| *p);
+            assert!(
+                was.is_some_and(|p| priority < p),
+                "{at}: a push at {priority} answered 200 with {id}, not a less urgent waiting task of the same work ({same:?})"
+            );
+            assert_eq!(task["priority"], priority, "{at}: the boost's answer");
+            assert_eq!(
+                Status::of(task["status"].as_str().unwrap()),
+                Status::Waiting
+            );
+            model.get(&id).priority = priority;
+        }
+        StatusCode::CONFLICT => {
+            let detail = detail(resp).await;
+            assert!(
+                same.iter()
+                    .any(|(id, p)| *p <= priority && detail.contains(id.as_str())),
+                "{at}: a push at {priority} refused ({detail}), while the same work waits as {same:?}"
+            );
+        }
+        other => panic!("{at}: push answered {other}: {}", detail(resp).await),
+    }
+}
+
+async fn pop(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
+    let filter = Filter::random(rng);
+    let resp = app.pop("boefje", Some(1), filter.body().as_ref()).await;
+    if resp.status() != StatusCode::OK {
+        let code = resp.status();
+        panic!(
+            "{at}: a pop with {filter:?} answered {code}: {}",
+            detail(resp).await
+        );
+    }
+    let body: Value = resp.json().await.unwrap();
+    let got = body["results"].as_array().unwrap().clone();
+    let want = model.best(&filter).map(|t| t.id.clone());
+    let ids: Vec<String> = got.iter().map(id_of).collect();
+    assert_eq!(
+        ids,
+        want.iter().cloned().collect::<Vec<_>>(),
+        "{at}: a pop with {filter:?} (the model's waiting tasks, best first: {:?})",
+        model
+            .waiting()
+            .iter()
+            .map(|t| (&t.id, t.priority, t.work))
+            .collect::<Vec<_>>()
+    );
+    if let Some(task) = got.into_iter().next() {
+        assert_eq!(task["status"], "dispatched", "{at}");
+        let t = model.get(&id_of(&task));
+        t.status = Status::Dispatched;
+        t.popped = Some(task);
+    }
+}
+
+/// A patch the state machine allows, or (now and then) one it refuses.
+async fn patch(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
+    use Status::*;
+    let (id, to, legal) = match rng.below(10) {
+        0..=5 => {
+            let Some(id) = model.pick(rng, &[Dispatched, Running]) else {
+                return;
+            };
+            let from = model.get(&id).status;
+            let to = match (from, rng.below(6)) {
+                (Dispatched, 0 | 1) => "running",
+                (_, 0..=2) => "completed",
+                (_, 3) => "failed",
+                (_, 4) => "queued",
+                _ => "cancelled",
+            };
+            (id, to, true)
+        }
+        6 | 7 => {
+            let Some(id) = model.pick(rng, &[Waiting]) else {
+                return;
+            };
+            (
+                id,
+                if rng.below(2) == 0 {
+                    "cancelled"
+                } else {
+                    "failed"
+                },
+                true,
+            )
+        }
+        _ => {
+            let Some(id) = model.pick(rng, &[Completed, Failed, Cancelled]) else {
+                return;
+            };
+            (
+                id,
+                if rng.below(2) == 0 {
+                    "running"
+                } else {
+                    "queued"
+                },
+                false,
+            )
+        }
+    };
+    let resp = app.patch_task(&id, &json!({ "status": to })).await;
+    if !legal {
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{at}: {id} to {to}");
+        return;
+    }
+    assert_eq!(
+        resp.status(),
+        StatusCode::OK,
+        "{at}: {id} from {:?} to {to}",
+        model.get(&id).status
+    );
+    let task: Value = resp.json().await.unwrap();
+    let status = Status::of(task["status"].as_str().unwrap());
+    assert_eq!(status, Status::of(to), "{at}: {id} patched to {to}");
+    model.get(&id).status = status;
+}
+
+/// A more urgent priority for a waiting task, as an operator sets one.
+async fn hurry(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
+    let Some(id) = model.pick(rng, &[Status::Waiting]) else {
+        return;
+    };
+    let p = model.get(&id).priority;
+    if p <= 1 {
+        return;
+    }
+    let to = 1 + rng.below((p - 1) as usize) as i64;
+    let resp = app.patch_task(&id, &json!({ "priority": to })).await;
+    assert_eq!(resp.status(), StatusCode::OK, "{at}: {id} to priority {to}");
+    model.get(&id).priority = to;
+}
+
+/// A runtime stopping gives back a task it was handed: the task as it got it, pushed again. It
+/// waits again, unless the same work waits already as another task (pushed while this one was
+/// out): then the push is a 409 naming that task, and this one stays where it was.
+async fn give_back(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
+    let Some(id) = model.pick(rng, &[Status::Dispatched, Status::Running]) else {
+        return;
+    };
+    let t = model.get(&id);
+    let (body, work, status) = (t.popped.clone().expect("popped"), t.work, t.status);
+    let same: Vec<String> = model
+        .tasks
+        .iter()
+        .filter(|t| t.status == Status::Waiting && t.work == work)
+        .map(|t| t.id.clone())
+        .collect();
+    let resp = app.push("boefje", &body).await;
+    let code = resp.status();
+    match code {
+        StatusCode::OK if same.is_empty() => {
+            let task: Value = resp.json().await.unwrap();
+            assert_eq!(id_of(&task), id, "{at}");
+            assert_eq!(
+                Status::of(task["status"].as_str().unwrap()),
+                Status::Waiting
+            );
+            model.get(&id).status = Status::Waiting;
+        }
+        StatusCode::CONFLICT if !same.is_empty() => {
+            let detail = detail(resp).await;
+            assert!(
+                same.iter().any(|s| detail.contains(s.as_str())),
+                "{at}: give-back of {id} refused ({detail}), the same work waiting as {same:?}"
+            );
+        }
+        _ => {
+            let body = resp.text().await.unwrap();
+            let mut seen = Vec::new();
+            for s in &same {
+                let t = app.task(s).await;
+                seen.push((
+                    t["status"].clone(),
+                    t["hash"].clone(),
+                    t["priority"].clone(),
+                ));
+            }
+            let me = app.task(&id).await;
+            panic!(
+                "{at}: give-back of {id} ({status:?}, hash {}; the same work waiting as {same:?}, in the table {seen:?}) answered {code}: {body}",
+                me["hash"]
+            )
+        }
+    }
+}
+
+async fn counts_add_up(app: &TestApp, model: &Model, at: &Step<'_>) {
+    let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+    let (q, p) = (
+        s["qsize"].as_u64().unwrap() as usize,
+        s["pending"].as_u64().unwrap() as usize,
+    );
+    let waiting = model.waiting().len();
+    let max = at.mix.maxsize;
+    assert!(q <= max, "{at}: qsize {q} beyond maxsize {max}");
+    // (Whether the heap is full right now depends on whether the refill after the last pop
+    // has run yet; what pops hand out is checked against the model's order at every step.)
+    assert_eq!(q + p, waiting, "{at}: qsize {q} + pending {p}");
+}
+
+/// Runs `mix` against the model on `backend`.
+async fn run(backend: Backend, mix: Mix) {
+    let tweak = |s: &mut kat_scheduler::config::Settings| {
+        s.queue.maxsize = mix.maxsize;
+        // Organisations taking turns is another order (tests/it/fairness.rs); priority and age
+        // alone here.
+        s.schedulers.boefje.fairness = Some(Fairness::Off);
+    };
+    let Some(mut app) = spawn_app_with(backend, tweak).await else {
+        return;
+    };
+    let seed = seed_from_env("KAT_MODEL_SEED", "the clients' mix against the model");
+    let mut rng = Rng(seed);
+    let mut model = Model::default();
+    let step = |n| Step {
+        n,
+        seed,
+        backend: &backend,
+        mix: &mix,
+    };
+    for i in 0..mix.preload {
+        let w = (i % ORGS.len(), (i / ORGS.len()) % BOEFJES.len(), i / 12);
+        push_work(&app, &mut model, w, 2 + rng.below(8) as i64, &step(0)).await;
+    }
+    for n in 0..mix.steps {
+        let at = step(n);
+        let (pushes, pops) = (mix.pushes, mix.pushes + mix.pops);
+        match rng.below(100) {
+            k if k < pushes => push(&app, &mut model, &mut rng, &at).await,
+            k if k < pops => pop(&app, &mut model, &mut rng, &at).await,
+            k if k < pops + (100 - pops) * 2 / 3 => patch(&app, &mut model, &mut rng, &at).await,
+            k if k < pops + (100 - pops) * 5 / 6 => hurry(&app, &mut model, &mut rng, &at).await,
+            _ => give_back(&app, &mut model, &mut rng, &at).await,
+        }
+        if n % 20 == 19 {
+            counts_add_up(&app, &model, &at).await;
+        }
+        if n % mix.restart_every == mix.restart_every - 1 {
+            app = app.restart().await;
+            counts_add_up(&app, &model, &at).await;
+        }
+    }
+    let at = step(mix.steps);
+    // Every task's status and priority are the model's ...
+    for t in &model.tasks {
+        let got = app.task(&t.id).await;
+        assert_eq!(
+            (
+                Status::of(got["status"].as_str().unwrap()),
+                got["priority"].as_i64()
+            ),
+            (t.status, Some(t.priority)),
+            "{at}: task {}",
+            t.id
+        );
+    }
+    // ... and the waiting ones pop in its order, then nothing.
+    let order: Vec<String> = model.waiting().iter().map(|t| t.id.clone()).collect();
+    let mut popped = Vec::new();
+    loop {
+        let got = app.pop_ok("boefje", 1, None).await;
+        let Some(t) = got.first() else { break };
+        popped.push(id_of(t));
+        assert!(popped.len() <= order.len(), "{at}: more popped than waited");
+    }
+    assert_eq!(popped, order, "{at}: the waiting tasks drained");
+}
+
+/// A heap of five and work that comes again often: boosts, duplicates and evictions at most
+/// steps, a refill after every pop, the engine's copies of rows read but not written met by
+/// every kind of request.
+async fn a_random_mix_of_the_clients_requests_answers_as_the_model_does(backend: Backend) {
+    let mix = Mix {
+        maxsize: 5,
+        objects: 3,
+        preload: 0,
+        steps: 1_200,
+        restart_every: 400,
+        pushes: 38,
+        pops: 32,
+    };
+    run(backend, mix).await;
+}
+
+/// A heap of a thousand over a backlog: refills of a hundred tasks and more (the room of a tenth
+/// of the heap), which on PostgreSQL read on a connection of their own beside the engine while
+/// pops of the heap go on.
+async fn the_same_mix_over_a_backlog_with_refills_beside_the_engine(backend: Backend) {
+    let mix = Mix {
+        maxsize: 1_000,
+        objects: 300,
+        preload: 2_500,
+        steps: 2_000,
+        restart_every: 1_000,
+        // Pops well ahead of pushes, so the heap's room reaches a tenth again and again.
+        pushes: 10,
+        pops: 65,
+    };
+    run(backend, mix).await;
+}
+
+crate::backend_tests!(
+    a_random_mix_of_the_clients_requests_answers_as_the_model_does,
+    the_same_mix_over_a_backlog_with_refills_beside_the_engine
+);
