@@ -2,9 +2,9 @@
 //! far smaller than the work: pushes of new and repeated work (boosts, duplicates), the runners'
 //! filtered pops, `running` / `completed` / `failed` patches, put-backs (`PATCH queued`), a
 //! runtime's give-back (the full task pushed again), cancellations, priority patches, illegal
-//! moves and restarts. Tasks move between the heap and the pending backlog all the time (refills,
-//! evictions, boosts of pending work), which is where the engine keeps copies of rows it has not
-//! written; the model knows nothing of that.
+//! moves, dispatch leases that end, and restarts. Tasks move between the heap and the pending
+//! backlog all the time (refills, evictions, boosts of pending work), which is where the engine
+//! keeps copies of rows it has not written; the model knows nothing of that.
 //!
 //! After every step the answer must be the model's: a pop hands out the most urgent waiting task
 //! its filter matches (priority, then creation, then id), each task once, and is empty only when
@@ -24,6 +24,9 @@ use crate::helpers::*;
 use kat_scheduler::queue::fair::Fairness;
 
 const ORGS: [&str; 3] = ["org-a", "org-b", "org-c"];
+/// The defaults: a popped task's lease, and the leases that may end before it is failed.
+const DISPATCH_LEASE_SECS: u64 = kat_scheduler::config::DEFAULT_DISPATCH_TIMEOUT_SECS;
+const MAX_ATTEMPTS: u32 = kat_scheduler::config::DEFAULT_MAX_ATTEMPTS;
 const BOEFJES: [&str; 4] = ["nmap", "dns-records", "ssl-certificates", "wappalyzer"];
 
 /// One run's shape.
@@ -89,6 +92,11 @@ struct Task {
     status: Status,
     /// The task as a pop answered it (what a runtime pushes back).
     popped: Option<Value>,
+    /// Leases that ended while it was out.
+    attempts: u32,
+    /// Taken back by the watchdog, and no `running` or `completed` since: its old holder's word
+    /// is still taken (a late `running` or result).
+    taken_back: bool,
 }
 
 impl Task {
@@ -214,6 +222,8 @@ impl Model {
             created_at: time_of(task),
             status: Status::of(task["status"].as_str().unwrap()),
             popped: None,
+            attempts: 0,
+            taken_back: false,
         });
     }
 }
@@ -376,15 +386,15 @@ async fn patch(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
             let Some(id) = model.pick(rng, &[Completed, Failed, Cancelled]) else {
                 return;
             };
-            (
-                id,
-                if rng.below(2) == 0 {
-                    "running"
-                } else {
-                    "queued"
-                },
-                false,
-            )
+            let to = if rng.below(2) == 0 {
+                "running"
+            } else {
+                "queued"
+            };
+            // A task failed by the watchdog still takes its old holder's late `running`.
+            let t = model.get(&id);
+            let late = t.taken_back && t.status == Failed && to == "running";
+            (id, to, late)
         }
     };
     let resp = app.patch_task(&id, &json!({ "status": to })).await;
@@ -401,7 +411,47 @@ async fn patch(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
     let task: Value = resp.json().await.unwrap();
     let status = Status::of(task["status"].as_str().unwrap());
     assert_eq!(status, Status::of(to), "{at}: {id} patched to {to}");
-    model.get(&id).status = status;
+    let t = model.get(&id);
+    t.status = status;
+    if matches!(status, Running | Completed) {
+        t.taken_back = false;
+    }
+}
+
+/// The dispatch lease passes: the watchdog takes back every task still `dispatched` (its runner
+/// never reported), to wait again, or failed once it has used up its attempts. `running` tasks
+/// keep their run lease (a day, for holders that send no heartbeat: longer than a run's lapses
+/// add up to).
+async fn lapse(app: &TestApp, model: &mut Model, at: &Step<'_>) {
+    app.advance(chrono::Duration::seconds(DISPATCH_LEASE_SECS as i64 + 1));
+    let report = app.sweep().await;
+    let (mut requeued, mut failed) = (Vec::new(), Vec::new());
+    for t in &mut model.tasks {
+        if t.status != Status::Dispatched {
+            continue;
+        }
+        t.attempts += 1;
+        t.taken_back = true;
+        if t.attempts >= MAX_ATTEMPTS {
+            t.status = Status::Failed;
+            failed.push(t.id.clone());
+        } else {
+            t.status = Status::Waiting;
+            requeued.push(t.id.clone());
+        }
+    }
+    let sorted = |ids: &[uuid::Uuid]| {
+        let mut v: Vec<String> = ids.iter().map(|u| u.to_string()).collect();
+        v.sort();
+        v
+    };
+    requeued.sort();
+    failed.sort();
+    assert_eq!(
+        (sorted(&report.requeued), sorted(&report.failed)),
+        (requeued, failed),
+        "{at}: the watchdog's sweep (requeued, failed)"
+    );
 }
 
 /// A more urgent priority for a waiting task, as an operator sets one.
@@ -515,6 +565,7 @@ async fn run(backend: Backend, mix: Mix) {
         let at = step(n);
         let (pushes, pops) = (mix.pushes, mix.pushes + mix.pops);
         match rng.below(100) {
+            _ if rng.below(100) == 0 => lapse(&app, &mut model, &at).await,
             k if k < pushes => push(&app, &mut model, &mut rng, &at).await,
             k if k < pops => pop(&app, &mut model, &mut rng, &at).await,
             k if k < pops + (100 - pops) * 2 / 3 => patch(&app, &mut model, &mut rng, &at).await,
