@@ -27,6 +27,8 @@ const ORGS: [&str; 3] = ["org-a", "org-b", "org-c"];
 /// The defaults: a popped task's lease, and the leases that may end before it is failed.
 const DISPATCH_LEASE_SECS: u64 = kat_scheduler::config::DEFAULT_DISPATCH_TIMEOUT_SECS;
 const MAX_ATTEMPTS: u32 = kat_scheduler::config::DEFAULT_MAX_ATTEMPTS;
+/// A user scan's priority: it comes before automatic work, turns or not.
+const USER_PRIORITY: i64 = 1;
 const BOEFJES: [&str; 4] = ["nmap", "dns-records", "ssl-certificates", "wappalyzer"];
 
 /// One run's shape.
@@ -46,6 +48,10 @@ struct Mix {
     /// back).
     pushes: usize,
     pops: usize,
+    /// Organisations take turns (the boefje scheduler's default): pops are checked for what
+    /// turns keep (a waiting match, user scans first, no empty answer while one waits), not for
+    /// the order of priority alone.
+    fair: bool,
 }
 
 fn object(mix: &Mix, i: usize) -> Option<String> {
@@ -332,16 +338,45 @@ async fn pop(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
     let got = body["results"].as_array().unwrap().clone();
     let want = model.best(&filter).map(|t| t.id.clone());
     let ids: Vec<String> = got.iter().map(id_of).collect();
-    assert_eq!(
-        ids,
-        want.iter().cloned().collect::<Vec<_>>(),
-        "{at}: a pop with {filter:?} (the model's waiting tasks, best first: {:?})",
+    let waiting = || {
         model
             .waiting()
             .iter()
-            .map(|t| (&t.id, t.priority, t.work))
+            .map(|t| (t.id.clone(), t.priority, t.work))
             .collect::<Vec<_>>()
-    );
+    };
+    if at.mix.fair {
+        // Organisations take turns: any waiting match may come first, except that user scans
+        // come before automatic work; never an empty answer while a match waits.
+        assert_eq!(
+            ids.len(),
+            usize::from(want.is_some()),
+            "{at}: a pop with {filter:?} (waiting: {:?})",
+            waiting()
+        );
+        if let Some(id) = ids.first() {
+            let t = &model.tasks[model.by_id[id]];
+            assert!(
+                t.status == Status::Waiting && filter.matches(t.work),
+                "{at}: a pop with {filter:?} handed out {id} ({:?}, work {:?})",
+                t.status,
+                t.work
+            );
+            let best = model.best(&filter).map_or(0, |b| b.priority);
+            assert!(
+                best > USER_PRIORITY || t.priority <= USER_PRIORITY,
+                "{at}: automatic work {id} ({}) before a user scan",
+                t.priority
+            );
+        }
+    } else {
+        assert_eq!(
+            ids,
+            want.iter().cloned().collect::<Vec<_>>(),
+            "{at}: a pop with {filter:?} (the model's waiting tasks, best first: {:?})",
+            waiting()
+        );
+    }
     if let Some(task) = got.into_iter().next() {
         assert_eq!(task["status"], "dispatched", "{at}");
         let t = model.get(&id_of(&task));
@@ -541,9 +576,9 @@ async fn counts_add_up(app: &TestApp, model: &Model, at: &Step<'_>) {
 async fn run(backend: Backend, mix: Mix) {
     let tweak = |s: &mut kat_scheduler::config::Settings| {
         s.queue.maxsize = mix.maxsize;
-        // Organisations taking turns is another order (tests/it/fairness.rs); priority and age
-        // alone here.
-        s.schedulers.boefje.fairness = Some(Fairness::Off);
+        if !mix.fair {
+            s.schedulers.boefje.fairness = Some(Fairness::Off);
+        }
     };
     let Some(mut app) = spawn_app_with(backend, tweak).await else {
         return;
@@ -603,7 +638,14 @@ async fn run(backend: Backend, mix: Mix) {
         popped.push(id_of(t));
         assert!(popped.len() <= order.len(), "{at}: more popped than waited");
     }
-    assert_eq!(popped, order, "{at}: the waiting tasks drained");
+    if mix.fair {
+        let (mut a, mut b) = (popped, order);
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "{at}: the waiting tasks drained, in turns");
+    } else {
+        assert_eq!(popped, order, "{at}: the waiting tasks drained");
+    }
 }
 
 /// A heap of five and work that comes again often: boosts, duplicates and evictions at most
@@ -618,6 +660,7 @@ async fn a_random_mix_of_the_clients_requests_answers_as_the_model_does(backend:
         restart_every: 400,
         pushes: 38,
         pops: 32,
+        fair: false,
     };
     run(backend, mix).await;
 }
@@ -635,11 +678,28 @@ async fn the_same_mix_over_a_backlog_with_refills_beside_the_engine(backend: Bac
         // Pops well ahead of pushes, so the heap's room reaches a tenth again and again.
         pushes: 10,
         pops: 65,
+        fair: false,
+    };
+    run(backend, mix).await;
+}
+
+/// The heap of five with organisations taking turns, as the boefje scheduler runs by default.
+async fn the_mix_with_organisations_taking_turns(backend: Backend) {
+    let mix = Mix {
+        maxsize: 5,
+        objects: 3,
+        preload: 0,
+        steps: 1_200,
+        restart_every: 400,
+        pushes: 38,
+        pops: 32,
+        fair: true,
     };
     run(backend, mix).await;
 }
 
 crate::backend_tests!(
     a_random_mix_of_the_clients_requests_answers_as_the_model_does,
-    the_same_mix_over_a_backlog_with_refills_beside_the_engine
+    the_same_mix_over_a_backlog_with_refills_beside_the_engine,
+    the_mix_with_organisations_taking_turns
 );
