@@ -15,8 +15,8 @@ use crate::queue::heap::{Rank, SchedulerHeap, hash_bytes};
 use crate::queue::types::SchedulerLimits;
 
 /// Hashes of pending tasks kept in memory per scheduler at most (16 bytes and a count each, 24 to
-/// 48 with the map's overhead as it fills and grows: 88 MB at this bound). Beyond it the hashes are dropped and pushes ask the table again,
-/// until the backlog has drained.
+/// 48 with the map's overhead as it fills and grows: 88 MB at this bound). Beyond it the hashes
+/// are dropped and pushes ask the table again, until the backlog has drained.
 pub const PENDING_HASHES_MAX: usize = 2_000_000;
 
 /// One scheduler's queue state.
