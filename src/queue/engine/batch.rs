@@ -24,8 +24,9 @@ pub(crate) struct BatchRows {
     created: Vec<Uuid>,
     /// Read and then changed: updated.
     changed: HashSet<Uuid>,
-    /// Waiting tasks of this scheduler by hash, as this batch knows them.
-    waiting_by_hash: HashMap<String, Uuid>,
+    /// Waiting tasks of this scheduler by hash, as this batch knows them: every one, since the
+    /// same work can wait twice (see `PendingSet`), and the other still waits when one leaves.
+    waiting_by_hash: HashMap<String, Vec<Uuid>>,
     /// Heap tasks this batch evicted without their rows, by hash, with their priorities: they
     /// still wait, so a later push of the same work in the batch meets them.
     evicted_by_hash: HashMap<String, (Uuid, i64)>,
@@ -160,7 +161,7 @@ impl BatchRows {
                 && row.scheduler_id == scheduler
                 && let Some(hash) = &row.hash
             {
-                self.waiting_by_hash.insert(hash.clone(), id);
+                self.waits(hash, id);
             }
             self.rows.insert(id, row);
         }
@@ -181,7 +182,7 @@ impl BatchRows {
         if row.status.is_waiting()
             && let Some(hash) = &row.hash
         {
-            self.waiting_by_hash.insert(hash.clone(), id);
+            self.waits(hash, id);
         }
         self.created.push(id);
         self.rows.insert(id, row);
@@ -191,9 +192,12 @@ impl BatchRows {
     pub fn update(&mut self, id: Uuid, row: TaskRow) {
         if let Some(hash) = &row.hash {
             if row.status.is_waiting() {
-                self.waiting_by_hash.insert(hash.clone(), id);
-            } else if self.waiting_by_hash.get(hash) == Some(&id) {
-                self.waiting_by_hash.remove(hash);
+                self.waits(hash, id);
+            } else if let Some(ids) = self.waiting_by_hash.get_mut(hash) {
+                ids.retain(|i| *i != id);
+                if ids.is_empty() {
+                    self.waiting_by_hash.remove(hash);
+                }
             }
         }
         if !self.created.contains(&id) {
@@ -209,10 +213,18 @@ impl BatchRows {
         }
     }
 
-    /// The waiting task with this hash, if the batch knows one (read, created or evicted).
+    fn waits(&mut self, hash: &str, id: Uuid) {
+        let ids = self.waiting_by_hash.entry(hash.to_owned()).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+
+    /// A waiting task with this hash, if the batch knows one (read, created or evicted).
     pub fn waiting_with_hash(&self, hash: &str) -> Option<Uuid> {
         self.waiting_by_hash
             .get(hash)
+            .and_then(|ids| ids.first())
             .or_else(|| self.evicted_by_hash.get(hash).map(|(id, _)| id))
             .copied()
     }
@@ -342,5 +354,24 @@ mod tests {
             0,
             "pops and patches of queued tasks write no queue row"
         );
+    }
+
+    #[test]
+    fn work_read_waiting_twice_is_still_known_when_one_leaves_in_the_batch() {
+        let (a, mut ra) = row(5, 1);
+        let (b, mut rb) = row(6, 2);
+        ra.status = TaskStatus::Pending;
+        rb.status = TaskStatus::Pending;
+        rb.hash = ra.hash.clone();
+        let h = ra.hash.clone().unwrap();
+        for leaves in [a, b] {
+            let mut rows = BatchRows::default();
+            rows.load(vec![ra.clone(), rb.clone()], &ra.scheduler_id);
+            let mut gone = rows.get(&leaves).cloned().unwrap();
+            gone.status = TaskStatus::Cancelled;
+            rows.update(leaves, gone);
+            let stays = if leaves == a { b } else { a };
+            assert_eq!(rows.waiting_with_hash(&h), Some(stays));
+        }
     }
 }
