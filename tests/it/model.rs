@@ -208,6 +208,16 @@ impl Model {
         w
     }
 
+    /// The waiting tasks of `work` (more than one only when work came back from a runner while
+    /// it had been pushed again), with their priorities.
+    fn waiting_for(&self, work: Work) -> Vec<(String, i64)> {
+        self.tasks
+            .iter()
+            .filter(|t| t.status == Status::Waiting && t.work == work)
+            .map(|t| (t.id.clone(), t.priority))
+            .collect()
+    }
+
     /// A random task in one of `statuses`, if any.
     fn pick(&self, rng: &mut Rng, statuses: &[Status]) -> Option<String> {
         let ids: Vec<&Task> = self
@@ -283,12 +293,7 @@ async fn push_work(app: &TestApp, model: &mut Model, w: Work, priority: i64, at:
     let code = resp.status();
     // The same work waiting: only a give-back or a put-back of a task whose work was pushed again
     // while it ran makes two.
-    let same: Vec<(String, i64)> = model
-        .tasks
-        .iter()
-        .filter(|t| t.status == Status::Waiting && t.work == w)
-        .map(|t| (t.id.clone(), t.priority))
-        .collect();
+    let same = model.waiting_for(w);
     match code {
         StatusCode::CREATED => {
             assert!(
@@ -514,10 +519,9 @@ async fn give_back(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_
     let t = model.get(&id);
     let (body, work, status) = (t.popped.clone().expect("popped"), t.work, t.status);
     let same: Vec<String> = model
-        .tasks
-        .iter()
-        .filter(|t| t.status == Status::Waiting && t.work == work)
-        .map(|t| t.id.clone())
+        .waiting_for(work)
+        .into_iter()
+        .map(|(id, _)| id)
         .collect();
     let resp = app.push("boefje", &body).await;
     let code = resp.status();
@@ -651,18 +655,19 @@ async fn run(backend: Backend, mix: Mix) {
 /// A heap of five and work that comes again often: boosts, duplicates and evictions at most
 /// steps, a refill after every pop, the engine's copies of rows read but not written met by
 /// every kind of request.
+const SMALL: Mix = Mix {
+    maxsize: 5,
+    objects: 3,
+    preload: 0,
+    steps: 1_200,
+    restart_every: 400,
+    pushes: 38,
+    pops: 32,
+    fair: false,
+};
+
 async fn a_random_mix_of_the_clients_requests_answers_as_the_model_does(backend: Backend) {
-    let mix = Mix {
-        maxsize: 5,
-        objects: 3,
-        preload: 0,
-        steps: 1_200,
-        restart_every: 400,
-        pushes: 38,
-        pops: 32,
-        fair: false,
-    };
-    run(backend, mix).await;
+    run(backend, SMALL).await;
 }
 
 /// A heap of a thousand over a backlog: refills of a hundred tasks and more (the room of a tenth
@@ -685,17 +690,14 @@ async fn the_same_mix_over_a_backlog_with_refills_beside_the_engine(backend: Bac
 
 /// The heap of five with organisations taking turns, as the boefje scheduler runs by default.
 async fn the_mix_with_organisations_taking_turns(backend: Backend) {
-    let mix = Mix {
-        maxsize: 5,
-        objects: 3,
-        preload: 0,
-        steps: 1_200,
-        restart_every: 400,
-        pushes: 38,
-        pops: 32,
-        fair: true,
-    };
-    run(backend, mix).await;
+    run(
+        backend,
+        Mix {
+            fair: true,
+            ..SMALL
+        },
+    )
+    .await;
 }
 
 crate::backend_tests!(

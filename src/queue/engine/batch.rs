@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
+use super::state::TasksByHash;
 use crate::domain::TaskStatus;
 use crate::metrics::{ByStatus, status_slot};
 use crate::storage::rows::TaskRow;
@@ -24,9 +25,8 @@ pub(crate) struct BatchRows {
     created: Vec<Uuid>,
     /// Read and then changed: updated.
     changed: HashSet<Uuid>,
-    /// Waiting tasks of this scheduler by hash, as this batch knows them: every one, since the
-    /// same work can wait twice (see `PendingSet`), and the other still waits when one leaves.
-    waiting_by_hash: HashMap<String, Vec<Uuid>>,
+    /// Waiting tasks of this scheduler by hash, as this batch knows them (every one of a hash).
+    waiting_by_hash: TasksByHash<String>,
     /// Heap tasks this batch evicted without their rows, by hash, with their priorities: they
     /// still wait, so a later push of the same work in the batch meets them.
     evicted_by_hash: HashMap<String, (Uuid, i64)>,
@@ -161,7 +161,7 @@ impl BatchRows {
                 && row.scheduler_id == scheduler
                 && let Some(hash) = &row.hash
             {
-                self.waits(hash, id);
+                self.waiting_by_hash.add(hash.clone(), id);
             }
             self.rows.insert(id, row);
         }
@@ -182,7 +182,7 @@ impl BatchRows {
         if row.status.is_waiting()
             && let Some(hash) = &row.hash
         {
-            self.waits(hash, id);
+            self.waiting_by_hash.add(hash.clone(), id);
         }
         self.created.push(id);
         self.rows.insert(id, row);
@@ -192,12 +192,9 @@ impl BatchRows {
     pub fn update(&mut self, id: Uuid, row: TaskRow) {
         if let Some(hash) = &row.hash {
             if row.status.is_waiting() {
-                self.waits(hash, id);
-            } else if let Some(ids) = self.waiting_by_hash.get_mut(hash) {
-                ids.retain(|i| *i != id);
-                if ids.is_empty() {
-                    self.waiting_by_hash.remove(hash);
-                }
+                self.waiting_by_hash.add(hash.clone(), id);
+            } else {
+                self.waiting_by_hash.remove(hash.as_str(), id);
             }
         }
         if !self.created.contains(&id) {
@@ -213,20 +210,11 @@ impl BatchRows {
         }
     }
 
-    fn waits(&mut self, hash: &str, id: Uuid) {
-        let ids = self.waiting_by_hash.entry(hash.to_owned()).or_default();
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
-
     /// A waiting task with this hash, if the batch knows one (read, created or evicted).
     pub fn waiting_with_hash(&self, hash: &str) -> Option<Uuid> {
         self.waiting_by_hash
-            .get(hash)
-            .and_then(|ids| ids.first())
-            .or_else(|| self.evicted_by_hash.get(hash).map(|(id, _)| id))
-            .copied()
+            .first(hash)
+            .or_else(|| self.evicted_by_hash.get(hash).map(|(id, _)| *id))
     }
 
     /// Records a heap task evicted without its row read: it waits on, as pending.

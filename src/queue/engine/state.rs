@@ -3,7 +3,9 @@
 //! thread owns it.
 
 use super::leases::LeaseBook;
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use uuid::Uuid;
@@ -355,36 +357,74 @@ impl PendingSet {
     }
 }
 
+/// Tasks by hash, every task of each: the same work can wait, or be out with runners, twice (a
+/// user pushes work again while it runs, and the first task comes back to waiting), and the one
+/// left must still be found once the other has gone.
+#[derive(Debug)]
+pub(crate) struct TasksByHash<K>(HashMap<K, Vec<Uuid>>);
+
+impl<K> Default for TasksByHash<K> {
+    fn default() -> Self {
+        Self(HashMap::new())
+    }
+}
+
+impl<K: Eq + Hash> TasksByHash<K> {
+    /// A task of this hash, if any.
+    pub fn first<Q: Eq + Hash + ?Sized>(&self, key: &Q) -> Option<Uuid>
+    where
+        K: Borrow<Q>,
+    {
+        self.0.get(key).and_then(|ids| ids.first()).copied()
+    }
+
+    /// Records a task of this hash (once).
+    pub fn add(&mut self, key: K, id: Uuid) {
+        let ids = self.0.entry(key).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+
+    /// Forgets a task of this hash.
+    pub fn remove<Q: Eq + Hash + ?Sized>(&mut self, key: &Q, id: Uuid)
+    where
+        K: Borrow<Q>,
+    {
+        if let Some(ids) = self.0.get_mut(key) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.0.remove(key);
+            }
+        }
+    }
+
+    /// How many hashes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// Hash → task, for the tasks in flight.
 #[derive(Debug, Default)]
-pub(crate) struct InFlightHashes(HashMap<[u8; 16], Vec<Uuid>>);
+pub(crate) struct InFlightHashes(TasksByHash<[u8; 16]>);
 
 impl InFlightHashes {
     /// A task in flight with this hash, if any.
     pub fn find(&self, hash: &str) -> Option<Uuid> {
-        self.0
-            .get(&hash_bytes(hash)?)
-            .and_then(|ids| ids.first())
-            .copied()
+        self.0.first(&hash_bytes(hash)?)
     }
 
-    /// Records a task's committed status: in flight, or not (any more). Every task of a hash is
-    /// kept: a user may push work again while it runs, and both may be out at once; the work is
-    /// in flight until the last of them finishes.
+    /// Records a task's committed status: in flight, or not (any more). The work is in flight
+    /// until the last of its tasks out finishes.
     pub fn record(&mut self, id: Uuid, hash: Option<&str>, status: TaskStatus) {
         let Some(h) = hash.and_then(hash_bytes) else {
             return;
         };
         if matches!(status, TaskStatus::Dispatched | TaskStatus::Running) {
-            let ids = self.0.entry(h).or_default();
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        } else if let Some(ids) = self.0.get_mut(&h) {
-            ids.retain(|i| *i != id);
-            if ids.is_empty() {
-                self.0.remove(&h);
-            }
+            self.0.add(h, id);
+        } else {
+            self.0.remove(&h, id);
         }
     }
 
