@@ -34,7 +34,9 @@
 //! `--sqlite` run only themselves, and `--default` adds the original measurements to them.
 //! `--depths D,D,…` (for `--workers`, default `10000,100000,1000000`; `1e5` works too),
 //! `--pending-queued Q` (default 100,000), `--pending-maxsize M` (default 10,000; also the heap
-//! bound of `--sqlite`), `--rare K` (default 500); for `--ingest`, `--messages M` per listener
+//! bound of `--sqlite`), `--pending-control` (the pending scenario with room in both brokers'
+//! heaps: two identical sides, for the spread its ratios have on the machine), `--rare K`
+//! (default 500); for `--ingest`, `--messages M` per listener
 //! round (default 20,000), `--objects O` per ColdStart round (default 100,000) over `--orgs K`
 //! organisations (default 10). `--vs PATH` (for `--sqlite`): another build of the broker. Counts
 //! (`--tasks` too) take `100_000` or `1e5`.
@@ -130,6 +132,9 @@ struct Options {
     pending: bool,
     pending_queued: usize,
     pending_maxsize: usize,
+    /// The pending scenario as its own control: both brokers with room in their heaps, so its
+    /// ratios say how far two identical sides measured this way differ on this machine.
+    pending_control: bool,
     /// Tasks of an image nothing else has, pushed into the full heap for the starvation check.
     rare: usize,
     /// Run the ingest scenario: the listener and ColdStart (see `broker/ingest.rs`).
@@ -211,6 +216,7 @@ fn options() -> Result<Options> {
         pending: false,
         pending_queued: 100_000,
         pending_maxsize: 10_000,
+        pending_control: false,
         rare: 500,
         ingest: false,
         cron: false,
@@ -259,6 +265,10 @@ fn options() -> Result<Options> {
             "--pending" => o.pending = true,
             "--pending-queued" => o.pending_queued = count(&value()?)?,
             "--pending-maxsize" => o.pending_maxsize = count(&value()?)?,
+            "--pending-control" => {
+                o.pending = true;
+                o.pending_control = true;
+            }
             "--rare" => o.rare = count(&value()?)?,
             "--ingest" => o.ingest = true,
             "--cron" => o.cron = true,

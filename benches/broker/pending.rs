@@ -34,6 +34,10 @@
 //! hash, on `tasks` never analysed, as a lookup of the hash index per hash against one `IN` list
 //! (`hash_read_lookups_vs_list=`).
 //!
+//! `--pending-control` runs the same with room in both brokers' heaps and stops after the
+//! starvation check: two identical sides measured as the scenario measures its two, whose ratios
+//! (`control_vs_room_<body>=`) show the spread the machine alone gives them.
+//!
 //! How long (this project's 2 shared CPUs): `--pending --seconds 1` about 50 s, at 5 s about 3
 //! minutes.
 
@@ -57,8 +61,13 @@ use super::{Options, Result};
 /// heap against pushes into a broker with room, and the starvation check.
 pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> {
     let began = Instant::now();
-    let (q, m) = (o.pending_queued, o.pending_maxsize);
+    let q = o.pending_queued;
     let room_maxsize = q * 2 + 1_000_000;
+    let m = if o.pending_control {
+        room_maxsize
+    } else {
+        o.pending_maxsize
+    };
     println!(
         "kat-scheduler benchmark, pending: {} queued boefje tasks, heap maxsize {}, {} rounds of {} s, {} HTTP clients",
         thousands(q),
@@ -117,6 +126,9 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
         0,
         p.room_completed,
     )?;
+    if o.pending_control {
+        return Ok(control_report(&p, &checks_full, &checks_room, began));
+    }
     // What a backlog search for an organisation costs, read both ways, on what the brokers
     // left (before PostgreSQL alone uses the pending tasks up).
     eprintln!("pending: backlog searches, joined and from the queue rows alone…");
@@ -147,25 +159,15 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     print_bodies(&p.figs, None);
     println!("the same pops on the broker with room in its heap:");
     print_bodies(&p.room_figs, None);
-    println!(
-        "{:<44} {:>10} {:>10} {:>9}",
-        "pops over the backlog ÷ pops with room", "backlog/s", "room/s", "ratio"
+    let ratios = print_ratios(
+        &p,
+        [
+            "pops over the backlog ÷ pops with room",
+            "backlog/s",
+            "room/s",
+        ],
+        "pending_vs_room",
     );
-    let mut ratios = Vec::new();
-    for body in Body::ALL {
-        let (b, r) = (
-            p.figs[body.index()].pops.ops_per_sec,
-            p.room_figs[body.index()].pops.ops_per_sec,
-        );
-        println!(
-            "{:<44} {:>10.0} {:>10.0} {:>9.2}",
-            body.label(),
-            b,
-            r,
-            b / r
-        );
-        ratios.push(format!("pending_vs_room_{}={:.3}", body.key(), b / r));
-    }
     println!("(target ≥ 0.8 for every body)");
     print_engine_per_batch([&p.figs, &p.room_figs], ["over the backlog", "with room"]);
     println!(
@@ -330,6 +332,58 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     kv.push(format!("rare_image_pending_when_pushed={}", p.rare_pending));
     kv.push(format!("pending_wall_s={wall_s:.0}"));
     Ok(kv.join(" "))
+}
+
+/// Each body's pops a second on the first broker ÷ the second, printed under `heads` (the
+/// ratio's name, then each side's column) and answered as `<key>_<body>=` pairs.
+fn print_ratios(p: &PendingFigures, heads: [&str; 3], key: &str) -> Vec<String> {
+    println!(
+        "{:<44} {:>10} {:>10} {:>9}",
+        heads[0], heads[1], heads[2], "ratio"
+    );
+    Body::ALL
+        .into_iter()
+        .map(|body| {
+            let (a, b) = (
+                p.figs[body.index()].pops.ops_per_sec,
+                p.room_figs[body.index()].pops.ops_per_sec,
+            );
+            println!(
+                "{:<44} {:>10.0} {:>10.0} {:>9.2}",
+                body.label(),
+                a,
+                b,
+                a / b
+            );
+            format!("{key}_{}={:.3}", body.key(), a / b)
+        })
+        .collect()
+}
+
+/// `--pending-control`: the same bodies on two brokers with room, measured as the scenario
+/// measures its two sides. Their ratios are what identical sides give on this machine, the spread
+/// within which a ratio of the scenario proper says nothing.
+fn control_report(p: &PendingFigures, checks: &str, checks_room: &str, began: Instant) -> String {
+    println!();
+    println!("control: both brokers with room in their heaps (nothing pending)");
+    println!("the pops on the first broker:");
+    print_bodies(&p.figs, None);
+    println!("the same pops on the second:");
+    print_bodies(&p.room_figs, None);
+    let mut kv = print_ratios(
+        p,
+        ["pops on the first ÷ on the second", "first/s", "second/s"],
+        "control_vs_room",
+    );
+    println!("(identical sides: the spread of these ratios over runs is the measurement's own)");
+    println!(
+        "checks: no task popped twice, every popped task matched its filter; first: {checks}; second: {checks_room}"
+    );
+    let wall_s = began.elapsed().as_secs_f64();
+    println!("pending control: {wall_s:.0} s in all");
+    println!();
+    kv.push(format!("pending_control_wall_s={wall_s:.0}"));
+    kv.join(" ")
 }
 
 /// Tasks a refill moves in the refill comparison: a tenth of the benchmark's heap, what a refill
