@@ -2,7 +2,8 @@
 //! far smaller than the work: pushes of new and repeated work (boosts, duplicates), the runners'
 //! filtered pops, `running` / `completed` / `failed` patches, put-backs (`PATCH queued`), a
 //! runtime's give-back (the full task pushed again), cancellations, priority patches, illegal
-//! moves, dispatch leases that end, and restarts. Tasks move between the heap and the pending
+//! moves, dispatch leases that end, restarts, and (on PostgreSQL) every connection of the service
+//! closed by the server between two requests. Tasks move between the heap and the pending
 //! backlog all the time (refills, evictions, boosts of pending work), which is where the engine
 //! keeps copies of rows it has not written; the model knows nothing of that.
 //!
@@ -600,9 +601,20 @@ async fn run(backend: Backend, mix: Mix) {
         let w = (i % ORGS.len(), (i / ORGS.len()) % BOEFJES.len(), i / 12);
         push_work(&app, &mut model, w, 2 + rng.below(8) as i64, &step(0)).await;
     }
+    let mut cuts = 0;
     for n in 0..mix.steps {
         let at = step(n);
         let (pushes, pops) = (mix.pushes, mix.pushes + mix.pops);
+        // On PostgreSQL, now and then the server closes every connection the service has just
+        // before the step's request (a restart of the server, an administrator ending the
+        // sessions): the engine's kept connection, the refill's, the pool's idle ones. The
+        // answer must still be the model's: nothing had run on them, so the service must go on
+        // on fresh ones without a client seeing it. (A connection that breaks under a `COMMIT`
+        // leaves the outcome unknown, and a 503 is the honest answer; the model cannot judge
+        // that, so its cuts fall between requests.)
+        if backend == Backend::Postgres && rng.below(CUT_ONE_IN) == 0 {
+            cuts += usize::from(terminate_connections(&app.db.uri).await > 0);
+        }
         match rng.below(100) {
             _ if rng.below(100) == 0 => lapse(&app, &mut model, &at).await,
             k if k < pushes => push(&app, &mut model, &mut rng, &at).await,
@@ -620,6 +632,12 @@ async fn run(backend: Backend, mix: Mix) {
         }
     }
     let at = step(mix.steps);
+    if backend == Backend::Postgres {
+        assert!(
+            cuts * CUT_ONE_IN * 3 >= mix.steps,
+            "{at}: the service's connections were there to close ({cuts} cuts)"
+        );
+    }
     // Every task's status and priority are the model's ...
     for t in &model.tasks {
         let got = app.task(&t.id).await;
@@ -651,6 +669,9 @@ async fn run(backend: Backend, mix: Mix) {
         assert_eq!(popped, order, "{at}: the waiting tasks drained");
     }
 }
+
+/// One step in so many has the server close the service's connections just before it (PostgreSQL).
+const CUT_ONE_IN: usize = 50;
 
 /// A heap of five and work that comes again often: boosts, duplicates and evictions at most
 /// steps, a refill after every pop, the engine's copies of rows read but not written met by

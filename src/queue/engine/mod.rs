@@ -99,6 +99,51 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// runs, analyses after a tenth of a table changed, but only on its next round.
 const ANALYSE_AFTER: u64 = 20_000;
 
+/// Connections a step of a batch is tried on at most when each breaks under it (the server
+/// closed it, a network fault): the engine's own, then fresh ones. More than one fresh one,
+/// because a server ending its sessions ends them one after another, and the pool may hand out
+/// one it has not reached yet.
+const CONNECTION_ATTEMPTS: u32 = 3;
+
+/// Runs a step of a batch (`step`: the connection, the attempt from 1, and a flag it sets once
+/// only its `COMMIT` is left) on `conn` and, each time the connection breaks before that point,
+/// again on a fresh one, up to [`CONNECTION_ATTEMPTS`] in all; `message` is logged at each
+/// break. What a step that ran but whose `COMMIT` broke did is not known here: it fails, and the
+/// batch with it (a step that can tell, like the fenced write, never sets the flag and finds
+/// out in its later attempts).
+fn on_fresh_after_break<T>(
+    conn: &mut WriterConn,
+    fresh: (&DbPool, bool),
+    at: (SchedulerId, &str, &str),
+    mut step: impl FnMut(&mut AnyConnection, u32, &mut bool) -> Result<T, StorageError>,
+) -> Result<T, StorageError> {
+    let (scheduler, operation, message) = at;
+    let mut attempt = 1;
+    loop {
+        let mut ran = false;
+        let e = match step(conn, attempt, &mut ran) {
+            Err(e) if !ran && e.is_connection_lost() && attempt < CONNECTION_ATTEMPTS => e,
+            other => return other,
+        };
+        warn!(scheduler.id = %scheduler, operation, attempt, error = %e, "{message}");
+        attempt += 1;
+        // The fresh connection's own set-up may meet the same end.
+        loop {
+            match WriterConn::checkout_engine(fresh.0, fresh.1) {
+                Ok(c) => {
+                    *conn = c;
+                    break;
+                }
+                Err(e) if e.is_connection_lost() && attempt < CONNECTION_ATTEMPTS => {
+                    warn!(scheduler.id = %scheduler, operation, attempt, error = %e, "{message}");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 /// How often an engine with nothing to do looks for tasks whose pop answers went undelivered
 /// after a flush barrier.
 const GIVE_BACK_POLL: Duration = Duration::from_millis(100);
@@ -342,7 +387,11 @@ struct Decisions {
 
 /// The pop rule's view of the table, on the engine's connection.
 struct TableReads<'a> {
-    conn: &'a mut AnyConnection,
+    conn: &'a mut WriterConn,
+    /// Where a fresh connection comes from when the engine's breaks during a read.
+    pool: &'a DbPool,
+    /// Whether the engine's connections commit without waiting for the disk.
+    unsynced: bool,
     scheduler: SchedulerId,
     /// The refill ahead under way, which a pop about to search the backlog waits for.
     refill: &'a mut Option<refill::Ahead>,
@@ -359,6 +408,29 @@ struct TableReads<'a> {
     searches: u64,
 }
 
+impl TableReads<'_> {
+    /// Runs `read` on the engine's connection and, where the server closed that connection or
+    /// the network broke it, once more on a fresh one. A read changes nothing, so reading again
+    /// is safe; answering the batch 503 would send every runner in it to sleep for its poll
+    /// interval with work waiting.
+    fn read<T>(
+        &mut self,
+        read: impl Fn(&mut AnyConnection, SchedulerId) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        let s = self.scheduler;
+        on_fresh_after_break(
+            self.conn,
+            (self.pool, self.unsynced),
+            (
+                s,
+                "search",
+                "the database connection broke; reading again on a fresh one",
+            ),
+            |c, _, _| read(c, s),
+        )
+    }
+}
+
 impl Reads for TableReads<'_> {
     fn pending_matching(
         &mut self,
@@ -367,14 +439,7 @@ impl Reads for TableReads<'_> {
         limit: usize,
         skip: &[String],
     ) -> Result<Vec<TaskRow>, StorageError> {
-        Ok(tasks::pending_matching(
-            self.conn,
-            self.scheduler,
-            lookup,
-            filter,
-            limit,
-            skip,
-        )?)
+        self.read(|c, s| Ok(tasks::pending_matching(c, s, lookup, filter, limit, skip)?))
     }
 
     fn pending_to_pop(&mut self, s: &backlog::Search<'_>) -> Result<Vec<HeapRow>, StorageError> {
@@ -391,14 +456,14 @@ impl Reads for TableReads<'_> {
                     ..*s
                 };
                 self.searches += 1;
-                let found = backlog::search(self.conn, self.scheduler, &wide)?;
+                let found = self.read(|c, sch| backlog::search(c, sch, &wide))?;
                 Ok(self
                     .ahead
                     .keep(lookup, s.filter, s.limit, s.skip, found, now))
             }
             _ => {
                 self.searches += 1;
-                backlog::search(self.conn, self.scheduler, s)
+                self.read(|c, sch| backlog::search(c, sch, s))
             }
         }
     }
@@ -409,7 +474,8 @@ impl Reads for TableReads<'_> {
 
     fn payloads(&mut self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, StorageError> {
         let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
-        Ok(tasks::payloads(self.conn, &ids)?
+        Ok(self
+            .read(|c, _| Ok(tasks::payloads(c, &ids)?))?
             .into_iter()
             .filter_map(|r| Uuid::parse_str(&r.id).ok().map(|id| (id, r.data)))
             .collect())
@@ -1174,7 +1240,19 @@ impl Engine {
             let written = {
                 let _turn = write_turn(lock.as_ref());
                 let at = now.naive_utc();
-                refill::settle_held(conn, &mut self.state, held, at, fence.as_ref())?
+                let st = &mut self.state;
+                // Broken before the write ran: the server rolled it back, so it goes again on a
+                // fresh connection (the state changes only once it is written).
+                on_fresh_after_break(
+                    conn,
+                    (&self.pool, self.flush.is_some()),
+                    (
+                        s,
+                        "settle",
+                        "the database connection broke before the commit; writing the batch again on a fresh one",
+                    ),
+                    |c, _, ran| refill::settle_held(c, st, &held, at, fence.as_ref(), ran),
+                )?
             };
             let mut by = ByStatus::default();
             by[status_slot(TaskStatus::Queued)] = written as u64;
@@ -1216,18 +1294,17 @@ impl Engine {
             };
             Ok((by_id, by_hash))
         };
-        let read = match read(conn) {
-            Err(e) if e.is_connection_lost() => {
-                warn!(scheduler.id = %s, operation = "read", attempt = 1, error = %e, "the database connection broke; reading again on a fresh one");
-                WriterConn::checkout_engine(&self.pool, self.flush.is_some())
-                    .and_then(|fresh| {
-                        *conn = fresh;
-                        read(conn)
-                    })
-                    .inspect_err(|_| self.undelivered.extend(&undelivered))?
-            }
-            other => other.inspect_err(|_| self.undelivered.extend(&undelivered))?,
-        };
+        let read = on_fresh_after_break(
+            conn,
+            (&self.pool, self.flush.is_some()),
+            (
+                s,
+                "read",
+                "the database connection broke; reading again on a fresh one",
+            ),
+            |c, _, _| read(c),
+        )
+        .inspect_err(|_| self.undelivered.extend(&undelivered))?;
         rows.load(read.0, s.as_str());
         rows.load(read.1, s.as_str());
 
@@ -1258,6 +1335,8 @@ impl Engine {
         {
             let mut reads = TableReads {
                 conn: &mut *conn,
+                pool: &self.pool,
+                unsynced: self.flush.is_some(),
                 scheduler: s,
                 refill: &mut self.refilling,
                 settled: &mut self.settled,
@@ -1340,16 +1419,21 @@ impl Engine {
         // instances the fence is one more.
         // A batch that writes nothing (a pop that found nothing) needs no fence either.
         let (returned, relinked) = if let Some(w) = &one {
-            let written = match tasks::fenced::write(conn, w) {
-                // The statement may or may not have been committed before the connection broke:
-                // the rows tell, on a fresh connection (written: read back; not: written now).
-                Err(e) if e.is_connection_lost() => {
-                    warn!(scheduler.id = %s, operation = "write", attempt = 1, error = %e, "the database connection broke during the batch's statement; finding out on a fresh one whether it was written");
-                    *conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                    tasks::fenced::recover(conn, w)?
-                }
-                other => other?,
-            };
+            // The statement may or may not have been committed before the connection broke:
+            // the rows tell, on a fresh connection (written: read back; not: written now).
+            let written = on_fresh_after_break(
+                conn,
+                (&pool, unsynced),
+                (
+                    s,
+                    "write",
+                    "the database connection broke during the batch's statement; finding out on a fresh one whether it was written",
+                ),
+                |c, attempt, _| match attempt {
+                    1 => tasks::fenced::write(c, w),
+                    _ => tasks::fenced::recover(c, w),
+                },
+            )?;
             let mut out = HashMap::with_capacity(written.len());
             for row in written {
                 out.insert(row.uuid()?, row);
@@ -1360,19 +1444,19 @@ impl Engine {
         {
             write(conn, &writes, now, lease)?
         } else {
-            let mut statements_ran = false;
-            match transaction(conn, &mut statements_ran) {
-                // A statement failed on a broken connection before `COMMIT` was sent: the
-                // server rolled the transaction back, so the same writes go again on a fresh
-                // connection. (The rules changed `state` before the write; `write` itself
-                // changes none of it.)
-                Err(e) if !statements_ran && e.is_connection_lost() => {
-                    warn!(scheduler.id = %s, operation = "write", attempt = 1, error = %e, "the database connection broke before the commit; writing the batch again on a fresh one");
-                    *conn = WriterConn::checkout_engine(&pool, unsynced)?;
-                    transaction(conn, &mut false)?
-                }
-                other => other?,
-            }
+            // A statement failed on a broken connection before `COMMIT` was sent: the server
+            // rolled the transaction back, so the same writes go again on a fresh connection.
+            // (The rules changed `state` before the write; `write` itself changes none of it.)
+            on_fresh_after_break(
+                conn,
+                (&pool, unsynced),
+                (
+                    s,
+                    "write",
+                    "the database connection broke before the commit; writing the batch again on a fresh one",
+                ),
+                |c, _, ran| transaction(c, ran),
+            )?
         };
         // A pending task popped from the backlog that the table no longer held pending was
         // changed behind the engine's back (by hand): skipped, like a heap task no longer

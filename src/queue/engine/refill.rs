@@ -115,14 +115,17 @@ pub(crate) fn refilled(
 /// share the database): before a batch that may meet them reads anything. A task no longer
 /// pending (changed by hand) is let go from the heap, and the count is read again. Answers how
 /// many it wrote. On a failure the heap holds tasks the table may not: the engine rebuilds it.
+/// `ran` is set once the write has run and only the `COMMIT` is left: a connection that broke
+/// before that wrote nothing, and the same may go again on a fresh one.
 ///
 /// [`Copies`]: super::state::Copies
 pub(crate) fn settle_held(
     conn: &mut AnyConnection,
     st: &mut QueueState,
-    held: Vec<Uuid>,
+    held: &[Uuid],
     now: NaiveDateTime,
     fence: Option<&(Arc<Ownership>, i64)>,
+    ran: &mut bool,
 ) -> Result<usize, StorageError> {
     if held.is_empty() {
         return Ok(0);
@@ -136,7 +139,9 @@ pub(crate) fn settle_held(
             {
                 return Err(StorageError::Fenced(scheduler));
             }
-            Ok(tasks::settle(c, &ids, now)?)
+            let settled = tasks::settle(c, &ids, now)?;
+            *ran = true;
+            Ok(settled)
         })?
         .into_iter()
         .map(|r| r.id)
