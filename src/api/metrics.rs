@@ -132,6 +132,7 @@ fn engine(out: &mut DescriptorEncoder, broker: &Broker) -> Written {
             "scheduler_engine_backlog_searches_total",
             load(&e.backlog_searches),
         ),
+        ("scheduler_engine_rebuilds_total", load(&e.rebuilds)),
     ] {
         counter(&mut describe(out, name)?, &[], value)?;
     }

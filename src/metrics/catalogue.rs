@@ -237,6 +237,12 @@ pub const CATALOGUE: &[Family] = &[
         "Searches of the pending backlog's indexes for pops (a read ahead serves the next pops of its filter).",
     ),
     family(
+        "scheduler_engine_rebuilds_total",
+        Kind::Counter,
+        "",
+        "Heaps rebuilt from the tasks table, the start's included (after a batch whose outcome is not known, a failed upkeep, a takeover); the engine serves nothing meanwhile.",
+    ),
+    family(
         "scheduler_listener_messages_total",
         Kind::Counter,
         "queue,outcome",

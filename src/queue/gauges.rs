@@ -56,6 +56,9 @@ pub struct EngineCounters {
     /// Searches of the pending backlog's indexes for such pops (a read ahead serves the next
     /// pops of the same filter without one).
     pub backlog_searches: AtomicU64,
+    /// Heaps rebuilt from the table, the start's included: after a batch whose outcome is not
+    /// known, a failed upkeep, a takeover. The engine serves nothing while it reads the table.
+    pub rebuilds: AtomicU64,
 }
 
 impl Gauges {

@@ -229,6 +229,7 @@ pub(crate) fn start_all(
             changed_since_analyse: 0,
             created_since_stats: 0,
             refilling: None,
+            refill_failed_at: None,
             analysing: None,
             settled: refill::Settled::default(),
             read_ahead: read_ahead::ReadAhead::default(),
@@ -331,6 +332,8 @@ struct Engine {
     created_since_stats: u64,
     /// The refill ahead under way on a connection of its own (PostgreSQL; [`refill::Ahead`]).
     refilling: Option<refill::Ahead>,
+    /// When a refill ahead's read last failed: none starts for [`RECONNECT_PAUSE`] after it.
+    refill_failed_at: Option<Instant>,
     /// The `ANALYZE` under way on a connection of its own.
     analysing: Option<JoinHandle<()>>,
     /// What a refill a pop waited for came to, counted after its batch.
@@ -410,9 +413,9 @@ struct TableReads<'a> {
 
 impl TableReads<'_> {
     /// Runs `read` on the engine's connection and, where the server closed that connection or
-    /// the network broke it, once more on a fresh one. A read changes nothing, so reading again
-    /// is safe; answering the batch 503 would send every runner in it to sleep for its poll
-    /// interval with work waiting.
+    /// the network broke it, again on a fresh one ([`on_fresh_after_break`]). A read changes
+    /// nothing, so reading again is safe; answering the batch 503 would send every runner in it
+    /// to sleep for its poll interval with work waiting.
     fn read<T>(
         &mut self,
         read: impl Fn(&mut AnyConnection, SchedulerId) -> Result<T, StorageError>,
@@ -637,6 +640,7 @@ impl Engine {
         }
         self.conn = Some(conn);
         self.dirty = false;
+        self.gauges.engine.rebuilds.fetch_add(1, Ordering::Relaxed);
         self.publish();
         // What the table went through before (a load, an import, another instance's work) is
         // not known: the whole backlog counts as changed, so a large one is analysed.
@@ -699,7 +703,10 @@ impl Engine {
             }
         }
         let n = refill::ahead(&self.state);
-        if n > 0 && self.refilling.is_none() {
+        let paused = self
+            .refill_failed_at
+            .is_some_and(|at| at.elapsed() < RECONNECT_PAUSE);
+        if n > 0 && self.refilling.is_none() && !paused {
             self.refill_ahead(n);
         }
         let queue = self.changed_since_analyse >= ANALYSE_AFTER.max(self.waiting() / 5);
@@ -830,14 +837,24 @@ impl Engine {
         }
     }
 
-    /// A refill ahead failed: another instance took the scheduler, or the moves may or may not
-    /// have been committed, so the state is rebuilt from the table before the next batch.
+    /// A refill ahead failed: another instance took the scheduler; or its read failed (a
+    /// connection closed under it, the database gone), which changed nothing, so the heap keeps
+    /// what it holds and a later upkeep reads again; or taking its rows in failed, which leaves
+    /// the state to be rebuilt from the table before the next batch.
     fn refill_failed(&mut self, e: StorageError) {
         if let StorageError::Fenced(s) = e {
             if let Some(own) = &self.ownership {
                 own.lost(s, self.epoch);
             }
             self.owned();
+            return;
+        }
+        if !matches!(e, StorageError::Corrupt(_)) {
+            // A refill writes nothing (its rows stay pending in the table until popped), and
+            // the engine took nothing of it in. A rebuild would hold every request for the time
+            // it reads the whole table (seconds at a million queued) for nothing.
+            self.refill_failed_at = Some(Instant::now());
+            warn!(scheduler.id = %self.scheduler(), operation = "refill", error = %e, "a refill's read failed; the heap keeps what it holds, and a refill reads again after a pause");
             return;
         }
         self.dirty = true;
