@@ -18,6 +18,10 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// The counter of heaps rebuilt from the table (the start's included), for tests that must see
+/// none after it.
+pub const REBUILDS: &str = "scheduler_engine_rebuilds_total";
+
 /// Which database a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

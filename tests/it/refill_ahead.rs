@@ -280,7 +280,7 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     let Some(app) = full_heap().await else {
         return;
     };
-    let rebuilds_before = rebuilds(&app).await;
+    let rebuilds_before = app.metric(REBUILDS).await;
     let (mut blocker, mut watch) = refill_held(&app, &range(1, 100)).await;
     // An administrator (or a failover) ends the refill's session while it waits.
     let cut = diesel::sql_query(format!(
@@ -297,20 +297,7 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     assert_eq!(sizes(&app).await, (0, 0));
     // The refill had read nothing into the heap and written nothing: the heap went on as it
     // was, without a rebuild from the table (which holds every request while it reads).
-    assert_eq!(rebuilds(&app).await, rebuilds_before, "no rebuild");
-}
-
-/// The heaps rebuilt from the table so far (`scheduler_engine_rebuilds_total`).
-async fn rebuilds(app: &TestApp) -> f64 {
-    let metrics = app.get("/metrics").await.text().await.unwrap();
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("scheduler_engine_rebuilds_total ")?
-                .parse()
-                .ok()
-        })
-        .expect("scheduler_engine_rebuilds_total is served")
+    assert_eq!(app.metric(REBUILDS).await, rebuilds_before, "no rebuild");
 }
 
 /// How many normalizer tasks of priorities `from..=to` the table holds in `status`.
