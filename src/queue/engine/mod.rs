@@ -832,16 +832,19 @@ impl Engine {
     fn report_settled(&mut self) {
         let settled = std::mem::take(&mut self.settled);
         self.took_refill(settled.moved);
+        if let Some(e) = settled.unread {
+            self.refill_failed(e, false);
+        }
         if let Some(e) = settled.failed {
-            self.refill_failed(e);
+            self.refill_failed(e, true);
         }
     }
 
     /// A refill ahead failed: another instance took the scheduler; or its read failed (a
     /// connection closed under it, the database gone), which changed nothing, so the heap keeps
-    /// what it holds and a later upkeep reads again; or taking its rows in failed, which leaves
-    /// the state to be rebuilt from the table before the next batch.
-    fn refill_failed(&mut self, e: StorageError) {
+    /// what it holds and a later upkeep reads again; or taking its rows in failed (`taken_in`),
+    /// which leaves the state to be rebuilt from the table before the next batch.
+    fn refill_failed(&mut self, e: StorageError, taken_in: bool) {
         if let StorageError::Fenced(s) = e {
             if let Some(own) = &self.ownership {
                 own.lost(s, self.epoch);
@@ -849,7 +852,7 @@ impl Engine {
             self.owned();
             return;
         }
-        if !matches!(e, StorageError::Corrupt(_)) {
+        if !taken_in {
             // A refill writes nothing (its rows stay pending in the table until popped), and
             // the engine took nothing of it in. A rebuild would hold every request for the time
             // it reads the whole table (seconds at a million queued) for nothing.

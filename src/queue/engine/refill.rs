@@ -258,6 +258,9 @@ pub(crate) struct Ahead {
 #[derive(Default)]
 pub(crate) struct Settled {
     pub moved: usize,
+    /// The error its read met: nothing of it was taken in, and the heap is as it was.
+    pub unread: Option<StorageError>,
+    /// The error taking its rows in met: the state is to be rebuilt from the table.
     pub failed: Option<StorageError>,
 }
 
@@ -317,7 +320,7 @@ pub(crate) fn settle_into(
             Ok(n > 0)
         }
         (Err(e), _) => {
-            settled.failed = Some(e);
+            settled.unread = Some(e);
             Ok(false)
         }
     }
