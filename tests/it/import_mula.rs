@@ -481,8 +481,19 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     let requeued = app.task(RUNNING).await;
     assert_eq!(requeued["status"], "queued", "{requeued}");
     assert_eq!(requeued["attempts"], 1);
-    // (The normalizer task popped above, never reported on, went back too, and ranks first.)
-    assert_eq!(app.pop_ids("normalizer", 10).await, [Q_NORMALIZER, RUNNING]);
+    // The normalizer task popped above, never reported on, is the same work (mula held it
+    // queued and running at once). Its lease ended first; then this one came back to wait and
+    // took its place with its priority: the work waits once.
+    assert_eq!(requeued["priority"], 1);
+    let withdrawn = app.task(Q_NORMALIZER).await;
+    assert_eq!(withdrawn["status"], "cancelled");
+    assert!(
+        withdrawn["failure_reason"]
+            .as_str()
+            .is_some_and(|why| why.contains(RUNNING)),
+        "{withdrawn}"
+    );
+    assert_eq!(app.pop_ids("normalizer", 10).await, [RUNNING]);
     drop(stop(app).await);
 }
 

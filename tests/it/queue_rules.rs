@@ -310,52 +310,153 @@ async fn a_task_patched_back_to_queued_is_popped_again(backend: Backend) {
     assert_eq!(app.pop_ok("boefje", 1, None).await[0]["id"], task["id"]);
 }
 
-/// The same work waiting twice: a task put back to `queued` while the work had been pushed again
-/// as another task (mula's clients do both). Once one of the two leaves, a push of that work
-/// still meets the other (a 409 naming it), in the heap and in the pending backlog alike: the
-/// engine counts the tasks per hash, it does not keep one per hash.
-async fn work_waiting_twice_is_still_known_once_one_of_the_two_leaves(backend: Backend) {
-    for (in_backlog, leaves) in [(false, 0), (false, 1), (true, 0), (true, 1)] {
-        let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 2).await else {
-            return;
-        };
-        if in_backlog {
-            // A full heap of more urgent work: the work below waits as pending.
-            for org in ["org2", "org3"] {
-                app.push_ok("boefje", &boefje_push(org, "nmap", None, 1))
-                    .await;
-            }
+/// How a task out with a runner comes back to wait.
+#[derive(Clone, Copy, Debug)]
+enum ComesBack {
+    /// `PATCH queued` (the runtime re-queues de-duplicated siblings of a failed run).
+    PutBack,
+    /// The task as popped, pushed again (the runtime stopping).
+    GivenBack,
+    /// Its dispatch lease ends and the watchdog takes it back.
+    LeaseEnds,
+}
+
+async fn come_back(app: &TestApp, popped: &Value, how: ComesBack) -> Value {
+    let id = id_of(popped);
+    match how {
+        ComesBack::PutBack => {
+            let resp = app.patch_task(&id, &json!({"status": "queued"})).await;
+            assert_eq!(resp.status(), StatusCode::OK, "{how:?}");
+            resp.json().await.unwrap()
         }
-        let dns = json!({"filters": [
-            {"column": "data", "field": "boefje__id", "operator": "==", "value": "dns"}
-        ]});
-        let work = boefje_push("org1", "dns", Some("Hostname|internet|a.example.com"), 5);
-        let first = app.push_ok("boefje", &work).await;
-        assert_eq!(
-            app.pop_ok("boefje", 1, Some(&dns)).await[0]["id"],
-            first["id"]
-        );
-        // Out with a runner, the same work pushed again: a second task; then the first put
-        // back.
-        let second = app.push_ok("boefje", &work).await;
-        let back = app
-            .patch_task(&id_of(&first), &json!({"status": "queued"}))
-            .await;
-        assert_eq!(back.status(), StatusCode::OK);
-        let both = [id_of(&first), id_of(&second)];
-        let (gone, stays) = (&both[leaves], &both[1 - leaves]);
-        let cancel = app.patch_task(gone, &json!({"status": "cancelled"})).await;
-        assert_eq!(cancel.status(), StatusCode::OK);
-        let waits = if in_backlog { "pending" } else { "queued" };
-        assert_eq!(app.task(stays).await["status"], waits);
-        let again = app.push("boefje", &work).await;
-        let case = format!("in the backlog: {in_backlog}, {gone} cancelled");
-        assert_eq!(again.status(), StatusCode::CONFLICT, "{case}");
-        assert!(detail(again).await.contains(stays.as_str()), "{case}");
-        let popped = app.pop_ok("boefje", 1, Some(&dns)).await;
-        assert_eq!(popped[0]["id"], stays.as_str(), "{case}");
-        assert!(app.pop_ok("boefje", 1, Some(&dns)).await.is_empty());
+        ComesBack::GivenBack => {
+            let resp = app.push("boefje", popped).await;
+            assert_eq!(resp.status(), StatusCode::OK, "{how:?}");
+            resp.json().await.unwrap()
+        }
+        ComesBack::LeaseEnds => {
+            app.advance(chrono::Duration::seconds(
+                kat_scheduler::config::DEFAULT_DISPATCH_TIMEOUT_SECS as i64 + 1,
+            ));
+            let report = app.sweep().await;
+            assert_eq!(
+                report.requeued,
+                vec![uuid::Uuid::parse_str(&id).unwrap()],
+                "{how:?}"
+            );
+            app.task(&id).await
+        }
     }
+}
+
+/// Work out with a runner is pushed again (a user's scan, taken while the work runs, as mula
+/// takes it); then the first task comes back to wait: put back, given back, or its lease ended.
+/// Both waiting would run the work twice, by two runners at once. The first task stays, with the
+/// user's more urgent priority, and the second, which never ran, is withdrawn with a reason that
+/// names the first; in the heap and in the pending backlog alike.
+async fn work_that_comes_back_to_wait_withdraws_the_same_work_pushed_meanwhile(backend: Backend) {
+    use ComesBack::*;
+    for in_backlog in [false, true] {
+        for how in [PutBack, GivenBack, LeaseEnds] {
+            let Some(app) = spawn_app_with(backend, |s| s.queue.maxsize = 2).await else {
+                return;
+            };
+            let case = format!("{how:?}, in the backlog: {in_backlog}");
+            let dns = json!({"filters": [
+                {"column": "data", "field": "boefje__id", "operator": "==", "value": "dns"}
+            ]});
+            let work = boefje_push("org1", "dns", Some("Hostname|internet|a.example.com"), 5);
+            let first = app.push_ok("boefje", &work).await;
+            let popped = app.pop_ok("boefje", 1, Some(&dns)).await.remove(0);
+            assert_eq!(popped["id"], first["id"], "{case}");
+            if in_backlog {
+                // A full heap of user scans: the user's scan below waits as pending.
+                for org in ["org2", "org3"] {
+                    app.push_ok("boefje", &boefje_push(org, "nmap", None, 1))
+                        .await;
+                }
+            }
+            let mut user = work.clone();
+            user["priority"] = json!(1);
+            let second = app.push_ok("boefje", &user).await;
+            let waits = if in_backlog { "pending" } else { "queued" };
+            assert_eq!(second["status"], waits, "{case}");
+
+            let back = come_back(&app, &popped, how).await;
+            assert_eq!(back["id"], first["id"], "{case}");
+            // Older than the heap's user scans at the same priority, it ranks before them.
+            assert_eq!(back["status"], "queued", "{case}");
+            assert_eq!(
+                back["priority"], 1,
+                "{case}: the user's priority goes with it"
+            );
+            let withdrawn = app.task(&id_of(&second)).await;
+            assert_eq!(withdrawn["status"], "cancelled", "{case}");
+            let why = withdrawn["failure_reason"].as_str().unwrap_or_default();
+            assert!(why.contains(&id_of(&first)), "{case}: {why}");
+
+            // The work waits once: a push of it meets the first task, one pop hands it out.
+            let again = app.push("boefje", &work).await;
+            assert_eq!(again.status(), StatusCode::CONFLICT, "{case}");
+            assert!(detail(again).await.contains(&id_of(&first)), "{case}");
+            let s: Value = app.get("/schedulers/boefje").await.json().await.unwrap();
+            let waiting = if in_backlog { 3 } else { 1 };
+            assert_eq!(
+                s["qsize"].as_u64().unwrap() + s["pending"].as_u64().unwrap(),
+                waiting,
+                "{case}: {s}"
+            );
+            let popped = app.pop_ok("boefje", 1, Some(&dns)).await;
+            assert_eq!(popped[0]["id"], first["id"], "{case}");
+            assert!(
+                app.pop_ok("boefje", 1, Some(&dns)).await.is_empty(),
+                "{case}: the withdrawn task is not handed out"
+            );
+        }
+    }
+}
+
+/// Withdrawing is for good, so it goes by the table, not by the engine's memory: a task of the
+/// same work that the heap still holds, cancelled by hand in the table, is not withdrawn again
+/// (its reason stays) and lends no priority; the task coming back waits as it was, and it alone
+/// is handed out.
+async fn a_task_cancelled_behind_the_engines_back_is_not_withdrawn_again(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let dns = json!({"filters": [
+        {"column": "data", "field": "boefje__id", "operator": "==", "value": "dns"}
+    ]});
+    let work = boefje_push("org1", "dns", Some("Hostname|internet|a.example.com"), 5);
+    let first = app.push_ok("boefje", &work).await;
+    app.pop_ok("boefje", 1, Some(&dns)).await;
+    let mut user = work.clone();
+    user["priority"] = json!(1);
+    let second = id_of(&app.push_ok("boefje", &user).await);
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "UPDATE tasks SET status = 'cancelled', failure_reason = 'by hand' WHERE id = '{second}'"
+        ),
+    );
+    let back = app
+        .patch_task(&id_of(&first), &json!({"status": "queued"}))
+        .await;
+    assert_eq!(back.status(), StatusCode::OK);
+    let back: Value = back.json().await.unwrap();
+    assert_eq!(back["status"], "queued");
+    assert_eq!(
+        back["priority"], 5,
+        "no priority taken from a task that does not wait"
+    );
+    let hand = app.task(&second).await;
+    assert_eq!(
+        (&hand["status"], &hand["failure_reason"]),
+        (&json!("cancelled"), &json!("by hand"))
+    );
+    let popped = app.pop_ids("boefje", 5).await;
+    assert_eq!(popped, vec![id_of(&first)]);
 }
 
 /// A boefje push in de-duplication group `key`.
@@ -499,6 +600,7 @@ crate::backend_tests!(
     a_user_scan_into_a_heap_of_user_scans_waits_as_pending,
     a_scheduler_set_to_reject_answers_429_but_takes_user_scans,
     a_task_patched_back_to_queued_is_popped_again,
-    work_waiting_twice_is_still_known_once_one_of_the_two_leaves,
+    work_that_comes_back_to_wait_withdraws_the_same_work_pushed_meanwhile,
+    a_task_cancelled_behind_the_engines_back_is_not_withdrawn_again,
     a_boefje_pop_hands_out_a_de_duplication_group_together_and_each_task_once,
 );

@@ -217,6 +217,22 @@ impl BatchRows {
             .or_else(|| self.evicted_by_hash.get(hash).map(|(id, _)| *id))
     }
 
+    /// A waiting task with this hash other than `id`, if the batch knows one, and whether its
+    /// row was read (a task evicted in this batch without its row was not).
+    pub fn waiting_besides(&self, hash: &str, id: Uuid) -> Option<(Uuid, bool)> {
+        self.waiting_by_hash
+            .all(hash)
+            .iter()
+            .find(|w| **w != id)
+            .map(|w| (*w, true))
+            .or_else(|| {
+                self.evicted_by_hash
+                    .get(hash)
+                    .filter(|(w, _)| *w != id)
+                    .map(|(w, _)| (*w, false))
+            })
+    }
+
     /// Records a heap task evicted without its row read: it waits on, as pending.
     pub fn evicted_unread(&mut self, id: Uuid, hash: Option<String>, priority: i64) {
         if let Some(hash) = hash {

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::batch::BatchRows;
 use super::place::{Admission, internal, place};
+use super::rejoin;
 use super::state::QueueState;
 use crate::domain::{Placement, TaskStatus};
 use crate::queue::types::{ExpiryReport, QueueError};
@@ -63,6 +64,7 @@ pub(crate) fn expire(
             report.failed.push(*id);
             warn!(task.id = %id, scheduler.id = %st.scheduler, attempts = row.attempts, "lease expired; attempts used up, task failed");
         } else {
+            rejoin::join(st, rows, *id, &mut row, now);
             let p = place(st, rows, *id, &row, Admission::Accepted)?;
             row.status = held.expire(false, p).map_err(internal)?;
             row.failure_reason = Some(format!("{EXPIRED} {held}"));
@@ -90,6 +92,7 @@ pub(crate) fn give_back(
         if row.status != TaskStatus::Dispatched || row.scheduler_id != st.scheduler.as_str() {
             continue;
         }
+        rejoin::join(st, rows, *id, &mut row, now);
         let placed = place(st, rows, *id, &row, Admission::Accepted)
             .and_then(|p| row.status.enqueue(p).map_err(internal));
         match placed {
@@ -158,6 +161,30 @@ mod tests {
         assert!(st.heap.contains(&lost));
         assert_eq!(rows.get(&started).unwrap().status, TaskStatus::Running);
         assert!(!st.heap.contains(&started));
+    }
+
+    #[test]
+    fn an_undelivered_task_whose_work_was_pushed_again_meanwhile_takes_that_tasks_place() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (lost, mut r) = row(5, 1);
+        r.status = TaskStatus::Dispatched;
+        let (again, mut a) = row(1, 2);
+        a.hash = r.hash.clone();
+        crate::queue::engine::place::place(
+            &mut st,
+            &mut rows,
+            again,
+            &a,
+            crate::queue::engine::place::Admission::New,
+        )
+        .unwrap();
+        rows.load(vec![r, a], "boefje");
+        give_back(&mut st, &mut rows, &[lost], now());
+        let r = rows.get(&lost).unwrap();
+        assert_eq!((r.status, r.priority), (TaskStatus::Queued, 1));
+        assert_eq!(rows.get(&again).unwrap().status, TaskStatus::Cancelled);
+        assert!(st.heap.contains(&lost) && !st.heap.contains(&again));
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! transactions run side by side and PostgreSQL merges their commits. An engine takes every
 //! command waiting in its channel (up to `max_batch`) and applies them as one batch:
 //!
-//! 1. **read** the rows the batch may meet ([`push::reads`], the tasks patched or expired);
+//! 1. **read** the rows the batch may meet ([`push::reads`], the tasks patched or expired, and
+//!    the work waiting that tasks coming back to wait meet, [`rejoin::reads`]);
 //! 2. **decide**, in memory, rule by rule: pushes ([`push`]), patches ([`patch`]), lease expiry
-//!    ([`lease`]), cancellations of a deleted object's tasks ([`cancel`]), pops ([`pop`]), each placing tasks through [`place`]; a pop may read pending
+//!    ([`lease`]), cancellations of a deleted object's tasks ([`cancel`]), pops ([`pop`]), each placing tasks through [`place`]
+//!    (a task coming back to wait first takes the place of the same work waiting, [`rejoin`]); a pop may read pending
 //!    tasks or payloads through [`pop::Reads`]. The rules change the state and record what became
 //!    of each row in [`batch::BatchRows`]; they never write;
 //! 3. **write** what the batch decided (one statement per kind of write: inserts, updates, the
@@ -44,6 +46,7 @@ mod push;
 mod read_ahead;
 mod rebuild;
 mod refill;
+mod rejoin;
 mod rescore;
 mod state;
 #[cfg(test)]
@@ -1327,6 +1330,48 @@ impl Engine {
         .inspect_err(|_| self.undelivered.extend(&undelivered))?;
         rows.load(read.0, s.as_str());
         rows.load(read.1, s.as_str());
+        // Tasks coming back to wait may meet the same work waiting as another task, which they
+        // withdraw ([`rejoin`]): its row is read too. Seldom anything to read: the hash must be
+        // waiting twice.
+        let returning = batch
+            .patches
+            .iter()
+            .filter(|r| r.body.patch.status == Some(TaskStatus::Queued))
+            .map(|r| r.body.id)
+            .chain(batch.expiries.iter().flat_map(|r| r.body.iter().copied()))
+            .chain(undelivered.iter().copied())
+            .chain(
+                batch
+                    .pushes
+                    .iter()
+                    .flat_map(|r| &r.body)
+                    .filter(|t| t.id_given)
+                    .map(|t| t.id),
+            );
+        let meets = rejoin::reads(st, &rows, returning);
+        if meets != push::PushReads::default() {
+            let read = on_fresh_after_break(
+                conn,
+                (&self.pool, self.flush.is_some()),
+                (
+                    s,
+                    "read",
+                    "the database connection broke; reading again on a fresh one",
+                ),
+                |c, _, _| {
+                    let mut found = match meets.ids.is_empty() {
+                        true => Vec::new(),
+                        false => tasks::get_many(c, &meets.ids)?,
+                    };
+                    if !meets.hashes.is_empty() {
+                        found.extend(tasks::waiting_by_hash(c, s, &meets.hashes)?);
+                    }
+                    Ok(found)
+                },
+            )
+            .inspect_err(|_| self.undelivered.extend(&undelivered))?;
+            rows.load(read, s.as_str());
+        }
 
         // 2. Decide, rule by rule.
         let mut d = Decisions::default();

@@ -7,6 +7,7 @@ use uuid::Uuid;
 use super::batch::BatchRows;
 use super::lease::taken_back;
 use super::place::{Admission, place, placed_status};
+use super::rejoin;
 use super::state::QueueState;
 use crate::domain::TaskStatus;
 use crate::queue::types::{QueueError, TaskPatch};
@@ -67,6 +68,7 @@ pub(crate) fn patch(
                 _ => {}
             }
             row.status = if to == TaskStatus::Queued {
+                rejoin::join(st, rows, id, &mut row, now);
                 let placement = place(st, rows, id, &row, Admission::Accepted)?;
                 placed_status(from, placement)?
             } else {

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::batch::BatchRows;
 use super::place::{Admission, internal, place, placed_status};
+use super::rejoin;
 use super::state::QueueState;
 use crate::domain::{Placement, TaskStatus};
 use crate::queue::push::NewTask;
@@ -191,7 +192,8 @@ fn boost_or_conflict(
 }
 
 /// A worker gives back a task it was handed (re-push of the full task): it waits again, keeping
-/// its id.
+/// its id. Should the same work wait already (pushed again while this task was out), this task
+/// takes its place ([`rejoin`]).
 fn requeue(
     st: &mut QueueState,
     rows: &mut BatchRows,
@@ -199,13 +201,6 @@ fn requeue(
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool), QueueError> {
     let id = task.id;
-    if let Some(other) = rows
-        .waiting_with_hash(&task.hash)
-        .or_else(|| st.heap.find_hash(&task.hash))
-        && other != id
-    {
-        return Err(QueueError::Duplicate { existing: other });
-    }
     let mut row = rows
         .get(&id)
         .cloned()
@@ -213,6 +208,7 @@ fn requeue(
     row.priority = task.priority;
     row.lease_expires_at = None;
     row.modified_at = now.naive_utc();
+    rejoin::join(st, rows, id, &mut row, now);
     let p: Placement = place(st, rows, id, &row, Admission::Accepted)?;
     row.status = row.status.enqueue(p).map_err(internal)?;
     rows.update(id, row);

@@ -242,9 +242,9 @@ pub(crate) type PendingHashes = HashMap<[u8; 16], u32>;
 pub(crate) struct PendingSet {
     count: u64,
     /// How many pending tasks have each hash; `None`: not known (too many, or not loaded),
-    /// pushes must ask the table. Counted, not a set: the same work can wait twice (a task
-    /// given back or patched back to waiting while the work had been pushed again, a database
-    /// written by mula), and the one left must still be found once the other leaves.
+    /// pushes must ask the table. Counted, not a set: the same work can wait twice in a table
+    /// written behind the engine's back (a database written by mula, rows changed by hand), and
+    /// the one left must still be found once the other leaves.
     hashes: Option<PendingHashes>,
     /// A task left the backlog that the count did not hold: rows changed behind the engine's
     /// back (by hand, a restore, another tool), so the count is low and must be read again
@@ -357,9 +357,10 @@ impl PendingSet {
     }
 }
 
-/// Tasks by hash, every task of each: the same work can wait, or be out with runners, twice (a
-/// user pushes work again while it runs, and the first task comes back to waiting), and the one
-/// left must still be found once the other has gone.
+/// Tasks by hash, every task of each: the same work can be out with runners twice (a user pushes
+/// work again while it runs), or wait twice in a table written behind the engine's back (see
+/// [`super::rejoin`] for work coming back), and the one left must still be found once the other
+/// has gone.
 #[derive(Debug)]
 pub(crate) struct TasksByHash<K>(HashMap<K, Vec<Uuid>>);
 
@@ -376,6 +377,14 @@ impl<K: Eq + Hash> TasksByHash<K> {
         K: Borrow<Q>,
     {
         self.0.get(key).and_then(|ids| ids.first()).copied()
+    }
+
+    /// Every task of this hash.
+    pub fn all<Q: Eq + Hash + ?Sized>(&self, key: &Q) -> &[Uuid]
+    where
+        K: Borrow<Q>,
+    {
+        self.0.get(key).map_or(&[], Vec::as_slice)
     }
 
     /// Records a task of this hash (once).

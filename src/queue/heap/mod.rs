@@ -1064,8 +1064,8 @@ mod tests {
 
     #[test]
     fn tasks_sharing_a_hash_are_each_found_until_each_leaves() {
-        // Two waiting tasks of the same work: one given back while the work had been pushed
-        // again. Whichever leaves first, the other is still found by its hash.
+        // Two waiting tasks of the same work (a table written behind the engine's back).
+        // Whichever leaves first, the other is still found by its hash.
         for first_out in [0, 1] {
             let mut heap = SchedulerHeap::new(SchedulerId::Boefje, 10);
             let a = task(3, 1, "org1", None);

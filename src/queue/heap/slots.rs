@@ -195,9 +195,8 @@ impl Slots {
             hasher.hash_one(slots[*s as usize].id)
         });
         if slot.hash().is_some() {
-            // An entry per task, also when several share the hash (work given back or patched
-            // back to waiting while the same work had been pushed again): each is found until it
-            // leaves. One entry per hash lost the others as soon as its own task left.
+            // An entry per task, also when several share the hash (rows written behind the
+            // engine's back, a database written by mula): each is found until it leaves. One entry per hash lost the others as soon as its own task left.
             self.by_hash
                 .insert_unique(hasher.hash_one(slot.hash), at, |s| {
                     hasher.hash_one(slots[*s as usize].hash)
