@@ -300,6 +300,60 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     assert_eq!(app.metric(REBUILDS).await, rebuilds_before, "no rebuild");
 }
 
+/// A refill too small to read apart (under a hundred tasks) reads on the engine's own
+/// connection, as every refill does on SQLite. When that read fails (here the server ends the
+/// session while the read waits for a lock; on SQLite a file locked by another writer), nothing
+/// was read in or written: the heap keeps what it holds, with no rebuild from the table, and
+/// every task still comes out once, in pop order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refill_on_the_engines_connection_whose_read_fails_rebuilds_nothing() {
+    const SMALL: usize = 50;
+    const ALL: i64 = 80;
+    let Some(app) = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = SMALL).await else {
+        return;
+    };
+    app.broker
+        .push_many(SchedulerId::Normalizer, (1..=ALL).map(request).collect())
+        .await
+        .unwrap();
+    assert_eq!(sizes(&app).await, (SMALL as u64, ALL as u64 - SMALL as u64));
+    let rebuilds_before = app.metric(REBUILDS).await;
+    let mut blocker = PgConnection::establish(&app.db.uri).unwrap();
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE task_queue IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    // A tenth of the heap popped: the refill of five after that batch waits for the lock on the
+    // engine's connection.
+    let got = app.pop_many("normalizer", SMALL / 10, None).await;
+    assert_eq!(priorities(&got), range(1, 5));
+    let mut watch = PgConnection::establish(&app.db.uri).unwrap();
+    let deadline = Instant::now() + ANSWER;
+    while !refill_waits(&mut watch) {
+        assert!(Instant::now() < deadline, "no refill started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let cut = diesel::sql_query(format!(
+        "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' AND {REFILL_READ}"
+    ))
+    .get_result::<CountRow>(&mut watch)
+    .unwrap()
+    .count;
+    assert_eq!(cut, 1, "the engine's session");
+    blocker.batch_execute("ROLLBACK").unwrap();
+    let mut left = Vec::new();
+    loop {
+        let got = app.pop_ok("normalizer", 7, None).await;
+        if got.is_empty() {
+            break;
+        }
+        left.extend(got);
+    }
+    assert_eq!(priorities(&left), range(6, ALL));
+    assert_eq!(sizes(&app).await, (0, 0));
+    assert_eq!(app.metric(REBUILDS).await, rebuilds_before, "no rebuild");
+}
+
 /// How many normalizer tasks of priorities `from..=to` the table holds in `status`.
 fn count_at(conn: &mut PgConnection, status: &str, from: i64, to: i64) -> i64 {
     diesel::sql_query(format!(

@@ -788,17 +788,33 @@ impl Engine {
                 }
             }
         }
-        let read = self.on_connection("refill", |c, st| {
-            let read = refill::read(c, s, n, &refill::ReadFrom::of(st))?;
-            let ids: Vec<String> = read.rows.iter().map(|r| r.id.clone()).collect();
-            refill::read_in(st, read, n)
-                .map(|k| (k, ids))
-                .map_err(|e| StorageError::Corrupt(e.to_string()))
-        });
-        if let Some((k, ids)) = read {
-            // The tasks read are in the heap now: a read ahead must not hand them out again.
-            self.read_ahead.moved(ids.iter().map(String::as_str));
-            self.took_refill(k);
+        let mut conn = match self.connection() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(scheduler.id = %s, operation = "refill", error = %e, "no connection for the engine's upkeep; tried again after the next batch");
+                return;
+            }
+        };
+        // A read that fails (a locked SQLite file, a connection closed under it) changed
+        // nothing, and nothing of it was taken in: the heap keeps what it holds, as after a
+        // refill ahead's failed read, rather than being rebuilt from the table.
+        let read = match refill::read(&mut conn, s, n, &refill::ReadFrom::of(&self.state)) {
+            Ok(read) => read,
+            Err(e) => {
+                drop(conn);
+                self.refill_failed(e, false);
+                return;
+            }
+        };
+        self.conn = Some(conn);
+        let ids: Vec<String> = read.rows.iter().map(|r| r.id.clone()).collect();
+        match refill::read_in(&mut self.state, read, n) {
+            Ok(k) => {
+                // The tasks read are in the heap now: a read ahead must not hand them out again.
+                self.read_ahead.moved(ids.iter().map(String::as_str));
+                self.took_refill(k);
+            }
+            Err(e) => self.refill_failed(StorageError::Corrupt(e.to_string()), true),
         }
     }
 
