@@ -332,6 +332,9 @@ fn dispatch(
 ) -> Result<bool, StorageError> {
     match rows.get(&id).cloned() {
         Some(mut row) => {
+            // Its row was read (pending, if the heap held it as a refill read it): written
+            // from the row, so it is held no more.
+            st.copies.taken(&id);
             row.status = row
                 .status
                 .dispatch()
@@ -609,6 +612,28 @@ mod tests {
         assert_eq!(rows.dispatched, vec![c]);
         assert!(!st.heap.contains(&c));
         assert_eq!(table.reads, 0);
+    }
+
+    #[test]
+    fn a_task_held_as_a_refill_read_it_whose_row_the_batch_read_is_written_from_its_row() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let mut table = FakeTable::default();
+        let (a, mut ra) = row_with(5, 1, "img1");
+        place(&mut st, &mut rows, a, &ra, Admission::New).unwrap();
+        // A refill read it (the heap holds it, its row is still pending), and this batch read
+        // its row (the same work came back and stayed out).
+        st.copies.read([a], None);
+        ra.status = TaskStatus::Pending;
+        rows.load(vec![ra], "boefje");
+        let req = PopRequest::new(SchedulerId::Boefje, 1, None);
+        assert_eq!(
+            pop(&mut st, &mut rows, &mut table, &req, now()).unwrap(),
+            vec![a]
+        );
+        assert_eq!(rows.get(&a).unwrap().status, TaskStatus::Dispatched);
+        assert!(rows.taken_copies.is_empty() && rows.dispatched.is_empty());
+        assert!(!st.copies.contains(&a), "held no more");
     }
 
     #[test]

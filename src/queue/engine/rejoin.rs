@@ -13,7 +13,9 @@
 //! Withdrawing is for good, so only a task the table holds as waiting is withdrawn: its row is
 //! read before the batch decides ([`reads`]): by id when the heap holds a task of the hash, by
 //! hash when the backlog may hold one. A task the heap holds whose row says it no longer waits
-//! (changed behind the engine's back), or one the batch has not read, is left alone.
+//! (changed behind the engine's back), or one the batch has not read, is left alone. A task the
+//! heap holds as a refill read it is read `pending`; withdrawn (or popped later in the batch), it
+//! is written from that row and held no more ([`super::state::Copies`]).
 
 use chrono::{DateTime, Utc};
 use tracing::info;
