@@ -48,14 +48,21 @@ fn request(p: i64) -> PushRequest {
 /// The app on PostgreSQL with normalizer tasks of priorities 1 to [`TOTAL`]: the heap full with
 /// the best [`MAXSIZE`], the rest pending. `None` when PostgreSQL is absent (outside CI).
 async fn full_heap() -> Option<TestApp> {
-    let app = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = MAXSIZE).await?;
+    heap_of(MAXSIZE, TOTAL).await
+}
+
+/// The app on PostgreSQL with a heap of `maxsize` and normalizer tasks of priorities 1 to
+/// `total`: the heap full with the best, the rest pending.
+async fn heap_of(maxsize: usize, total: i64) -> Option<TestApp> {
+    let app = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = maxsize).await?;
     let pushed = app
         .broker
-        .push_many(SchedulerId::Normalizer, (1..=TOTAL).map(request).collect())
+        .push_many(SchedulerId::Normalizer, (1..=total).map(request).collect())
         .await
         .unwrap();
     assert!(pushed.iter().all(|r| r.as_ref().is_ok_and(|o| o.created)));
-    assert_eq!(sizes(&app).await, (MAXSIZE as u64, PENDING as u64));
+    let pending = total as u64 - maxsize as u64;
+    assert_eq!(sizes(&app).await, (maxsize as u64, pending));
     Some(app)
 }
 
@@ -88,7 +95,7 @@ fn refill_waits(conn: &mut PgConnection) -> bool {
         > 0
 }
 
-/// A refill ahead held under way: another session locks the queue table, a tenth of the heap is
+/// A refill held under way: another session locks the queue table, a tenth of the heap is
 /// popped (answers `popped`, in order; the heap's tasks were pushed into it, so their pops do
 /// not touch the queue table), and the refill that starts after that batch waits for the lock
 /// before it has read anything. Answers the holding session (its `ROLLBACK` lets the refill go
@@ -98,7 +105,7 @@ async fn refill_held(app: &TestApp, popped: &[i64]) -> (PgConnection, PgConnecti
     blocker
         .batch_execute("BEGIN; LOCK TABLE task_queue IN ACCESS EXCLUSIVE MODE")
         .unwrap();
-    let got = app.pop_many("normalizer", MAXSIZE / 10, None).await;
+    let got = app.pop_many("normalizer", popped.len(), None).await;
     assert_eq!(priorities(&got), popped);
     let mut watch = PgConnection::establish(&app.db.uri).unwrap();
     let deadline = Instant::now() + ANSWER;
@@ -121,6 +128,18 @@ async fn waits<T>(task: &mut tokio::task::JoinHandle<T>, what: &str) {
 }
 
 /// Pops until the answer is empty, as many as a pop may take at a time.
+/// Has the server end the session of the refill waiting for the lock (as an administrator or a
+/// failover would); answers how many it ended.
+fn cut_waiting_refill(watch: &mut PgConnection) -> i64 {
+    diesel::sql_query(format!(
+        "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' AND {REFILL_READ}"
+    ))
+    .get_result::<CountRow>(watch)
+    .unwrap()
+    .count
+}
+
 async fn drain(app: &TestApp) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
@@ -283,14 +302,7 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
     let rebuilds_before = app.metric(REBUILDS).await;
     let (mut blocker, mut watch) = refill_held(&app, &range(1, 100)).await;
     // An administrator (or a failover) ends the refill's session while it waits.
-    let cut = diesel::sql_query(format!(
-        "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock' AND {REFILL_READ}"
-    ))
-    .get_result::<CountRow>(&mut watch)
-    .unwrap()
-    .count;
-    assert_eq!(cut, 1, "the refill's session");
+    assert_eq!(cut_waiting_refill(&mut watch), 1, "the refill's session");
     blocker.batch_execute("ROLLBACK").unwrap();
     // Every task left comes out once, in pop order.
     assert_eq!(priorities(&drain(&app).await), range(101, TOTAL));
@@ -309,46 +321,16 @@ async fn a_refill_whose_connection_is_cut_leaves_no_task_lost_or_handed_out_twic
 async fn a_refill_on_the_engines_connection_whose_read_fails_rebuilds_nothing() {
     const SMALL: usize = 50;
     const ALL: i64 = 80;
-    let Some(app) = spawn_app_with(Backend::Postgres, |s| s.queue.maxsize = SMALL).await else {
+    let Some(app) = heap_of(SMALL, ALL).await else {
         return;
     };
-    app.broker
-        .push_many(SchedulerId::Normalizer, (1..=ALL).map(request).collect())
-        .await
-        .unwrap();
-    assert_eq!(sizes(&app).await, (SMALL as u64, ALL as u64 - SMALL as u64));
     let rebuilds_before = app.metric(REBUILDS).await;
-    let mut blocker = PgConnection::establish(&app.db.uri).unwrap();
-    blocker
-        .batch_execute("BEGIN; LOCK TABLE task_queue IN ACCESS EXCLUSIVE MODE")
-        .unwrap();
     // A tenth of the heap popped: the refill of five after that batch waits for the lock on the
     // engine's connection.
-    let got = app.pop_many("normalizer", SMALL / 10, None).await;
-    assert_eq!(priorities(&got), range(1, 5));
-    let mut watch = PgConnection::establish(&app.db.uri).unwrap();
-    let deadline = Instant::now() + ANSWER;
-    while !refill_waits(&mut watch) {
-        assert!(Instant::now() < deadline, "no refill started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let cut = diesel::sql_query(format!(
-        "SELECT COUNT(pg_terminate_backend(pid)) AS count FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock' AND {REFILL_READ}"
-    ))
-    .get_result::<CountRow>(&mut watch)
-    .unwrap()
-    .count;
-    assert_eq!(cut, 1, "the engine's session");
+    let (mut blocker, mut watch) = refill_held(&app, &range(1, 5)).await;
+    assert_eq!(cut_waiting_refill(&mut watch), 1, "the engine's session");
     blocker.batch_execute("ROLLBACK").unwrap();
-    let mut left = Vec::new();
-    loop {
-        let got = app.pop_ok("normalizer", 7, None).await;
-        if got.is_empty() {
-            break;
-        }
-        left.extend(got);
-    }
+    let left = drain(&app).await;
     assert_eq!(priorities(&left), range(6, ALL));
     assert_eq!(sizes(&app).await, (0, 0));
     assert_eq!(app.metric(REBUILDS).await, rebuilds_before, "no rebuild");

@@ -171,14 +171,7 @@ mod tests {
         r.status = TaskStatus::Dispatched;
         let (again, mut a) = row(1, 2);
         a.hash = r.hash.clone();
-        crate::queue::engine::place::place(
-            &mut st,
-            &mut rows,
-            again,
-            &a,
-            crate::queue::engine::place::Admission::New,
-        )
-        .unwrap();
+        place(&mut st, &mut rows, again, &a, Admission::New).unwrap();
         rows.load(vec![r, a], "boefje");
         give_back(&mut st, &mut rows, &[lost], now());
         let r = rows.get(&lost).unwrap();

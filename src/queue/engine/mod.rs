@@ -147,6 +147,36 @@ fn on_fresh_after_break<T>(
     }
 }
 
+/// Reads the rows `ids` names and `scheduler`'s waiting tasks of `hashes` (those by id first: a
+/// row already known keeps its batch state), on a fresh connection when this one breaks.
+fn read_named(
+    conn: &mut WriterConn,
+    fresh: (&DbPool, bool),
+    scheduler: SchedulerId,
+    ids: &[String],
+    hashes: &[String],
+) -> Result<Vec<TaskRow>, StorageError> {
+    on_fresh_after_break(
+        conn,
+        fresh,
+        (
+            scheduler,
+            "read",
+            "the database connection broke; reading again on a fresh one",
+        ),
+        |c, _, _| {
+            let mut rows = match ids.is_empty() {
+                true => Vec::new(),
+                false => tasks::get_many(c, ids)?,
+            };
+            if !hashes.is_empty() {
+                rows.extend(tasks::waiting_by_hash(c, scheduler, hashes)?);
+            }
+            Ok(rows)
+        },
+    )
+}
+
 /// How often an engine with nothing to do looks for tasks whose pop answers went undelivered
 /// after a flush barrier.
 const GIVE_BACK_POLL: Duration = Duration::from_millis(100);
@@ -1322,30 +1352,10 @@ impl Engine {
         rows.load(self.in_flight.take_known(&mut ids), s.as_str());
         ids.extend(expiring);
         ids.dedup();
-        let read = |c: &mut AnyConnection| -> Result<(Vec<TaskRow>, Vec<TaskRow>), StorageError> {
-            let by_id = match ids.is_empty() {
-                true => Vec::new(),
-                false => tasks::get_many(c, &ids)?,
-            };
-            let by_hash = match needs.hashes.is_empty() {
-                true => Vec::new(),
-                false => tasks::waiting_by_hash(c, s, &needs.hashes)?,
-            };
-            Ok((by_id, by_hash))
-        };
-        let read = on_fresh_after_break(
-            conn,
-            (&self.pool, self.flush.is_some()),
-            (
-                s,
-                "read",
-                "the database connection broke; reading again on a fresh one",
-            ),
-            |c, _, _| read(c),
-        )
-        .inspect_err(|_| self.undelivered.extend(&undelivered))?;
-        rows.load(read.0, s.as_str());
-        rows.load(read.1, s.as_str());
+        let fresh = (&self.pool, self.flush.is_some());
+        let read = read_named(conn, fresh, s, &ids, &needs.hashes)
+            .inspect_err(|_| self.undelivered.extend(&undelivered))?;
+        rows.load(read, s.as_str());
         // Tasks coming back to wait may meet the same work waiting as another task, which they
         // withdraw ([`rejoin`]): its row is read too. Seldom anything to read: the hash must be
         // waiting twice.
@@ -1366,26 +1376,8 @@ impl Engine {
             );
         let meets = rejoin::reads(st, &rows, returning);
         if meets != push::PushReads::default() {
-            let read = on_fresh_after_break(
-                conn,
-                (&self.pool, self.flush.is_some()),
-                (
-                    s,
-                    "read",
-                    "the database connection broke; reading again on a fresh one",
-                ),
-                |c, _, _| {
-                    let mut found = match meets.ids.is_empty() {
-                        true => Vec::new(),
-                        false => tasks::get_many(c, &meets.ids)?,
-                    };
-                    if !meets.hashes.is_empty() {
-                        found.extend(tasks::waiting_by_hash(c, s, &meets.hashes)?);
-                    }
-                    Ok(found)
-                },
-            )
-            .inspect_err(|_| self.undelivered.extend(&undelivered))?;
+            let read = read_named(conn, fresh, s, &meets.ids, &meets.hashes)
+                .inspect_err(|_| self.undelivered.extend(&undelivered))?;
             rows.load(read, s.as_str());
         }
 
