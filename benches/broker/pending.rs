@@ -27,7 +27,11 @@
 //! Last, with both brokers stopped, the bound the server sets on the pops' ratio: the boefje
 //! engine's own batch statement on one connection, as the engine runs it, taking pending tasks
 //! (the task's update and its queue row's delete) on the first database against heap tasks (the
-//! update alone) on the second: `alone_pending_vs_heap=`. Before that, on the first database, a
+//! update alone) on the second: `alone_pending_vs_heap=`; and beside them, on the first, half its
+//! pending tasks written as heap tasks are with their queue rows deleted afterwards in sets of a
+//! thousand, timed apart: the pops' statement without the delete on the same table
+//! (`alone_pending_vs_unswept=`, `alone_delete_in_statement_us_per_task=`) and what the delete
+//! costs elsewhere, in sets (`alone_sweep_us_per_task=`). Before that, on the first database, a
 //! backlog search for each organisation's best 65 pending tasks on an engine's connection, joined
 //! to `tasks` against from the queue rows alone: `search_queue_rows_vs_joined=`; a refill read
 //! against read and moved (`refill_read_vs_move=`); and a push batch's read of waiting work by
@@ -46,7 +50,9 @@ use std::time::{Duration, Instant};
 
 use super::harness::http::{Http, current_thread, metric_values, pop_request_with, send_all};
 use super::harness::instance::{Broker, start_broker, stop_broker};
-use super::harness::pg_alone::{dispatches, hash_reads, ids_in, own_boefje, refills, searches};
+use super::harness::pg_alone::{
+    Dispatch, dispatches, hash_reads, ids_in, own_boefje, refills, searches,
+};
 use super::harness::postgres::{
     BOEFJE_HEAVY, IMAGES, ORGS, count_ids, count_tasks, extra_columns, machine, pg_exec, seed_tasks,
 };
@@ -193,9 +199,21 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
     println!(
         "{:<44} {:>10.0} {:>10.0} {:>9.2}",
         "  pending tasks (update + queue row) ÷ heap tasks",
-        alone.0,
-        alone.1,
-        alone.0 / alone.1
+        alone.pending,
+        alone.heap,
+        alone.pending / alone.heap
+    );
+    println!(
+        "{:<44} {:>10.0} {:>10.0} {:>9.2}",
+        "  pending tasks, update + queue row ÷ update alone",
+        alone.pending,
+        alone.unswept,
+        alone.pending / alone.unswept
+    );
+    println!(
+        "  their queue rows deleted apart, a thousand a statement: {:.1} µs a task, against {:.1} µs a task that the delete in the pops' statement costs",
+        alone.sweep_us,
+        1e6 / alone.pending - 1e6 / alone.unswept
     );
     println!(
         "a backlog search for one organisation's best {SEARCH_ROWS} pending tasks, on the engine's connection (median µs):"
@@ -297,9 +315,28 @@ pub fn run_pending(o: &Options, full_db: &str, room_db: &str) -> Result<String> 
             ));
         }
     }
-    kv.push(format!("alone_pending_dispatches_per_s={:.0}", alone.0));
-    kv.push(format!("alone_heap_dispatches_per_s={:.0}", alone.1));
-    kv.push(format!("alone_pending_vs_heap={:.3}", alone.0 / alone.1));
+    kv.push(format!(
+        "alone_pending_dispatches_per_s={:.0}",
+        alone.pending
+    ));
+    kv.push(format!("alone_heap_dispatches_per_s={:.0}", alone.heap));
+    kv.push(format!(
+        "alone_pending_vs_heap={:.3}",
+        alone.pending / alone.heap
+    ));
+    kv.push(format!(
+        "alone_unswept_dispatches_per_s={:.0}",
+        alone.unswept
+    ));
+    kv.push(format!(
+        "alone_pending_vs_unswept={:.3}",
+        alone.pending / alone.unswept
+    ));
+    kv.push(format!(
+        "alone_delete_in_statement_us_per_task={:.1}",
+        1e6 / alone.pending - 1e6 / alone.unswept
+    ));
+    kv.push(format!("alone_sweep_us_per_task={:.1}", alone.sweep_us));
     kv.push(format!("search_joined_us={:.0}", search_us.0));
     kv.push(format!("search_queue_rows_us={:.0}", search_us.1));
     kv.push(format!(
@@ -413,30 +450,68 @@ const ALONE_BATCH: usize = 8;
 /// engine's own batch statement on one connection, as the engine runs it, with nothing of the
 /// broker around it (no HTTP, no heap, no search): pending tasks taken from the backlog (the
 /// task's update and its queue row's delete) on the full database, against heap tasks (the
-/// task's update alone) on the one with room, `ALONE_BATCH` a statement, in alternating rounds of
-/// `o.seconds`. Run once both brokers have stopped (the harness takes the scheduler's owner row
-/// over). Answers the medians (pending, heap), tasks a second.
-fn alone_dispatches(o: &Options, full_db: &str, room_db: &str) -> Result<(f64, f64)> {
+/// task's update alone) on the one with room, `ALONE_BATCH` a statement. And, on the full
+/// database beside them, the same pending tasks written as heap tasks are, their queue rows
+/// deleted afterwards in sets (half its pending tasks, made `queued` beforehand with their queue
+/// rows kept): the pops' statement with the delete taken off it, on the same table as the
+/// pending side, and the delete's cost apart. In alternating rounds, each of the same number of
+/// tasks (the full database's pending tasks shared out, so that no round runs dry). Run once
+/// both brokers have stopped (the harness takes the scheduler's owner row over).
+fn alone_dispatches(o: &Options, full_db: &str, room_db: &str) -> Result<Alone> {
     eprintln!("pending: PostgreSQL alone, the engine's statement…");
     let owners = [own_boefje(full_db)?, own_boefje(room_db)?];
-    let mut ids = [ids_in(full_db, "pending")?, ids_in(room_db, "queued")?];
-    let dbs = [full_db, room_db];
-    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..o.rounds {
-        let first = round % 2;
-        for side in [first, 1 - first] {
-            rates[side].push(dispatches(
-                dbs[side],
-                &owners[side],
-                &mut ids[side],
-                side == 0,
-                ALONE_BATCH,
-                o.seconds,
-            )?);
+    let mut pending = ids_in(full_db, "pending")?;
+    let mut swept = pending.split_off(pending.len() / 2);
+    pg_exec(
+        full_db,
+        &format!(
+            "UPDATE tasks SET status = 'queued' WHERE id IN ({}); CHECKPOINT;",
+            swept
+                .iter()
+                .map(|id| format!("'{id}'"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    )?;
+    let mut heap = ids_in(room_db, "queued")?;
+    let rounds = o.rounds.max(1);
+    let per_round = pending.len().min(swept.len()).min(heap.len()) / rounds;
+    let mut rates: [Vec<f64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut sweeps = Vec::new();
+    for round in 0..rounds {
+        for k in 0..3 {
+            let side = (round + k) % 3;
+            let (db, owner, ids, how) = match side {
+                0 => (full_db, &owners[0], &mut pending, Dispatch::Pending),
+                1 => (room_db, &owners[1], &mut heap, Dispatch::Heap),
+                _ => (full_db, &owners[0], &mut swept, Dispatch::Swept),
+            };
+            let (rate, sweep_us) = dispatches(db, owner, ids, how, ALONE_BATCH, per_round)?;
+            rates[side].push(rate);
+            if how == Dispatch::Swept {
+                sweeps.push(sweep_us);
+            }
         }
     }
-    let [pending, heap] = rates;
-    Ok((median(pending), median(heap)))
+    let [pending, heap, swept] = rates;
+    Ok(Alone {
+        pending: median(pending),
+        heap: median(heap),
+        unswept: median(swept),
+        sweep_us: median(sweeps),
+    })
+}
+
+/// What [`alone_dispatches`] measured: medians, tasks a second, and µs a task.
+struct Alone {
+    /// Pending tasks, the update and the queue row's delete in the statement.
+    pending: f64,
+    /// Heap tasks on the database with room, the update alone.
+    heap: f64,
+    /// Pending tasks on the full database written without the delete in the statement.
+    unswept: f64,
+    /// Deleting those tasks' queue rows afterwards, a thousand a statement, µs a task.
+    sweep_us: f64,
 }
 
 /// Drops the planner's statistics of the queue tables and their indexes, so PostgreSQL plans

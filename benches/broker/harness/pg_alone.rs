@@ -172,33 +172,46 @@ pub fn own_boefje(db: &str) -> Result<(String, i64)> {
     Ok((OWNER.into(), epoch))
 }
 
-/// Tasks dispatched a second by the boefje engine's own batch statement
-/// (`storage::tasks::fenced`, the fence inside it) on one connection, as the engine writes a
-/// batch of pops: `batch` tasks a statement, taken from the front of `ids` (they are used up),
-/// for `seconds`. `pending`: the ids are pending tasks taken straight from the backlog (each
-/// task's update and its queue row's delete); else heap tasks, `queued` (the task's update
-/// alone). Answers tasks a second.
+/// How a batch of pops writes its tasks in [`dispatches`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Heap tasks (`queued → dispatched`): the task's update alone.
+    Heap,
+    /// Pending tasks taken from the backlog: the task's update and its queue row's delete in the
+    /// same statement, as the engine writes them.
+    Pending,
+    /// Tasks with a queue row written as heap tasks are (the update alone; the harness made them
+    /// `queued` beforehand, their queue rows kept), and their queue rows deleted afterwards, a
+    /// thousand a statement (`storage::tasks::forget_stale_queue_rows`, each only while its task
+    /// is not pending), timed apart: what the pops' statement would cost with the delete taken
+    /// off it, and what the delete would cost elsewhere.
+    Swept,
+}
+
+/// Tasks a second that the engine's fenced batch statement dispatches on one connection, `batch`
+/// tasks a statement, `count` tasks taken from `ids` (fewer if it runs out), written as `how`
+/// says; and for [`Dispatch::Swept`] the µs a task that deleting their queue rows afterwards
+/// took on the same connection (0 otherwise), timed apart.
 pub fn dispatches(
     db: &str,
     owner: &(String, i64),
     ids: &mut Vec<String>,
-    pending: bool,
+    how: Dispatch,
     batch: usize,
-    seconds: f64,
-) -> Result<f64> {
+    count: usize,
+) -> Result<(f64, f64)> {
     use kat_scheduler::domain::SchedulerId;
     use kat_scheduler::storage::WriterConn;
     let target = DbTarget::parse(db).map_err(|e| e.to_string())?;
     let pool = storage::connect(&target, 2, Duration::from_secs(5))?;
     let mut conn = WriterConn::checkout_engine(&pool, false)?;
+    let taken: Vec<String> = ids.drain(..count.min(ids.len())).collect();
     let start = Instant::now();
-    let mut done = 0usize;
-    while start.elapsed().as_secs_f64() < seconds && ids.len() >= batch {
-        let chunk: Vec<String> = ids.drain(..batch).collect();
+    for chunk in taken.chunks(batch) {
         let now = chrono::Utc::now().naive_utc();
-        let (heap, backlog): (&[String], &[String]) = match pending {
-            true => (&[], &chunk),
-            false => (&chunk, &[]),
+        let (heap, backlog): (&[String], &[String]) = match how {
+            Dispatch::Pending => (&[], chunk),
+            Dispatch::Heap | Dispatch::Swept => (chunk, &[]),
         };
         let w = tasks::fenced::FencedWrite {
             scheduler: SchedulerId::Boefje,
@@ -212,16 +225,26 @@ pub fn dispatches(
             lease: Some(now + chrono::Duration::minutes(10)),
         };
         let written = tasks::fenced::write(&mut conn, &w)?;
-        if written.len() != batch {
+        if written.len() != chunk.len() {
             return Err(format!(
-                "the statement dispatched {} of {batch} tasks",
-                written.len()
+                "the statement dispatched {} of {} tasks",
+                written.len(),
+                chunk.len()
             )
             .into());
         }
-        done += batch;
     }
-    Ok(done as f64 / start.elapsed().as_secs_f64())
+    let rate = taken.len() as f64 / start.elapsed().as_secs_f64();
+    if how != Dispatch::Swept {
+        return Ok((rate, 0.0));
+    }
+    let start = Instant::now();
+    for chunk in taken.chunks(1_000) {
+        let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        tasks::forget_stale_queue_rows(&mut conn, &ids)?;
+    }
+    let sweep_us = start.elapsed().as_secs_f64() * 1e6 / taken.len().max(1) as f64;
+    Ok((rate, sweep_us))
 }
 
 /// What a backlog search for one organisation costs on the engine's connection, read both ways:
