@@ -152,9 +152,13 @@ impl Octopoes {
 
     /// One object of `organisation` as it is at `valid_time` (`GET /{org}/object?reference=&
     /// valid_time=`, mula's call when it reschedules). Octopoes answers a missing object with a
-    /// 404 whose `detail` names it, and an organisation it has no node for with a 404 `Node not
-    /// found`; only the first is [`Lookup::NotFound`]. A 404 without Octopoes' JSON (a proxy's,
-    /// an older route) says nothing of the object either.
+    /// 404 whose `detail` names it (its `ObjectNotFoundException` handler: the reference), and an
+    /// organisation it has no node for with a 404 `Node not found`; only the first is
+    /// [`Lookup::NotFound`]. Any other 404 says nothing of the object: a route the server does not
+    /// have answers FastAPI's `{"detail": "Not Found"}` (a wrong path prefix in the configured
+    /// URL, a proxy before another app, a version whose route moved), and a proxy's own page has
+    /// no JSON. Read as "gone", each would disable every due schedule whose object the frontier
+    /// lacks, tick after tick.
     pub async fn object(
         &self,
         organisation: &str,
@@ -183,7 +187,10 @@ impl Octopoes {
                 Some(NODE_NOT_FOUND) => Lookup::Unanswered(format!(
                     "octopoes has no node for organisation {organisation}"
                 )),
-                Some(_) => Lookup::NotFound,
+                Some(d) if d.contains(reference) => Lookup::NotFound,
+                Some(d) => Lookup::Unanswered(format!(
+                    "octopoes /{organisation}/object answered 404 '{d}', which does not name the object (a route it lacks?)"
+                )),
                 None => Lookup::Unanswered(format!(
                     "octopoes /{organisation}/object answered 404 without its JSON detail"
                 )),
@@ -409,6 +416,8 @@ mod tests {
             ("/org1/object", _) => (404, r#"{"detail": "Hostname|internet|b.nl"}"#.into()),
             // No node for the organisation: says nothing of the object.
             ("/nonode/object", _) => (404, r#"{"detail": "Node not found"}"#.into()),
+            // A route the server lacks (FastAPI's own 404): nothing of the object either.
+            ("/wrongprefix/object", _) => (404, r#"{"detail": "Not Found"}"#.into()),
             _ => (404, "<html>Not Found</html>".into()),
         });
         let o = octopoes(&stub);
@@ -435,6 +444,12 @@ mod tests {
                 .await
                 .unwrap(),
             Lookup::Unanswered(_)
+        ));
+        assert!(matches!(
+            o.object("wrongprefix", "Hostname|internet|a.nl", t)
+                .await
+                .unwrap(),
+            Lookup::Unanswered(why) if why.contains("does not name the object")
         ));
         let seen = &stub.seen()[0];
         assert_eq!(

@@ -48,6 +48,11 @@ struct Setup {
 impl Setup {
     /// The app with the catalogue above and Octopoes holding `objects` of [`ORG`] (level 2).
     async fn new(backend: Backend, objects: usize) -> Option<Setup> {
+        Self::at(backend, objects, "").await
+    }
+
+    /// The same with `path` after Octopoes' address in the app's configuration.
+    async fn at(backend: Backend, objects: usize, path: &str) -> Option<Setup> {
         let dir = tempfile::tempdir().unwrap();
         let catalogue = dir.path().join("catalogue.toml");
         std::fs::write(&catalogue, CATALOGUE).unwrap();
@@ -60,7 +65,7 @@ impl Setup {
         );
         octopoes.set("listed", Vec::new());
         let stub = octopoes.serve();
-        let url = stub.url.clone();
+        let url = format!("{}{path}", stub.url);
         let app = spawn_app_with(backend, move |s| {
             s.catalogue.file = catalogue.to_string_lossy().into_owned();
             s.clients.octopoes_api = url;
@@ -294,7 +299,50 @@ async fn a_frontier_row_marked_gone_is_asked_again_before_a_schedule_is_disabled
     assert_eq!(revived.gone_at, None, "Octopoes' answer is recorded");
 }
 
+/// An Octopoes address with a wrong path (a prefix too many, a proxy before another app) gets
+/// FastAPI's own 404 `{"detail": "Not Found"}` for every object: that names no object, so no
+/// schedule is disabled as gone; each waits, and fires once the address is right.
+async fn a_404_that_does_not_name_the_object_disables_nothing(backend: Backend) {
+    let Some(s) = Setup::at(backend, 3, "/octopoes").await else {
+        return;
+    };
+    let ids = [
+        s.schedule(ORG, &host(0)).await,
+        s.schedule(ORG, &host(1)).await,
+        s.schedule(ORG, "Hostname|internet|deleted.example.nl")
+            .await,
+    ];
+    assert_eq!(
+        s.reschedule().await,
+        "fired 0, skipped 0, disabled 0, waiting 3"
+    );
+    assert_eq!(
+        s.object_calls(),
+        3,
+        "each was asked, and the answer named none"
+    );
+    for id in &ids {
+        let sch = s.get_schedule(id).await;
+        assert_eq!(
+            (sch["enabled"].clone(), sch["disabled_reason"].clone()),
+            (json!(true), Value::Null),
+            "{sch}"
+        );
+        assert_eq!(deadline(&sch), midnight() - Duration::minutes(1));
+    }
+    assert!(s.pop_all().await.is_empty());
+    let metrics = s.app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("scheduler_object_lookups_total{outcome=\"not_found\"}"))
+            .all(|l| l.ends_with(" 0")),
+        "no lookup counted as not found: {metrics}"
+    );
+}
+
 crate::backend_tests!(
+    a_404_that_does_not_name_the_object_disables_nothing,
     a_frontier_row_marked_gone_is_asked_again_before_a_schedule_is_disabled,
     a_due_schedule_whose_object_only_octopoes_holds_fires_and_only_octopoes_says_gone,
     octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back,
