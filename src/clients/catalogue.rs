@@ -298,6 +298,32 @@ impl Catalogue {
             // The background refresh brings it up to date; planning does not wait for it.
             return Ok(stale);
         }
+        self.fetch_waiting(organisation).await
+    }
+
+    /// The plugins of `organisation` as Katalogus answers now: the cached list while it is
+    /// fresh, else a fetch waited for (never a stale copy). For what cannot be undone, such as
+    /// disabling a schedule because its plugin is gone or disabled: a copy kept while
+    /// Katalogus fails may predate the plugin's re-enabling, and the answer must come from
+    /// Katalogus itself (an error while it cannot give one).
+    pub async fn plugins_confirmed(
+        &self,
+        organisation: &str,
+    ) -> Result<Arc<[Plugin]>, CatalogueError> {
+        if let Source::File(f) = &self.inner.source {
+            return Ok(f.plugins(organisation).into());
+        }
+        if let Some(v) = lock(&self.inner.plugins)
+            .get(organisation)
+            .and_then(|c| self.fresh(c))
+        {
+            return Ok(v);
+        }
+        self.fetch_waiting(organisation).await
+    }
+
+    /// Fetches `organisation`'s plugins and waits for them at most [`MISS_WAIT`].
+    async fn fetch_waiting(&self, organisation: &str) -> Result<Arc<[Plugin]>, CatalogueError> {
         // The fetch runs on its own, so it completes (and fills the cache) even when this
         // caller stops waiting for it.
         let me = self.clone();
@@ -323,9 +349,12 @@ impl Catalogue {
             .or_default()
             .clone();
         let _turn = gate.lock().await;
-        if let Some(c) = lock(&self.inner.plugins).get(organisation) {
+        if let Some(v) = lock(&self.inner.plugins)
+            .get(organisation)
+            .and_then(|c| self.fresh(c))
+        {
             // Fetched while this call waited its turn.
-            return Ok(c.value.clone());
+            return Ok(v);
         }
         match client.plugins(organisation).await {
             Ok(plugins) => Ok(self.store_plugins(organisation, plugins)),

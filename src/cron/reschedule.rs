@@ -350,6 +350,25 @@ impl Reschedule {
                 .iter()
                 .map(|&i| serde_json::from_str(&rows[i].data).unwrap_or_default())
                 .collect();
+            // A plugin gone from the list or disabled disables its schedules for good, so that is
+            // decided from Katalogus' answer of now: the list above may be a copy kept while
+            // Katalogus fails, older than the plugin's re-enabling. Unconfirmed, those schedules
+            // wait (the rest go on from the copy).
+            let mut unconfirmed = None;
+            let plugins = if data
+                .iter()
+                .any(|d| plugin_of(&plugins, d).is_none_or(|p| !p.enabled))
+            {
+                match self.catalogue.plugins_confirmed(org).await {
+                    Ok(now) => now,
+                    Err(e) => {
+                        unconfirmed = Some(e.to_string());
+                        plugins
+                    }
+                }
+            } else {
+                plugins
+            };
             // Only the objects of schedules that may fire are looked up (Octopoes calls are
             // bounded per tick; a schedule whose plugin is gone is disabled without one).
             let refs: Vec<String> = data
@@ -384,6 +403,13 @@ impl Reschedule {
                 let row = &rows[i];
                 let boefje = boefje_id(&d);
                 let plugin = plugin_of(&plugins, &d);
+                if unconfirmed.is_some() && plugin.is_none_or(|p| !p.enabled) {
+                    out[i] = Some(waiting(
+                        FireReason::CatalogueUnavailable,
+                        unconfirmed.clone(),
+                    ));
+                    continue;
+                }
                 let reference = d.get("input_ooi").and_then(Value::as_str);
                 let known = reference.and_then(|r| objects.get(r));
                 out[i] = Some(match verdict(boefje, plugin, reference, known).split() {

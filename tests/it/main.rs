@@ -11,6 +11,7 @@ mod stubs;
 
 mod api_contract;
 mod auth;
+mod catalogue_verdicts;
 mod child;
 mod clients;
 mod cluster;

@@ -1,0 +1,148 @@
+//! A schedule is disabled for its plugin (gone from the catalogue, or disabled) only on
+//! Katalogus' answer of now. Between refreshes the rescheduler plans from the catalogue's copy,
+//! and that copy is kept while Katalogus fails: it may predate the plugin's re-enabling. A
+//! schedule that copy would disable is confirmed with Katalogus first, and waits while Katalogus
+//! cannot answer (here: it no longer lists the organisation).
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use kat_scheduler::domain::SchedulerId;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use crate::stubs::*;
+
+const ORG: &str = "org1";
+/// An organisation whose plugins the catalogue has not fetched before the last step.
+const ORG2: &str = "org2";
+const OBJECT: &str = "Hostname|internet|a.example.nl";
+
+fn midnight() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2027, 3, 1, 0, 0, 0).unwrap()
+}
+
+/// Katalogus' plugins of [`ORG`]: `dns-records` enabled or not, `other` enabled.
+fn plugins(dns_records: bool) -> Vec<Value> {
+    let mut dns = katalogus_boefje("dns-records", &["Hostname"], 1, false);
+    dns["enabled"] = json!(dns_records);
+    vec![dns, katalogus_boefje("other", &["Hostname"], 1, false)]
+}
+
+async fn schedule(app: &TestApp, org: &str, boefje: &str, due: DateTime<Utc>) -> String {
+    let body = json!({"scheduler_id": "boefje", "organisation": org,
+        "deadline_at": due.to_rfc3339(),
+        "data": {"boefje": {"id": boefje}, "input_ooi": OBJECT, "organization": org}});
+    let resp = app.post("/schedules", Some(&body)).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let s: Value = resp.json().await.unwrap();
+    s["id"].as_str().unwrap().to_owned()
+}
+
+async fn get_schedule(app: &TestApp, id: &str) -> Value {
+    app.get(&format!("/schedules/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn reschedule(app: &TestApp) -> String {
+    let report = app.tick(SchedulerId::Boefje).await;
+    report.entries["reschedule"].summary.clone()
+}
+
+/// The schedule ids of the boefje tasks popped.
+async fn popped_schedules(app: &TestApp) -> Vec<String> {
+    app.pop_ok("boefje", 100, None)
+        .await
+        .iter()
+        .map(|t| t["schedule_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms(
+    backend: Backend,
+) {
+    let katalogus = KatalogusState::default();
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert(ORG.into(), plugins(false));
+    let k = katalogus.serve();
+    let octopoes = OctopoesState::default();
+    octopoes.set(ORG, vec![octopoes_object(OBJECT, "Hostname", 2)]);
+    let o = octopoes.serve();
+    let (ku, ou) = (k.url.clone(), o.url.clone());
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.clients.katalogus_api = ku;
+        s.clients.octopoes_api = ou;
+        s.catalogue.ttl_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+
+    // The catalogue's copy is taken with `dns-records` disabled, by the tick that fires `other`.
+    let other = schedule(&app, ORG, "other", midnight() - Duration::minutes(1)).await;
+    let dns = schedule(&app, ORG, "dns-records", midnight() + Duration::minutes(2)).await;
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    assert_eq!(popped_schedules(&app).await, [other]);
+
+    // The plugin is enabled again, but Katalogus cannot answer for the organisation now (it no
+    // longer lists it): the copy, stale now, still says disabled.
+    katalogus.plugins.lock().unwrap().remove(ORG);
+    app.clock.set(midnight() + Duration::minutes(3));
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+    let s = get_schedule(&app, &dns).await;
+    assert_eq!(
+        (s["enabled"].clone(), s["disabled_reason"].clone()),
+        (json!(true), Value::Null),
+        "not disabled from the stale copy: {s}"
+    );
+
+    // Katalogus answers again: the schedule fires on its answer, though the copy is as old.
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert(ORG.into(), plugins(true));
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    assert_eq!(popped_schedules(&app).await, [dns]);
+
+    // Katalogus' own answer still disables: an organisation whose list is fetched fresh, with
+    // the plugin disabled.
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert(ORG2.into(), plugins(false));
+    octopoes.set(ORG2, vec![octopoes_object(OBJECT, "Hostname", 2)]);
+    let off = schedule(&app, ORG2, "dns-records", midnight()).await;
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 0, skipped 0, disabled 1, waiting 0"
+    );
+    let s = get_schedule(&app, &off).await;
+    assert_eq!(s["enabled"], false);
+    assert!(
+        s["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .contains("plugin dns-records is disabled"),
+        "{s}"
+    );
+}
+
+crate::backend_tests!(a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms,);
