@@ -386,7 +386,7 @@ impl Reschedule {
             } else {
                 HashMap::new()
             };
-            let objects: HashMap<String, Known> =
+            let mut objects: HashMap<String, Known> =
                 match self.lookup.objects(org, &refs, budget).await {
                     Ok(known) => known,
                     Err(e) => {
@@ -399,6 +399,31 @@ impl Reschedule {
                         continue;
                     }
                 };
+            // A scan level too low disables the schedule for good, so that is decided on
+            // Octopoes' word of now: the frontier's row may lag it (a raised clearance whose
+            // event is still queued, or was dead-lettered, until the next ColdStart pass).
+            let too_low: Vec<String> = data
+                .iter()
+                .filter_map(|d| {
+                    let p = plugin_of(&plugins, d).filter(|p| p.enabled)?;
+                    let r = d.get("input_ooi").and_then(Value::as_str)?;
+                    match objects.get(r) {
+                        Some(Known::Present(o))
+                            if p.permits(&o.object_type, o.scan_level).is_err() =>
+                        {
+                            Some(r.to_owned())
+                        }
+                        _ => None,
+                    }
+                })
+                .collect();
+            if !too_low.is_empty() {
+                match self.lookup.confirmed(org, &too_low, budget).await {
+                    Ok(now) => objects.extend(now),
+                    // Unconfirmed, they wait.
+                    Err(_) => objects.extend(too_low.into_iter().map(|r| (r, Known::Unavailable))),
+                }
+            }
             for (&i, d) in idx.iter().zip(data) {
                 let row = &rows[i];
                 let boefje = boefje_id(&d);

@@ -102,16 +102,44 @@ impl ObjectLookup {
         references: &[String],
         budget: &AtomicUsize,
     ) -> Result<HashMap<String, Known>, StorageError> {
+        self.known(organisation, references, budget, false).await
+    }
+
+    /// What Octopoes says now of `references` of `organisation`, whatever the frontier holds:
+    /// for a decision that cannot be undone on what the frontier's row says of a present
+    /// object (a scan level too low disables a schedule), since that row may lag Octopoes (an
+    /// event not yet delivered, or dead-lettered; ColdStart passes daily). Asked and recorded
+    /// as [`Self::objects`] asks what the frontier lacks, within the same budget and backoff;
+    /// with no Octopoes to ask, the frontier's rows are the best word there is.
+    pub async fn confirmed(
+        &self,
+        organisation: &str,
+        references: &[String],
+        budget: &AtomicUsize,
+    ) -> Result<HashMap<String, Known>, StorageError> {
+        self.known(organisation, references, budget, true).await
+    }
+
+    /// [`Self::objects`], and with `ask_present` the objects the frontier holds as present
+    /// asked of Octopoes too ([`Self::confirmed`]).
+    async fn known(
+        &self,
+        organisation: &str,
+        references: &[String],
+        budget: &AtomicUsize,
+        ask_present: bool,
+    ) -> Result<HashMap<String, Known>, StorageError> {
         let rows = self.frontier.objects(organisation, references).await?;
         // A row marked gone is a mirror too: the object may have come back while no event
         // announced it. With Octopoes to ask, only its "not found" says gone; without, the row
         // is the best word there is.
-        let confirm_gone = self.octopoes.is_some();
+        let ask = self.octopoes.is_some();
         let mut out: HashMap<String, Known> = rows
             .into_iter()
             .filter_map(|r| match r.gone_at {
-                Some(_) if confirm_gone => None,
+                Some(_) if ask => None,
                 Some(_) => Some((r.reference, Known::Gone)),
+                None if ask && ask_present => None,
                 None => Some((r.reference.clone(), Known::Present(r))),
             })
             .collect();

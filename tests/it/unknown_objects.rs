@@ -25,6 +25,14 @@ consumes = ["Hostname"]
 scan_level = 2
 enabled = true
 interval = 60
+
+[[plugins]]
+id = "low"
+type = "boefje"
+consumes = ["Hostname"]
+scan_level = 1
+enabled = true
+interval = 60
 "#;
 
 /// The organisation Katalogus does not list.
@@ -80,11 +88,16 @@ impl Setup {
         })
     }
 
-    /// A boefje schedule of `org` on `ooi`, due a minute ago; answers its id.
+    /// A `dns-records` schedule of `org` on `ooi`, due a minute ago; answers its id.
     async fn schedule(&self, org: &str, ooi: &str) -> String {
+        self.schedule_of(org, ooi, "dns-records").await
+    }
+
+    /// A schedule of `boefje` for `org` on `ooi`, due a minute ago; answers its id.
+    async fn schedule_of(&self, org: &str, ooi: &str, boefje: &str) -> String {
         let body = json!({"scheduler_id": "boefje", "organisation": org,
             "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
-            "data": {"boefje": {"id": "dns-records"}, "input_ooi": ooi, "organization": org}});
+            "data": {"boefje": {"id": boefje}, "input_ooi": ooi, "organization": org}});
         let resp = self.app.post("/schedules", Some(&body)).await;
         assert_eq!(resp.status(), StatusCode::CREATED);
         let s: Value = resp.json().await.unwrap();
@@ -341,7 +354,69 @@ async fn a_404_that_does_not_name_the_object_disables_nothing(backend: Backend) 
     );
 }
 
+/// A scan level too low disables a schedule only on Octopoes' word of now: the frontier's row
+/// may lag a raised clearance (its event still queued, or dead-lettered). The row is recorded at
+/// level 1 by the first tick; Octopoes then holds one object at level 2, and `dns-records` asks
+/// for 2. While Octopoes is down both schedules wait; once it answers, the raised object's fires
+/// and the other's is disabled.
+async fn a_scan_level_too_low_in_the_frontier_is_asked_of_octopoes_before_a_schedule_is_disabled(
+    backend: Backend,
+) {
+    let Some(s) = Setup::new(backend, 0).await else {
+        return;
+    };
+    let level = |l0, l1| {
+        s.octopoes.set(
+            ORG,
+            vec![
+                octopoes_object(&host(0), "Hostname", l0),
+                octopoes_object(&host(1), "Hostname", l1),
+            ],
+        )
+    };
+    level(1, 1);
+    s.schedule_of(ORG, &host(0), "low").await;
+    s.schedule_of(ORG, &host(1), "low").await;
+    assert_eq!(
+        s.reschedule().await,
+        "fired 2, skipped 0, disabled 0, waiting 0"
+    );
+    assert_eq!(s.pop_all().await.len(), 2);
+
+    level(2, 1);
+    let raised = s.schedule(ORG, &host(0)).await;
+    let low = s.schedule(ORG, &host(1)).await;
+    s.octopoes.set_down(true);
+    assert_eq!(
+        s.reschedule().await,
+        "fired 0, skipped 0, disabled 0, waiting 2",
+        "not disabled on the frontier's level 1"
+    );
+    for id in [&raised, &low] {
+        let sch = s.get_schedule(id).await;
+        assert_eq!(
+            (sch["enabled"].clone(), sch["disabled_reason"].clone()),
+            (json!(true), Value::Null),
+            "{sch}"
+        );
+    }
+
+    s.octopoes.set_down(false);
+    s.app.clock.advance(Duration::seconds(10));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 1, waiting 0"
+    );
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["schedule_id"].as_str().unwrap(), raised);
+    let sch = s.get_schedule(&low).await;
+    assert_eq!(sch["enabled"], false, "Octopoes' own level 1 disables it");
+    assert!(sch["disabled_reason"].is_string(), "{sch}");
+}
+
 crate::backend_tests!(
+    a_scan_level_too_low_in_the_frontier_is_asked_of_octopoes_before_a_schedule_is_disabled,
     a_404_that_does_not_name_the_object_disables_nothing,
     a_frontier_row_marked_gone_is_asked_again_before_a_schedule_is_disabled,
     a_due_schedule_whose_object_only_octopoes_holds_fires_and_only_octopoes_says_gone,
