@@ -45,8 +45,18 @@ pub struct ObjectPage {
     pub count: u64,
     /// This page's objects that could be read.
     pub items: Vec<OctopoesObject>,
-    /// Why each of this page's other objects could not be read, naming the object or its place.
-    pub rejected: Vec<String>,
+    /// This page's other objects, which could not be read.
+    pub rejected: Vec<Rejected>,
+}
+
+/// An object Octopoes listed that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// Its primary key, when it has one: Octopoes holds that object, so ColdStart keeps its
+    /// frontier row rather than finding it gone.
+    pub reference: Option<String>,
+    /// Why, naming its place on the page (`items[3]: …`) and, when known, the object.
+    pub why: String,
 }
 
 /// Octopoes' `detail` of a 404 for an organisation it has no node for.
@@ -144,7 +154,13 @@ impl Octopoes {
         for (i, item) in page.items.iter().enumerate() {
             match read_object(item) {
                 Ok(object) => out.items.push(object),
-                Err(why) => out.rejected.push(format!("items[{i}]: {why}")),
+                Err(why) => out.rejected.push(Rejected {
+                    reference: item
+                        .get("primary_key")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    why: format!("items[{i}]: {why}"),
+                }),
             }
         }
         Ok(out)
@@ -348,8 +364,14 @@ mod tests {
         assert_eq!(
             page.rejected,
             [
-                "items[1]: IPAddressV4|internet|192.0.2.1: scan_profile.level: not an integer",
-                "items[3]: primary_key: missing or not a string",
+                Rejected {
+                    reference: Some("IPAddressV4|internet|192.0.2.1".into()),
+                    why: "items[1]: IPAddressV4|internet|192.0.2.1: scan_profile.level: not an integer".into(),
+                },
+                Rejected {
+                    reference: None,
+                    why: "items[3]: primary_key: missing or not a string".into(),
+                },
             ]
         );
         let seen = &stub.seen()[0];

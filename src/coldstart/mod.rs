@@ -17,7 +17,10 @@
 //!   start) are committed in one transaction; after a restart the pass goes on at the next page.
 //! - **Gone objects.** At the end of a complete pass, the organisation's objects the pass did not
 //!   see (and that no event touched since it began) are marked gone and their waiting tasks
-//!   cancelled.
+//!   cancelled. Paging goes on while Octopoes' `count` says more follow, however short a page.
+//!   An object listed but unreadable keeps its row when the listing names it; a pass that ended
+//!   short of the count (an empty page) or met an unreadable object without a reference marks
+//!   nothing gone, as cancelled work cannot come back, and says so in a warning.
 //! - **Failures stay local.** A page that fails is retried with backoff; after
 //!   [`ColdStartConfig::attempts`] failures the organisation is left for the next round, with its
 //!   progress kept, and the others go on.
@@ -444,12 +447,20 @@ impl ColdStart {
                 self.status.known.fetch_add(left, Ordering::Relaxed);
                 counted_total = true;
             }
-            if !page.rejected.is_empty() {
-                warn!(organisation = %org, offset, rejected = page.rejected.len(), first = %page.rejected[0], "ColdStart: objects Octopoes listed that cannot be read were skipped");
+            if let Some(first) = page.rejected.first() {
+                warn!(organisation = %org, offset, rejected = page.rejected.len(), first = %first.why, "ColdStart: objects Octopoes listed that cannot be read were skipped; those it names keep their frontier rows");
             }
-            // Octopoes answered fewer than asked (or nothing): this was the last page.
+            // Only the count says whether more follow: Octopoes may answer fewer than asked (a
+            // cap on `limit`) before the end. An empty page ends the pass too, or it would ask
+            // for the same page for ever; short of the count, the pass did not see it all.
             let listed = (page.items.len() + page.rejected.len()) as u64;
-            let last = listed < self.config.page_size || offset + listed >= page.count;
+            let last = listed == 0 || offset + listed >= page.count;
+            // Octopoes holds the unreadable objects it names; their rows stay as they are.
+            let unreadable: Vec<String> = page
+                .rejected
+                .into_iter()
+                .filter_map(|r| r.reference)
+                .collect();
             let objects: Vec<(String, ObjectState)> = page
                 .items
                 .into_iter()
@@ -467,9 +478,13 @@ impl ColdStart {
             let loaded = objects.len() as u64;
             let mut next = progress.clone();
             next.next_offset = i64::try_from(offset + listed).unwrap_or(i64::MAX);
-            next.loaded += i64::try_from(loaded).unwrap_or(0);
+            // Both are confirmed; what neither holds leaves the pass unable to find objects gone.
+            next.loaded += i64::try_from(objects.len() + unreadable.len()).unwrap_or(0);
             next.total = i64::try_from(page.count).ok();
-            if let Err(end) = self.load(org, objects, next.clone(), token).await {
+            if let Err(end) = self
+                .load(org, objects, unreadable, next.clone(), token)
+                .await
+            {
                 return end;
             }
             self.status.loaded.fetch_add(loaded, Ordering::Relaxed);
@@ -480,6 +495,20 @@ impl ColdStart {
         }
         let now = self.clock.now();
         progress.completed_at = Some(now.naive_utc());
+        // Objects the pass did not confirm are only gone if it saw the whole listing and
+        // confirmed every object in it; otherwise their waiting work would be cancelled for
+        // objects Octopoes still holds. The next pass (after `interval`) looks again.
+        let (listed, count) = (progress.next_offset, progress.total.unwrap_or(i64::MAX));
+        if listed < count || progress.loaded < listed {
+            warn!(organisation = %org, listed, count, unreadable_without_reference = listed - progress.loaded, "ColdStart: the pass did not see or could not confirm Octopoes' whole listing; nothing marked gone");
+            if let Err(e) = self.frontier.save_progress(progress, now.naive_utc()).await {
+                return PassEnd::Failed {
+                    what: "ending the pass".to_owned(),
+                    error: e.into(),
+                };
+            }
+            return PassEnd::Complete;
+        }
         let gone = match self
             .frontier
             .end_pass(progress.clone(), now.naive_utc())
@@ -577,11 +606,12 @@ impl ColdStart {
         &self,
         org: &str,
         objects: Vec<(String, ObjectState)>,
+        unreadable: Vec<String>,
         progress: Progress,
         token: &CancellationToken,
     ) -> Result<(), PassEnd> {
         self.retried(org, "loading a page", token, || {
-            self.try_load(org, objects.clone(), progress.clone())
+            self.try_load(org, objects.clone(), unreadable.clone(), progress.clone())
         })
         .await
     }
@@ -590,6 +620,7 @@ impl ColdStart {
         &self,
         org: &str,
         objects: Vec<(String, ObjectState)>,
+        unreadable: Vec<String>,
         progress: Progress,
     ) -> Result<(), ColdStartError> {
         let changed: Vec<ObjectEvent> = self.frontier.changed(org, &objects).await?;
@@ -606,6 +637,9 @@ impl ColdStart {
             }
         }
         let now = self.clock.now().naive_utc();
-        Ok(self.frontier.load_page(org, objects, progress, now).await?)
+        Ok(self
+            .frontier
+            .load_page(org, objects, unreadable, progress, now)
+            .await?)
     }
 }

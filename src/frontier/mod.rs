@@ -183,12 +183,14 @@ impl Frontier {
     }
 
     /// Loads one page of a ColdStart pass over `organisation` in one transaction: every object
-    /// upserted and confirmed by the pass begun at `progress.pass_started_at`, and the pass's
+    /// upserted and confirmed by the pass begun at `progress.pass_started_at`, the rows of
+    /// `unreadable` (objects listed that could not be read) confirmed as they are, and the pass's
     /// progress saved with it, so a restart resumes after this page, never before it.
     pub async fn load_page(
         &self,
         organisation: &str,
         objects: Vec<(String, ObjectState)>,
+        unreadable: Vec<String>,
         progress: Progress,
         now: NaiveDateTime,
     ) -> Result<(), StorageError> {
@@ -208,6 +210,12 @@ impl Frontier {
         self.write(move |c| {
             c.transaction::<_, StorageError, _>(|c| {
                 frontier::upsert_objects(c, &rows, now, Some(progress.pass_started_at))?;
+                frontier::confirm_objects(
+                    c,
+                    &progress.organisation,
+                    &unreadable,
+                    progress.pass_started_at,
+                )?;
                 frontier::progress_save(c, &progress, now)?;
                 Ok(())
             })
@@ -238,7 +246,8 @@ impl Frontier {
         .await
     }
 
-    /// Saves a pass's progress alone (a pass that starts, or an empty page).
+    /// Saves a pass's progress alone (a pass that starts, or one that ends without having seen
+    /// the whole listing, which marks nothing gone).
     pub async fn save_progress(
         &self,
         progress: Progress,

@@ -232,6 +232,28 @@ pub fn holders(
     q.load::<FrontierRow>(conn)
 }
 
+/// Confirms the rows of these objects of `organisation` for the ColdStart pass begun at
+/// `confirmed`, their values left as they are: objects Octopoes listed that could not be read,
+/// which it still holds, so the pass must not find them gone. Rare, so a plain list of binds.
+pub fn confirm_objects(
+    conn: &mut AnyConnection,
+    organisation: &str,
+    references: &[String],
+    confirmed: NaiveDateTime,
+) -> QueryResult<usize> {
+    let mut written = 0;
+    for chunk in references.chunks(UPSERT_CHUNK) {
+        let mut q = sql(conn, "UPDATE frontier SET confirmed_at = ");
+        q.bind(confirmed)
+            .push(" WHERE organisation = ")
+            .bind(organisation)
+            .push(" AND reference IN ")
+            .bind_list(chunk.iter().map(String::as_str));
+        written += q.execute(conn)?;
+    }
+    Ok(written)
+}
+
 /// Marks gone the objects of `organisation` that a ColdStart pass begun at `pass_started` did
 /// not confirm and that nothing touched since it began (an object created while the pass ran is
 /// not in its snapshot, but is not gone). Returns their references.
@@ -277,7 +299,8 @@ pub struct Progress {
     /// The offset of the next page to read.
     #[diesel(sql_type = BigInt)]
     pub next_offset: i64,
-    /// Objects loaded so far in this pass.
+    /// Objects this pass confirmed so far: loaded, or listed but unreadable with a known
+    /// reference. Fewer than `next_offset` means some listed object could not be confirmed.
     #[diesel(sql_type = BigInt)]
     pub loaded: i64,
     /// Objects in the snapshot, once a page said.

@@ -1,7 +1,8 @@
 //! ColdStart against a stub Octopoes that speaks its real object listing, its rounds asked for
 //! by the boefje cron table's `coldstart` entry: several pages and organisations into the
 //! frontier and their work planned, an interrupted pass resumed after a restart, objects gone
-//! from a later pass marked gone and their tasks cancelled.
+//! from a later pass marked gone and their tasks cancelled, and nothing found gone that Octopoes
+//! still holds (short pages, unreadable objects, a listing short of its count).
 
 use std::time::Duration;
 
@@ -93,6 +94,26 @@ impl Setup {
             .collect();
         refs.sort();
         refs
+    }
+
+    /// Which of `org`'s first `n` hostnames the frontier holds as gone.
+    async fn gone(&self, org: &str, n: usize) -> Vec<String> {
+        let target = kat_scheduler::storage::DbTarget::parse(&self.app.db.uri).unwrap();
+        let pool = kat_scheduler::storage::connect(&target, 1, Duration::from_secs(5)).unwrap();
+        let references: Vec<String> = hostnames(org, n)
+            .iter()
+            .map(|o| o["primary_key"].as_str().unwrap().to_owned())
+            .collect();
+        let mut gone: Vec<String> = kat_scheduler::frontier::Frontier::new(pool)
+            .objects(org, &references)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.gone_at.is_some())
+            .map(|r| r.reference)
+            .collect();
+        gone.sort();
+        gone
     }
 
     async fn coldstart_health(&self) -> Value {
@@ -226,8 +247,118 @@ async fn objects_missing_from_a_later_pass_are_gone_and_their_waiting_tasks_canc
     assert_eq!(figures["tasks_planned"], 0, "nothing new to plan");
 }
 
+/// Octopoes answers fewer objects a page than asked (a cap on `limit` below the page size) while
+/// its `count` says more follow: the pass pages on to the count, so a later pass still sees every
+/// object and finds none gone.
+async fn a_short_page_is_not_the_last_while_the_count_says_more_follow(backend: Backend) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.rounds(1).await;
+    *s.octopoes.page_cap.lock().unwrap() = Some(1);
+    s.stub.clear();
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(2).await;
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(s.gone("org1", 5).await, Vec::<String>::new());
+    assert_eq!(s.references("org1", "queued").await.len(), 5);
+    assert_eq!(s.references("org2", "queued").await.len(), 7);
+    let offsets: Vec<String> = s
+        .stub
+        .seen()
+        .iter()
+        .filter(|r| r.path == "/org1/objects")
+        .map(|r| r.param("offset").unwrap().to_owned())
+        .collect();
+    assert_eq!(offsets, vec!["0", "1", "2", "3", "4"]);
+    let figures = s.coldstart_health().await;
+    assert_eq!(figures["objects_gone"], 0);
+    assert_eq!(figures["objects_loaded"], 12);
+}
+
+/// An object Octopoes lists but that cannot be read (a scan level that is not an integer) is
+/// still held by Octopoes, which names it: its frontier row is kept and its waiting task is not
+/// cancelled. The pass confirmed every other object it listed, so an object truly missing from
+/// the listing is still found gone in that pass.
+async fn an_object_listed_but_unreadable_keeps_its_row_and_its_waiting_task(backend: Backend) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.rounds(1).await;
+    let mut objects = hostnames("org1", 5);
+    objects[2]["scan_profile"]["level"] = Value::from("two");
+    objects.remove(0);
+    s.octopoes.set("org1", objects);
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(2).await;
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        vec!["Hostname|internet|org1-h0.nl"],
+        "h2 (unreadable) waits on; h0 (missing) is gone"
+    );
+    assert_eq!(
+        s.gone("org1", 5).await,
+        vec!["Hostname|internet|org1-h0.nl"]
+    );
+    assert!(
+        s.references("org1", "queued")
+            .await
+            .contains(&"Hostname|internet|org1-h2.nl".to_owned())
+    );
+    assert_eq!(s.coldstart_health().await["objects_gone"], 1);
+}
+
+/// A pass that cannot vouch for the whole listing marks nothing gone, not even an object truly
+/// missing from it: one that met an unreadable object without a reference, and one whose listing
+/// ended (on an empty page) short of the count Octopoes gave. Each ends, and the next whole pass
+/// finds the missing object gone.
+async fn a_pass_that_cannot_confirm_the_whole_listing_marks_nothing_gone(backend: Backend) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.rounds(1).await;
+    let mut objects = hostnames("org1", 5);
+    objects.remove(0);
+    let readable = objects.clone();
+    objects.push(serde_json::json!({"object_type": "Hostname", "name": "no-key.nl"}));
+    s.octopoes.set("org1", objects);
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(2).await;
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(s.gone("org1", 5).await, Vec::<String>::new());
+
+    // Readable again, but the count claims three objects more than the listing gives.
+    s.octopoes.set("org1", readable);
+    *s.octopoes.count_extra.lock().unwrap() = 3;
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(3).await;
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(s.gone("org1", 5).await, Vec::<String>::new());
+    assert_eq!(s.references("org1", "queued").await.len(), 5);
+
+    *s.octopoes.count_extra.lock().unwrap() = 0;
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(4).await;
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        vec!["Hostname|internet|org1-h0.nl"]
+    );
+}
+
 crate::backend_tests!(
     coldstart_pages_every_organisation_into_the_frontier_and_plans_their_work,
     an_interrupted_pass_resumes_at_the_page_it_reached_and_others_go_on,
     objects_missing_from_a_later_pass_are_gone_and_their_waiting_tasks_cancelled,
+    a_short_page_is_not_the_last_while_the_count_says_more_follow,
+    an_object_listed_but_unreadable_keeps_its_row_and_its_waiting_task,
+    a_pass_that_cannot_confirm_the_whole_listing_marks_nothing_gone,
 );

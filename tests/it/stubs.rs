@@ -143,12 +143,15 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
 /// by its reference (`GET /{org}/object`: 404 naming the object when the organisation lacks it,
 /// 404 `Node not found` for an organisation it has no node for, as Octopoes answers); an
 /// organisation can be made to fail (500) from an offset on, and the whole service to answer
-/// 503 while it is down.
+/// 503 while it is down. A listing can be capped at fewer objects a page than asked (`page_cap`),
+/// and its `count` made to claim more objects than it holds (`count_extra`); neither by default.
 #[derive(Clone, Default)]
 pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub fail_from: Arc<Mutex<HashMap<String, u64>>>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
+    pub page_cap: Arc<Mutex<Option<u64>>>,
+    pub count_extra: Arc<Mutex<usize>>,
 }
 
 impl OctopoesState {
@@ -207,6 +210,11 @@ impl OctopoesState {
                 [org, "objects"] => {
                     let offset: u64 = seen.param("offset").unwrap_or("0").parse().unwrap();
                     let limit: u64 = seen.param("limit").unwrap_or("1000").parse().unwrap();
+                    let limit = state
+                        .page_cap
+                        .lock()
+                        .unwrap()
+                        .map_or(limit, |c| limit.min(c));
                     if state
                         .fail_from
                         .lock()
@@ -229,7 +237,8 @@ impl OctopoesState {
                         .take(limit as usize)
                         .cloned()
                         .collect();
-                    Reply::json(json!({"count": all.len(), "items": items}))
+                    let count = all.len() + *state.count_extra.lock().unwrap();
+                    Reply::json(json!({"count": count, "items": items}))
                 }
                 [_, "health"] => Reply::json(json!({"service": "octopoes", "healthy": true})),
                 _ => Reply::status(404, r#"{"detail": "Not Found"}"#),
