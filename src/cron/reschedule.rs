@@ -333,6 +333,11 @@ impl Reschedule {
                 .map(|_| waiting(FireReason::CatalogueUnavailable, None))
                 .collect();
         }
+        // Once Katalogus left one organisation's confirmation unanswered until the wait ran
+        // out, the page's other organisations wait without asking: a hung Katalogus costs the
+        // tick one wait (`catalogue::MISS_WAIT`), not one per organisation. An answer that is
+        // an error (an organisation it does not list) holds back that organisation alone.
+        let mut katalogus_hung: Option<String> = None;
         for (org, idx) in by_org {
             let plugins = match self.catalogue.plugins(org).await {
                 Ok(p) => p,
@@ -359,10 +364,22 @@ impl Reschedule {
                 .iter()
                 .any(|d| plugin_of(&plugins, d).is_none_or(|p| !p.enabled))
             {
-                match self.catalogue.plugins_confirmed(org).await {
+                let began = std::time::Instant::now();
+                let confirmed = match &katalogus_hung {
+                    Some(why) => Err(why.clone()),
+                    None => self
+                        .catalogue
+                        .plugins_confirmed(org)
+                        .await
+                        .map_err(|e| e.to_string()),
+                };
+                match confirmed {
                     Ok(now) => now,
-                    Err(e) => {
-                        unconfirmed = Some(e.to_string());
+                    Err(why) => {
+                        if began.elapsed() >= crate::clients::catalogue::MISS_WAIT {
+                            katalogus_hung.get_or_insert_with(|| why.clone());
+                        }
+                        unconfirmed = Some(why);
                         plugins
                     }
                 }

@@ -145,4 +145,70 @@ async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_conf
     );
 }
 
-crate::backend_tests!(a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms,);
+/// A Katalogus that does not answer holds a tick for one wait, not one per organisation: once
+/// one organisation's confirmation ran out of time, the page's others wait without asking.
+async fn a_hung_katalogus_is_asked_to_confirm_once_a_page(backend: Backend) {
+    let katalogus = KatalogusState::default();
+    for org in [ORG, ORG2] {
+        katalogus
+            .plugins
+            .lock()
+            .unwrap()
+            .insert(org.into(), plugins(false));
+    }
+    let k = katalogus.serve();
+    let octopoes = OctopoesState::default();
+    for org in [ORG, ORG2] {
+        octopoes.set(org, vec![octopoes_object(OBJECT, "Hostname", 2)]);
+    }
+    let o = octopoes.serve();
+    let (ku, ou) = (k.url.clone(), o.url.clone());
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.clients.katalogus_api = ku;
+        s.clients.octopoes_api = ou;
+        s.catalogue.ttl_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+    let mut dns = Vec::new();
+    for org in [ORG, ORG2] {
+        schedule(&app, org, "other", midnight() - Duration::minutes(1)).await;
+        dns.push(schedule(&app, org, "dns-records", midnight() + Duration::minutes(2)).await);
+    }
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 2, skipped 0, disabled 0, waiting 0"
+    );
+
+    // Katalogus hangs (each answer comes after the catalogue's wait); the copies are stale.
+    for org in [ORG, ORG2] {
+        katalogus
+            .slow
+            .lock()
+            .unwrap()
+            .insert(org.into(), std::time::Duration::from_secs(5));
+    }
+    k.clear();
+    app.clock.set(midnight() + Duration::minutes(3));
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 0, skipped 0, disabled 0, waiting 2"
+    );
+    let asked = k
+        .seen()
+        .iter()
+        .filter(|s| s.path.ends_with("/plugins"))
+        .count();
+    assert_eq!(asked, 1, "the second organisation is not asked");
+    for id in &dns {
+        assert_eq!(get_schedule(&app, id).await["enabled"], true);
+    }
+}
+
+crate::backend_tests!(
+    a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms,
+    a_hung_katalogus_is_asked_to_confirm_once_a_page,
+);
