@@ -29,6 +29,7 @@
 //! recorded `fired` when the next tick meets its task.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushOutcome, PushRequest, QueueError};
 use crate::schedules::Schedules;
 use crate::scoring::{ScoreInput, Scorer};
+use crate::storage::StorageError;
 use crate::storage::frontier::FrontierRow;
 use crate::storage::schedules::{Due, FireRow, ScheduleRow};
 
@@ -333,10 +335,7 @@ impl Reschedule {
                 .map(|_| waiting(FireReason::CatalogueUnavailable, None))
                 .collect();
         }
-        // Once Katalogus left one organisation's confirmation unanswered until the wait ran
-        // out, the page's other organisations wait without asking: a hung Katalogus costs the
-        // tick one wait (`catalogue::MISS_WAIT`), not one per organisation. An answer that is
-        // an error (an organisation it does not list) holds back that organisation alone.
+        // Set once Katalogus left a confirmation unanswered (`confirm_plugins`).
         let mut katalogus_hung: Option<String> = None;
         for (org, idx) in by_org {
             let plugins = match self.catalogue.plugins(org).await {
@@ -359,33 +358,9 @@ impl Reschedule {
             // decided from Katalogus' answer of now: the list above may be a copy kept while
             // Katalogus fails, older than the plugin's re-enabling. Unconfirmed, those schedules
             // wait (the rest go on from the copy).
-            let mut unconfirmed = None;
-            let plugins = if data
-                .iter()
-                .any(|d| plugin_of(&plugins, d).is_none_or(|p| !p.enabled))
-            {
-                let began = std::time::Instant::now();
-                let confirmed = match &katalogus_hung {
-                    Some(why) => Err(why.clone()),
-                    None => self
-                        .catalogue
-                        .plugins_confirmed(org)
-                        .await
-                        .map_err(|e| e.to_string()),
-                };
-                match confirmed {
-                    Ok(now) => now,
-                    Err(why) => {
-                        if began.elapsed() >= crate::clients::catalogue::MISS_WAIT {
-                            katalogus_hung.get_or_insert_with(|| why.clone());
-                        }
-                        unconfirmed = Some(why);
-                        plugins
-                    }
-                }
-            } else {
-                plugins
-            };
+            let (plugins, unconfirmed) = self
+                .confirm_plugins(org, plugins, &data, &mut katalogus_hung)
+                .await;
             // Only the objects of schedules that may fire are looked up (Octopoes calls are
             // bounded per tick; a schedule whose plugin is gone is disabled without one).
             let refs: Vec<String> = data
@@ -416,30 +391,17 @@ impl Reschedule {
                         continue;
                     }
                 };
-            // A scan level too low disables the schedule for good, so that is decided on
-            // Octopoes' word of now: the frontier's row may lag it (a raised clearance whose
-            // event is still queued, or was dead-lettered, until the next ColdStart pass).
-            let too_low: Vec<String> = data
-                .iter()
-                .filter_map(|d| {
-                    let p = plugin_of(&plugins, d).filter(|p| p.enabled)?;
-                    let r = d.get("input_ooi").and_then(Value::as_str)?;
-                    match objects.get(r) {
-                        Some(Known::Present(o))
-                            if p.permits(&o.object_type, o.scan_level).is_err() =>
-                        {
-                            Some(r.to_owned())
-                        }
-                        _ => None,
-                    }
-                })
-                .collect();
-            if !too_low.is_empty() {
-                match self.lookup.confirmed(org, &too_low, budget).await {
-                    Ok(now) => objects.extend(now),
-                    // Unconfirmed, they wait.
-                    Err(_) => objects.extend(too_low.into_iter().map(|r| (r, Known::Unavailable))),
+            if let Err(e) = self
+                .confirm_levels(org, &plugins, &data, &mut objects, budget)
+                .await
+            {
+                for i in idx {
+                    out[i] = Some(waiting(
+                        FireReason::FrontierUnavailable,
+                        Some(e.to_string()),
+                    ));
                 }
+                continue;
             }
             for (&i, d) in idx.iter().zip(data) {
                 let row = &rows[i];
@@ -478,6 +440,80 @@ impl Reschedule {
         out.into_iter()
             .map(|d| d.unwrap_or_else(|| waiting(FireReason::CatalogueUnavailable, None)))
             .collect()
+    }
+
+    /// The plugins of `org` to decide `data`'s schedules by, and why they are unconfirmed. A
+    /// plugin gone from the list or disabled disables its schedules for good, so that is decided
+    /// from Katalogus' answer of now: `plugins` may be the catalogue's copy kept while Katalogus
+    /// fails, older than the plugin's re-enabling. When a schedule would be disabled so, the list
+    /// is confirmed; unconfirmed (the reason given), those schedules wait and the rest go on from
+    /// the copy. Once Katalogus left a confirmation unanswered until the wait ran out (`hung`),
+    /// the page's other organisations are not asked: a hung Katalogus costs the tick one wait
+    /// ([`MISS_WAIT`](crate::clients::catalogue::MISS_WAIT)), not one per organisation. An
+    /// answer that is an error (an organisation it does not list) holds back that one alone.
+    async fn confirm_plugins(
+        &self,
+        org: &str,
+        plugins: Arc<[Plugin]>,
+        data: &[Map<String, Value>],
+        hung: &mut Option<String>,
+    ) -> (Arc<[Plugin]>, Option<String>) {
+        if data
+            .iter()
+            .all(|d| plugin_of(&plugins, d).is_some_and(|p| p.enabled))
+        {
+            return (plugins, None);
+        }
+        let began = std::time::Instant::now();
+        let confirmed = match hung {
+            Some(why) => Err(why.clone()),
+            None => self
+                .catalogue
+                .plugins_confirmed(org)
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        match confirmed {
+            Ok(now) => (now, None),
+            Err(why) => {
+                if began.elapsed() >= crate::clients::catalogue::MISS_WAIT {
+                    hung.get_or_insert_with(|| why.clone());
+                }
+                (plugins, Some(why))
+            }
+        }
+    }
+
+    /// Asks Octopoes again about the objects `objects` holds as present at a scan level too
+    /// low for their schedule's plugin, and takes its answers in. A level too low disables the
+    /// schedule for good, so that is decided on Octopoes' word of now: the frontier's row may lag
+    /// it (a raised clearance whose event is still queued, or was dead-lettered, until the next
+    /// ColdStart pass). An object Octopoes cannot answer for now waits.
+    async fn confirm_levels(
+        &self,
+        org: &str,
+        plugins: &[Plugin],
+        data: &[Map<String, Value>],
+        objects: &mut HashMap<String, Known>,
+        budget: &AtomicUsize,
+    ) -> Result<(), StorageError> {
+        let too_low: Vec<String> = data
+            .iter()
+            .filter_map(|d| {
+                let p = plugin_of(plugins, d).filter(|p| p.enabled)?;
+                let r = d.get("input_ooi").and_then(Value::as_str)?;
+                match objects.get(r) {
+                    Some(Known::Present(o)) if p.permits(&o.object_type, o.scan_level).is_err() => {
+                        Some(r.to_owned())
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        if !too_low.is_empty() {
+            objects.extend(self.lookup.confirmed(org, &too_low, budget).await?);
+        }
+        Ok(())
     }
 
     /// The wait of a boefje schedule without cron: its plugin's interval, else the grace period.
