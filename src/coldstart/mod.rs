@@ -19,8 +19,9 @@
 //!   see (and that no event touched since it began) are marked gone and their waiting tasks
 //!   cancelled. Paging goes on while Octopoes' `count` says more follow, however short a page.
 //!   An object listed but unreadable keeps its row when the listing names it; a pass that ended
-//!   short of the count (an empty page) or met an unreadable object without a reference marks
-//!   nothing gone, as cancelled work cannot come back, and says so in a warning.
+//!   short of the count (an empty page), whose listing shrank while it paged (objects moved onto
+//!   pages already read), or that met an unreadable object without a reference marks nothing
+//!   gone, as cancelled work cannot come back, and says so in a warning.
 //! - **Failures stay local.** A page that fails is retried with backoff; after
 //!   [`ColdStartConfig::attempts`] failures the organisation is left for the next round, with its
 //!   progress kept, and the others go on.
@@ -480,7 +481,18 @@ impl ColdStart {
             next.next_offset = i64::try_from(offset + listed).unwrap_or(i64::MAX);
             // Both are confirmed; what neither holds leaves the pass unable to find objects gone.
             next.loaded += i64::try_from(objects.len() + unreadable.len()).unwrap_or(0);
-            next.total = i64::try_from(page.count).ok();
+            // A listing that shrank while the pass paged through it moved the objects after the
+            // gap onto pages already read: some may have been passed over, and the pass can no
+            // longer vouch for what it did not see. Its count is then kept unknown for the rest
+            // of the pass (also across a restart), so the pass finds nothing gone.
+            let shrank = offset > 0
+                && progress
+                    .total
+                    .is_none_or(|t| i64::try_from(page.count).is_ok_and(|c| c < t));
+            next.total = match shrank {
+                true => None,
+                false => i64::try_from(page.count).ok(),
+            };
             if let Err(end) = self
                 .load(org, objects, unreadable, next.clone(), token)
                 .await
@@ -498,9 +510,9 @@ impl ColdStart {
         // Objects the pass did not confirm are only gone if it saw the whole listing and
         // confirmed every object in it; otherwise their waiting work would be cancelled for
         // objects Octopoes still holds. The next pass (after `interval`) looks again.
-        let (listed, count) = (progress.next_offset, progress.total.unwrap_or(i64::MAX));
-        if listed < count || progress.loaded < listed {
-            warn!(organisation = %org, listed, count, unreadable_without_reference = listed - progress.loaded, "ColdStart: the pass did not see or could not confirm Octopoes' whole listing; nothing marked gone");
+        let listed = progress.next_offset;
+        if progress.total.is_none_or(|count| listed < count) || progress.loaded < listed {
+            warn!(organisation = %org, listed, count = ?progress.total, unreadable_without_reference = listed - progress.loaded, "ColdStart: the pass did not see or could not confirm Octopoes' whole listing (count none: the listing shrank while it paged); nothing marked gone");
             if let Err(e) = self.frontier.save_progress(progress, now.naive_utc()).await {
                 return PassEnd::Failed {
                     what: "ending the pass".to_owned(),

@@ -28,6 +28,47 @@ fn plugins(dns_records: bool) -> Vec<Value> {
     vec![dns, katalogus_boefje("other", &["Hostname"], 1, false)]
 }
 
+/// The app on Katalogus and Octopoes stubs: each of `orgs` with [`plugins`]`(false)` and
+/// [`OBJECT`] at level 2; the catalogue's copies fresh for 60 s; the clock at midnight.
+struct Setup {
+    app: TestApp,
+    katalogus: KatalogusState,
+    k: Stub,
+    octopoes: OctopoesState,
+    _o: Stub,
+}
+
+impl Setup {
+    async fn new(backend: Backend, orgs: &[&str]) -> Option<Setup> {
+        let katalogus = KatalogusState::default();
+        let octopoes = OctopoesState::default();
+        for org in orgs {
+            katalogus
+                .plugins
+                .lock()
+                .unwrap()
+                .insert((*org).into(), plugins(false));
+            octopoes.set(org, vec![octopoes_object(OBJECT, "Hostname", 2)]);
+        }
+        let (k, o) = (katalogus.serve(), octopoes.serve());
+        let (ku, ou) = (k.url.clone(), o.url.clone());
+        let app = spawn_app_with(backend, move |s| {
+            s.clients.katalogus_api = ku;
+            s.clients.octopoes_api = ou;
+            s.catalogue.ttl_secs = 60;
+        })
+        .await?;
+        app.clock.set(midnight());
+        Some(Setup {
+            app,
+            katalogus,
+            k,
+            octopoes,
+            _o: o,
+        })
+    }
+}
+
 async fn schedule(app: &TestApp, org: &str, boefje: &str, due: DateTime<Utc>) -> String {
     let body = json!({"scheduler_id": "boefje", "organisation": org,
         "deadline_at": due.to_rfc3339(),
@@ -63,27 +104,17 @@ async fn popped_schedules(app: &TestApp) -> Vec<String> {
 async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms(
     backend: Backend,
 ) {
-    let katalogus = KatalogusState::default();
-    katalogus
-        .plugins
-        .lock()
-        .unwrap()
-        .insert(ORG.into(), plugins(false));
-    let k = katalogus.serve();
-    let octopoes = OctopoesState::default();
-    octopoes.set(ORG, vec![octopoes_object(OBJECT, "Hostname", 2)]);
-    let o = octopoes.serve();
-    let (ku, ou) = (k.url.clone(), o.url.clone());
-    let Some(app) = spawn_app_with(backend, move |s| {
-        s.clients.katalogus_api = ku;
-        s.clients.octopoes_api = ou;
-        s.catalogue.ttl_secs = 60;
-    })
-    .await
+    // Every stub bound (not `..`): a stub dropped stops answering.
+    let Some(Setup {
+        app,
+        katalogus,
+        k: _k,
+        octopoes,
+        _o,
+    }) = Setup::new(backend, &[ORG]).await
     else {
         return;
     };
-    app.clock.set(midnight());
 
     // The catalogue's copy is taken with `dns-records` disabled, by the tick that fires `other`.
     let other = schedule(&app, ORG, "other", midnight() - Duration::minutes(1)).await;
@@ -148,31 +179,16 @@ async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_conf
 /// A Katalogus that does not answer holds a tick for one wait, not one per organisation: once
 /// one organisation's confirmation ran out of time, the page's others wait without asking.
 async fn a_hung_katalogus_is_asked_to_confirm_once_a_page(backend: Backend) {
-    let katalogus = KatalogusState::default();
-    for org in [ORG, ORG2] {
-        katalogus
-            .plugins
-            .lock()
-            .unwrap()
-            .insert(org.into(), plugins(false));
-    }
-    let k = katalogus.serve();
-    let octopoes = OctopoesState::default();
-    for org in [ORG, ORG2] {
-        octopoes.set(org, vec![octopoes_object(OBJECT, "Hostname", 2)]);
-    }
-    let o = octopoes.serve();
-    let (ku, ou) = (k.url.clone(), o.url.clone());
-    let Some(app) = spawn_app_with(backend, move |s| {
-        s.clients.katalogus_api = ku;
-        s.clients.octopoes_api = ou;
-        s.catalogue.ttl_secs = 60;
-    })
-    .await
+    let Some(Setup {
+        app,
+        katalogus,
+        k,
+        octopoes: _,
+        _o,
+    }) = Setup::new(backend, &[ORG, ORG2]).await
     else {
         return;
     };
-    app.clock.set(midnight());
     let mut dns = Vec::new();
     for org in [ORG, ORG2] {
         schedule(&app, org, "other", midnight() - Duration::minutes(1)).await;

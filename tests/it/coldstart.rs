@@ -116,6 +116,15 @@ impl Setup {
         gone
     }
 
+    /// Asserts that none of `org`'s first `n` hostnames is gone, nor any of its tasks cancelled.
+    async fn nothing_gone(&self, org: &str, n: usize) {
+        assert_eq!(
+            self.references(org, "cancelled").await,
+            Vec::<String>::new()
+        );
+        assert_eq!(self.gone(org, n).await, Vec::<String>::new());
+    }
+
     async fn coldstart_health(&self) -> Value {
         let health: Value = self.app.get("/health").await.json().await.unwrap();
         health["results"]
@@ -259,11 +268,7 @@ async fn a_short_page_is_not_the_last_while_the_count_says_more_follow(backend: 
     s.stub.clear();
     s.app.advance(chrono::Duration::hours(2));
     s.rounds(2).await;
-    assert_eq!(
-        s.references("org1", "cancelled").await,
-        Vec::<String>::new()
-    );
-    assert_eq!(s.gone("org1", 5).await, Vec::<String>::new());
+    s.nothing_gone("org1", 5).await;
     assert_eq!(s.references("org1", "queued").await.len(), 5);
     assert_eq!(s.references("org2", "queued").await.len(), 7);
     let offsets: Vec<String> = s
@@ -327,22 +332,14 @@ async fn a_pass_that_cannot_confirm_the_whole_listing_marks_nothing_gone(backend
     s.octopoes.set("org1", objects);
     s.app.advance(chrono::Duration::hours(2));
     s.rounds(2).await;
-    assert_eq!(
-        s.references("org1", "cancelled").await,
-        Vec::<String>::new()
-    );
-    assert_eq!(s.gone("org1", 5).await, Vec::<String>::new());
+    s.nothing_gone("org1", 5).await;
 
     // Readable again, but the count claims three objects more than the listing gives.
     s.octopoes.set("org1", readable);
     *s.octopoes.count_extra.lock().unwrap() = 3;
     s.app.advance(chrono::Duration::hours(2));
     s.rounds(3).await;
-    assert_eq!(
-        s.references("org1", "cancelled").await,
-        Vec::<String>::new()
-    );
-    assert_eq!(s.gone("org1", 5).await, Vec::<String>::new());
+    s.nothing_gone("org1", 5).await;
     assert_eq!(s.references("org1", "queued").await.len(), 5);
 
     *s.octopoes.count_extra.lock().unwrap() = 0;
@@ -354,7 +351,50 @@ async fn a_pass_that_cannot_confirm_the_whole_listing_marks_nothing_gone(backend
     );
 }
 
+/// A listing that shrinks while a pass pages through it moves the objects after the gap onto
+/// pages the pass has read: here the pass is interrupted after its first page, h0 leaves
+/// Octopoes (no event), and the resumed pass starts at offset 2, where h3 now is, passing h2
+/// over. The count went down, so the pass vouches for nothing it did not see: h2 keeps its row
+/// and its task, and so does h0 until a whole pass finds it gone.
+async fn a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone(backend: Backend) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.rounds(1).await;
+    s.octopoes.fail_from("org1", Some(2));
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(2).await;
+    assert_eq!(s.coldstart_health().await["organisations_failed"], 1);
+
+    let mut objects = hostnames("org1", 5);
+    objects.remove(0);
+    s.octopoes.set("org1", objects);
+    s.octopoes.fail_from("org1", None);
+    s.stub.clear();
+    s.app.advance(chrono::Duration::minutes(2));
+    s.rounds(3).await;
+    let offsets: Vec<String> = s
+        .stub
+        .seen()
+        .iter()
+        .filter(|r| r.path == "/org1/objects")
+        .map(|r| r.param("offset").unwrap().to_owned())
+        .collect();
+    assert_eq!(offsets, vec!["2"], "resumed where it stopped");
+    s.nothing_gone("org1", 5).await;
+    assert_eq!(s.references("org1", "queued").await.len(), 5);
+
+    // The next whole pass sees the listing as it is: h0 is gone, h2 is not.
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(4).await;
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        vec!["Hostname|internet|org1-h0.nl"]
+    );
+}
+
 crate::backend_tests!(
+    a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone,
     coldstart_pages_every_organisation_into_the_frontier_and_plans_their_work,
     an_interrupted_pass_resumes_at_the_page_it_reached_and_others_go_on,
     objects_missing_from_a_later_pass_are_gone_and_their_waiting_tasks_cancelled,
