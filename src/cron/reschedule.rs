@@ -51,7 +51,7 @@ use crate::schedules::Schedules;
 use crate::scoring::{ScoreInput, Scorer};
 use crate::storage::StorageError;
 use crate::storage::frontier::FrontierRow;
-use crate::storage::schedules::{Due, FireRow, ScheduleRow};
+use crate::storage::schedules::{Advance, Disable, Due, FireRow, ScheduleRow};
 
 /// Due schedules handled per page (one read, one push, one write).
 pub const PAGE: usize = 1_000;
@@ -633,17 +633,30 @@ impl Reschedule {
             decided,
             mut counts,
         } = p;
-        counts.disabled += disable.len();
-        for (id, reason) in &disable {
-            tracing::info!(schedule.id = %id, reason = %reason, "schedule disabled");
-        }
-        self.schedules
+        let asked = disable.len();
+        let mut kept: std::collections::HashSet<String> =
+            disable.iter().map(|d| d.id.clone()).collect();
+        let disabled = self
+            .schedules
             .settle(advance, disable, fires, tick.at.naive_utc())
             .await?;
+        for d in &disabled {
+            kept.remove(&d.id);
+            tracing::info!(schedule.id = %d.id, reason = %d.reason, "schedule disabled");
+        }
+        // A disable that met a schedule changed since the tick read it (a user's edit) did not
+        // apply: that fire waits for the next tick, which decides on the row as it is now.
+        counts.disabled += disabled.len();
+        counts.waiting += asked - disabled.len();
+        for id in &kept {
+            tracing::info!(schedule.id = %id, "schedule changed while the tick decided it: decided again next tick");
+        }
         // Counted once committed: a page whose settle failed is decided again on a later tick.
         let metrics = self.broker.metrics();
-        for (skipped, late) in decided {
-            metrics.schedule_fire(tick.component, skipped, late);
+        for (id, skipped, late) in decided {
+            if !kept.contains(&id) {
+                metrics.schedule_fire(tick.component, skipped, late);
+            }
         }
         Ok(counts)
     }
@@ -685,14 +698,14 @@ struct Prepared {
 #[derive(Default)]
 struct Settlement {
     /// Schedules whose deadline moves.
-    advance: Vec<(String, Option<NaiveDateTime>)>,
+    advance: Vec<Advance>,
     /// Schedules to disable, with the reason.
-    disable: Vec<(String, String)>,
+    disable: Vec<Disable>,
     /// The page's due fires, as the ledger records them.
     fires: Vec<FireRow>,
-    /// The decided ones (not waiting), for the metrics: the skip's reason (`None`: fired), and
-    /// whether it was late.
-    decided: Vec<(Option<FireReason>, bool)>,
+    /// The decided ones (not waiting), for the metrics: the schedule, the skip's reason
+    /// (`None`: fired), and whether it was late.
+    decided: Vec<(String, Option<FireReason>, bool)>,
     counts: Counts,
 }
 
@@ -708,10 +721,14 @@ impl Settlement {
         now: NaiveDateTime,
         period: Duration,
     ) {
+        let (from, read) = (due.due_at, due.read);
         let row = FireRow::decided(due, now, period, &fate);
         match &fate {
-            Fate::Fired { .. } => self.decided.push((None, row.late)),
-            Fate::Skipped { reason, .. } => self.decided.push((Some(*reason), row.late)),
+            Fate::Fired { .. } => self.decided.push((row.schedule_id.clone(), None, row.late)),
+            Fate::Skipped { reason, .. } => {
+                self.decided
+                    .push((row.schedule_id.clone(), Some(*reason), row.late));
+            }
             Fate::Waiting { .. } => {}
         }
         let id = row.schedule_id.clone();
@@ -722,9 +739,9 @@ impl Settlement {
                     true => self.counts.fired += 1,
                     false => self.counts.skipped += 1,
                 }
-                self.advance.push((id, next));
+                self.advance.push(Advance { id, from, to: next });
             }
-            Then::Disable(why) => self.disable.push((id, why)),
+            Then::Disable(reason) => self.disable.push(Disable { id, reason, read }),
             Then::Keep => self.counts.waiting += 1,
         }
     }
@@ -1014,6 +1031,7 @@ mod tests {
             scheduler_id: "boefje".into(),
             organisation: "org1".into(),
             due_at: at(secs),
+            read: at(-secs),
         };
         let fire = Uuid::new_v4();
         let period = Duration::from_secs(1);
@@ -1063,12 +1081,18 @@ mod tests {
         assert_eq!((c.fired, c.skipped, c.waiting), (1, 1, 1));
         assert_eq!(
             s.disable,
-            vec![("d".to_owned(), "object x is gone".to_owned())]
+            vec![Disable {
+                id: "d".into(),
+                reason: "object x is gone".into(),
+                read: at(-3000)
+            }]
         );
-        assert_eq!(
-            s.advance,
-            vec![("a".to_owned(), None), ("b".to_owned(), None)]
-        );
+        let advance = |id: &str, from| Advance {
+            id: id.into(),
+            from,
+            to: None,
+        };
+        assert_eq!(s.advance, vec![advance("a", at(3600)), advance("b", at(0))]);
         let rows: Vec<(&str, &str, Option<&str>, i64, bool)> = s
             .fires
             .iter()
@@ -1094,9 +1118,9 @@ mod tests {
         assert_eq!(
             s.decided,
             vec![
-                (None, false),
-                (None, true),
-                (Some(FireReason::ObjectGone), true)
+                ("a".to_owned(), None, false),
+                ("b".to_owned(), None, true),
+                ("d".to_owned(), Some(FireReason::ObjectGone), true)
             ],
             "a waiting fire is counted once decided"
         );

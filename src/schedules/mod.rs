@@ -362,24 +362,41 @@ impl Schedules {
             .await
     }
 
-    /// After a page of fires committed: the schedules' new deadlines (`None`: a one-off that
-    /// ran), the ones to disable with the reason, and the page's due fires in the ledger, in one
-    /// transaction: a fire is recorded exactly when its schedule's row says it was handled.
+    /// After a page of fires committed: the schedules' new deadlines, the ones to disable with
+    /// the reason, and the page's due fires in the ledger, in one transaction: a fire is
+    /// recorded exactly when its schedule's row says it was handled. Each row is written only as
+    /// the tick read it (a deadline moves from the one that came due, a disable needs the row
+    /// unchanged), so a user's edit made while the tick ran wins; a disable that did not apply
+    /// leaves its fire unrecorded, to be decided again. Answers the disables that applied.
     pub async fn settle(
         &self,
-        advance: Vec<(String, Option<NaiveDateTime>)>,
-        disable: Vec<(String, String)>,
+        advance: Vec<schedules::Advance>,
+        disable: Vec<schedules::Disable>,
         fires: Vec<FireRow>,
         now: NaiveDateTime,
-    ) -> Result<(), ScheduleError> {
+    ) -> Result<Vec<schedules::Disable>, ScheduleError> {
         self.db(move |c| {
             c_transaction(c, |c| {
                 schedules::advance(c, &advance, now)?;
-                for (id, reason) in &disable {
-                    schedules::disable(c, id, reason, now)?;
+                let mut done = Vec::with_capacity(disable.len());
+                let mut kept = std::collections::HashSet::new();
+                for d in disable {
+                    match schedules::disable(c, &d, now)? {
+                        true => done.push(d),
+                        false => {
+                            kept.insert(d.id);
+                        }
+                    }
                 }
+                let fires: Vec<FireRow> = match kept.is_empty() {
+                    true => fires,
+                    false => fires
+                        .into_iter()
+                        .filter(|f| !kept.contains(f.schedule_id.as_str()))
+                        .collect(),
+                };
                 schedules::record_fires(c, &fires)?;
-                Ok(())
+                Ok(done)
             })
         })
         .await

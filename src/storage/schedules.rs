@@ -314,18 +314,31 @@ fn stamp(t: NaiveDateTime) -> String {
     t.format("%F %T%.f").to_string()
 }
 
-/// Sets the next deadline of each schedule (`None`: none, a one-off that ran) in one statement.
+/// A due schedule's move to its next deadline, as the tick that fired it decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advance {
+    /// The schedule's id.
+    pub id: String,
+    /// The deadline the tick read (the fire it handled).
+    pub from: NaiveDateTime,
+    /// The next deadline (`None`: none, a one-off that ran).
+    pub to: Option<NaiveDateTime>,
+}
+
+/// Sets the next deadline of each schedule in one statement, of those whose deadline is still
+/// the one the tick read: a deadline a user set while the tick ran is theirs to keep (the fire
+/// it handled is in the ledger either way). Answers how many moved.
 pub fn advance(
     conn: &mut AnyConnection,
-    deadlines: &[(String, Option<NaiveDateTime>)],
+    moves: &[Advance],
     now: NaiveDateTime,
 ) -> QueryResult<usize> {
-    if deadlines.is_empty() {
+    if moves.is_empty() {
         return Ok(0);
     }
-    let doc: Vec<serde_json::Value> = deadlines
+    let doc: Vec<serde_json::Value> = moves
         .iter()
-        .map(|(id, d)| serde_json::json!({"id": id, "d": d.map(stamp)}))
+        .map(|m| serde_json::json!({"id": m.id, "f": stamp(m.from), "d": m.to.map(stamp)}))
         .collect();
     let doc = serde_json::Value::Array(doc).to_string();
     let mut q = sql(
@@ -335,38 +348,50 @@ pub fn advance(
     q.bind(now);
     match Backend::of(conn) {
         Backend::Postgres => {
-            q.push(" FROM json_to_recordset(")
-                .bind(doc)
-                .push("::json) AS v(id text, d timestamp) WHERE schedules.id = v.id");
+            q.push(" FROM json_to_recordset(").bind(doc).push(
+                "::json) AS v(id text, f timestamp, d timestamp) \
+                 WHERE schedules.id = v.id AND schedules.deadline_at = v.f",
+            );
         }
         Backend::Sqlite => {
             q.push(
-                " FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.d') AS d \
-                 FROM json_each(",
+                " FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.f') AS f, \
+                 json_extract(value, '$.d') AS d FROM json_each(",
             )
             .bind(doc)
-            .push(")) AS v WHERE schedules.id = v.id");
+            .push(")) AS v WHERE schedules.id = v.id AND schedules.deadline_at = v.f");
         }
     }
     q.execute(conn)
 }
 
-/// Disables a schedule, saying why.
-pub fn disable(
-    conn: &mut AnyConnection,
-    id: &str,
-    reason: &str,
-    now: NaiveDateTime,
-) -> QueryResult<usize> {
+/// A due schedule to disable, as the tick that read it decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disable {
+    /// The schedule's id.
+    pub id: String,
+    /// Why, as `disabled_reason` says it.
+    pub reason: String,
+    /// The row's `modified_at` when the tick read it.
+    pub read: NaiveDateTime,
+}
+
+/// Disables a schedule, saying why, if it is still enabled and unchanged since the tick read
+/// it (`read`: its `modified_at` then): a user's edit made meanwhile (other data, a new
+/// deadline) wins, and the next tick decides again on what the row says now. Answers whether
+/// it was disabled.
+pub fn disable(conn: &mut AnyConnection, d: &Disable, now: NaiveDateTime) -> QueryResult<bool> {
     let mut q = sql(conn, "UPDATE schedules SET enabled = ");
     q.bind(Bind::Bool(false))
         .push(", disabled_reason = ")
-        .bind(reason)
+        .bind(d.reason.as_str())
         .push(", modified_at = ")
         .bind(now)
         .push(" WHERE id = ")
-        .bind(id);
-    q.execute(conn)
+        .bind(d.id.as_str())
+        .push(" AND enabled AND modified_at = ")
+        .bind(d.read);
+    Ok(q.execute(conn)? == 1)
 }
 
 /// Schedule rows [`ensure`] writes with one statement at most.
@@ -467,6 +492,9 @@ pub struct Due {
     pub organisation: String,
     /// The deadline that came due (UTC).
     pub due_at: NaiveDateTime,
+    /// The schedule row's `modified_at` when the tick read it: a disable writes only a row no
+    /// one changed since.
+    pub read: NaiveDateTime,
 }
 
 impl ScheduleRow {
@@ -478,6 +506,7 @@ impl ScheduleRow {
             scheduler_id: self.scheduler_id.clone(),
             organisation: self.organisation.clone(),
             due_at: self.deadline_at.unwrap_or(now),
+            read: self.modified_at,
         }
     }
 }

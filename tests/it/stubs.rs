@@ -145,6 +145,7 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
 /// organisation can be made to fail (500) from an offset on, and the whole service to answer
 /// 503 while it is down. A listing can be capped at fewer objects a page than asked (`page_cap`),
 /// and its `count` made to claim more objects than it holds (`count_extra`); neither by default.
+/// The next request for one object can be held until the test lets it go ([`OctopoesState::hold`]).
 #[derive(Clone, Default)]
 pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
@@ -152,11 +153,51 @@ pub struct OctopoesState {
     pub down: Arc<std::sync::atomic::AtomicBool>,
     pub page_cap: Arc<Mutex<Option<u64>>>,
     pub count_extra: Arc<Mutex<usize>>,
+    held: Arc<Mutex<Option<Hold>>>,
+}
+
+/// A held request: it says it arrived, then waits for its release.
+struct Hold {
+    arrived: tokio::sync::mpsc::UnboundedSender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+}
+
+/// The test's side of a held request.
+pub struct Held {
+    arrived: tokio::sync::mpsc::UnboundedReceiver<()>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl Held {
+    /// Waits (on the stub's signal) until the held request has arrived.
+    pub async fn arrived(&mut self) {
+        tokio::time::timeout(std::time::Duration::from_secs(30), self.arrived.recv())
+            .await
+            .expect("the held request arrives")
+            .expect("the stub is serving");
+    }
+
+    /// Lets the held request be answered.
+    pub fn release(self) {
+        let _ = self.release.send(());
+    }
 }
 
 impl OctopoesState {
     pub fn set_down(&self, down: bool) {
         self.down.store(down, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Holds the next request for one object (`GET /{org}/object`) unanswered until the answer
+    /// is released: the app is then mid-decision, between what it read and what it writes.
+    pub fn hold(&self) -> Held {
+        let (arrived, arrived_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (release_tx, release) = std::sync::mpsc::channel();
+        *self.held.lock().unwrap() = Some(Hold { arrived, release });
+        Held {
+            arrived: arrived_rx,
+            release: release_tx,
+        }
     }
 
     pub fn set(&self, org: &str, objects: Vec<Value>) {
@@ -197,6 +238,12 @@ impl OctopoesState {
                     Reply::json(Value::Object(held))
                 }
                 [org, "object"] => {
+                    let held = state.held.lock().unwrap().take();
+                    if let Some(h) = held {
+                        // The stub's worker thread waits (the app's own threads do not).
+                        let _ = h.arrived.send(());
+                        let _ = h.release.recv_timeout(std::time::Duration::from_secs(30));
+                    }
                     let reference = seen.param("reference").unwrap_or_default();
                     let objects = state.objects.lock().unwrap();
                     let Some(all) = objects.get(*org) else {

@@ -415,7 +415,71 @@ async fn a_scan_level_too_low_in_the_frontier_is_asked_of_octopoes_before_a_sche
     assert!(sch["disabled_reason"].is_string(), "{sch}");
 }
 
+/// A user's edit made while a tick decides wins over the tick's decision: the tick read a
+/// schedule whose object is gone and one that fires, and while it waits on Octopoes the user
+/// points the first at another object and sets the second's next deadline. The first is not
+/// disabled (its fire is decided again on the next tick, on the new object), and the second's
+/// deadline stays the user's.
+async fn a_users_edit_made_while_a_tick_decides_is_not_overwritten(backend: Backend) {
+    let Some(s) = Setup::new(backend, 1).await else {
+        return;
+    };
+    let moved = s
+        .schedule(ORG, "Hostname|internet|deleted.example.nl")
+        .await;
+    let fires = s.schedule(ORG, &host(0)).await;
+    let mut held = s.octopoes.hold();
+    let edit = async {
+        held.arrived().await;
+        s.app.clock.advance(Duration::seconds(1));
+        let data = json!({"data": {"boefje": {"id": "low"}, "input_ooi": host(0),
+            "organization": ORG}});
+        let r = s.app.patch(&format!("/schedules/{moved}"), &data).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let later = json!({"deadline_at": (midnight() + Duration::days(1)).to_rfc3339()});
+        let r = s.app.patch(&format!("/schedules/{fires}"), &later).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        held.release();
+    };
+    let (summary, ()) = tokio::join!(s.reschedule(), edit);
+    assert_eq!(
+        summary, "fired 1, skipped 0, disabled 0, waiting 1",
+        "the gone object's disable met an edited schedule"
+    );
+    let m = s.get_schedule(&moved).await;
+    assert_eq!(
+        (m["enabled"].clone(), m["disabled_reason"].clone()),
+        (json!(true), Value::Null),
+        "{m}"
+    );
+    assert_eq!(m["data"]["input_ooi"], host(0).as_str());
+    let history: Value = s
+        .app
+        .get(&format!("/schedules/{moved}/history"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(history["count"], 0, "no fire recorded for it: {history}");
+    let f = s.get_schedule(&fires).await;
+    assert_eq!(deadline(&f), midnight() + Duration::days(1), "the user's");
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["schedule_id"].as_str().unwrap(), fires);
+
+    // The next tick decides the edited schedule on its new object.
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["schedule_id"].as_str().unwrap(), moved);
+    assert_eq!(tasks[0]["data"]["input_ooi"], host(0).as_str());
+}
+
 crate::backend_tests!(
+    a_users_edit_made_while_a_tick_decides_is_not_overwritten,
     a_scan_level_too_low_in_the_frontier_is_asked_of_octopoes_before_a_schedule_is_disabled,
     a_404_that_does_not_name_the_object_disables_nothing,
     a_frontier_row_marked_gone_is_asked_again_before_a_schedule_is_disabled,
