@@ -416,6 +416,7 @@ impl Application {
                 frontier: Frontier::new(pool.clone()),
                 planner: planner.clone(),
                 status: listener_status.clone(),
+                holds: Default::default(),
             })
         };
         let coldstart_status = Arc::new(ColdStartStatus::default());

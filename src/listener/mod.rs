@@ -136,6 +136,7 @@ pub struct ListenerStatus {
     sessions: AtomicU64,
     counters: [Counters; 2],
     handled: tokio::sync::watch::Sender<u64>,
+    retried: tokio::sync::watch::Sender<u64>,
 }
 
 impl ListenerStatus {
@@ -147,6 +148,7 @@ impl ListenerStatus {
             sessions: AtomicU64::new(0),
             counters: Default::default(),
             handled: tokio::sync::watch::channel(0).0,
+            retried: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -195,6 +197,12 @@ impl ListenerStatus {
         let _ = rx.wait_for(|h| *h >= n).await;
     }
 
+    /// Waits until `n` messages in all have been handed back (a test signal).
+    pub async fn wait_retried(&self, n: u64) {
+        let mut rx = self.retried.subscribe();
+        let _ = rx.wait_for(|r| *r >= n).await;
+    }
+
     fn handled_n(&self, n: u64) {
         self.handled.send_modify(|h| *h += n);
     }
@@ -217,6 +225,9 @@ pub struct Listener {
     pub planner: Planner,
     /// Its state, shared with the API.
     pub status: Arc<ListenerStatus>,
+    /// Objects whose event was handed back: their later events wait behind it (see
+    /// [`mutations::Holds`]).
+    pub holds: mutations::Holds,
 }
 
 impl Listener {
@@ -300,6 +311,9 @@ impl Listener {
         let (mut_channel, mut mutations) = consumers.pop().ok_or_else(no_consumer)?;
         self.status.set_state("consuming");
         self.status.sessions.fetch_add(1, Ordering::Relaxed);
+        // The old connection's unacked messages went back to the queue in their order: nothing
+        // handed back is ahead of anything else any more.
+        self.holds.clear();
         *held = true;
         info!(
             mutations = %self.config.mutations_queue,
@@ -372,7 +386,10 @@ impl Listener {
         counters.batches.fetch_add(1, Ordering::Relaxed);
         let bodies: Vec<&[u8]> = batch.iter().map(|d| d.data.as_slice()).collect();
         let outcomes = match source {
-            Source::Mutations => self.on_mutations(&bodies).await,
+            Source::Mutations => {
+                let redelivered: Vec<bool> = batch.iter().map(|d| d.redelivered).collect();
+                self.on_mutations(&bodies, &redelivered).await
+            }
             Source::RawFiles => self.on_raw_files(&bodies).await,
         };
         let queue = match source {
@@ -424,6 +441,9 @@ impl Listener {
             counters
                 .retried
                 .fetch_add(retry.len() as u64, Ordering::Relaxed);
+            self.status
+                .retried
+                .send_modify(|r| *r += retry.len() as u64);
         }
         Ok(())
     }

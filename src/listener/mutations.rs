@@ -1,28 +1,128 @@
 //! `scan_profile_mutations`: objects created or updated are upserted into the frontier and get a
 //! boefje task for every plugin that may run on them; deleted ones are marked gone and their
 //! organisation's waiting tasks for them are cancelled.
+//!
+//! An object's events apply in the order Octopoes sent them, also when one is handed back: its
+//! later events (in the batch, or already delivered behind it) are handed back too, until the
+//! first comes back. Otherwise a delete that failed briefly, redelivered after the object's
+//! re-creation, would cancel the new object's work; a create handed back, redelivered after the
+//! object's delete, would bring the object back.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use tracing::warn;
 
 use super::{Listener, Outcome};
 use crate::domain::event::{ObjectEvent, parse_object_event};
 
+/// How long an object's later events wait for its handed-back event to come back. It comes back
+/// within a pause ([`super::RETRY_PAUSE`]) unless another instance's listener took it, which
+/// this one cannot see: past this, order is given up rather than the object's events cycling.
+const HOLD_LIMIT: chrono::Duration = chrono::Duration::seconds(30);
+
+/// An object: its organisation and reference.
+type Key = (String, String);
+
+/// The objects whose event was handed back, each with that event (the first handed back,
+/// which its later events wait behind) and when it was.
+#[derive(Debug, Default)]
+pub struct Holds(Mutex<HashMap<Key, Hold>>);
+
+#[derive(Debug)]
+struct Hold {
+    /// The body of the event handed back first.
+    head: Vec<u8>,
+    /// When it was.
+    since: DateTime<Utc>,
+}
+
+impl Holds {
+    /// Whether an event of `key` must wait behind a handed-back one (`Some`: why). The
+    /// handed-back event itself, redelivered, ends the hold and goes ahead; so does a hold past
+    /// [`HOLD_LIMIT`].
+    fn behind(
+        &self,
+        key: &Key,
+        body: &[u8],
+        redelivered: bool,
+        now: DateTime<Utc>,
+    ) -> Option<String> {
+        let mut holds = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let hold = holds.get(key)?;
+        if redelivered && hold.head == body {
+            holds.remove(key);
+            return None;
+        }
+        if now - hold.since > HOLD_LIMIT {
+            warn!(
+                organisation = %key.0,
+                reference = %key.1,
+                "an object's handed-back event did not come back: its later events go ahead"
+            );
+            holds.remove(key);
+            return None;
+        }
+        Some(format!(
+            "an earlier event about object {} waits to be tried again",
+            key.1
+        ))
+    }
+
+    /// `key`'s event `body` was handed back: the object's later events wait behind it (behind
+    /// an earlier one, if one is held already).
+    fn hold(&self, key: Key, body: &[u8], now: DateTime<Utc>) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(key)
+            .or_insert_with(|| Hold {
+                head: body.to_vec(),
+                since: now,
+            });
+    }
+
+    /// Forgets every hold (a new connection: what was unacked is back in the queue, in order).
+    pub fn clear(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+}
+
 impl Listener {
-    /// Decides a batch of messages, in order: the frontier write of a run of events about
-    /// different objects is one transaction and their tasks one push; an object named twice
-    /// starts a new run, so its events apply in the order they came.
-    pub(super) async fn on_mutations(&self, bodies: &[&[u8]]) -> Vec<Outcome> {
+    /// Decides a batch of messages (`redelivered[i]`: RabbitMQ delivered the i-th before), in
+    /// order: the frontier write of a run of events about different objects is one transaction
+    /// and their tasks one push; an object named twice starts a new run, so its events apply in
+    /// the order they came, and an object with an event handed back has its later ones handed
+    /// back too.
+    pub(super) async fn on_mutations(
+        &self,
+        bodies: &[&[u8]],
+        redelivered: &[bool],
+    ) -> Vec<Outcome> {
+        let now = self.planner.clock.now();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; bodies.len()];
         let mut run: Vec<(usize, ObjectEvent)> = Vec::new();
-        let mut seen: HashSet<(String, String)> = HashSet::new();
+        let mut seen: HashSet<Key> = HashSet::new();
         for (i, body) in bodies.iter().enumerate() {
             match parse_object_event(body) {
                 Ok(e) => {
                     let key = (e.organisation.clone(), e.reference.clone());
                     if seen.contains(&key) {
-                        self.apply_run(std::mem::take(&mut run), &mut outcomes)
+                        self.apply_held(std::mem::take(&mut run), bodies, &mut outcomes, now)
                             .await;
                         seen.clear();
+                    }
+                    let again = redelivered.get(i).copied().unwrap_or(false);
+                    if let Some(why) = self.holds.behind(&key, body, again, now) {
+                        outcomes[i] = Some(Outcome::Retry(why));
+                        continue;
                     }
                     seen.insert(key);
                     run.push((i, e));
@@ -30,11 +130,31 @@ impl Listener {
                 Err(e) => outcomes[i] = Some(Outcome::Poison(e.0)),
             }
         }
-        self.apply_run(run, &mut outcomes).await;
+        self.apply_held(run, bodies, &mut outcomes, now).await;
         outcomes
             .into_iter()
             .map(|o| o.unwrap_or(Outcome::Done))
             .collect()
+    }
+
+    /// Applies a run, then holds the objects of its events handed back.
+    async fn apply_held(
+        &self,
+        run: Vec<(usize, ObjectEvent)>,
+        bodies: &[&[u8]],
+        outcomes: &mut [Option<Outcome>],
+        now: DateTime<Utc>,
+    ) {
+        let keys: Vec<(usize, Key)> = run
+            .iter()
+            .map(|(i, e)| (*i, (e.organisation.clone(), e.reference.clone())))
+            .collect();
+        self.apply_run(run, outcomes).await;
+        for (i, key) in keys {
+            if matches!(outcomes[i], Some(Outcome::Retry(_))) {
+                self.holds.hold(key, bodies[i], now);
+            }
+        }
     }
 
     async fn apply_run(&self, run: Vec<(usize, ObjectEvent)>, outcomes: &mut [Option<Outcome>]) {
@@ -75,5 +195,54 @@ impl Listener {
             }
             outcomes[*i] = Some(outcome);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
+    }
+
+    fn key(r: &str) -> Key {
+        ("org1".into(), r.into())
+    }
+
+    #[test]
+    fn an_objects_later_events_wait_until_its_handed_back_one_comes_back() {
+        let h = Holds::default();
+        assert_eq!(h.behind(&key("x"), b"create", false, at(0)), None);
+        h.hold(key("x"), b"create", at(0));
+        // Behind it: a later event, new or redelivered, and the same body not redelivered.
+        assert!(h.behind(&key("x"), b"delete", false, at(1)).is_some());
+        assert!(h.behind(&key("x"), b"delete", true, at(1)).is_some());
+        assert!(h.behind(&key("x"), b"create", false, at(1)).is_some());
+        // Another object goes ahead.
+        assert_eq!(h.behind(&key("y"), b"delete", false, at(1)), None);
+        // A later hold of the same object keeps the first as the one waited for.
+        h.hold(key("x"), b"delete", at(1));
+        assert!(h.behind(&key("x"), b"delete", true, at(2)).is_some());
+        // The first, redelivered, ends the hold: what follows goes ahead.
+        assert_eq!(h.behind(&key("x"), b"create", true, at(2)), None);
+        assert_eq!(h.behind(&key("x"), b"delete", true, at(2)), None);
+    }
+
+    #[test]
+    fn a_hold_whose_event_never_comes_back_ends_after_the_limit() {
+        let h = Holds::default();
+        h.hold(key("x"), b"create", at(0));
+        assert!(h.behind(&key("x"), b"delete", false, at(30)).is_some());
+        assert_eq!(h.behind(&key("x"), b"delete", false, at(31)), None);
+        assert_eq!(h.behind(&key("x"), b"delete", false, at(31)), None);
+    }
+
+    #[test]
+    fn a_new_connection_forgets_every_hold() {
+        let h = Holds::default();
+        h.hold(key("x"), b"create", at(0));
+        h.clear();
+        assert_eq!(h.behind(&key("x"), b"delete", false, at(1)), None);
     }
 }

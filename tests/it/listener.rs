@@ -565,6 +565,54 @@ async fn katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_
     s.cleanup().await;
 }
 
+/// An object's events apply in the order they came, also when one is handed back: a create
+/// whose task the full queue refuses is not overtaken by the object's delete behind it. Once the
+/// queue has room, the create plans its task and the delete cancels it; the object is not
+/// brought back by the create's redelivery after its delete.
+async fn an_objects_delete_waits_behind_its_create_handed_back(backend: Backend) {
+    let Some(s) = Setup::with(backend, 100, |s| {
+        s.queue.maxsize = 1;
+        s.queue.when_full = kat_scheduler::queue::WhenFull::Reject;
+    })
+    .await
+    else {
+        return;
+    };
+    s.app
+        .push_ok("boefje", &boefje_push("other", "dns-records", None, 3))
+        .await;
+    let reference = "IPAddressV4|internet|192.0.2.1";
+    s.mutation(object("create", "org1", reference, "IPAddressV4", 1))
+        .await;
+    s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
+        .await;
+    // The create was handed back twice: its second delivery came behind the delete's first.
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(3))
+        .await
+        .expect("the create is handed back while the queue is full");
+    assert_eq!(s.app.pop_ok("boefje", 1, None).await.len(), 1, "room again");
+    s.handled(2).await;
+    let tasks: Value = s
+        .app
+        .get("/tasks?scheduler_id=boefje&organisation=org1&limit=10")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let statuses: Vec<&str> = tasks["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        vec!["cancelled"],
+        "the create's task, cancelled by the delete after it: {tasks}"
+    );
+    s.cleanup().await;
+}
+
 /// The frontier has not heard that `b` holds the object (no event of b's yet): Octopoes, asked
 /// as mula asks it (`/object-clients`), says so, and b's sibling joins a's task.
 async fn a_sibling_only_octopoes_knows_of_joins_the_group(backend: Backend) {
@@ -775,6 +823,7 @@ async fn an_object_change_rescores_only_that_objects_waiting_tasks(backend: Back
 }
 
 crate::backend_tests!(
+    an_objects_delete_waits_behind_its_create_handed_back,
     an_object_change_rescores_only_that_objects_waiting_tasks,
     the_planner_waits_for_the_previous_run_of_the_same_work_to_finish,
     katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_events,
