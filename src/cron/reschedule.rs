@@ -841,6 +841,7 @@ mod tests {
             first_seen: t,
             last_seen: t,
             gone_at: None,
+            planned: true,
         }
     }
 

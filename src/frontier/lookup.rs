@@ -245,7 +245,7 @@ impl ObjectLookup {
         }
         if !events.is_empty() {
             let refs: Vec<&ObjectEvent> = events.iter().collect();
-            self.frontier.apply_objects(&refs, now.naive_utc()).await?;
+            self.frontier.record_answers(&refs, now.naive_utc()).await?;
         }
         Ok(out)
     }
@@ -300,7 +300,7 @@ impl ObjectLookup {
             .collect();
         if !events.is_empty() {
             let refs: Vec<&ObjectEvent> = events.iter().collect();
-            self.frontier.apply_objects(&refs, now.naive_utc()).await?;
+            self.frontier.record_answers(&refs, now.naive_utc()).await?;
         }
         rows.extend(held.iter().map(|(org, o)| row(org, reference, o, now)));
         Ok(rows)
@@ -364,6 +364,7 @@ fn row(organisation: &str, reference: &str, o: &OctopoesObject, now: DateTime<Ut
         first_seen: now.naive_utc(),
         last_seen: now.naive_utc(),
         gone_at: None,
+        planned: false,
     }
 }
 

@@ -93,11 +93,32 @@ impl Frontier {
 
     /// Applies a batch of object events in one transaction: objects upserted, deleted ones
     /// marked gone. No two events of the batch may name the same object (the caller splits a
-    /// batch where one repeats, so events apply in order).
+    /// batch where one repeats, so events apply in order). Their work is planned by the caller
+    /// (the listener).
     pub async fn apply_objects(
         &self,
         events: &[&ObjectEvent],
         now: NaiveDateTime,
+    ) -> Result<(), StorageError> {
+        self.write_objects(events, now, true).await
+    }
+
+    /// Records Octopoes' answers to lookups as [`Frontier::apply_objects`] applies events, but as
+    /// objects whose work nobody planned: a ColdStart pass plans a new or changed one as it would
+    /// an object it found itself, not passing over a row that already matches Octopoes.
+    pub async fn record_answers(
+        &self,
+        events: &[&ObjectEvent],
+        now: NaiveDateTime,
+    ) -> Result<(), StorageError> {
+        self.write_objects(events, now, false).await
+    }
+
+    async fn write_objects(
+        &self,
+        events: &[&ObjectEvent],
+        now: NaiveDateTime,
+        planned: bool,
     ) -> Result<(), StorageError> {
         let mut upserts = Vec::new();
         let mut deletes = Vec::new();
@@ -109,7 +130,7 @@ impl Frontier {
         }
         self.write(move |c| {
             c.transaction::<_, StorageError, _>(|c| {
-                frontier::upsert_objects(c, &upserts, now, None)?;
+                frontier::upsert_objects(c, &upserts, now, None, planned)?;
                 for (org, reference) in &deletes {
                     frontier::mark_gone(c, org, reference, now)?;
                 }
@@ -140,8 +161,8 @@ impl Frontier {
     }
 
     /// Which of `objects` (of one organisation) are new to the frontier, or back after being
-    /// gone (creates), or changed type or scan profile (updates): the ones a ColdStart page
-    /// plans work for.
+    /// gone (creates), or changed type or scan profile (updates), or recorded from a lookup and
+    /// never planned: the ones a ColdStart page plans work for.
     pub async fn changed(
         &self,
         organisation: &str,
@@ -163,6 +184,10 @@ impl Frontier {
                 let operation = match known.get(reference) {
                     None => Operation::Create,
                     Some(k) if k.gone_at.is_some() => Operation::Create,
+                    // Recorded from a lookup, never planned: new to the frontier then (first and
+                    // last seen together), or changed.
+                    Some(k) if !k.planned && k.first_seen == k.last_seen => Operation::Create,
+                    Some(k) if !k.planned => Operation::Update,
                     Some(k)
                         if k.object_type != state.object_type
                             || k.scan_level != state.scan_level
@@ -209,7 +234,7 @@ impl Frontier {
         }
         self.write(move |c| {
             c.transaction::<_, StorageError, _>(|c| {
-                frontier::upsert_objects(c, &rows, now, Some(progress.pass_started_at))?;
+                frontier::upsert_objects(c, &rows, now, Some(progress.pass_started_at), true)?;
                 frontier::confirm_objects(
                     c,
                     &progress.organisation,

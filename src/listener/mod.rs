@@ -225,8 +225,8 @@ pub struct Listener {
     pub planner: Planner,
     /// Its state, shared with the API.
     pub status: Arc<ListenerStatus>,
-    /// Objects whose event was handed back: their later events wait behind it (see
-    /// [`mutations::Holds`]).
+    /// Objects whose event was handed back: their later events wait behind it (`Holds`, in
+    /// `listener/mutations.rs`).
     pub holds: mutations::Holds,
 }
 

@@ -3,7 +3,7 @@
 use chrono::NaiveDateTime;
 use diesel::QueryResult;
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp};
 
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend};
@@ -35,11 +35,15 @@ pub struct FrontierRow {
     /// When it was deleted, if it was.
     #[diesel(sql_type = Nullable<Timestamp>)]
     pub gone_at: Option<NaiveDateTime>,
+    /// Whether its work was planned when these values were written (`false`: recorded from a
+    /// lookup, which plans nothing).
+    #[diesel(sql_type = Bool)]
+    pub planned: bool,
 }
 
 /// The column list that decodes into [`FrontierRow`].
 const ROW_COLUMNS: &str = "organisation, reference, object_type, scan_level, scan_profile_type, \
-     first_seen, last_seen, gone_at";
+     first_seen, last_seen, gone_at, planned";
 
 fn sql(conn: &AnyConnection, text: &str) -> Sql {
     Sql::new(Backend::of(conn), text)
@@ -73,12 +77,15 @@ const CHANGED: &str = "frontier.object_type IS DISTINCT FROM excluded.object_typ
 /// Inserts or updates objects, a multi-row statement per [`UPSERT_CHUNK`]; each (organisation,
 /// reference) at most once per call. A row already holding these values is left alone (the same
 /// event twice changes nothing), except that `confirmed`, when given (a ColdStart pass), is
-/// stamped on every row. Returns how many rows were written.
+/// stamped on every row, and that `planned` (an event or a pass, which plan the objects' work)
+/// marks a row a lookup recorded as planned. New or changed values written unplanned (a lookup)
+/// leave the row unplanned. Returns how many rows were written.
 pub fn upsert_objects(
     conn: &mut AnyConnection,
     objects: &[ObjectRow],
     now: NaiveDateTime,
     confirmed: Option<NaiveDateTime>,
+    planned: bool,
 ) -> QueryResult<usize> {
     let mut written = 0;
     let postgres = Backend::of(conn) == Backend::Postgres;
@@ -86,7 +93,7 @@ pub fn upsert_objects(
         let mut q = sql(
             conn,
             "INSERT INTO frontier (organisation, reference, object_type, scan_level, \
-             scan_profile_type, first_seen, last_seen, gone_at, confirmed_at) ",
+             scan_profile_type, first_seen, last_seen, gone_at, confirmed_at, planned) ",
         );
         if postgres {
             // One JSON document instead of 8 binds a row: a short statement to parse and plan.
@@ -108,7 +115,9 @@ pub fn upsert_objects(
                 .bind(now)
                 .push(", NULL::timestamp, ")
                 .bind(Bind::OptTime(confirmed))
-                .push("::timestamp FROM json_array_elements(")
+                .push("::timestamp, ")
+                .bind(Bind::Bool(planned))
+                .push(" FROM json_array_elements(")
                 .bind(serde_json::Value::Array(rows).to_string())
                 .push("::json) AS r");
         } else {
@@ -131,6 +140,8 @@ pub fn upsert_objects(
                 .bind(now)
                 .push(", NULL, ")
                 .bind(Bind::OptTime(confirmed))
+                .push(", ")
+                .bind(Bind::Bool(planned))
                 .push(")");
         }
         q.push(&format!(
@@ -139,8 +150,11 @@ pub fn upsert_objects(
              scan_profile_type = excluded.scan_profile_type, \
              last_seen = CASE WHEN {CHANGED} THEN excluded.last_seen ELSE frontier.last_seen END, \
              gone_at = NULL, \
-             confirmed_at = COALESCE(excluded.confirmed_at, frontier.confirmed_at) \
-             WHERE {CHANGED} OR excluded.confirmed_at IS NOT NULL"
+             confirmed_at = COALESCE(excluded.confirmed_at, frontier.confirmed_at), \
+             planned = CASE WHEN {CHANGED} THEN excluded.planned \
+             ELSE (frontier.planned OR excluded.planned) END \
+             WHERE {CHANGED} OR excluded.confirmed_at IS NOT NULL \
+             OR (excluded.planned AND NOT frontier.planned)"
         ));
         written += q.execute(conn)?;
     }
@@ -164,7 +178,7 @@ pub fn upsert_object(
         scan_level,
         scan_profile_type: scan_profile_type.map(str::to_owned),
     };
-    Ok(upsert_objects(conn, &[row], now, None)? > 0)
+    Ok(upsert_objects(conn, &[row], now, None, true)? > 0)
 }
 
 /// The rows the frontier holds for these objects of one organisation (gone ones too).

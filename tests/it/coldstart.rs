@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use chrono::Utc;
 use kat_scheduler::domain::SchedulerId;
 use serde_json::Value;
 
@@ -393,7 +394,66 @@ async fn a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone(backend: 
     );
 }
 
+/// What a ColdStart page plans for an object a lookup recorded: it as new while only lookups
+/// wrote its row, as changed once a lookup wrote new values over a planned row, and nothing once
+/// the object's own event (which the listener plans) wrote the same values.
+async fn a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it(backend: Backend) {
+    use kat_scheduler::domain::event::{ObjectEvent, ObjectState, Operation};
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    let target = kat_scheduler::storage::DbTarget::parse(&s.app.db.uri).unwrap();
+    let pool = kat_scheduler::storage::connect(&target, 1, Duration::from_secs(5)).unwrap();
+    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let reference = "Hostname|internet|looked-up.nl";
+    let state = |level| ObjectState {
+        object_type: "Hostname".into(),
+        scan_level: Some(level),
+        scan_profile_type: Some("declared".into()),
+    };
+    let event = |level| ObjectEvent {
+        operation: Operation::Update,
+        organisation: "org9".into(),
+        reference: reference.into(),
+        object: Some(state(level)),
+    };
+    let planned = |level| {
+        let frontier = frontier.clone();
+        async move {
+            frontier
+                .changed("org9", &[(reference.to_owned(), state(level))])
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.operation)
+                .collect::<Vec<_>>()
+        }
+    };
+    let at = |secs| (Utc::now() + chrono::Duration::seconds(secs)).naive_utc();
+    frontier.record_answers(&[&event(1)], at(0)).await.unwrap();
+    assert_eq!(
+        planned(1).await,
+        vec![Operation::Create],
+        "new, never planned"
+    );
+    frontier.record_answers(&[&event(1)], at(1)).await.unwrap();
+    assert_eq!(planned(1).await, vec![Operation::Create], "asked again");
+    frontier.apply_objects(&[&event(1)], at(2)).await.unwrap();
+    assert_eq!(planned(1).await, vec![], "its event planned it");
+    frontier.record_answers(&[&event(1)], at(3)).await.unwrap();
+    assert_eq!(planned(1).await, vec![], "the same values looked up");
+    frontier.record_answers(&[&event(2)], at(4)).await.unwrap();
+    assert_eq!(
+        planned(2).await,
+        vec![Operation::Update],
+        "changed by a lookup"
+    );
+    frontier.apply_objects(&[&event(2)], at(5)).await.unwrap();
+    assert_eq!(planned(2).await, vec![]);
+}
+
 crate::backend_tests!(
+    a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it,
     a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone,
     coldstart_pages_every_organisation_into_the_frontier_and_plans_their_work,
     an_interrupted_pass_resumes_at_the_page_it_reached_and_others_go_on,

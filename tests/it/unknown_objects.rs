@@ -478,7 +478,50 @@ async fn a_users_edit_made_while_a_tick_decides_is_not_overwritten(backend: Back
     assert_eq!(tasks[0]["data"]["input_ooi"], host(0).as_str());
 }
 
+/// An object the frontier first recorded from a lookup (a due schedule's object no event had
+/// announced) had nothing planned but its schedule's boefje: ColdStart's pass, asked for by the
+/// same tick, plans its other work as for any object new to it, instead of passing over a row
+/// that already matches Octopoes.
+async fn coldstart_plans_an_object_first_recorded_by_a_lookup(backend: Backend) {
+    let Some(s) = Setup::new(backend, 0).await else {
+        return;
+    };
+    s.octopoes
+        .set("listed", vec![octopoes_object(&host(0), "Hostname", 2)]);
+    let id = s.schedule("listed", &host(0)).await;
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        s.app.coldstart.wait_rounds(1),
+    )
+    .await
+    .expect("the ColdStart round the tick asked for ends");
+    let mut work: Vec<(String, Option<String>)> = s
+        .pop_all()
+        .await
+        .iter()
+        .map(|t| {
+            (
+                t["data"]["boefje"]["id"].as_str().unwrap().to_owned(),
+                t["schedule_id"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    work.sort();
+    assert_eq!(work.len(), 2, "{work:?}");
+    assert_eq!(
+        work[0],
+        ("dns-records".to_owned(), Some(id)),
+        "the schedule's fire"
+    );
+    assert_eq!(work[1].0, "low", "planned by ColdStart");
+}
+
 crate::backend_tests!(
+    coldstart_plans_an_object_first_recorded_by_a_lookup,
     a_users_edit_made_while_a_tick_decides_is_not_overwritten,
     a_scan_level_too_low_in_the_frontier_is_asked_of_octopoes_before_a_schedule_is_disabled,
     a_404_that_does_not_name_the_object_disables_nothing,

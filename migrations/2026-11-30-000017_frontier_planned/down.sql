@@ -1,0 +1,1 @@
+ALTER TABLE frontier DROP COLUMN planned;
