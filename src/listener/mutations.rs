@@ -74,16 +74,18 @@ impl Holds {
     }
 
     /// `key`'s event `body` was handed back: the object's later events wait behind it (behind
-    /// an earlier one, if one is held already).
+    /// an earlier one, if one is held already). Holds past the limit are dropped here too, so
+    /// those of objects no later event named do not stay.
     fn hold(&self, key: Key, body: &[u8], now: DateTime<Utc>) {
-        self.0
+        let mut holds = self
+            .0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(key)
-            .or_insert_with(|| Hold {
-                head: body.to_vec(),
-                since: now,
-            });
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        holds.retain(|_, h| now - h.since <= HOLD_LIMIT);
+        holds.entry(key).or_insert_with(|| Hold {
+            head: body.to_vec(),
+            since: now,
+        });
     }
 
     /// Forgets every hold (a new connection: what was unacked is back in the queue, in order).
@@ -236,6 +238,15 @@ mod tests {
         assert!(h.behind(&key("x"), b"delete", false, at(30)).is_some());
         assert_eq!(h.behind(&key("x"), b"delete", false, at(31)), None);
         assert_eq!(h.behind(&key("x"), b"delete", false, at(31)), None);
+    }
+
+    #[test]
+    fn holds_past_the_limit_are_dropped_when_another_is_taken() {
+        let h = Holds::default();
+        h.hold(key("x"), b"create", at(0));
+        h.hold(key("y"), b"create", at(31));
+        assert_eq!(h.0.lock().unwrap().len(), 1);
+        assert!(h.behind(&key("y"), b"delete", false, at(32)).is_some());
     }
 
     #[test]
