@@ -17,6 +17,16 @@ use crate::storage::schedules::{self, ScheduleRow};
 #[cfg(doc)]
 use crate::storage::tasks;
 
+/// Rows a batch must read before the commands that may meet them can be decided (pushes, work
+/// coming back to wait).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reads {
+    /// Tasks by id.
+    pub ids: Vec<String>,
+    /// Waiting tasks by hash.
+    pub hashes: Vec<String>,
+}
+
 /// Rows read or created in this batch, by task id.
 #[derive(Default)]
 pub(crate) struct BatchRows {

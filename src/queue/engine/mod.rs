@@ -1375,7 +1375,7 @@ impl Engine {
                     .map(|t| t.id),
             );
         let meets = rejoin::reads(st, &rows, returning);
-        if meets != push::PushReads::default() {
+        if meets != batch::Reads::default() {
             let read = read_named(conn, fresh, s, &meets.ids, &meets.hashes)
                 .inspect_err(|_| self.undelivered.extend(&undelivered))?;
             rows.load(read, s.as_str());

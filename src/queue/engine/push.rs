@@ -9,7 +9,7 @@ use chrono::DateTime;
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::batch::BatchRows;
+use super::batch::{BatchRows, Reads};
 use super::place::{Admission, internal, place, placed_status};
 use super::rejoin;
 use super::state::QueueState;
@@ -18,18 +18,9 @@ use crate::queue::push::NewTask;
 use crate::queue::types::QueueError;
 use crate::storage::rows::TaskRow;
 
-/// What the batch must read before its pushes can be decided.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct PushReads {
-    /// Tasks by id.
-    pub ids: Vec<String>,
-    /// Waiting tasks by hash.
-    pub hashes: Vec<String>,
-}
-
-/// The rows `pushes` may meet.
-pub(crate) fn reads<'a>(st: &QueueState, pushes: impl Iterator<Item = &'a NewTask>) -> PushReads {
-    let mut out = PushReads::default();
+/// The rows `pushes` may meet: what the batch must read before they can be decided.
+pub(crate) fn reads<'a>(st: &QueueState, pushes: impl Iterator<Item = &'a NewTask>) -> Reads {
+    let mut out = Reads::default();
     for task in pushes {
         if task.id_given {
             out.ids.push(task.id.to_string());
@@ -251,7 +242,7 @@ mod tests {
         again.hash = first.hash.clone();
         // a fresh batch: nothing read
         let mut rows = BatchRows::default();
-        assert_eq!(reads(&st, [&again].into_iter()), PushReads::default());
+        assert_eq!(reads(&st, [&again].into_iter()), Reads::default());
         assert!(matches!(
             push(&mut st, &mut rows, &again, now()),
             Err(QueueError::Duplicate { existing }) if existing == first.id
@@ -307,10 +298,7 @@ mod tests {
             let better = new_task("b", 1);
             let mut again = new_task("a", 10);
             again.hash = waiting.hash.clone();
-            assert_eq!(
-                reads(&st, [&better, &again].into_iter()),
-                PushReads::default()
-            );
+            assert_eq!(reads(&st, [&better, &again].into_iter()), Reads::default());
             push(&mut st, &mut rows, &better, now()).unwrap();
             assert!(!st.heap.contains(&waiting.id), "evicted");
             assert!(
@@ -330,7 +318,7 @@ mod tests {
         let mut rows = BatchRows::default();
         push(&mut st, &mut rows, &new_task("a", 5), now()).unwrap();
         let b = new_task("b", 9);
-        assert_eq!(reads(&st, [&b].into_iter()), PushReads::default());
+        assert_eq!(reads(&st, [&b].into_iter()), Reads::default());
         push(&mut st, &mut rows, &b, now()).unwrap();
         assert_eq!(rows.get(&b.id).unwrap().status, TaskStatus::Pending);
         // the same work again may be pending: now the table must be asked

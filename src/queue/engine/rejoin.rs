@@ -21,8 +21,7 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 use uuid::Uuid;
 
-use super::batch::BatchRows;
-use super::push::PushReads;
+use super::batch::{BatchRows, Reads};
 use super::state::QueueState;
 use crate::domain::TaskStatus;
 use crate::storage::rows::TaskRow;
@@ -37,8 +36,8 @@ pub(crate) fn reads(
     st: &QueueState,
     rows: &BatchRows,
     returning: impl IntoIterator<Item = Uuid>,
-) -> PushReads {
-    let mut out = PushReads::default();
+) -> Reads {
+    let mut out = Reads::default();
     for id in returning {
         let Some(hash) = rows.get(&id).and_then(|row| out_with_a_worker(st, row)) else {
             continue;
