@@ -54,8 +54,15 @@ pub const MISS_WAIT: Duration = Duration::from_secs(2);
 
 /// Why the catalogue cannot answer (for now): the caller retries later.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("the plugin catalogue is unavailable: {0}")]
-pub struct CatalogueError(pub String);
+pub enum CatalogueError {
+    /// Katalogus answered with an error, or could not be reached.
+    #[error("the plugin catalogue is unavailable: {0}")]
+    Failed(String),
+    /// Katalogus has not answered within [`MISS_WAIT`]; the fetch goes on and fills the cache
+    /// when it ends.
+    #[error("the plugin catalogue is unavailable: {0}")]
+    Unanswered(String),
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -279,26 +286,11 @@ impl Catalogue {
         Some(self.inner.clock.now() - since)
     }
 
-    /// The plugins of `organisation` (enabled or not; the planner checks).
+    /// The plugins of `organisation` (enabled or not; the planner checks): the cached list, also
+    /// a stale one (the background refresh brings it up to date; planning does not wait for it),
+    /// else a fetch waited for.
     pub async fn plugins(&self, organisation: &str) -> Result<Arc<[Plugin]>, CatalogueError> {
-        if let Source::File(f) = &self.inner.source {
-            return Ok(f.plugins(organisation).into());
-        }
-        let stale = {
-            let cache = lock(&self.inner.plugins);
-            match cache.get(organisation) {
-                Some(c) => match self.fresh(c) {
-                    Some(v) => return Ok(v),
-                    None => Some(c.value.clone()),
-                },
-                None => None,
-            }
-        };
-        if let Some(stale) = stale {
-            // The background refresh brings it up to date; planning does not wait for it.
-            return Ok(stale);
-        }
-        self.fetch_waiting(organisation).await
+        self.plugins_as(organisation, true).await
     }
 
     /// The plugins of `organisation` as Katalogus answers now: the cached list while it is
@@ -310,14 +302,25 @@ impl Catalogue {
         &self,
         organisation: &str,
     ) -> Result<Arc<[Plugin]>, CatalogueError> {
+        self.plugins_as(organisation, false).await
+    }
+
+    /// [`Self::plugins`], or with `stale_ok` false [`Self::plugins_confirmed`].
+    async fn plugins_as(
+        &self,
+        organisation: &str,
+        stale_ok: bool,
+    ) -> Result<Arc<[Plugin]>, CatalogueError> {
         if let Source::File(f) = &self.inner.source {
             return Ok(f.plugins(organisation).into());
         }
-        if let Some(v) = lock(&self.inner.plugins)
+        let cached = lock(&self.inner.plugins)
             .get(organisation)
-            .and_then(|c| self.fresh(c))
-        {
-            return Ok(v);
+            .map(|c| self.fresh(c).ok_or_else(|| c.value.clone()));
+        match cached {
+            Some(Ok(fresh)) => return Ok(fresh),
+            Some(Err(stale)) if stale_ok => return Ok(stale),
+            _ => {}
         }
         self.fetch_waiting(organisation).await
     }
@@ -331,8 +334,8 @@ impl Catalogue {
         let fetch = tokio::spawn(async move { me.fetch_plugins(&org).await });
         match tokio::time::timeout(MISS_WAIT, fetch).await {
             Ok(Ok(result)) => result,
-            Ok(Err(e)) => Err(CatalogueError(format!("the fetch stopped: {e}"))),
-            Err(_) => Err(CatalogueError(format!(
+            Ok(Err(e)) => Err(CatalogueError::Failed(format!("the fetch stopped: {e}"))),
+            Err(_) => Err(CatalogueError::Unanswered(format!(
                 "Katalogus has not answered for organisation '{organisation}' within {} s; its plugins are still being fetched",
                 MISS_WAIT.as_secs()
             ))),
@@ -342,7 +345,7 @@ impl Catalogue {
     /// Fetches an organisation's plugins into the cache, one fetch at a time per organisation.
     async fn fetch_plugins(&self, organisation: &str) -> Result<Arc<[Plugin]>, CatalogueError> {
         let Source::Katalogus(client) = &self.inner.source else {
-            return Err(CatalogueError("not from Katalogus".into()));
+            return Err(CatalogueError::Failed("not from Katalogus".into()));
         };
         let gate = lock(&self.inner.fetching)
             .entry(organisation.to_owned())
@@ -360,7 +363,7 @@ impl Catalogue {
             Ok(plugins) => Ok(self.store_plugins(organisation, plugins)),
             Err(e) => {
                 self.failed(organisation, &e);
-                Err(CatalogueError(e.to_string()))
+                Err(CatalogueError::Failed(e.to_string()))
             }
         }
     }
@@ -401,7 +404,7 @@ impl Catalogue {
                 self.failed("organisations", &e);
                 match lock(&self.inner.organisations).as_ref() {
                     Some(c) => Ok(c.value.clone()),
-                    None => Err(CatalogueError(e.to_string())),
+                    None => Err(CatalogueError::Failed(e.to_string())),
                 }
             }
         }
@@ -443,7 +446,7 @@ impl Catalogue {
                 self.failed(&format!("{organisation}/{boefje} duplicates"), &e);
                 match lock(&self.inner.duplicates).get(&key) {
                     Some(c) => Ok(c.value.clone()),
-                    None => Err(CatalogueError(e.to_string())),
+                    None => Err(CatalogueError::Failed(e.to_string())),
                 }
             }
         }

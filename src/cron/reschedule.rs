@@ -39,7 +39,7 @@ use uuid::Uuid;
 
 use super::Tick;
 use super::table::{CronError, Entry, Fut, Outcome};
-use crate::clients::catalogue::Catalogue;
+use crate::clients::catalogue::{Catalogue, CatalogueError};
 use crate::domain::SchedulerId;
 use crate::domain::fire::{Fate, FireReason};
 use crate::domain::plugin::{Plugin, PluginType};
@@ -464,20 +464,15 @@ impl Reschedule {
         {
             return (plugins, None);
         }
-        let began = std::time::Instant::now();
-        let confirmed = match hung {
-            Some(why) => Err(why.clone()),
-            None => self
-                .catalogue
-                .plugins_confirmed(org)
-                .await
-                .map_err(|e| e.to_string()),
-        };
-        match confirmed {
+        if let Some(why) = hung {
+            return (plugins, Some(why.clone()));
+        }
+        match self.catalogue.plugins_confirmed(org).await {
             Ok(now) => (now, None),
-            Err(why) => {
-                if began.elapsed() >= crate::clients::catalogue::MISS_WAIT {
-                    hung.get_or_insert_with(|| why.clone());
+            Err(e) => {
+                let why = e.to_string();
+                if matches!(e, CatalogueError::Unanswered(_)) {
+                    *hung = Some(why.clone());
                 }
                 (plugins, Some(why))
             }

@@ -97,15 +97,21 @@ impl Setup {
         refs
     }
 
-    /// Which of `org`'s first `n` hostnames the frontier holds as gone.
-    async fn gone(&self, org: &str, n: usize) -> Vec<String> {
+    /// The app's frontier, read and written on a connection of the test's own.
+    fn frontier(&self) -> kat_scheduler::frontier::Frontier {
         let target = kat_scheduler::storage::DbTarget::parse(&self.app.db.uri).unwrap();
         let pool = kat_scheduler::storage::connect(&target, 1, Duration::from_secs(5)).unwrap();
+        kat_scheduler::frontier::Frontier::new(pool)
+    }
+
+    /// Which of `org`'s first `n` hostnames the frontier holds as gone.
+    async fn gone(&self, org: &str, n: usize) -> Vec<String> {
         let references: Vec<String> = hostnames(org, n)
             .iter()
             .map(|o| o["primary_key"].as_str().unwrap().to_owned())
             .collect();
-        let mut gone: Vec<String> = kat_scheduler::frontier::Frontier::new(pool)
+        let mut gone: Vec<String> = self
+            .frontier()
             .objects(org, &references)
             .await
             .unwrap()
@@ -402,9 +408,7 @@ async fn a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it(
     let Some(s) = Setup::new(backend).await else {
         return;
     };
-    let target = kat_scheduler::storage::DbTarget::parse(&s.app.db.uri).unwrap();
-    let pool = kat_scheduler::storage::connect(&target, 1, Duration::from_secs(5)).unwrap();
-    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let frontier = s.frontier();
     let reference = "Hostname|internet|looked-up.nl";
     let state = |level| ObjectState {
         object_type: "Hostname".into(),
