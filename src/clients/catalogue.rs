@@ -509,9 +509,9 @@ impl Catalogue {
             .ttl
             .to_std()
             .map(|t| t / 2)
-            .unwrap_or(Duration::from_secs(
-                crate::config::DEFAULT_CATALOGUE_TTL_SECS,
-            ))
+            // The TTL came from a std `Duration`, so it is never negative and this never falls
+            // back; the floor of a second keeps a tiny TTL from refreshing in a busy loop.
+            .unwrap_or_default()
             .max(Duration::from_secs(1));
         info!(
             period_secs = period.as_secs(),
