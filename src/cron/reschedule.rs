@@ -18,8 +18,12 @@
 //! for (UUID v5), and the schedule's next deadline is written only after the push committed: a
 //! restart in between pushes the same fire again, which changes nothing (the id exists); one
 //! before the push fires it after the restart. So no fire is skipped and none runs twice.
-//! **No concurrent invocation.** A fire whose previous task (same hash) still waits or runs is
-//! skipped, and the deadline moves on: the schedule is not re-examined every tick until then.
+//! **No concurrent invocation.** A fire whose work already waits in the queue is skipped, and the
+//! deadline moves on: that task is its run. One whose previous task (same hash) is still
+//! dispatched or running waits, its deadline kept, and fires on the first tick after that task
+//! ended, so a run asked for meanwhile is not lost and the cron fires that pass while it waits
+//! are one run. Such waits are as many as the tasks out at once, so re-examining them every
+//! tick stays small.
 //!
 //! **Every due fire accounted for.** Each due fire's [`Fate`] (fired with its task, skipped with
 //! the reason, or waiting for what cannot answer yet) goes into the fire ledger in the same
@@ -106,7 +110,11 @@ enum Then {
 /// A fire that waits for `reason`: the schedule keeps its deadline.
 fn waiting(reason: FireReason, detail: Option<String>) -> Decision {
     Decision::Hold {
-        fate: Fate::Waiting { reason, detail },
+        fate: Fate::Waiting {
+            reason,
+            task: None,
+            detail,
+        },
         then: Then::Keep,
     }
 }
@@ -170,6 +178,7 @@ impl<'a> Verdict<'a> {
             Verdict::Wait(reason) => Err((
                 Fate::Waiting {
                     reason,
+                    task: None,
                     detail: None,
                 },
                 Then::Keep,
@@ -196,7 +205,7 @@ fn pushed(
         Err(QueueError::Duplicate { existing }) if existing == task => {
             (Fate::Fired { task }, Then::Advance(next))
         }
-        // The work waits or runs still: the schedule moves on (no concurrent invocation).
+        // The same work waits: that task is this fire's run, so the schedule moves on.
         Ok(o) => (
             skipped(FireReason::DuplicateQueued, o.task.id),
             Then::Advance(next),
@@ -205,13 +214,22 @@ fn pushed(
             skipped(FireReason::DuplicateQueued, existing),
             Then::Advance(next),
         ),
+        // The previous run is still out: the fire waits for it (no concurrent invocation) and
+        // runs once it has ended. Moving on would lose a run asked for after that one started
+        // (a user's "run now", a one-off report's rerun, which has no next deadline at all),
+        // as mula, which retries such a schedule every minute, does not.
         Err(QueueError::InFlight { existing }) => (
-            skipped(FireReason::StillRunning, existing),
-            Then::Advance(next),
+            Fate::Waiting {
+                reason: FireReason::StillRunning,
+                task: Some(existing),
+                detail: None,
+            },
+            Then::Keep,
         ),
         Err(QueueError::QueueFull(s)) => (
             Fate::Waiting {
                 reason: FireReason::QueueFull,
+                task: None,
                 detail: Some(QueueError::QueueFull(s).to_string()),
             },
             Then::Keep,
@@ -225,6 +243,7 @@ fn pushed(
         ) => (
             Fate::Waiting {
                 reason: FireReason::QueueUnavailable,
+                task: None,
                 detail: Some(e.to_string()),
             },
             Then::Keep,
@@ -985,8 +1004,12 @@ mod tests {
         assert_eq!(
             pushed(fire, Err(QueueError::InFlight { existing: other }), next),
             (
-                skipped(FireReason::StillRunning, other),
-                Then::Advance(next)
+                Fate::Waiting {
+                    reason: FireReason::StillRunning,
+                    task: Some(other),
+                    detail: None
+                },
+                Then::Keep
             )
         );
         for (e, reason) in [
@@ -1054,6 +1077,7 @@ mod tests {
             due("c", 3599),
             Fate::Waiting {
                 reason: FireReason::OctopoesUnavailable,
+                task: None,
                 detail: None,
             },
             Then::Keep,

@@ -54,8 +54,8 @@ impl std::str::FromStr for FireOutcome {
 }
 
 /// Why a fire did not fire (yet), named after what rescheduling decides: the closed set of the
-/// ledger's `reason`. From `plugin_gone` to `within_grace_period` they end a fire (skipped); the
-/// others make it wait.
+/// ledger's `reason`. [`FireReason::skips`] tells those that end a fire (skipped) from those that
+/// make it wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FireReason {
@@ -70,8 +70,10 @@ pub enum FireReason {
     NotPermitted,
     /// Skipped, the schedule disabled: the queue refused its task for what the task is.
     TaskRefused,
-    /// Skipped, the schedule moved on: the previous task of the same work is still dispatched
-    /// or running (no concurrent invocation).
+    /// Waiting: the previous task of the same work is still dispatched or running (no
+    /// concurrent invocation). The fire runs once that task has ended, so a run asked for
+    /// meanwhile (a user's "run now", a one-off report's rerun) is neither lost nor run twice at
+    /// once, and cron fires that pass while it waits are one run, not a pile.
     StillRunning,
     /// Skipped, the schedule moved on: the same work already waits in the queue.
     DuplicateQueued,
@@ -137,7 +139,8 @@ impl FireReason {
     pub fn skips(self) -> bool {
         !matches!(
             self,
-            FireReason::CatalogueUnavailable
+            FireReason::StillRunning
+                | FireReason::CatalogueUnavailable
                 | FireReason::OctopoesUnavailable
                 | FireReason::ObjectUnverifiable
                 | FireReason::FrontierUnavailable
@@ -171,7 +174,7 @@ pub enum Fate {
     Skipped {
         /// Why; one of the reasons that [`FireReason::skips`].
         reason: FireReason,
-        /// The task in its way, if one is (the one still running, or already waiting).
+        /// The task in its way, if one is (the same work already waiting).
         task: Option<Uuid>,
         /// The decision in words (a disabled schedule's reason, the queue's refusal).
         detail: Option<String>,
@@ -180,6 +183,8 @@ pub enum Fate {
     Waiting {
         /// What it waits for.
         reason: FireReason,
+        /// The task it waits for, if one (the previous run, still out).
+        task: Option<Uuid>,
         /// The failure in words, where there is one.
         detail: Option<String>,
     },
@@ -207,8 +212,7 @@ impl Fate {
     pub fn task(&self) -> Option<Uuid> {
         match self {
             Fate::Fired { task } => Some(*task),
-            Fate::Skipped { task, .. } => *task,
-            Fate::Waiting { .. } => None,
+            Fate::Skipped { task, .. } | Fate::Waiting { task, .. } => *task,
         }
     }
 
@@ -262,7 +266,8 @@ pub struct Fire {
     pub outcome: FireOutcome,
     /// Why it was skipped or waits; for `fired`, why it had waited first, if it did.
     pub reason: Option<FireReason>,
-    /// The fire's task (`fired`), or the task in its way (`still_running`, `duplicate_queued`).
+    /// The fire's task (`fired`), or the task in its way (`duplicate_queued`; for `waiting` on
+    /// `still_running`, the previous run it waits for).
     pub task_id: Option<Uuid>,
     /// The decision in words (a disabled schedule's reason, a refusal, a failure).
     pub detail: Option<String>,
@@ -286,7 +291,8 @@ mod tests {
                 serde_json::json!(r.as_str())
             );
         }
-        assert!(FireReason::StillRunning.skips());
+        assert!(!FireReason::StillRunning.skips());
+        assert!(FireReason::DuplicateQueued.skips());
         assert!(FireReason::ObjectGone.skips());
         assert!(!FireReason::OctopoesUnavailable.skips());
         assert_eq!("late".parse::<FireReason>(), Err(()));

@@ -306,7 +306,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_schedule_fires_total",
         Kind::Counter,
         "scheduler_id,outcome,reason",
-        "Schedules' due fires decided: fired (reason on_time, or late: decided more than one cron tick after it was due) or skipped (reason: plugin_gone, plugin_disabled, object_gone, not_permitted, task_refused, still_running, duplicate_queued, within_grace_period). A fire that waits is counted once decided.",
+        "Schedules' due fires decided: fired (reason on_time, or late: decided more than one cron tick after it was due) or skipped (reason: plugin_gone, plugin_disabled, object_gone, not_permitted, task_refused, duplicate_queued, within_grace_period). A fire that waits (still_running among others) is counted once decided.",
     ),
     family(
         "scheduler_db_pool_connections",

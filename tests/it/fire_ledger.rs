@@ -49,6 +49,15 @@ async fn history(app: &TestApp, schedule: &str, query: &str) -> Value {
     resp.json().await.unwrap()
 }
 
+/// `GET /schedules/{schedule}`.
+async fn schedule(app: &TestApp, schedule: &str) -> Value {
+    app.get(&format!("/schedules/{schedule}"))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
 /// The newest fire of a schedule.
 async fn newest(app: &TestApp, schedule: &str) -> Value {
     history(app, schedule, "?limit=1").await["results"][0].clone()
@@ -103,7 +112,7 @@ fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object().unwrap().keys().cloned().collect()
 }
 
-async fn a_fire_is_recorded_fired_with_its_task_and_a_fire_in_the_way_of_a_task_skipped(
+async fn a_fire_is_recorded_fired_skipped_behind_queued_work_and_waiting_behind_a_run(
     backend: Backend,
 ) {
     let Some(app) = spawn_app(backend).await else {
@@ -162,24 +171,64 @@ async fn a_fire_is_recorded_fired_with_its_task_and_a_fire_in_the_way_of_a_task_
         )
     );
 
-    // Handed out and still running an hour later: no concurrent invocation.
+    // Handed out and still running an hour later: no concurrent invocation, so the fire waits
+    // for it, naming it, and keeps its deadline.
     assert_eq!(app.pop_ok("report", 1, None).await.len(), 1);
     app.patch_task(&first, &json!({"status": "running"})).await;
     app.advance(Duration::hours(1));
-    app.tick(SchedulerId::Report).await;
-    let skipped = newest(&app, &sid).await;
     assert_eq!(
-        (&skipped["outcome"], &skipped["reason"], &skipped["task_id"]),
-        (&json!("skipped"), &json!("still_running"), &json!(first))
+        summary(&app, SchedulerId::Report).await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
     );
-
-    // Done: the next fire runs again, with a task of its own.
-    app.patch_task(&first, &json!({"status": "completed"}))
-        .await;
+    let waiting = newest(&app, &sid).await;
+    assert_eq!(
+        (
+            &waiting["outcome"],
+            &waiting["reason"],
+            &waiting["task_id"],
+            &waiting["due_at"]
+        ),
+        (
+            &json!("waiting"),
+            &json!("still_running"),
+            &json!(first),
+            &json!("2027-05-01T02:00:00Z")
+        )
+    );
+    // Another hour still running: the fire that passed meanwhile is the same waiting one.
     app.advance(Duration::hours(1));
     app.tick(SchedulerId::Report).await;
+    assert_eq!(history(&app, &sid, "").await["count"], 3);
+    assert_eq!(
+        time(&schedule(&app, &sid).await["deadline_at"]),
+        midnight() + Duration::hours(2),
+        "a waiting fire keeps its deadline"
+    );
+
+    // Done: the waiting fire runs on the next tick, late, with a task of its own, and keeps
+    // why it waited.
+    app.patch_task(&first, &json!({"status": "completed"}))
+        .await;
+    assert_eq!(
+        summary(&app, SchedulerId::Report).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
     let fired = newest(&app, &sid).await;
-    assert_eq!(fired["outcome"], "fired");
+    assert_eq!(
+        (
+            &fired["outcome"],
+            &fired["reason"],
+            &fired["due_at"],
+            &fired["late"]
+        ),
+        (
+            &json!("fired"),
+            &json!("still_running"),
+            &json!("2027-05-01T02:00:00Z"),
+            &json!(true)
+        )
+    );
+    assert_eq!(fired["late_seconds"], 3600);
     let second = fired["task_id"].as_str().unwrap().to_owned();
     assert_ne!(second, first);
     assert_eq!(app.task(&second).await["schedule_id"], json!(sid));
@@ -193,18 +242,25 @@ async fn a_fire_is_recorded_fired_with_its_task_and_a_fire_in_the_way_of_a_task_
     assert_eq!(
         outcomes,
         [
-            (json!("fired"), Value::Null),
-            (json!("skipped"), json!("still_running")),
+            (json!("fired"), json!("still_running")),
             (json!("skipped"), json!("duplicate_queued")),
             (json!("fired"), Value::Null),
         ],
         "every due fire, newest first"
     );
-    assert_eq!(fires_counted(&app, "report", "fired", "on_time").await, 2.0);
-    assert_eq!(fires_counted(&app, "report", "fired", "late").await, 0.0);
-    for reason in ["still_running", "duplicate_queued"] {
-        assert_eq!(fires_counted(&app, "report", "skipped", reason).await, 1.0);
-    }
+    assert_eq!(fires_counted(&app, "report", "fired", "on_time").await, 1.0);
+    assert_eq!(fires_counted(&app, "report", "fired", "late").await, 1.0);
+    assert_eq!(
+        fires_counted(&app, "report", "skipped", "duplicate_queued").await,
+        1.0
+    );
+    assert!(
+        samples(&app, "scheduler_schedule_fires_total")
+            .await
+            .iter()
+            .all(|(k, _)| !k.contains("still_running")),
+        "a fire that waits is not counted as skipped"
+    );
     assert_eq!(
         fires_counted(&app, "boefje", "skipped", "object_gone").await,
         0.0
@@ -222,7 +278,7 @@ async fn a_fire_is_recorded_fired_with_its_task_and_a_fire_in_the_way_of_a_task_
     assert_eq!(
         time(&one["deadline_at"]),
         midnight() + Duration::hours(4),
-        "the schedule moved on with every fire, skipped or not"
+        "the schedule moved on from the fire that waited to the next cron fire"
     );
     let listed: Value = app.get("/schedules").await.json().await.unwrap();
     assert_eq!(
@@ -372,6 +428,73 @@ async fn a_fire_whose_object_octopoes_lacks_is_skipped_and_one_octopoes_cannot_a
     assert_eq!(
         fires_counted(&app, "boefje", "skipped", "object_gone").await,
         1.0
+    );
+}
+
+/// Rocky's "Rerun" of a one-off report sets its deadline to now. Asked while the report's
+/// previous run is still out, it runs once that run has ended: moving on would have left the
+/// one-off with no deadline at all, the rerun lost.
+async fn a_reports_rerun_asked_while_its_last_run_is_out_runs_after_it(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    let sid = id(&report_schedule(&app, "once", midnight(), None).await);
+    assert_eq!(
+        summary(&app, SchedulerId::Report).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    let first = newest(&app, &sid).await["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let popped = app.pop_ok("report", 1, None).await;
+    assert_eq!(id(&popped[0]), first);
+    app.patch_task(&first, &json!({"status": "running"})).await;
+    assert_eq!(
+        schedule(&app, &sid).await["deadline_at"],
+        Value::Null,
+        "a one-off"
+    );
+
+    // The rerun, as Rocky sends it.
+    app.advance(Duration::minutes(10));
+    let now = midnight() + Duration::minutes(10);
+    let resp = app
+        .patch(
+            &format!("/schedules/{sid}"),
+            &json!({"deadline_at": now.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    app.advance(Duration::seconds(1));
+    assert_eq!(
+        summary(&app, SchedulerId::Report).await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+    let waiting = newest(&app, &sid).await;
+    assert_eq!(
+        (&waiting["outcome"], &waiting["reason"], &waiting["task_id"]),
+        (&json!("waiting"), &json!("still_running"), &json!(first))
+    );
+    assert_eq!(time(&schedule(&app, &sid).await["deadline_at"]), now);
+
+    app.patch_task(&first, &json!({"status": "completed"}))
+        .await;
+    app.advance(Duration::seconds(1));
+    assert_eq!(
+        summary(&app, SchedulerId::Report).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    let rerun = newest(&app, &sid).await;
+    assert_eq!(rerun["outcome"], "fired");
+    let second = rerun["task_id"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    assert_eq!(app.task(&second).await["status"], "queued");
+    assert_eq!(
+        schedule(&app, &sid).await["deadline_at"],
+        Value::Null,
+        "a one-off again once its rerun ran"
     );
 }
 
@@ -634,8 +757,9 @@ async fn an_unknown_schedules_history_is_a_404_and_reading_it_takes_a_schedule_r
 }
 
 crate::backend_tests!(
-    a_fire_is_recorded_fired_with_its_task_and_a_fire_in_the_way_of_a_task_skipped,
+    a_fire_is_recorded_fired_skipped_behind_queued_work_and_waiting_behind_a_run,
     a_fire_whose_object_octopoes_lacks_is_skipped_and_one_octopoes_cannot_answer_for_waits,
+    a_reports_rerun_asked_while_its_last_run_is_out_runs_after_it,
     a_fire_decided_after_the_service_was_down_shows_how_late_it_was,
     a_fire_pushed_just_before_a_crash_is_recorded_fired_once,
     a_schedules_history_is_paged_newest_first_like_the_schedules,
