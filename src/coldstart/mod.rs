@@ -11,17 +11,19 @@
 //! - **Passes per organisation.** An organisation is due when it never had a complete pass, when
 //!   its pass was interrupted (it resumes), or when its last pass completed `interval` ago. A
 //!   round runs every due organisation, [`ColdStartConfig::concurrency`] at a time.
-//! - **A consistent snapshot.** A pass reads the objects as they were at its start (Octopoes'
-//!   `valid_time`), so objects deleted while it pages cannot shift the pages under it.
+//! - **One snapshot.** A pass reads the objects as they were at its start (Octopoes'
+//!   `valid_time`). That does not hold the listing still: normalizers write and delete objects
+//!   at past valid times, and Octopoes orders the listing by type alone.
 //! - **Resume, not restart.** Each page's objects and the pass's progress (next offset, snapshot,
 //!   start) are committed in one transaction; after a restart the pass goes on at the next page.
 //! - **Gone objects.** At the end of a complete pass, the organisation's objects the pass did not
-//!   see (and that no event touched since it began) are marked gone and their waiting tasks
-//!   cancelled. Paging goes on while Octopoes' `count` says more follow, however short a page.
-//!   An object listed but unreadable keeps its row when the listing names it; a pass that ended
-//!   short of the count (an empty page), whose listing shrank while it paged (objects moved onto
-//!   pages already read), or that met an unreadable object without a reference marks nothing
-//!   gone, as cancelled work cannot come back, and says so in a warning.
+//!   see (and that no event touched since it began) are asked of Octopoes; those it does not
+//!   find are marked gone and their waiting tasks cancelled, those it still holds (moved onto a
+//!   page already read) or cannot answer for are kept. Paging goes on while Octopoes' `count`
+//!   says more follow, however short a page. An object listed but unreadable keeps its row
+//!   when the listing names it; a pass that ended short of the count (an empty page), whose
+//!   listing shrank while it paged, or that met an unreadable object without a reference asks
+//!   nothing and marks nothing gone, and says so in a warning.
 //! - **Failures stay local.** A page that fails is retried with backoff; after
 //!   [`ColdStartConfig::attempts`] failures the organisation is left for the next round, with its
 //!   progress kept, and the others go on.
@@ -48,6 +50,7 @@ use crate::config;
 use crate::domain::SchedulerId;
 use crate::domain::event::{ObjectEvent, ObjectState};
 use crate::frontier::Frontier;
+use crate::frontier::lookup::Known;
 use crate::ownership::Ownership;
 use crate::planner::{PlanError, Planner};
 use crate::storage::StorageError;
@@ -55,6 +58,20 @@ use crate::storage::frontier::Progress;
 
 /// How often a running round logs its progress.
 const LOG_EVERY: Duration = Duration::from_secs(5);
+/// Objects the pass did not see asked of Octopoes per lookup: the lookup waits a few seconds
+/// for its answers, a few calls at a time, so a long list goes in parts.
+const CONFIRM_CHUNK: usize = 100;
+
+/// What Octopoes said of the objects a pass did not see.
+#[derive(Debug, Default)]
+struct Unseen {
+    /// Octopoes' own "not found": gone.
+    gone: Vec<String>,
+    /// Still there: the listing moved under the pass.
+    held: usize,
+    /// No answer: left for the next pass.
+    unanswered: usize,
+}
 
 /// How ColdStart runs.
 #[derive(Debug, Clone)]
@@ -521,29 +538,84 @@ impl ColdStart {
             }
             return PassEnd::Complete;
         }
-        let gone = match self
+        // What the pass did not see is only a candidate: the listing can change under the
+        // pass's snapshot without shrinking (Octopoes lists by type alone, and normalizers write
+        // and delete at past valid times), moving an object onto a page already read. So each
+        // is asked of Octopoes, at the time of asking, and only its "not found" marks the
+        // object gone (recorded by the lookup) and cancels its waiting tasks.
+        let unseen = match self
             .frontier
-            .end_pass(progress.clone(), now.naive_utc())
+            .unseen_by_pass(org, progress.pass_started_at)
             .await
         {
-            Ok(g) => g,
+            Ok(u) => u,
             Err(e) => {
                 return PassEnd::Failed {
-                    what: "ending the pass".to_owned(),
+                    what: "reading the objects the pass did not see".to_owned(),
                     error: e.into(),
                 };
             }
         };
-        for reference in &gone {
-            if let Err(e) = self.planner.gone(org, reference).await {
-                warn!(organisation = %org, object = %reference, error = %e, "ColdStart: a gone object's waiting tasks were not cancelled");
+        let verdicts = match self.ask_octopoes(org, &unseen).await {
+            Ok(v) => v,
+            Err(e) => {
+                return PassEnd::Failed {
+                    what: "asking Octopoes about the objects the pass did not see".to_owned(),
+                    error: e.into(),
+                };
             }
+        };
+        for reference in &verdicts.gone {
+            if let Err(e) = self.planner.gone(org, reference).await {
+                // The pass stays open at its end: the next round finds the row gone since the
+                // pass began, asks again and cancels again (a cancel twice changes nothing).
+                warn!(organisation = %org, object = %reference, error = %e, "ColdStart: a gone object's waiting tasks were not cancelled; the pass ends in the next round");
+                return PassEnd::Failed {
+                    what: "cancelling a gone object's waiting tasks".to_owned(),
+                    error: ColdStartError::Plan(e),
+                };
+            }
+        }
+        if verdicts.held > 0 {
+            warn!(organisation = %org, objects = verdicts.held, "ColdStart: objects the pass did not see are still in Octopoes (its listing changed while the pass paged); kept");
+        }
+        if verdicts.unanswered > 0 {
+            warn!(organisation = %org, objects = verdicts.unanswered, "ColdStart: Octopoes could not say whether objects the pass did not see are gone; none of them marked gone, the next pass asks again");
+        }
+        if let Err(e) = self
+            .frontier
+            .save_progress(progress.clone(), now.naive_utc())
+            .await
+        {
+            return PassEnd::Failed {
+                what: "ending the pass".to_owned(),
+                error: e.into(),
+            };
         }
         self.status
             .gone
-            .fetch_add(gone.len() as u64, Ordering::Relaxed);
-        info!(organisation = %org, objects = progress.loaded, gone = gone.len(), "ColdStart pass complete");
+            .fetch_add(verdicts.gone.len() as u64, Ordering::Relaxed);
+        info!(organisation = %org, objects = progress.loaded, gone = verdicts.gone.len(), "ColdStart pass complete");
         PassEnd::Complete
+    }
+
+    /// What Octopoes says now of `references` of `organisation`, which a pass did not see: a
+    /// few at a time, so that a long list fits the lookup's window of waiting for answers.
+    async fn ask_octopoes(&self, org: &str, references: &[String]) -> Result<Unseen, StorageError> {
+        let mut out = Unseen::default();
+        // Every one may be asked: the pass's own budget is the list.
+        let budget = std::sync::atomic::AtomicUsize::new(references.len());
+        for chunk in references.chunks(CONFIRM_CHUNK) {
+            let known = self.planner.objects.confirmed(org, chunk, &budget).await?;
+            for reference in chunk {
+                match known.get(reference) {
+                    Some(Known::Gone) => out.gone.push(reference.clone()),
+                    Some(Known::Present(_)) => out.held += 1,
+                    _ => out.unanswered += 1,
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Runs `op` until it succeeds, at most [`ColdStartConfig::attempts`] times with a growing

@@ -248,31 +248,21 @@ impl Frontier {
         .await
     }
 
-    /// Ends a complete ColdStart pass over `organisation`: the objects it did not confirm are
-    /// marked gone, and the pass recorded as complete, in one transaction. Answers the gone
-    /// objects' references.
-    pub async fn end_pass(
+    /// The objects of `organisation` a complete ColdStart pass begun at `pass_started` did not
+    /// see: the candidates for gone, which only Octopoes can confirm
+    /// ([`crate::storage::frontier::unseen_by_pass`]).
+    pub async fn unseen_by_pass(
         &self,
-        progress: Progress,
-        now: NaiveDateTime,
+        organisation: &str,
+        pass_started: NaiveDateTime,
     ) -> Result<Vec<String>, StorageError> {
-        self.write(move |c| {
-            c.transaction::<_, StorageError, _>(|c| {
-                let gone = frontier::gone_after_pass(
-                    c,
-                    &progress.organisation,
-                    progress.pass_started_at,
-                    now,
-                )?;
-                frontier::progress_save(c, &progress, now)?;
-                Ok(gone)
-            })
-        })
-        .await
+        let organisation = organisation.to_owned();
+        self.write(move |c| Ok(frontier::unseen_by_pass(c, &organisation, pass_started)?))
+            .await
     }
 
-    /// Saves a pass's progress alone (a pass that starts, or one that ends without having seen
-    /// the whole listing, which marks nothing gone).
+    /// Saves a pass's progress: each page's is saved with its objects; this one as a pass
+    /// starts, and as it ends.
     pub async fn save_progress(
         &self,
         progress: Progress,

@@ -268,29 +268,31 @@ pub fn confirm_objects(
     Ok(written)
 }
 
-/// Marks gone the objects of `organisation` that a ColdStart pass begun at `pass_started` did
-/// not confirm and that nothing touched since it began (an object created while the pass ran is
-/// not in its snapshot, but is not gone). Returns their references.
-pub fn gone_after_pass(
+/// The objects of `organisation` a ColdStart pass begun at `pass_started` did not see: rows it
+/// did not confirm and that nothing touched since it began (an object created while the pass ran
+/// is not in its snapshot), and rows marked gone since it began (by an event, a lookup, or this
+/// pass's own questions before a restart, so their tasks' cancel is done again). Only candidates:
+/// Octopoes lists by type alone and writes at past valid times, so a listing can change under a
+/// pass and move an object onto a page already read.
+pub fn unseen_by_pass(
     conn: &mut AnyConnection,
     organisation: &str,
     pass_started: NaiveDateTime,
-    now: NaiveDateTime,
 ) -> QueryResult<Vec<String>> {
     #[derive(QueryableByName)]
     struct Reference {
         #[diesel(sql_type = Text)]
         reference: String,
     }
-    let mut q = sql(conn, "UPDATE frontier SET gone_at = ");
-    q.bind(now)
-        .push(" WHERE organisation = ")
-        .bind(organisation)
-        .push(" AND gone_at IS NULL AND (confirmed_at IS NULL OR confirmed_at < ")
+    let mut q = sql(conn, "SELECT reference FROM frontier WHERE organisation = ");
+    q.bind(organisation)
+        .push(" AND ((gone_at IS NULL AND (confirmed_at IS NULL OR confirmed_at < ")
         .bind(pass_started)
         .push(") AND last_seen < ")
         .bind(pass_started)
-        .push(" RETURNING reference");
+        .push(") OR gone_at >= ")
+        .bind(pass_started)
+        .push(") ORDER BY reference");
     Ok(q.load::<Reference>(conn)?
         .into_iter()
         .map(|r| r.reference)

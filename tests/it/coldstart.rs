@@ -400,6 +400,106 @@ async fn a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone(backend: 
     );
 }
 
+/// Octopoes lists objects by type alone, and normalizers write and delete objects at past valid
+/// times, so a listing can change under a pass's snapshot without shrinking: one object deleted
+/// from a page already read and another added further on move the objects after the gap back a
+/// place, and the one that moved onto a page already read is never seen. The pass asks Octopoes
+/// about each object it did not see before marking it gone: the one that moved is still there,
+/// and keeps its task.
+async fn a_listing_that_moved_under_the_pass_marks_gone_only_what_octopoes_says_is_gone(
+    backend: Backend,
+) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.rounds(1).await;
+    s.octopoes.fail_from("org1", Some(2));
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(2).await;
+    assert_eq!(s.coldstart_health().await["organisations_failed"], 1);
+
+    // The first page (h0, h1) was read; now h0 is deleted and h5 added: still five objects,
+    // and h2 has moved onto the first page.
+    let mut objects = hostnames("org1", 6);
+    objects.remove(0);
+    s.octopoes.set("org1", objects);
+    s.octopoes.fail_from("org1", None);
+    s.stub.clear();
+    s.app.advance(chrono::Duration::minutes(2));
+    s.rounds(3).await;
+    let asked = |s: &Setup| {
+        let mut asked: Vec<String> = s
+            .stub
+            .seen()
+            .iter()
+            .filter(|r| r.path == "/org1/object")
+            .map(|r| r.param("reference").unwrap().to_owned())
+            .collect();
+        asked.sort();
+        asked
+    };
+    let offsets: Vec<String> = s
+        .stub
+        .seen()
+        .iter()
+        .filter(|r| r.path == "/org1/objects")
+        .map(|r| r.param("offset").unwrap().to_owned())
+        .collect();
+    assert_eq!(offsets, vec!["2", "4"], "resumed where it stopped");
+    assert_eq!(
+        asked(&s),
+        vec!["Hostname|internet|org1-h2.nl"],
+        "the object the pass did not see, asked of Octopoes"
+    );
+    s.nothing_gone("org1", 6).await;
+    assert!(
+        s.references("org1", "queued")
+            .await
+            .contains(&"Hostname|internet|org1-h2.nl".to_owned()),
+        "the object that moved keeps its waiting task"
+    );
+
+    // The next whole pass does not see h0, and Octopoes says it is gone.
+    s.stub.clear();
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(4).await;
+    assert_eq!(asked(&s), vec!["Hostname|internet|org1-h0.nl"]);
+    assert_eq!(
+        s.gone("org1", 6).await,
+        vec!["Hostname|internet|org1-h0.nl"]
+    );
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        vec!["Hostname|internet|org1-h0.nl"]
+    );
+    assert_eq!(s.coldstart_health().await["objects_gone"], 1);
+}
+
+/// Octopoes down when the pass asks about the objects it did not see: none is marked gone nor
+/// any task cancelled, and the next pass asks again.
+async fn objects_a_pass_did_not_see_stay_while_octopoes_cannot_answer_for_them(backend: Backend) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.rounds(1).await;
+    let mut objects = hostnames("org1", 5);
+    objects.remove(0);
+    s.octopoes.set("org1", objects);
+    s.octopoes.fail_lookups(true);
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(2).await;
+    s.nothing_gone("org1", 5).await;
+    assert_eq!(s.references("org1", "queued").await.len(), 5);
+
+    s.octopoes.fail_lookups(false);
+    s.app.advance(chrono::Duration::hours(2));
+    s.rounds(3).await;
+    assert_eq!(
+        s.references("org1", "cancelled").await,
+        vec!["Hostname|internet|org1-h0.nl"]
+    );
+}
+
 /// What a ColdStart page plans for an object a lookup recorded: it as new while only lookups
 /// wrote its row, as changed once a lookup wrote new values over a planned row, and nothing once
 /// the object's own event (which the listener plans) wrote the same values.
@@ -459,6 +559,8 @@ async fn a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it(
 crate::backend_tests!(
     a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it,
     a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone,
+    a_listing_that_moved_under_the_pass_marks_gone_only_what_octopoes_says_is_gone,
+    objects_a_pass_did_not_see_stay_while_octopoes_cannot_answer_for_them,
     coldstart_pages_every_organisation_into_the_frontier_and_plans_their_work,
     an_interrupted_pass_resumes_at_the_page_it_reached_and_others_go_on,
     objects_missing_from_a_later_pass_are_gone_and_their_waiting_tasks_cancelled,

@@ -145,12 +145,15 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
 /// organisation can be made to fail (500) from an offset on, and the whole service to answer
 /// 503 while it is down. A listing can be capped at fewer objects a page than asked (`page_cap`),
 /// and its `count` made to claim more objects than it holds (`count_extra`); neither by default.
-/// The next request for one object can be held until the test lets it go ([`OctopoesState::hold`]).
+/// The next request for one object can be held until the test lets it go ([`OctopoesState::hold`]),
+/// and requests for one object made to fail (500) while the listing answers
+/// ([`OctopoesState::fail_lookups`]).
 #[derive(Clone, Default)]
 pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub fail_from: Arc<Mutex<HashMap<String, u64>>>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
+    lookups_fail: Arc<std::sync::atomic::AtomicBool>,
     pub page_cap: Arc<Mutex<Option<u64>>>,
     pub count_extra: Arc<Mutex<usize>>,
     held: Arc<Mutex<Option<Hold>>>,
@@ -200,6 +203,12 @@ impl OctopoesState {
         }
     }
 
+    /// Requests for one object (`GET /{org}/object`) answer 500 while `fail` holds.
+    pub fn fail_lookups(&self, fail: bool) {
+        self.lookups_fail
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub fn set(&self, org: &str, objects: Vec<Value>) {
         self.objects.lock().unwrap().insert(org.to_owned(), objects);
     }
@@ -243,6 +252,9 @@ impl OctopoesState {
                         // The stub's worker thread waits (the app's own threads do not).
                         let _ = h.arrived.send(());
                         let _ = h.release.recv_timeout(std::time::Duration::from_secs(30));
+                    }
+                    if state.lookups_fail.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
                     }
                     let reference = seen.param("reference").unwrap_or_default();
                     let objects = state.objects.lock().unwrap();
