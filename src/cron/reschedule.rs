@@ -308,6 +308,23 @@ fn boefje_id(data: &Map<String, Value>) -> &str {
         .unwrap_or_default()
 }
 
+/// Whether the schedule of `data` would be disabled as not permitted: its plugin is enabled and
+/// refuses the object as `objects` holds it (type not consumed, scan level too low).
+fn refuses(
+    plugins: &[Plugin],
+    data: &Map<String, Value>,
+    objects: &HashMap<String, Known>,
+) -> bool {
+    let Some(p) = plugin_of(plugins, data).filter(|p| p.enabled) else {
+        return false;
+    };
+    let reference = data.get("input_ooi").and_then(Value::as_str);
+    matches!(
+        reference.and_then(|r| objects.get(r)),
+        Some(Known::Present(o)) if p.permits(&o.object_type, o.scan_level).is_err()
+    )
+}
+
 /// The catalogue's boefje a schedule's data names.
 fn plugin_of<'a>(plugins: &'a [Plugin], data: &Map<String, Value>) -> Option<&'a Plugin> {
     let boefje = boefje_id(data);
@@ -377,8 +394,11 @@ impl Reschedule {
             // decided from Katalogus' answer of now: the list above may be a copy kept while
             // Katalogus fails, older than the plugin's re-enabling. Unconfirmed, those schedules
             // wait (the rest go on from the copy).
+            let gone_or_disabled = data
+                .iter()
+                .any(|d| plugin_of(&plugins, d).is_none_or(|p| !p.enabled));
             let (plugins, unconfirmed) = self
-                .confirm_plugins(org, plugins, &data, &mut katalogus_hung)
+                .confirm_plugins(org, plugins, gone_or_disabled, &mut katalogus_hung)
                 .await;
             // Only the objects of schedules that may fire are looked up (Octopoes calls are
             // bounded per tick; a schedule whose plugin is gone is disabled without one).
@@ -422,6 +442,33 @@ impl Reschedule {
                 }
                 continue;
             }
+            // A plugin that refuses the object (its type not consumed, its level too low) disables
+            // the schedule for good too, and the plugin's level and types in a copy kept while
+            // Katalogus fails may predate Katalogus' own: confirmed the same way, once the
+            // objects' levels were. A list that came back changed has its refusals' levels
+            // confirmed again.
+            let (plugins, unpermitted) = if data.iter().any(|d| refuses(&plugins, d, &objects)) {
+                let before = plugins.clone();
+                let (plugins, why) = self
+                    .confirm_plugins(org, plugins, true, &mut katalogus_hung)
+                    .await;
+                if !Arc::ptr_eq(&before, &plugins)
+                    && let Err(e) = self
+                        .confirm_levels(org, &plugins, &data, &mut objects, budget)
+                        .await
+                {
+                    for i in idx {
+                        out[i] = Some(waiting(
+                            FireReason::FrontierUnavailable,
+                            Some(e.to_string()),
+                        ));
+                    }
+                    continue;
+                }
+                (plugins, why)
+            } else {
+                (plugins, None)
+            };
             for (&i, d) in idx.iter().zip(data) {
                 let row = &rows[i];
                 let boefje = boefje_id(&d);
@@ -430,6 +477,13 @@ impl Reschedule {
                     out[i] = Some(waiting(
                         FireReason::CatalogueUnavailable,
                         unconfirmed.clone(),
+                    ));
+                    continue;
+                }
+                if unpermitted.is_some() && refuses(&plugins, &d, &objects) {
+                    out[i] = Some(waiting(
+                        FireReason::CatalogueUnavailable,
+                        unpermitted.clone(),
                     ));
                     continue;
                 }
@@ -461,12 +515,12 @@ impl Reschedule {
             .collect()
     }
 
-    /// The plugins of `org` to decide `data`'s schedules by, and why they are unconfirmed. A
-    /// plugin gone from the list or disabled disables its schedules for good, so that is decided
-    /// from Katalogus' answer of now: `plugins` may be the catalogue's copy kept while Katalogus
-    /// fails, older than the plugin's re-enabling. When a schedule would be disabled so, the list
-    /// is confirmed; unconfirmed (the reason given), those schedules wait and the rest go on from
-    /// the copy. Once Katalogus left a confirmation unanswered until the wait ran out (`hung`),
+    /// The plugins of `org` to decide schedules by, and why they are unconfirmed. A plugin gone
+    /// from the list, disabled, or refusing a schedule's object disables that schedule for good,
+    /// so that is decided from Katalogus' answer of now: `plugins` may be the catalogue's copy
+    /// kept while Katalogus fails, older than the plugin's re-enabling or its new scan level.
+    /// When a schedule would be disabled so (`needed`), the list is confirmed; unconfirmed (the
+    /// reason given), those schedules wait and the rest go on from the copy. Once Katalogus left a confirmation unanswered until the wait ran out (`hung`),
     /// the page's other organisations are not asked: a hung Katalogus costs the tick one wait
     /// ([`MISS_WAIT`](crate::clients::catalogue::MISS_WAIT)), not one per organisation. An
     /// answer that is an error (an organisation it does not list) holds back that one alone.
@@ -474,13 +528,10 @@ impl Reschedule {
         &self,
         org: &str,
         plugins: Arc<[Plugin]>,
-        data: &[Map<String, Value>],
+        needed: bool,
         hung: &mut Option<String>,
     ) -> (Arc<[Plugin]>, Option<String>) {
-        if data
-            .iter()
-            .all(|d| plugin_of(&plugins, d).is_some_and(|p| p.enabled))
-        {
+        if !needed {
             return (plugins, None);
         }
         if let Some(why) = hung {
@@ -513,16 +564,9 @@ impl Reschedule {
     ) -> Result<(), StorageError> {
         let too_low: Vec<String> = data
             .iter()
-            .filter_map(|d| {
-                let p = plugin_of(plugins, d).filter(|p| p.enabled)?;
-                let r = d.get("input_ooi").and_then(Value::as_str)?;
-                match objects.get(r) {
-                    Some(Known::Present(o)) if p.permits(&o.object_type, o.scan_level).is_err() => {
-                        Some(r.to_owned())
-                    }
-                    _ => None,
-                }
-            })
+            .filter(|d| refuses(plugins, d, objects))
+            .filter_map(|d| d.get("input_ooi").and_then(Value::as_str))
+            .map(str::to_owned)
             .collect();
         if !too_low.is_empty() {
             objects.extend(self.lookup.confirmed(org, &too_low, budget).await?);

@@ -1,5 +1,5 @@
-//! A schedule is disabled for its plugin (gone from the catalogue, or disabled) only on
-//! Katalogus' answer of now. Between refreshes the rescheduler plans from the catalogue's copy,
+//! A schedule is disabled for its plugin (gone from the catalogue, disabled, or refusing the
+//! object: its scan level or types) only on Katalogus' answer of now. Between refreshes the rescheduler plans from the catalogue's copy,
 //! and that copy is kept while Katalogus fails: it may predate the plugin's re-enabling. A
 //! schedule that copy would disable is confirmed with Katalogus first, and waits while Katalogus
 //! cannot answer (here: it no longer lists the organisation).
@@ -176,6 +176,88 @@ async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_conf
     );
 }
 
+/// The plugin's scan level in a stale copy is as old as its enabled flag: a copy that says the
+/// plugin needs more than the object has disables nothing until Katalogus confirms it.
+async fn a_scan_level_in_a_stale_copy_disables_nothing_until_katalogus_confirms(backend: Backend) {
+    let Some(Setup {
+        app,
+        katalogus,
+        k: _k,
+        octopoes,
+        _o,
+    }) = Setup::new(backend, &[ORG]).await
+    else {
+        return;
+    };
+    let at_level = |level: i64| {
+        let mut p = plugins(true);
+        p[0]["scan_level"] = json!(level);
+        p
+    };
+    // The copy is taken with `dns-records` needing level 3; the object has 2.
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert(ORG.into(), at_level(3));
+    let other = schedule(&app, ORG, "other", midnight() - Duration::minutes(1)).await;
+    let dns = schedule(&app, ORG, "dns-records", midnight() + Duration::minutes(2)).await;
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    assert_eq!(popped_schedules(&app).await, [other]);
+
+    // The plugin's level is lowered to 1, but Katalogus cannot answer for the organisation now:
+    // the copy, stale now, still says 3.
+    katalogus.plugins.lock().unwrap().remove(ORG);
+    app.clock.set(midnight() + Duration::minutes(3));
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+    let s = get_schedule(&app, &dns).await;
+    assert_eq!(
+        (s["enabled"].clone(), s["disabled_reason"].clone()),
+        (json!(true), Value::Null),
+        "not disabled from the stale copy: {s}"
+    );
+
+    // Katalogus answers again, with the level lowered: the schedule fires.
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert(ORG.into(), at_level(1));
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    assert_eq!(popped_schedules(&app).await, [dns]);
+
+    // Katalogus' own answer still disables: an organisation whose list is fetched fresh, the
+    // plugin needing more than the object has.
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert(ORG2.into(), at_level(3));
+    octopoes.set(ORG2, vec![octopoes_object(OBJECT, "Hostname", 2)]);
+    let high = schedule(&app, ORG2, "dns-records", midnight()).await;
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 0, skipped 0, disabled 1, waiting 0"
+    );
+    let s = get_schedule(&app, &high).await;
+    assert!(
+        s["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .contains("needs scan level Some(3)"),
+        "{s}"
+    );
+}
+
 /// A Katalogus that does not answer holds a tick for one wait, not one per organisation: once
 /// one organisation's confirmation ran out of time, the page's others wait without asking.
 async fn a_hung_katalogus_is_asked_to_confirm_once_a_page(backend: Backend) {
@@ -227,4 +309,5 @@ async fn a_hung_katalogus_is_asked_to_confirm_once_a_page(backend: Backend) {
 crate::backend_tests!(
     a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms,
     a_hung_katalogus_is_asked_to_confirm_once_a_page,
+    a_scan_level_in_a_stale_copy_disables_nothing_until_katalogus_confirms,
 );
