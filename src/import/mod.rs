@@ -6,7 +6,8 @@
 //!
 //! Safe to repeat and safe into a database that holds work: a row whose id is here already is
 //! left as it is, a schedule whose hash another schedule holds is skipped and reported, waiting
-//! work whose hash already waits here is refused as a duplicate (as a push of it would be), and a
+//! work whose hash already waits here is refused as a duplicate (as a push of it would be; a more
+//! urgent copy moves the waiting task forward to its priority, as such a push does), and a
 //! row kat-scheduler would refuse is reported with its id and reason and never stops the rest.
 //!
 //! The service must be stopped while it runs: a running service keeps each scheduler's heap in
@@ -27,7 +28,7 @@ use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::domain::PerScheduler;
+use crate::domain::{PerScheduler, TaskStatus};
 use crate::ownership::SqliteLock;
 use crate::storage::mula::{self, MulaTable};
 use crate::storage::{self, AnyConnection, Backend, DbTarget};
@@ -303,7 +304,8 @@ fn copy_tasks(
     links: &Links,
 ) -> anyhow::Result<()> {
     let mut after: Option<String> = None;
-    let mut waiting_this_run: HashMap<(String, String), String> = HashMap::new();
+    // The waiting task of each piece of work met in this run and not yet in the table.
+    let mut waiting_this_run: HashMap<(String, String), Holder> = HashMap::new();
     loop {
         let page = mula::tasks_page(source, after.as_deref(), batch)
             .context("cannot read mula's tasks")?;
@@ -329,40 +331,68 @@ fn copy_tasks(
             }
             !here
         });
-        // One waiting task per piece of work (a push of the same work is refused as a
-        // duplicate): waiting work whose hash already waits here stays out.
-        let waiting_here = waiting_work(target.as_deref_mut(), &rows)?;
-        rows.retain(|c| {
+        // One waiting task per piece of work: waiting work whose hash already waits stays out,
+        // as a push of it would, and as such a push, a more urgent copy moves the waiting task
+        // forward to its priority (a user's scan among mula's automatic ones is not demoted).
+        let mut waiting_here = waiting_work(target.as_deref_mut(), &rows)?;
+        let mut boosts: Vec<(String, TaskStatus, i64)> = Vec::new();
+        let mut kept = Vec::with_capacity(rows.len());
+        for c in rows {
             if !c.row.status.is_waiting() {
-                return true;
+                kept.push(c);
+                continue;
             }
             let key = (
                 c.row.scheduler_id.clone(),
                 c.row.hash.clone().unwrap_or_default(),
             );
-            let holder = waiting_here
-                .get(&key)
-                .or_else(|| waiting_this_run.get(&key))
-                .cloned();
-            match holder {
-                Some(holder) => {
-                    let r = Refusal {
+            let holder = match waiting_here.get_mut(&key) {
+                Some(h) => Some(h),
+                None => waiting_this_run.get_mut(&key),
+            };
+            let Some(holder) = holder else {
+                waiting_this_run.insert(
+                    key,
+                    Holder {
                         id: c.row.id.clone(),
-                        rule: "duplicate",
-                        detail: format!(
-                            "the same work (hash {}) waits as task {holder} already",
-                            key.1
-                        ),
-                    };
-                    refused(sum, "task", &r);
-                    false
+                        status: c.row.status,
+                        priority: c.row.priority,
+                        in_batch: Some(kept.len()),
+                    },
+                );
+                kept.push(c);
+                continue;
+            };
+            let mut detail = format!(
+                "the same work (hash {}) waits as task {} already",
+                key.1, holder.id
+            );
+            if c.row.priority < holder.priority {
+                holder.priority = c.row.priority;
+                match holder.in_batch {
+                    Some(i) => {
+                        if let Some(h) = kept.get_mut(i) {
+                            h.row.priority = c.row.priority;
+                        }
+                    }
+                    None => {
+                        boosts.retain(|(id, _, _)| *id != holder.id);
+                        boosts.push((holder.id.clone(), holder.status, c.row.priority));
+                    }
                 }
-                None => {
-                    waiting_this_run.insert(key, c.row.id.clone());
-                    true
-                }
+                detail.push_str(&format!(", which takes its priority {}", c.row.priority));
             }
-        });
+            refused(
+                sum,
+                "task",
+                &Refusal {
+                    id: c.row.id.clone(),
+                    rule: "duplicate",
+                    detail,
+                },
+            );
+        }
+        let rows = kept;
         // Schedules neither this run's nor moved: are they here from before?
         let unknown: Vec<String> = rows
             .iter()
@@ -397,11 +427,18 @@ fn copy_tasks(
             new.push(c.row);
         }
         if !dry_run && let Some(c) = target.as_deref_mut() {
-            c.transaction(|c| storage::tasks::insert(c, &new))
-                .context("cannot write a batch of tasks")?;
+            c.transaction(|c| {
+                storage::tasks::insert(c, &new)?;
+                storage::tasks::reprioritise(c, &boosts, task_rules.now).map(|_| ())
+            })
+            .context("cannot write a batch of tasks")?;
             // The table answers for this batch's work from now on; a dry run writes nothing,
-            // so it keeps remembering.
+            // so it keeps remembering (each task as outside this batch).
             waiting_this_run.clear();
+        } else {
+            for h in waiting_this_run.values_mut() {
+                h.in_batch = None;
+            }
         }
         sum.imported += new.len() as u64;
         progress("tasks", sum, total);
@@ -409,12 +446,20 @@ fn copy_tasks(
     Ok(())
 }
 
-/// The waiting tasks here with the work (scheduler, hash) of one of `rows`' waiting ones:
-/// (scheduler, hash) → task id.
+/// A waiting task that holds a piece of work: one here, or one of this run's.
+struct Holder {
+    id: String,
+    status: TaskStatus,
+    priority: i64,
+    /// Its place among the batch's rows while it is one not written yet.
+    in_batch: Option<usize>,
+}
+
+/// The waiting tasks here with the work (scheduler, hash) of one of `rows`' waiting ones.
 fn waiting_work(
     target: Option<&mut AnyConnection>,
     rows: &[rules::Converted<storage::rows::TaskRow>],
-) -> anyhow::Result<HashMap<(String, String), String>> {
+) -> anyhow::Result<HashMap<(String, String), Holder>> {
     let mut out = HashMap::new();
     let Some(conn) = target else {
         return Ok(out);
@@ -429,7 +474,15 @@ fn waiting_work(
             continue;
         }
         for t in storage::tasks::waiting_by_hash(conn, s, &hashes)? {
-            out.insert((t.scheduler_id, t.hash.unwrap_or_default()), t.id);
+            out.insert(
+                (t.scheduler_id, t.hash.unwrap_or_default()),
+                Holder {
+                    id: t.id,
+                    status: t.status,
+                    priority: t.priority,
+                    in_batch: None,
+                },
+            );
         }
     }
     Ok(out)

@@ -560,9 +560,12 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
         )),
         "{summary}"
     );
+    // mula's copy is more urgent (3 against 5): as a push of it would, it moves the waiting
+    // task forward.
     assert!(
         summary.contains(&format!(
-            "{Q_BOEFJE_3}: the same work (hash {}) waits as task {} already",
+            "{Q_BOEFJE_3}: the same work (hash {}) waits as task {} already, which takes its \
+             priority 3",
             same_work["hash"].as_str().unwrap(),
             id_of(&same_work)
         )),
@@ -588,7 +591,13 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
     .await;
     assert_eq!(app.task(&id_of(&own)).await, before[0], "untouched");
     assert_eq!(app.task(Q_BOEFJE_2).await, before[1], "not overwritten");
-    assert_eq!(app.task(&id_of(&same_work)).await, before[2], "untouched");
+    let mut boosted = app.task(&id_of(&same_work)).await;
+    assert_eq!(boosted["priority"], 3, "mula's more urgent copy's priority");
+    assert!(time(&boosted["modified_at"]) > time(&before[2]["modified_at"]));
+    for k in ["priority", "modified_at"] {
+        boosted[k] = before[2][k].clone();
+    }
+    assert_eq!(boosted, before[2], "otherwise untouched");
     assert_eq!(
         app.get(&format!("/schedules/{}", id_of(&holder)))
             .await
@@ -603,19 +612,94 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
         app.task(COMPLETED).await["schedule_id"],
         app.task(&id_of(&same_work)).await["schedule_id"]
     );
-    // The service's own queued tasks still pop, among mula's by priority: its own (1), mula's
-    // pending one (4), its own of the work mula also held (5), its own under the id mula also
-    // held (9).
+    // The service's own queued tasks still pop, among mula's by priority: its own (1), its own
+    // of the work mula also held (mula's 3), mula's pending one (4), its own under the id mula
+    // also held (9).
     assert_eq!(
         app.pop_ids("boefje", 10).await,
         [
             id_of(&own).as_str(),
-            P_BOEFJE_4,
             &id_of(&same_work),
+            P_BOEFJE_4,
             &id_of(&clash)
         ]
     );
     drop(stop(app).await);
+}
+
+/// Two waiting copies of one piece of work in mula (its own rows, or two that hash alike once
+/// the payload is hashed): the first read is kept, and a later, more urgent one (a user's scan
+/// among automatic work) moves it forward to its priority, whether the first was written in an
+/// earlier batch or waits in the same one.
+async fn mula_s_more_urgent_copy_of_waiting_work_moves_the_kept_one_forward(backend: Backend) {
+    let (automatic, user) = (
+        "c1000000-0000-4000-8000-000000000001",
+        "c1000000-0000-4000-8000-000000000002",
+    );
+    for batch in ["1", "1000"] {
+        let Some(mula) = MulaDb::create().await else {
+            return;
+        };
+        let uri = mula.db.uri.clone();
+        tokio::task::spawn_blocking(move || {
+            let ooi = "Hostname|internet|twice.example";
+            let (t0, t1) = ("2025-10-02 00:00:00+00", "2025-10-02 01:00:00+00");
+            let rows = task_sql(
+                automatic,
+                "boefje",
+                None,
+                400,
+                &boefje(automatic, "dns-records", ooi),
+                "PENDING",
+                t0,
+                t1,
+            ) + &task_sql(
+                user,
+                "boefje",
+                None,
+                1,
+                &boefje(user, "dns-records", ooi),
+                "QUEUED",
+                t0,
+                t1,
+            );
+            PgConnection::establish(&uri)
+                .unwrap()
+                .batch_execute(&rows)
+                .unwrap();
+        })
+        .await
+        .unwrap();
+        let Some(app) = spawn_app(backend).await else {
+            return;
+        };
+        let db = stop(app).await;
+
+        let summary = import_ok(&mula, &db.uri, &["--batch-size", batch]).await;
+
+        assert!(
+            summary.contains(&format!("{user}: the same work (hash ")),
+            "{summary}"
+        );
+        assert!(
+            summary.contains(&format!(
+                "waits as task {automatic} already, which takes its priority 1"
+            )),
+            "{summary}"
+        );
+        let app = spawn_app_on(db, backend, |s| {
+            s.schedulers.boefje.fairness = Some(kat_scheduler::queue::fair::Fairness::Off);
+        })
+        .await;
+        assert_eq!(app.task(automatic).await["priority"], 1, "batch {batch}");
+        assert_eq!(app.get_task(user).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            app.pop_ids("boefje", 1).await,
+            [automatic],
+            "the most urgent work first (batch {batch})"
+        );
+        drop(stop(app).await);
+    }
 }
 
 async fn a_dry_run_reads_and_checks_everything_and_writes_nothing(backend: Backend) {
@@ -713,6 +797,7 @@ async fn a_database_that_is_not_mula_s_is_refused_by_name() {
 crate::backend_tests!(
     mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_order,
     an_import_into_a_database_with_work_leaves_that_work_as_it_was,
+    mula_s_more_urgent_copy_of_waiting_work_moves_the_kept_one_forward,
     a_dry_run_reads_and_checks_everything_and_writes_nothing,
     the_import_refuses_to_write_behind_a_running_service,
 );

@@ -822,8 +822,78 @@ async fn an_object_change_rescores_only_that_objects_waiting_tasks(backend: Back
     s.cleanup().await;
 }
 
+/// A re-scored task beyond the heap (pending) is read into the heap, and so popped, by its new
+/// priority: the pending backlog is read in the order of its queue rows, which carry the
+/// priority beside the task's own row.
+async fn a_pending_task_rescored_is_popped_by_its_new_priority(backend: Backend) {
+    let Some(s) = Setup::with(backend, 100, |s| {
+        s.schedulers.boefje.scoring = Some(kat_scheduler::scoring::Strategy::ChangeDelta);
+        s.schedulers.boefje.maxsize = Some(1);
+    })
+    .await
+    else {
+        return;
+    };
+    let (a, b, c) = (
+        "Hostname|internet|a.nl",
+        "Hostname|internet|b.nl",
+        "Hostname|internet|c.nl",
+    );
+    // First runs (two plugins each), finished, so the next planning has a history.
+    for r in [a, b, c] {
+        s.mutation(object("create", "org1", r, "Hostname", 1)).await;
+    }
+    s.handled(3).await;
+    let first = s.app.pop_many("boefje", 6, None).await;
+    assert_eq!(first.len(), 6);
+    for t in first {
+        let done = s
+            .app
+            .patch_task(&id_of(&t), &json!({"status": "completed"}))
+            .await;
+        assert_eq!(done.status(), reqwest::StatusCode::OK);
+    }
+    // One task each, the same priority: a's fills the heap of one, b's and c's wait beyond it.
+    s.app.advance(chrono::Duration::hours(1));
+    s.mutation(object("update", "org1", a, "Hostname", 1)).await;
+    s.handled(4).await;
+    // b's first, so that by creation b's would come first.
+    s.mutation(object("update", "org1", b, "Hostname", 1)).await;
+    s.handled(5).await;
+    s.app.advance(chrono::Duration::seconds(1));
+    s.mutation(object("update", "org1", c, "Hostname", 1)).await;
+    s.handled(6).await;
+    let page: Value = s
+        .app
+        .get("/tasks?scheduler_id=boefje&status=pending&limit=10")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["count"], 2, "b's and c's tasks are pending: {page}");
+    // c's scan level goes up: its pending task comes sooner than b's.
+    s.app.advance(chrono::Duration::minutes(5));
+    s.mutation(object("update", "org1", c, "Hostname", 2)).await;
+    s.handled(7).await;
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let popped = s.app.pop_ok("boefje", 1, None).await;
+        assert_eq!(popped.len(), 1);
+        order.push((
+            popped[0]["data"]["input_ooi"].as_str().unwrap().to_owned(),
+            popped[0]["priority"].as_i64().unwrap(),
+        ));
+    }
+    let at = |r: &str| order.iter().position(|(o, _)| o == r).unwrap();
+    assert!(at(c) < at(b), "c's re-scored task before b's: {order:?}");
+    assert_eq!(order[at(c)].1, 420, "popped with its new priority");
+    assert_eq!(order[at(b)].1, 460);
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
     an_objects_delete_waits_behind_its_create_handed_back,
+    a_pending_task_rescored_is_popped_by_its_new_priority,
     an_object_change_rescores_only_that_objects_waiting_tasks,
     the_planner_waits_for_the_previous_run_of_the_same_work_to_finish,
     katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_events,
