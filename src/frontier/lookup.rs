@@ -92,6 +92,11 @@ impl ObjectLookup {
         }
     }
 
+    /// Whether an Octopoes is configured to ask (else every answer is the frontier's).
+    pub fn asks_octopoes(&self) -> bool {
+        self.octopoes.is_some()
+    }
+
     /// What is known of `references` of `organisation`. Objects the frontier lacks are asked of
     /// Octopoes while `budget` lasts (each call takes one); Octopoes' answers are recorded in
     /// the frontier before they are returned. A storage error is the caller's to handle (it

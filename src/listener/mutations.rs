@@ -1,6 +1,7 @@
 //! `scan_profile_mutations`: objects created or updated are upserted into the frontier and get a
 //! boefje task for every plugin that may run on them; deleted ones are marked gone and their
-//! organisation's waiting tasks for them are cancelled.
+//! organisation's waiting tasks for them are cancelled, unless Octopoes, asked first, holds the
+//! object now (created again; see [`Listener::stale_deletes`]).
 //!
 //! An object's events apply in the order Octopoes sent them, also when one is handed back: its
 //! later events (in the batch, or already delivered behind it) are handed back too, until the
@@ -12,10 +13,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{Listener, Outcome};
 use crate::domain::event::{ObjectEvent, parse_object_event};
+use crate::frontier::lookup::Known;
 
 /// How long an object's later events wait for its handed-back event to come back. It comes back
 /// within a pause ([`super::RETRY_PAUSE`]) unless another instance's listener took it, which
@@ -160,6 +162,12 @@ impl Listener {
     }
 
     async fn apply_run(&self, run: Vec<(usize, ObjectEvent)>, outcomes: &mut [Option<Outcome>]) {
+        let stale = self.stale_deletes(&run).await;
+        let (stale, run): (Vec<_>, Vec<_>) = run.into_iter().partition(|(i, _)| stale.contains(i));
+        for (i, e) in stale {
+            info!(organisation = %e.organisation, object = %e.reference, "a delete of an object Octopoes holds now was not applied: the object was created again since (its create applied before its delete, by another instance)");
+            outcomes[i] = Some(Outcome::Done);
+        }
         if run.is_empty() {
             return;
         }
@@ -197,6 +205,43 @@ impl Listener {
             }
             outcomes[*i] = Some(outcome);
         }
+    }
+}
+
+impl Listener {
+    /// The deletes of `run` that Octopoes contradicts now (it holds the object): their places.
+    /// A delete cancels the object's waiting work for good, and with several instances an
+    /// object's events are not ordered between them, so one may come after the object's
+    /// re-creation that another instance applied. The lookup records Octopoes' answer in the
+    /// frontier. With no Octopoes to ask, or no answer, the delete stands: it is Octopoes' own
+    /// word, and no later one is known.
+    async fn stale_deletes(&self, run: &[(usize, ObjectEvent)]) -> HashSet<usize> {
+        let lookup = &self.planner.objects;
+        let mut out = HashSet::new();
+        if !lookup.asks_octopoes() {
+            return out;
+        }
+        let mut by_org: HashMap<&str, Vec<(usize, &str)>> = HashMap::new();
+        for (i, e) in run.iter().filter(|(_, e)| e.object.is_none()) {
+            by_org
+                .entry(e.organisation.as_str())
+                .or_default()
+                .push((*i, e.reference.as_str()));
+        }
+        for (org, deletes) in by_org {
+            let refs: Vec<String> = deletes.iter().map(|(_, r)| (*r).to_owned()).collect();
+            let budget = std::sync::atomic::AtomicUsize::new(refs.len());
+            let Ok(known) = lookup.confirmed(org, &refs, &budget).await else {
+                continue;
+            };
+            out.extend(
+                deletes
+                    .iter()
+                    .filter(|(_, r)| matches!(known.get(*r), Some(Known::Present(_))))
+                    .map(|(i, _)| *i),
+            );
+        }
+        out
     }
 }
 

@@ -334,6 +334,60 @@ async fn a_delete_carrying_its_object_cancels_as_one_without(backend: Backend) {
     deleting_cancels_that_organisations_waiting_tasks(backend, delete).await;
 }
 
+/// How many of org1's boefje tasks have `status`.
+async fn count_of(s: &Setup, status: &str) -> Value {
+    s.app
+        .get(&format!(
+            "/tasks?scheduler_id=boefje&organisation=org1&status={status}&limit=100"
+        ))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap()["count"]
+        .clone()
+}
+
+/// With several instances an object's events are not ordered between them: a delete may be
+/// applied after the object's re-creation. So a delete is checked with Octopoes first: while it
+/// holds the object, the delete cancels nothing and marks nothing gone; once it says not found,
+/// the delete applies.
+async fn a_delete_of_an_object_octopoes_still_holds_cancels_nothing(backend: Backend) {
+    let reference = "Hostname|internet|again.nl";
+    let octopoes = OctopoesState::default();
+    octopoes.set("org1", vec![octopoes_object(reference, "Hostname", 1)]);
+    let o = octopoes.serve();
+    let ou = o.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| s.clients.octopoes_api = ou).await else {
+        return;
+    };
+    s.mutation(object("create", "org1", reference, "Hostname", 1))
+        .await;
+    s.handled(1).await;
+    assert_eq!(count_of(&s, "queued").await, 2);
+
+    // The delete of an earlier life of the object, applied after its re-creation.
+    s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
+        .await;
+    s.handled(2).await;
+    assert_eq!(count_of(&s, "cancelled").await, 0, "nothing cancelled");
+    assert_eq!(count_of(&s, "queued").await, 2);
+    assert!(
+        o.seen()
+            .iter()
+            .any(|r| r.path == "/org1/object" && r.param("reference") == Some(reference)),
+        "Octopoes asked: {:?}",
+        o.seen()
+    );
+
+    // Deleted in Octopoes: the delete applies.
+    octopoes.set("org1", vec![]);
+    s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
+        .await;
+    s.handled(3).await;
+    assert_eq!(count_of(&s, "cancelled").await, 2);
+    s.cleanup().await;
+}
+
 async fn deleting_cancels_that_organisations_waiting_tasks(backend: Backend, delete: Value) {
     let Some(s) = Setup::new(backend, 100).await else {
         return;
@@ -904,5 +958,6 @@ crate::backend_tests!(
     poison_is_dead_lettered_and_never_stalls_the_queue,
     a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only,
     a_delete_carrying_its_object_cancels_as_one_without,
+    a_delete_of_an_object_octopoes_still_holds_cancels_nothing,
     a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error,
 );
