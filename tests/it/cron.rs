@@ -693,6 +693,73 @@ async fn the_refill_entry_tops_up_room_no_request_filled(backend: Backend) {
     assert!(!app.tick(SchedulerId::Boefje).await.entries["refill"].ran);
 }
 
+/// Pruning deletes tasks for good, so only what is finished and has not changed for the
+/// retention goes: not a task created long ago that waits, is out, or finished only lately, and
+/// each component prunes its own.
+async fn only_finished_tasks_unchanged_for_the_retention_are_pruned(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.cron.task_retention_days = 1).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    let mut ids = Vec::new();
+    for (i, name) in ["done", "failed", "late", "out", "waits"]
+        .iter()
+        .enumerate()
+    {
+        let ooi = format!("Hostname|internet|{name}.nl");
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org1", "dns-records", Some(&ooi), i as i64 + 1),
+            )
+            .await;
+        ids.push(id_of(&t));
+    }
+    let normalizer = id_of(
+        &app.push_ok("normalizer", &normalizer_push("org1", "n", 1))
+            .await,
+    );
+    let [done, failed, late, out, waits] = [0, 1, 2, 3, 4].map(|i| ids[i].clone());
+    assert_eq!(
+        app.pop_ids("boefje", 4).await,
+        [done.clone(), failed.clone(), late.clone(), out.clone()]
+    );
+    assert_eq!(
+        app.pop_ids("normalizer", 1).await,
+        std::slice::from_ref(&normalizer)
+    );
+    for (id, status) in [
+        (&done, "completed"),
+        (&failed, "failed"),
+        (&normalizer, "completed"),
+        (&out, "running"),
+    ] {
+        let resp = app.patch_task(id, &json!({"status": status})).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    // `late` finishes a day and 23 hours later.
+    app.clock.set(midnight() + Duration::hours(47));
+    app.patch_task(&late, &json!({"status": "completed"})).await;
+
+    app.clock
+        .set(midnight() + Duration::hours(48) + Duration::minutes(1));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(report.entries["prune"].summary, "deleted 2 tasks, 0 fires");
+    for id in [&done, &failed] {
+        assert_eq!(app.get_task(id).await.status(), StatusCode::NOT_FOUND);
+    }
+    for id in [&late, &out, &waits, &normalizer] {
+        assert_eq!(app.get_task(id).await.status(), StatusCode::OK, "{id} kept");
+    }
+    assert_eq!(app.task(&waits).await["status"], "queued");
+    let report = app.tick(SchedulerId::Normalizer).await;
+    assert_eq!(report.entries["prune"].summary, "deleted 1 tasks, 0 fires");
+    assert_eq!(
+        app.get_task(&normalizer).await.status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
 crate::backend_tests!(
     grace_period_work_waits_by_its_due_moment_and_is_explained_as_of_the_time_asked,
     each_task_explains_its_priority,
@@ -703,4 +770,5 @@ crate::backend_tests!(
     boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason,
     periodic_entries_keep_their_next_run_across_restarts,
     the_refill_entry_tops_up_room_no_request_filled,
+    only_finished_tasks_unchanged_for_the_retention_are_pruned,
 );
