@@ -113,7 +113,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_RESCORE_INTERVAL",
         "cron.rescore_secs",
-        "no longer has an effect: priorities do not age, so there is no periodic re-score (accepted, with a warning when set)",
+        "no longer has an effect: priorities do not age, so there is no periodic re-score (accepted, with a warning when set to anything but its old default)",
     ),
     (
         "SCHEDULER_TASK_RETENTION_DAYS",
