@@ -270,10 +270,9 @@ pub fn confirm_objects(
 
 /// The objects of `organisation` a ColdStart pass begun at `pass_started` did not see: rows it
 /// did not confirm and that nothing touched since it began (an object created while the pass ran
-/// is not in its snapshot), and rows marked gone since it began (by an event, a lookup, or this
-/// pass's own questions before a restart, so their tasks' cancel is done again). Only candidates:
-/// Octopoes lists by type alone and writes at past valid times, so a listing can change under a
-/// pass and move an object onto a page already read.
+/// is not in its snapshot). Only candidates: Octopoes lists by type alone and writes at past
+/// valid times, so a listing can change under a pass and move an object onto a page already
+/// read.
 pub fn unseen_by_pass(
     conn: &mut AnyConnection,
     organisation: &str,
@@ -286,13 +285,11 @@ pub fn unseen_by_pass(
     }
     let mut q = sql(conn, "SELECT reference FROM frontier WHERE organisation = ");
     q.bind(organisation)
-        .push(" AND ((gone_at IS NULL AND (confirmed_at IS NULL OR confirmed_at < ")
+        .push(" AND gone_at IS NULL AND (confirmed_at IS NULL OR confirmed_at < ")
         .bind(pass_started)
         .push(") AND last_seen < ")
         .bind(pass_started)
-        .push(") OR gone_at >= ")
-        .bind(pass_started)
-        .push(") ORDER BY reference");
+        .push(" ORDER BY reference");
     Ok(q.load::<Reference>(conn)?
         .into_iter()
         .map(|r| r.reference)
