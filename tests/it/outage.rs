@@ -248,6 +248,74 @@ async fn while_the_database_is_down_requests_get_503_and_the_service_recovers_wi
     );
 }
 
+/// How many boefje tasks are pending, as the table says.
+async fn pending_count(app: &TestApp) -> Value {
+    app.get("/tasks?scheduler_id=boefje&status=pending&limit=0")
+        .await
+        .json::<Value>()
+        .await
+        .unwrap()["count"]
+        .clone()
+}
+
+/// An owner cut off from the database while another instance took its scheduler must not
+/// rebuild its heap over the new owner's rows once the database is back: a rebuild writes (its
+/// refill settles pending rows `queued`), so it is fenced like a batch. Here the request after
+/// the outage reaches the engine before its ownership round has seen the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_cut_off_while_its_scheduler_was_taken_does_not_rebuild_over_it() {
+    let Some(pg) = PrivatePostgres::start() else {
+        return;
+    };
+    let uri = format!("postgresql://postgres@127.0.0.1:{}/postgres", pg.port);
+    let app = spawn_app_on(TestDb::external(&uri), Backend::Postgres, |s| {
+        s.database.connect_timeout_secs = 2;
+        s.cluster.lease_ms = 60_000;
+        s.queue.maxsize = 2;
+    })
+    .await;
+    for i in 0..5 {
+        app.push_ok(
+            "boefje",
+            &boefje_push("org1", &format!("b{i}"), None, i + 1),
+        )
+        .await;
+    }
+    // One popped: the heap has room for one of the three pending tasks.
+    assert_eq!(app.pop_ok("boefje", 1, None).await.len(), 1);
+    let pending = pending_count(&app).await;
+
+    assert!(pg.down(), "the private PostgreSQL stops");
+    let resp = app
+        .push("boefje", &boefje_push("org1", "during", None, 9))
+        .await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(pg.up(), "the private PostgreSQL starts again");
+    // Another instance took the scheduler while this one was cut off.
+    let db = uri.clone();
+    tokio::task::spawn_blocking(move || {
+        use diesel::{Connection, connection::SimpleConnection};
+        diesel::PgConnection::establish(&db)
+            .unwrap()
+            .batch_execute(
+                "UPDATE scheduler_owners SET owner = 'elsewhere', address = 'http://127.0.0.1:9', \
+                 epoch = epoch + 1, expires_at = now() + interval '1 hour'",
+            )
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    // Past the engine's pause after a failed connect, a pop reaches it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let resp = app.pop("boefje", Some(1), None).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        pending_count(&app).await,
+        pending,
+        "the former owner moved none of the new owner's pending tasks"
+    );
+}
+
 /// The server itself crashes under load: an immediate stop (its processes quit at once, so WAL
 /// still in its buffers is lost, as in a crash of the server), five times at random moments.
 /// The engines commit without waiting for the disk and answer after a flush barrier

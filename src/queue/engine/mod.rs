@@ -350,7 +350,7 @@ struct Engine {
     /// The flush barrier the answers wait for (with `database.flush_barrier`).
     flush: Option<flush::Flush>,
     /// Undelivered pops found after a flush barrier, by the flush thread.
-    given_back: Arc<Mutex<Vec<Uuid>>>,
+    given_back: Arc<Mutex<Vec<(Uuid, i64)>>>,
     /// Who owns which scheduler, when several instances share the database (PostgreSQL).
     ownership: Option<Arc<Ownership>>,
     /// The epoch the state was built under; 0 while another instance owns the scheduler.
@@ -534,12 +534,21 @@ impl Engine {
 
     fn run(mut self, rx: Receiver<Command>) {
         loop {
-            self.undelivered.append(
-                &mut self
+            let back = std::mem::take(
+                &mut *self
                     .given_back
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
+            // Only what was popped under the epoch the engine holds now goes back: after a
+            // change of owner those tasks' leases are the table's, which expire them.
+            let (now, earlier): (Vec<_>, Vec<_>) = back
+                .into_iter()
+                .partition(|(_, epoch)| *epoch == self.epoch);
+            self.undelivered.extend(now.into_iter().map(|(id, _)| id));
+            if !earlier.is_empty() {
+                debug!(scheduler.id = %self.scheduler(), "undelivered pops of an earlier ownership left to their leases");
+            }
             let first = if self.undelivered.is_empty() && !self.aside_ready() {
                 // The flush thread may find undelivered pops while nothing else arrives, and a
                 // refill ahead's tasks are taken in as soon as it ends.
@@ -565,6 +574,14 @@ impl Engine {
                         Ok(cmd) => Some(cmd),
                         Err(_) => break,
                     }
+                }
+            } else if self.down_since.is_some() || !self.owned() {
+                // Answers went undelivered, but they cannot be given back now (the database is
+                // away, or another instance serves the scheduler): wait for work rather than spin.
+                match rx.recv_timeout(GIVE_BACK_POLL) {
+                    Ok(cmd) => Some(cmd),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             } else {
                 // Answers went undelivered, or pops set aside may go now: with whatever is waiting.
@@ -615,7 +632,9 @@ impl Engine {
         if now != self.epoch {
             self.epoch = now;
             self.dirty = true;
-            // Whatever it moved is in the table, where the next owner's rebuild reads it.
+            // Whatever it moved is in the table, where the next owner's rebuild reads it; pops
+            // whose answers went undelivered are left to their leases there.
+            self.undelivered.clear();
             self.forget_refill();
             if now == 0 {
                 let s = self.scheduler();
@@ -664,11 +683,30 @@ impl Engine {
         let started = Instant::now();
         let now = self.clock.now().naive_utc();
         let mut conn = self.connection()?;
+        let (fence, s) = (self.fence(), self.scheduler());
         let state = &mut self.state;
-        let result = conn.transaction::<_, StorageError, _>(|c| rebuild::rebuild(c, state, now));
+        let result = conn.transaction::<_, StorageError, _>(|c| {
+            // A rebuild writes too (its refill settles pending rows `queued`, its demotions
+            // write them back): fenced like a batch, so a former owner that has not yet heard it
+            // lost the scheduler (its ownership round cannot reach the database either) does not
+            // move the new owner's rows under it.
+            if let Some((own, epoch)) = &fence
+                && !owners::holds(c, s, own.instance(), *epoch)?
+            {
+                return Err(StorageError::Fenced(s));
+            }
+            rebuild::rebuild(c, state, now)
+        });
         self.in_flight.clear();
         if let Err(e) = result {
             self.dirty = true;
+            if let StorageError::Fenced(s) = &e {
+                self.conn = Some(conn);
+                if let Some(own) = &self.ownership {
+                    own.lost(*s, self.epoch);
+                }
+                self.owned();
+            }
             return Err(e);
         }
         self.conn = Some(conn);
@@ -1100,7 +1138,9 @@ impl Engine {
         if self.dirty
             && let Err(e) = self.rebuild()
         {
-            if e.is_unavailable() || !storage::reachable(&self.pool) {
+            if let StorageError::Fenced(s) = e {
+                batch.fail(&QueueError::Moving(s));
+            } else if e.is_unavailable() || !storage::reachable(&self.pool) {
                 self.unavailable(batch, &e, "rebuild");
             } else {
                 error!(scheduler.id = %self.scheduler(), error = %e, "heap could not be rebuilt");
@@ -1563,14 +1603,29 @@ impl Engine {
         // The heap is refilled ahead, after the batch is answered (`upkeep`); an explicit
         // refill request is served in its batch, with a read once the batch's writes are in the
         // table (before, it would meet the pending tasks this batch's pops took as pending).
+        // The batch's writes are committed by now: a refill that fails here must not fail the
+        // batch (its callers would be told 503 for work that is done, and a re-run would pop
+        // other tasks). A read that failed changed nothing; the heap is refilled later. Rows read
+        // but not taken in leave the state to be rebuilt before the next batch.
         if !batch.refills.is_empty() {
             let wanted = refill::wanted(state);
             if wanted > 0 {
-                let picks = refill::read(conn, s, wanted, &refill::ReadFrom::of(state))?;
-                self.read_ahead
-                    .moved(picks.rows.iter().map(|r| r.id.as_str()));
-                d.refilled = refill::read_in(state, picks, wanted)
-                    .map_err(|e| StorageError::Corrupt(e.to_string()))?;
+                match refill::read(conn, s, wanted, &refill::ReadFrom::of(state)) {
+                    Ok(picks) => {
+                        self.read_ahead
+                            .moved(picks.rows.iter().map(|r| r.id.as_str()));
+                        match refill::read_in(state, picks, wanted) {
+                            Ok(n) => d.refilled = n,
+                            Err(e) => {
+                                warn!(scheduler.id = %s, error = %e, "a refill's rows could not be taken into the heap after its batch; the heap is rebuilt before the next one");
+                                self.dirty = true;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        warn!(scheduler.id = %s, error = %e, "a refill's read after its batch failed; the heap is refilled later");
+                    }
+                }
             }
         }
         let moved = writes.transitions();
@@ -1603,7 +1658,7 @@ impl Engine {
             self.undelivered.extend(back);
             return;
         };
-        let given_back = self.given_back.clone();
+        let (given_back, epoch) = (self.given_back.clone(), self.epoch);
         flush.after_flush(Box::new(move |flushed| {
             let back = match flushed {
                 Ok(()) => deliver(s, batch, d, rows),
@@ -1618,7 +1673,7 @@ impl Engine {
                 given_back
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .extend(back);
+                    .extend(back.into_iter().map(|id| (id, epoch)));
             }
         }));
     }
