@@ -417,46 +417,27 @@ impl Reschedule {
             } else {
                 HashMap::new()
             };
-            let mut objects: HashMap<String, Known> =
-                match self.lookup.objects(org, &refs, budget).await {
-                    Ok(known) => known,
-                    Err(e) => {
-                        for i in idx {
-                            out[i] = Some(waiting(
-                                FireReason::FrontierUnavailable,
-                                Some(e.to_string()),
-                            ));
-                        }
-                        continue;
-                    }
-                };
-            if let Err(e) = self
-                .confirm_levels(org, &plugins, &data, &mut objects, budget)
-                .await
-            {
-                for i in idx {
-                    out[i] = Some(waiting(
-                        FireReason::FrontierUnavailable,
-                        Some(e.to_string()),
-                    ));
-                }
-                continue;
+            // The objects, and the plugins to decide by where one refuses its schedule's object
+            // (which disables the schedule for good too: confirmed with Octopoes, the object's
+            // level, and Katalogus, the plugin's).
+            let known = async {
+                let mut objects = self.lookup.objects(org, &refs, budget).await?;
+                let confirmed = self
+                    .confirm_refusals(
+                        org,
+                        plugins,
+                        &data,
+                        &mut objects,
+                        budget,
+                        &mut katalogus_hung,
+                    )
+                    .await?;
+                Ok::<_, StorageError>((objects, confirmed))
             }
-            // A plugin that refuses the object (its type not consumed, its level too low) disables
-            // the schedule for good too, and the plugin's level and types in a copy kept while
-            // Katalogus fails may predate Katalogus' own: confirmed the same way, once the
-            // objects' levels were. A list that came back changed has its refusals' levels
-            // confirmed again.
-            let (plugins, unpermitted) = if data.iter().any(|d| refuses(&plugins, d, &objects)) {
-                let before = plugins.clone();
-                let (plugins, why) = self
-                    .confirm_plugins(org, plugins, true, &mut katalogus_hung)
-                    .await;
-                if !Arc::ptr_eq(&before, &plugins)
-                    && let Err(e) = self
-                        .confirm_levels(org, &plugins, &data, &mut objects, budget)
-                        .await
-                {
+            .await;
+            let (objects, (plugins, unpermitted)) = match known {
+                Ok(known) => known,
+                Err(e) => {
                     for i in idx {
                         out[i] = Some(waiting(
                             FireReason::FrontierUnavailable,
@@ -465,9 +446,6 @@ impl Reschedule {
                     }
                     continue;
                 }
-                (plugins, why)
-            } else {
-                (plugins, None)
             };
             for (&i, d) in idx.iter().zip(data) {
                 let row = &rows[i];
@@ -547,6 +525,36 @@ impl Reschedule {
                 (plugins, Some(why))
             }
         }
+    }
+
+    /// The plugins to decide `data`'s schedules by where one would be disabled as not
+    /// permitted, and why they are unconfirmed. A refusal disables for good, so it stands only on
+    /// the word of now of both sides: the objects' levels are asked of Octopoes first
+    /// ([`Self::confirm_levels`]); a plugin that still refuses its object has the list confirmed
+    /// with Katalogus ([`Self::confirm_plugins`]), since the plugin's level and types in a copy
+    /// kept while Katalogus fails may predate Katalogus' own, and a list that came back changed
+    /// has its refusals' levels asked again.
+    async fn confirm_refusals(
+        &self,
+        org: &str,
+        plugins: Arc<[Plugin]>,
+        data: &[Map<String, Value>],
+        objects: &mut HashMap<String, Known>,
+        budget: &AtomicUsize,
+        hung: &mut Option<String>,
+    ) -> Result<(Arc<[Plugin]>, Option<String>), StorageError> {
+        self.confirm_levels(org, &plugins, data, objects, budget)
+            .await?;
+        if !data.iter().any(|d| refuses(&plugins, d, objects)) {
+            return Ok((plugins, None));
+        }
+        let before = plugins.clone();
+        let (plugins, why) = self.confirm_plugins(org, plugins, true, hung).await;
+        if !Arc::ptr_eq(&before, &plugins) {
+            self.confirm_levels(org, &plugins, data, objects, budget)
+                .await?;
+        }
+        Ok((plugins, why))
     }
 
     /// Asks Octopoes again about the objects `objects` holds as present at a scan level too

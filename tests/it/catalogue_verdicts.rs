@@ -104,6 +104,41 @@ async fn popped_schedules(app: &TestApp) -> Vec<String> {
 async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms(
     backend: Backend,
 ) {
+    stale_copy_disables_nothing_until_katalogus_confirms(
+        backend,
+        plugins(false),
+        plugins(true),
+        "plugin dns-records is disabled",
+    )
+    .await;
+}
+
+/// The plugin's scan level in a stale copy is as old as its enabled flag: a copy that says the
+/// plugin needs more than the object has disables nothing until Katalogus confirms it.
+async fn a_scan_level_in_a_stale_copy_disables_nothing_until_katalogus_confirms(backend: Backend) {
+    let at_level = |level: i64| {
+        let mut p = plugins(true);
+        p[0]["scan_level"] = json!(level);
+        p
+    };
+    stale_copy_disables_nothing_until_katalogus_confirms(
+        backend,
+        at_level(3),
+        at_level(1),
+        "needs scan level Some(3)",
+    )
+    .await;
+}
+
+/// The catalogue's copy is taken with `refusing` (plugins under which the `dns-records`
+/// schedule would be disabled, for `reason`); Katalogus then answers `permitting`, but first
+/// not at all for a while: the copy, stale, disables nothing, and Katalogus' answer decides.
+async fn stale_copy_disables_nothing_until_katalogus_confirms(
+    backend: Backend,
+    refusing: Vec<Value>,
+    permitting: Vec<Value>,
+    reason: &str,
+) {
     // Every stub bound (not `..`): a stub dropped stops answering.
     let Some(Setup {
         app,
@@ -115,8 +150,13 @@ async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_conf
     else {
         return;
     };
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert(ORG.into(), refusing.clone());
 
-    // The catalogue's copy is taken with `dns-records` disabled, by the tick that fires `other`.
+    // The catalogue's copy is taken by the tick that fires `other`.
     let other = schedule(&app, ORG, "other", midnight() - Duration::minutes(1)).await;
     let dns = schedule(&app, ORG, "dns-records", midnight() + Duration::minutes(2)).await;
     assert_eq!(
@@ -125,8 +165,8 @@ async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_conf
     );
     assert_eq!(popped_schedules(&app).await, [other]);
 
-    // The plugin is enabled again, but Katalogus cannot answer for the organisation now (it no
-    // longer lists it): the copy, stale now, still says disabled.
+    // Katalogus now permits the schedule, but cannot answer for the organisation (it no longer
+    // lists it): the copy, stale now, still refuses.
     katalogus.plugins.lock().unwrap().remove(ORG);
     app.clock.set(midnight() + Duration::minutes(3));
     assert_eq!(
@@ -145,20 +185,20 @@ async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_conf
         .plugins
         .lock()
         .unwrap()
-        .insert(ORG.into(), plugins(true));
+        .insert(ORG.into(), permitting);
     assert_eq!(
         reschedule(&app).await,
         "fired 1, skipped 0, disabled 0, waiting 0"
     );
     assert_eq!(popped_schedules(&app).await, [dns]);
 
-    // Katalogus' own answer still disables: an organisation whose list is fetched fresh, with
-    // the plugin disabled.
+    // Katalogus' own answer still disables: an organisation whose list is fetched fresh,
+    // refusing.
     katalogus
         .plugins
         .lock()
         .unwrap()
-        .insert(ORG2.into(), plugins(false));
+        .insert(ORG2.into(), refusing);
     octopoes.set(ORG2, vec![octopoes_object(OBJECT, "Hostname", 2)]);
     let off = schedule(&app, ORG2, "dns-records", midnight()).await;
     assert_eq!(
@@ -168,92 +208,7 @@ async fn a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_conf
     let s = get_schedule(&app, &off).await;
     assert_eq!(s["enabled"], false);
     assert!(
-        s["disabled_reason"]
-            .as_str()
-            .unwrap()
-            .contains("plugin dns-records is disabled"),
-        "{s}"
-    );
-}
-
-/// The plugin's scan level in a stale copy is as old as its enabled flag: a copy that says the
-/// plugin needs more than the object has disables nothing until Katalogus confirms it.
-async fn a_scan_level_in_a_stale_copy_disables_nothing_until_katalogus_confirms(backend: Backend) {
-    let Some(Setup {
-        app,
-        katalogus,
-        k: _k,
-        octopoes,
-        _o,
-    }) = Setup::new(backend, &[ORG]).await
-    else {
-        return;
-    };
-    let at_level = |level: i64| {
-        let mut p = plugins(true);
-        p[0]["scan_level"] = json!(level);
-        p
-    };
-    // The copy is taken with `dns-records` needing level 3; the object has 2.
-    katalogus
-        .plugins
-        .lock()
-        .unwrap()
-        .insert(ORG.into(), at_level(3));
-    let other = schedule(&app, ORG, "other", midnight() - Duration::minutes(1)).await;
-    let dns = schedule(&app, ORG, "dns-records", midnight() + Duration::minutes(2)).await;
-    assert_eq!(
-        reschedule(&app).await,
-        "fired 1, skipped 0, disabled 0, waiting 0"
-    );
-    assert_eq!(popped_schedules(&app).await, [other]);
-
-    // The plugin's level is lowered to 1, but Katalogus cannot answer for the organisation now:
-    // the copy, stale now, still says 3.
-    katalogus.plugins.lock().unwrap().remove(ORG);
-    app.clock.set(midnight() + Duration::minutes(3));
-    assert_eq!(
-        reschedule(&app).await,
-        "fired 0, skipped 0, disabled 0, waiting 1"
-    );
-    let s = get_schedule(&app, &dns).await;
-    assert_eq!(
-        (s["enabled"].clone(), s["disabled_reason"].clone()),
-        (json!(true), Value::Null),
-        "not disabled from the stale copy: {s}"
-    );
-
-    // Katalogus answers again, with the level lowered: the schedule fires.
-    katalogus
-        .plugins
-        .lock()
-        .unwrap()
-        .insert(ORG.into(), at_level(1));
-    assert_eq!(
-        reschedule(&app).await,
-        "fired 1, skipped 0, disabled 0, waiting 0"
-    );
-    assert_eq!(popped_schedules(&app).await, [dns]);
-
-    // Katalogus' own answer still disables: an organisation whose list is fetched fresh, the
-    // plugin needing more than the object has.
-    katalogus
-        .plugins
-        .lock()
-        .unwrap()
-        .insert(ORG2.into(), at_level(3));
-    octopoes.set(ORG2, vec![octopoes_object(OBJECT, "Hostname", 2)]);
-    let high = schedule(&app, ORG2, "dns-records", midnight()).await;
-    assert_eq!(
-        reschedule(&app).await,
-        "fired 0, skipped 0, disabled 1, waiting 0"
-    );
-    let s = get_schedule(&app, &high).await;
-    assert!(
-        s["disabled_reason"]
-            .as_str()
-            .unwrap()
-            .contains("needs scan level Some(3)"),
+        s["disabled_reason"].as_str().unwrap().contains(reason),
         "{s}"
     );
 }

@@ -132,6 +132,41 @@ impl Setup {
         assert_eq!(self.gone(org, n).await, Vec::<String>::new());
     }
 
+    /// A first pass, then a second one that fails after its first page of org1 (offset 0,
+    /// h0 and h1), left for the next round.
+    async fn interrupt_the_second_pass_after_one_page(&self) {
+        self.rounds(1).await;
+        self.octopoes.fail_from("org1", Some(2));
+        self.app.advance(chrono::Duration::hours(2));
+        self.rounds(2).await;
+        assert_eq!(self.coldstart_health().await["organisations_failed"], 1);
+    }
+
+    /// Octopoes lists `objects` for org1 and answers again; the next round resumes the pass.
+    async fn resume_over(&self, objects: Vec<Value>) {
+        self.octopoes.set("org1", objects);
+        self.octopoes.fail_from("org1", None);
+        self.stub.clear();
+        self.app.advance(chrono::Duration::minutes(2));
+        self.rounds(3).await;
+    }
+
+    /// The values of `param` in org1's requests to `path` since the stub was cleared, sorted
+    /// when `sorted`.
+    fn asked(&self, path: &str, param: &str, sorted: bool) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .stub
+            .seen()
+            .iter()
+            .filter(|r| r.path == path)
+            .map(|r| r.param(param).unwrap().to_owned())
+            .collect();
+        if sorted {
+            out.sort();
+        }
+        out
+    }
+
     async fn coldstart_health(&self) -> Value {
         let health: Value = self.app.get("/health").await.json().await.unwrap();
         health["results"]
@@ -367,27 +402,15 @@ async fn a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone(backend: 
     let Some(s) = Setup::new(backend).await else {
         return;
     };
-    s.rounds(1).await;
-    s.octopoes.fail_from("org1", Some(2));
-    s.app.advance(chrono::Duration::hours(2));
-    s.rounds(2).await;
-    assert_eq!(s.coldstart_health().await["organisations_failed"], 1);
-
+    s.interrupt_the_second_pass_after_one_page().await;
     let mut objects = hostnames("org1", 5);
     objects.remove(0);
-    s.octopoes.set("org1", objects);
-    s.octopoes.fail_from("org1", None);
-    s.stub.clear();
-    s.app.advance(chrono::Duration::minutes(2));
-    s.rounds(3).await;
-    let offsets: Vec<String> = s
-        .stub
-        .seen()
-        .iter()
-        .filter(|r| r.path == "/org1/objects")
-        .map(|r| r.param("offset").unwrap().to_owned())
-        .collect();
-    assert_eq!(offsets, vec!["2"], "resumed where it stopped");
+    s.resume_over(objects).await;
+    assert_eq!(
+        s.asked("/org1/objects", "offset", false),
+        vec!["2"],
+        "resumed where it stopped"
+    );
     s.nothing_gone("org1", 5).await;
     assert_eq!(s.references("org1", "queued").await.len(), 5);
 
@@ -412,42 +435,19 @@ async fn a_listing_that_moved_under_the_pass_marks_gone_only_what_octopoes_says_
     let Some(s) = Setup::new(backend).await else {
         return;
     };
-    s.rounds(1).await;
-    s.octopoes.fail_from("org1", Some(2));
-    s.app.advance(chrono::Duration::hours(2));
-    s.rounds(2).await;
-    assert_eq!(s.coldstart_health().await["organisations_failed"], 1);
-
+    s.interrupt_the_second_pass_after_one_page().await;
     // The first page (h0, h1) was read; now h0 is deleted and h5 added: still five objects,
     // and h2 has moved onto the first page.
     let mut objects = hostnames("org1", 6);
     objects.remove(0);
-    s.octopoes.set("org1", objects);
-    s.octopoes.fail_from("org1", None);
-    s.stub.clear();
-    s.app.advance(chrono::Duration::minutes(2));
-    s.rounds(3).await;
-    let asked = |s: &Setup| {
-        let mut asked: Vec<String> = s
-            .stub
-            .seen()
-            .iter()
-            .filter(|r| r.path == "/org1/object")
-            .map(|r| r.param("reference").unwrap().to_owned())
-            .collect();
-        asked.sort();
-        asked
-    };
-    let offsets: Vec<String> = s
-        .stub
-        .seen()
-        .iter()
-        .filter(|r| r.path == "/org1/objects")
-        .map(|r| r.param("offset").unwrap().to_owned())
-        .collect();
-    assert_eq!(offsets, vec!["2", "4"], "resumed where it stopped");
+    s.resume_over(objects).await;
     assert_eq!(
-        asked(&s),
+        s.asked("/org1/objects", "offset", false),
+        vec!["2", "4"],
+        "resumed where it stopped"
+    );
+    assert_eq!(
+        s.asked("/org1/object", "reference", true),
         vec!["Hostname|internet|org1-h2.nl"],
         "the object the pass did not see, asked of Octopoes"
     );
@@ -463,7 +463,10 @@ async fn a_listing_that_moved_under_the_pass_marks_gone_only_what_octopoes_says_
     s.stub.clear();
     s.app.advance(chrono::Duration::hours(2));
     s.rounds(4).await;
-    assert_eq!(asked(&s), vec!["Hostname|internet|org1-h0.nl"]);
+    assert_eq!(
+        s.asked("/org1/object", "reference", true),
+        vec!["Hostname|internet|org1-h0.nl"]
+    );
     assert_eq!(
         s.gone("org1", 6).await,
         vec!["Hostname|internet|org1-h0.nl"]

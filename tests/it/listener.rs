@@ -135,6 +135,26 @@ impl Setup {
             .expect("the listener handles the messages");
     }
 
+    /// The first events of the app: `objects` of org1 created, and their first runs (two
+    /// plugins each, never ran: priority 2) finished, so the next planning has a history.
+    async fn finish_first_runs(&self, objects: &[&str]) {
+        for r in objects {
+            self.mutation(object("create", "org1", r, "Hostname", 1))
+                .await;
+        }
+        self.handled(objects.len() as u64).await;
+        let first = self.app.pop_many("boefje", 2 * objects.len(), None).await;
+        assert_eq!(first.len(), 2 * objects.len());
+        for t in first {
+            assert_eq!(t["priority"], 2);
+            let done = self
+                .app
+                .patch_task(&id_of(&t), &json!({"status": "completed"}))
+                .await;
+            assert_eq!(done.status(), reqwest::StatusCode::OK);
+        }
+    }
+
     async fn boefje_ids(&self, org: &str) -> Vec<String> {
         let page: Value = self
             .app
@@ -819,19 +839,7 @@ async fn an_object_change_rescores_only_that_objects_waiting_tasks(backend: Back
         return;
     };
     let (a, b) = ("Hostname|internet|a.nl", "Hostname|internet|b.nl");
-    // First runs (never ran: 2), finished, so the next planning has a history.
-    for r in [a, b] {
-        s.mutation(object("create", "org1", r, "Hostname", 1)).await;
-    }
-    s.handled(2).await;
-    for t in s.app.pop_many("boefje", 4, None).await {
-        assert_eq!(t["priority"], 2);
-        let done = s
-            .app
-            .patch_task(&id_of(&t), &json!({"status": "completed"}))
-            .await;
-        assert_eq!(done.status(), reqwest::StatusCode::OK);
-    }
+    s.finish_first_runs(&[a, b]).await;
     s.app.advance(chrono::Duration::hours(1));
     for r in [a, b] {
         s.mutation(object("update", "org1", r, "Hostname", 1)).await;
@@ -893,20 +901,7 @@ async fn a_pending_task_rescored_is_popped_by_its_new_priority(backend: Backend)
         "Hostname|internet|b.nl",
         "Hostname|internet|c.nl",
     );
-    // First runs (two plugins each), finished, so the next planning has a history.
-    for r in [a, b, c] {
-        s.mutation(object("create", "org1", r, "Hostname", 1)).await;
-    }
-    s.handled(3).await;
-    let first = s.app.pop_many("boefje", 6, None).await;
-    assert_eq!(first.len(), 6);
-    for t in first {
-        let done = s
-            .app
-            .patch_task(&id_of(&t), &json!({"status": "completed"}))
-            .await;
-        assert_eq!(done.status(), reqwest::StatusCode::OK);
-    }
+    s.finish_first_runs(&[a, b, c]).await;
     // One task each, the same priority: a's fills the heap of one, b's and c's wait beyond it.
     s.app.advance(chrono::Duration::hours(1));
     s.mutation(object("update", "org1", a, "Hostname", 1)).await;
