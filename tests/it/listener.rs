@@ -370,7 +370,7 @@ async fn count_of(s: &Setup, status: &str) -> Value {
 /// With several instances an object's events are not ordered between them: a delete may be
 /// applied after the object's re-creation. So a delete is checked with Octopoes first: while it
 /// holds the object, the delete cancels nothing and marks nothing gone; once it says not found,
-/// the delete applies.
+/// or while it cannot answer (the delete is then its last word), the delete applies.
 async fn a_delete_of_an_object_octopoes_still_holds_cancels_nothing(backend: Backend) {
     let reference = "Hostname|internet|again.nl";
     let octopoes = OctopoesState::default();
@@ -400,11 +400,22 @@ async fn a_delete_of_an_object_octopoes_still_holds_cancels_nothing(backend: Bac
     );
 
     // Deleted in Octopoes: the delete applies.
-    octopoes.set("org1", vec![]);
+    let other = "Hostname|internet/other-again.nl";
+    octopoes.set("org1", vec![octopoes_object(other, "Hostname", 1)]);
     s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
         .await;
     s.handled(3).await;
     assert_eq!(count_of(&s, "cancelled").await, 2);
+
+    // Octopoes cannot answer: the delete is its last word, and applies.
+    s.mutation(object("create", "org1", other, "Hostname", 1))
+        .await;
+    s.handled(4).await;
+    octopoes.fail_lookups(true);
+    s.mutation(json!({"operation": "delete", "primary_key": other, "client_id": "org1"}))
+        .await;
+    s.handled(5).await;
+    assert_eq!(count_of(&s, "cancelled").await, 4);
     s.cleanup().await;
 }
 
