@@ -486,6 +486,12 @@ impl Application {
         })
         .disable_signals()
         .keep_alive(keep_alive)
+        // A client that closes its side has hung up (none of the platform's clients half-close
+        // a connection to wait for an answer): its request is dropped at once, so a pop whose
+        // runner gave up (its HTTP timeout, a proxy's) gives its tasks back to the queue rather
+        // than leaving them to their dispatch lease. Allowed, the request ran on to an answer
+        // nobody read.
+        .h1_allow_half_closed(false)
         // Only the head has a deadline here: a request read in full waits for its engine,
         // which sheds it with 503 if it waited too long, and is never answered 408.
         .client_request_timeout(Duration::from_secs(settings.api.request_head_timeout_secs))

@@ -48,8 +48,9 @@ pub async fn forward(
         Forward::Cancel {
             organisation,
             reference,
+            plugins,
         } => local
-            .cancel_object_on(s, &organisation, &reference)
+            .cancel_on(s, &organisation, &reference, plugins)
             .await
             .map(Answer::Cancelled),
     };

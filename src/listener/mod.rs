@@ -17,6 +17,7 @@
 //!   recovery stays off (its default), so nothing retries behind the listener's back. `/health`
 //!   shows each queue's state and counts.
 
+mod clearance;
 mod mutations;
 mod raw_files;
 

@@ -1,7 +1,8 @@
 //! `scan_profile_mutations`: objects created or updated are upserted into the frontier and get a
 //! boefje task for every plugin that may run on them; deleted ones are marked gone and their
 //! organisation's waiting tasks for them are cancelled, unless Octopoes, asked first, holds the
-//! object now (created again; see [`Listener::stale_deletes`]).
+//! object now (created again; see [`Listener::stale_deletes`]). An update that lowers an
+//! object's scan level cancels the waiting work it no longer permits (see [`super::clearance`]).
 //!
 //! An object's events apply in the order Octopoes sent them, also when one is handed back: its
 //! later events (in the batch, or already delivered behind it) are handed back too, until the
@@ -205,6 +206,7 @@ impl Listener {
             }
             outcomes[*i] = Some(outcome);
         }
+        self.withdraw_clearances(&run, outcomes).await;
     }
 }
 

@@ -57,12 +57,15 @@ pub enum Forward {
     /// [`super::Broker::scheduler_view`]: the heap's counts, which only the owner knows (queued
     /// tasks are in its heap and have no queue row to count).
     Counts,
-    /// [`super::Broker::cancel_object`] on one scheduler
+    /// [`super::Broker::cancel_object`] (or [`super::Broker::withdraw`]) on one scheduler
     Cancel {
         /// The organisation.
         organisation: String,
-        /// The deleted object.
+        /// The deleted object (or the object whose clearance was withdrawn).
         reference: String,
+        /// Only these boefjes' tasks; absent (as from an instance of an earlier version): all.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plugins: Option<Vec<String>>,
     },
 }
 

@@ -438,20 +438,47 @@ impl Broker {
         organisation: &str,
         reference: &str,
     ) -> Result<Vec<Uuid>, QueueError> {
-        let (organisation, reference) = (organisation.to_owned(), reference.to_owned());
+        self.cancel_on(s, organisation, reference, None).await
+    }
+
+    /// An object's scan level dropped below that of `plugins` (its clearance was withdrawn):
+    /// cancels `organisation`'s waiting boefje tasks of these boefjes on `reference`, so that
+    /// nothing runs that the object's level no longer permits; answers their ids, once
+    /// committed. Tasks already handed out run on.
+    pub async fn withdraw(
+        &self,
+        organisation: &str,
+        reference: &str,
+        plugins: Vec<String>,
+    ) -> Result<Vec<Uuid>, QueueError> {
+        self.cancel_on(SchedulerId::Boefje, organisation, reference, Some(plugins))
+            .await
+    }
+
+    /// Cancels waiting tasks of an object on `s`: all, or with `plugins` those of these boefjes.
+    pub(crate) async fn cancel_on(
+        &self,
+        s: SchedulerId,
+        organisation: &str,
+        reference: &str,
+        plugins: Option<Vec<String>>,
+    ) -> Result<Vec<Uuid>, QueueError> {
+        let target = (organisation.to_owned(), reference.to_owned(), plugins);
         self.routed(
             s,
-            (organisation, reference),
-            |(organisation, reference)| {
+            target,
+            |(organisation, reference, plugins)| {
                 let target = CancelObject {
                     organisation,
                     reference,
+                    plugins,
                 };
                 self.call(s, target, Command::Cancel)
             },
-            |(organisation, reference)| Forward::Cancel {
+            |(organisation, reference, plugins)| Forward::Cancel {
                 organisation,
                 reference,
+                plugins,
             },
         )
         .await

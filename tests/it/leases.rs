@@ -416,3 +416,90 @@ async fn a_pop_whose_connection_was_cut_keeps_a_lease_that_ends() {
     assert_eq!(requeued(&report), [id_of(&pushed)]);
     assert_eq!(app.task(&id_of(&pushed)).await["status"], "queued");
 }
+
+/// A runner that hangs up before its pop is answered (its HTTP timeout, a proxy's) gets nothing,
+/// so nobody would run what the pop took: the task goes back to the queue at once, instead of
+/// waiting out its dispatch lease, and the next pop hands it out. The pop is held in its
+/// transaction by a lock on the table until the runner has gone; its commit is seen in the
+/// task's `modified_at`, which only a committed pop and its give-back move. With the flush
+/// barrier the answers (and the give-back) wait for the flush thread; without it, for nothing.
+async fn a_runner_hanging_up_before_its_pop_is_answered_loses_no_task(barrier: bool) {
+    let Some(app) = spawn_app_with(Backend::Postgres, |s| {
+        leases(s);
+        s.database.flush_barrier = Some(barrier);
+    })
+    .await
+    else {
+        return;
+    };
+    let first = app
+        .push_ok("boefje", &boefje_push("org1", "dns", None, 1))
+        .await;
+    let second = app
+        .push_ok("boefje", &boefje_push("org1", "nmap", None, 2))
+        .await;
+    let pushed_at = app.task(&id_of(&first)).await["modified_at"].clone();
+    app.advance(Duration::seconds(5));
+
+    // Another session holds the tasks table: the pop's writes wait for it.
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let uri = app.db.uri.clone();
+    let holder = std::thread::spawn(move || {
+        use diesel::{Connection, PgConnection, connection::SimpleConnection};
+        let mut c = PgConnection::establish(&uri).expect("connect");
+        c.batch_execute("BEGIN; LOCK TABLE tasks IN EXCLUSIVE MODE")
+            .expect("lock");
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.recv();
+        c.batch_execute("COMMIT").expect("unlock");
+    });
+    locked_rx.recv().unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(700))
+        .build()
+        .unwrap();
+    let hung_up = impatient
+        .post(format!("{}/schedulers/boefje/pop?limit=1", app.address))
+        .json(&json!(null))
+        .send()
+        .await;
+    assert!(
+        hung_up.as_ref().is_err_and(reqwest::Error::is_timeout),
+        "the pop waits for the lock until the runner hangs up: {hung_up:?}"
+    );
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+
+    // The pop commits once the lock is gone, finds its caller gone, and gives the task back.
+    let id = id_of(&first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let task = loop {
+        let task = app.task(&id).await;
+        if task["status"] != "dispatched" && task["modified_at"] != pushed_at
+            || std::time::Instant::now() > deadline
+        {
+            break task;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(task["status"], "queued", "given back: {task}");
+    assert_ne!(
+        task["modified_at"], pushed_at,
+        "the pop was committed before it was given back: {task}"
+    );
+    assert_eq!(task["lease_expires_at"], Value::Null, "{task}");
+    // Handed out by the next pop, in its place ahead of the other task; no lease had to end.
+    let popped = app.pop_ids("boefje", 2).await;
+    assert_eq!(popped, [id, id_of(&second)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_hanging_up_before_its_pop_is_answered_loses_no_task_with_the_flush_barrier() {
+    a_runner_hanging_up_before_its_pop_is_answered_loses_no_task(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_hanging_up_before_its_pop_is_answered_loses_no_task_without_it() {
+    a_runner_hanging_up_before_its_pop_is_answered_loses_no_task(false).await;
+}

@@ -951,7 +951,155 @@ async fn a_pending_task_rescored_is_popped_by_its_new_priority(backend: Backend)
     s.cleanup().await;
 }
 
+/// Octopoes' reset of an object's scan profile, as it publishes it (`empty`, level 0).
+fn profile_reset(org: &str, reference: &str) -> Value {
+    json!({"operation": "update", "primary_key": reference, "client_id": org,
+        "value": {"primary_key": reference, "object_type": "Hostname",
+                  "scan_profile": {"scan_profile_type": "empty", "reference": reference,
+                                   "level": 0, "user_id": null}}})
+}
+
+/// A scan level is the user's permission to scan, and OpenKAT's runners do not check it: an
+/// update that lowers it cancels the waiting tasks of the boefjes it no longer permits, in that
+/// organisation only, so none of them is handed out.
+async fn a_lowered_scan_level_cancels_the_waiting_work_it_no_longer_permits(backend: Backend) {
+    let Some(s) = Setup::new(backend, 100).await else {
+        return;
+    };
+    let x = "Hostname|internet|cleared.nl";
+    s.mutation(object("create", "org1", x, "Hostname", 3)).await;
+    s.mutation(object("create", "org2", x, "Hostname", 3)).await;
+    s.handled(2).await;
+    let all = ["dns-records", "intrusive", "on-create-only"];
+    assert_eq!(s.boefje_ids("org1").await, all);
+
+    // Lowered to 1: `intrusive` (level 3) may no longer run on it.
+    s.mutation(object("update", "org1", x, "Hostname", 1)).await;
+    s.handled(3).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        ["dns-records", "on-create-only"]
+    );
+    assert_eq!(count_of(&s, "cancelled").await, 1);
+    assert_eq!(s.boefje_ids("org2").await, all, "org2's clearance stands");
+
+    // The profile reset: nothing may run on it now.
+    s.mutation(profile_reset("org1", x)).await;
+    s.handled(4).await;
+    assert!(s.boefje_ids("org1").await.is_empty());
+    let popped = s.app.pop_many("boefje", 10, None).await;
+    assert_eq!(popped.len(), 3);
+    assert!(
+        popped.iter().all(|t| t["organisation"] == "org2"),
+        "only org2's work handed out: {popped:?}"
+    );
+    s.cleanup().await;
+}
+
+/// With several instances an object's events are not ordered between them: an update lowering
+/// the level may be applied after the one that raised it again. Octopoes, asked first, has the
+/// level of now; while it cannot answer, the event is its last word.
+async fn a_lowered_scan_level_octopoes_contradicts_cancels_nothing(backend: Backend) {
+    let x = "Hostname|internet|raised-again.nl";
+    let octopoes = OctopoesState::default();
+    octopoes.set("org1", vec![octopoes_object(x, "Hostname", 3)]);
+    let o = octopoes.serve();
+    let ou = o.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| s.clients.octopoes_api = ou).await else {
+        return;
+    };
+    s.mutation(object("create", "org1", x, "Hostname", 3)).await;
+    s.handled(1).await;
+    let all = ["dns-records", "intrusive", "on-create-only"];
+    assert_eq!(s.boefje_ids("org1").await, all);
+
+    o.clear();
+    s.mutation(object("update", "org1", x, "Hostname", 1)).await;
+    s.handled(2).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        all,
+        "Octopoes holds it at level 3"
+    );
+    assert!(
+        o.seen()
+            .iter()
+            .any(|r| r.path == "/org1/object" && r.param("reference") == Some(x)),
+        "Octopoes asked: {:?}",
+        o.seen()
+    );
+
+    octopoes.fail_lookups(true);
+    s.mutation(profile_reset("org1", x)).await;
+    s.handled(3).await;
+    assert!(
+        s.boefje_ids("org1").await.is_empty(),
+        "Octopoes cannot answer: its event decides"
+    );
+    s.cleanup().await;
+}
+
+/// A boefje's scan level is Katalogus' of now: a copy of the catalogue gone stale (a new
+/// version of the boefje needs less) cancels nothing; while Katalogus cannot answer for the
+/// organisation, the copy decides (it errs towards not scanning).
+async fn a_lowered_scan_level_is_weighed_against_katalogus_levels_of_now(backend: Backend) {
+    let x = "Hostname|internet|versions.nl";
+    let katalogus = KatalogusState::default();
+    let plugins = |intrusive: i64| {
+        vec![
+            katalogus_boefje("dns-records", &["Hostname"], 1, false),
+            katalogus_boefje("intrusive", &["Hostname"], intrusive, false),
+        ]
+    };
+    for org in ["org1", "org2"] {
+        katalogus
+            .plugins
+            .lock()
+            .unwrap()
+            .insert(org.into(), plugins(3));
+    }
+    let k = katalogus.serve();
+    let ku = k.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| {
+        s.clients.katalogus_api = ku;
+        s.catalogue.ttl_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    s.mutation(object("create", "org1", x, "Hostname", 3)).await;
+    s.mutation(object("create", "org2", x, "Hostname", 3)).await;
+    s.handled(2).await;
+    assert_eq!(s.boefje_ids("org1").await, ["dns-records", "intrusive"]);
+
+    // Katalogus now has `intrusive` at level 1; the copies are stale.
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert("org1".into(), plugins(1));
+    katalogus.plugins.lock().unwrap().remove("org2");
+    s.app.advance(chrono::Duration::seconds(61));
+    s.mutation(object("update", "org1", x, "Hostname", 1)).await;
+    s.handled(3).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        ["dns-records", "intrusive"],
+        "Katalogus' level of now permits it"
+    );
+
+    // Katalogus no longer answers for org2: its copy (level 3) decides.
+    s.mutation(object("update", "org2", x, "Hostname", 1)).await;
+    s.handled(4).await;
+    assert_eq!(s.boefje_ids("org2").await, ["dns-records"]);
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
+    a_lowered_scan_level_cancels_the_waiting_work_it_no_longer_permits,
+    a_lowered_scan_level_octopoes_contradicts_cancels_nothing,
+    a_lowered_scan_level_is_weighed_against_katalogus_levels_of_now,
     an_objects_delete_waits_behind_its_create_handed_back,
     a_pending_task_rescored_is_popped_by_its_new_priority,
     an_object_change_rescores_only_that_objects_waiting_tasks,

@@ -1,6 +1,7 @@
 //! An object was deleted: its organisation's waiting tasks for it (queued or pending, found through
 //! the `organisation` and `input_ooi` indexes) are cancelled. Tasks already handed out run on; the
-//! worker finds the object gone.
+//! worker finds the object gone. The same, for some boefjes only, when the object's scan level
+//! dropped below theirs (its clearance was withdrawn).
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -11,7 +12,7 @@ use super::pop::Reads;
 use super::state::QueueState;
 use crate::domain::TaskStatus;
 use crate::domain::filter::plan::plan;
-use crate::domain::filter::{Column, FilterNode};
+use crate::domain::filter::{Column, Condition, FilterNode, Operand, Operator, Scalar};
 use crate::domain::keys::KeyField;
 use crate::storage::StorageError;
 
@@ -26,10 +27,19 @@ pub(crate) fn cancel_object(
     target: &CancelObject,
     now: DateTime<Utc>,
 ) -> Result<Vec<Uuid>, StorageError> {
-    let filter = FilterNode::And(vec![
+    let mut conditions = vec![
         FilterNode::equals(Column::Organisation, &[], &target.organisation),
         FilterNode::equals(Column::Data, &["input_ooi"], &target.reference),
-    ]);
+    ];
+    if let Some(plugins) = &target.plugins {
+        conditions.push(FilterNode::Cond(Condition {
+            column: Column::Data,
+            path: vec!["boefje".into(), "id".into()],
+            op: Operator::In,
+            operand: Operand::Many(plugins.iter().cloned().map(Scalar::Text).collect()),
+        }));
+    }
+    let filter = FilterNode::And(conditions);
     let p = plan(&filter, st.scheduler);
     let mut cancelled = st.heap.matching(&filter, &p, CANCEL_MAX);
     for id in &cancelled {
@@ -92,6 +102,7 @@ mod tests {
         let target = CancelObject {
             organisation: "org1".into(),
             reference: "h1".into(),
+            plugins: None,
         };
         let got = cancel_object(
             &mut st,
@@ -129,6 +140,7 @@ mod tests {
         let target = CancelObject {
             organisation: "org1".into(),
             reference: "h1".into(),
+            plugins: None,
         };
         let got = cancel_object(&mut st, &mut rows, &mut table, &target, now()).unwrap();
         assert_eq!(got, vec![mine], "only org1's task for the deleted object");

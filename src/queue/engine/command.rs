@@ -99,10 +99,11 @@ impl PopRequest {
 }
 
 /// Which waiting tasks to cancel: those of `organisation` whose `data.input_ooi` is
-/// `reference`.
+/// `reference`, and with `plugins` only those of these boefjes (`data.boefje.id`).
 pub(crate) struct CancelObject {
     pub organisation: String,
     pub reference: String,
+    pub plugins: Option<Vec<String>>,
 }
 
 /// A task's new priority and the explanation (JSON) that goes with it, given while it had
