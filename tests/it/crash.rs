@@ -24,6 +24,8 @@ const LEASE: &[(&str, &str)] = &[("SCHEDULER_LEASE_MS", "1000")];
 pub(crate) struct Acknowledged {
     pub pushes: Vec<String>,
     pub pops: Vec<String>,
+    /// Pushes answered 503: whether they were stored is unknown to their caller, who retries.
+    pub unanswered: Vec<Value>,
 }
 
 /// Pushes and pops until the service stops answering; records only what was answered 2xx.
@@ -51,6 +53,10 @@ pub(crate) async fn drive(address: String, cycle: usize, seen: Arc<Mutex<Acknowl
                 else {
                     return;
                 };
+                if resp.status() == 503 {
+                    seen.lock().unwrap().unanswered.push(body);
+                    return;
+                }
                 if resp.status() != 201 {
                     return;
                 }

@@ -335,6 +335,98 @@ async fn acknowledged_work_survives_a_database_crash_under_load() {
     database_crashes_under_load(false, 3).await;
 }
 
+/// A push answered 503, retried as its caller does: stored now, or named as stored (a boost
+/// or a duplicate) by a task the table holds; answers that task. An engine whose heap kept a
+/// push whose commit a crash lost would name a task that is not there.
+async fn retried_push(app: &TestApp, body: &Value, at: &str) -> String {
+    // As a client does: again after a 503's Retry-After (the engines pause a second after a
+    // failed connect), a bounded number of times.
+    let mut resp = app.push("boefje", body).await;
+    for _ in 0..20 {
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        resp = app.push("boefje", body).await;
+    }
+    let status = resp.status();
+    let answer: Value = resp.json().await.unwrap();
+    let id = match status {
+        StatusCode::CREATED | StatusCode::OK => id_of(&answer),
+        StatusCode::CONFLICT => {
+            let detail = answer["detail"].as_str().unwrap_or_default();
+            (0..detail.len().saturating_sub(35))
+                .filter_map(|i| detail.get(i..i + 36))
+                .find(|w| uuid::Uuid::parse_str(w).is_ok())
+                .unwrap_or_else(|| panic!("a 409 names its task: {answer}"))
+                .to_owned()
+        }
+        other => panic!("a retried push answered {other}: {answer}"),
+    };
+    assert_eq!(
+        app.get_task(&id).await.status(),
+        StatusCode::OK,
+        "a push retried after {at} answered {status} naming task {id}, which the table lacks: {answer}"
+    );
+    id
+}
+
+/// With the flush barrier, a push whose commit reached the server but whose barrier failed (the
+/// server crashed before the commit was on disk) is answered 503, and the crash may have lost
+/// it. Nothing else fails on that engine if no request follows, so it must rebuild its heap from
+/// the table on the barrier's failure: its caller's retry is then stored, not told 409 naming a
+/// task the table lacks. One pusher at a time, so the crash often falls between a commit and its
+/// barrier; `KAT_CRASH_SEED` replays the moments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_whose_flush_barrier_failed_is_stored_when_retried() {
+    let Some(pg) = PrivatePostgres::start() else {
+        return;
+    };
+    let seed = seed_from_env("KAT_CRASH_SEED", "flush barrier failure test");
+    let mut rng = Rng(seed);
+    let uri = format!("postgresql://postgres@127.0.0.1:{}/postgres", pg.port);
+    let app = spawn_app_on(TestDb::external(&uri), Backend::Postgres, |s| {
+        s.database.connect_timeout_secs = 2;
+        s.database.flush_barrier = Some(true);
+    })
+    .await;
+    let mut retried = 0;
+    for crash in 0..8 {
+        let address = app.address.clone();
+        let pusher = tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            for n in 0.. {
+                let body = boefje_push("flush", &format!("f{crash}-{n}"), None, 5);
+                let Ok(resp) = client
+                    .post(format!("{address}/schedulers/boefje/push"))
+                    .json(&body)
+                    .send()
+                    .await
+                else {
+                    return None;
+                };
+                if resp.status() != StatusCode::CREATED {
+                    return (resp.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(body);
+                }
+            }
+            None
+        });
+        let moment = Duration::from_millis(200 + rng.next() % 300);
+        tokio::time::sleep(moment).await; // the random crash moment, not a wait for a state
+        assert!(pg.down(), "the private PostgreSQL stops at once");
+        let unanswered = pusher.await.unwrap();
+        assert!(pg.up(), "the private PostgreSQL starts again");
+        if let Some(body) = unanswered {
+            retried_push(&app, &body, &format!("crash {} (seed {seed})", crash + 1)).await;
+            retried += 1;
+        }
+    }
+    assert!(
+        retried > 0,
+        "some crash left a push unanswered (seed {seed})"
+    );
+}
+
 async fn database_crashes_under_load(barrier: bool, crashes: usize) {
     let Some(pg) = PrivatePostgres::start() else {
         return;
@@ -367,10 +459,11 @@ async fn database_crashes_under_load(barrier: bool, crashes: usize) {
         assert!(pg.up(), "the private PostgreSQL starts again");
         let seen = std::mem::take(&mut *seen.lock().unwrap());
         eprintln!(
-            "crash {} after {moment:?}: {} pushes and {} pops acknowledged",
+            "crash {} after {moment:?}: {} pushes and {} pops acknowledged, {} pushes unanswered",
             cycle + 1,
             seen.pushes.len(),
-            seen.pops.len()
+            seen.pops.len(),
+            seen.unanswered.len()
         );
         for id in seen.pops {
             assert!(
@@ -406,6 +499,11 @@ async fn database_crashes_under_load(barrier: bool, crashes: usize) {
                 StatusCode::OK,
                 "schedule of acknowledged push {id} lost in crash {} (seed {seed})",
                 cycle + 1
+            );
+        }
+        for body in &seen.unanswered {
+            pushed.push(
+                retried_push(&app, body, &format!("crash {} (seed {seed})", cycle + 1)).await,
             );
         }
         for id in &popped {

@@ -257,6 +257,7 @@ pub(crate) fn start_all(
             undelivered: Vec::new(),
             flush: flush.clone(),
             given_back: Arc::default(),
+            barrier_failed: Arc::default(),
             ownership: ownership.cloned(),
             epoch: 0,
             changed_since_analyse: 0,
@@ -351,6 +352,9 @@ struct Engine {
     flush: Option<flush::Flush>,
     /// Undelivered pops found after a flush barrier, by the flush thread.
     given_back: Arc<Mutex<Vec<(Uuid, i64)>>>,
+    /// Set by the flush thread when a barrier failed: the batches it covered may be lost with
+    /// the server's buffers (a crash), while the state holds them; it is rebuilt from the table.
+    barrier_failed: Arc<std::sync::atomic::AtomicBool>,
     /// Who owns which scheduler, when several instances share the database (PostgreSQL).
     ownership: Option<Arc<Ownership>>,
     /// The epoch the state was built under; 0 while another instance owns the scheduler.
@@ -1135,6 +1139,12 @@ impl Engine {
                 .shed
                 .fetch_add(abandoned as u64, Ordering::Relaxed);
         }
+        if self.barrier_failed.swap(false, Ordering::AcqRel) {
+            // Pushes answered 503 may be in the heap though their commit was lost: a retry would
+            // be told 409 naming a task the table lacks.
+            warn!(scheduler.id = %self.scheduler(), "a flush barrier failed: the heap is rebuilt from the table");
+            self.dirty = true;
+        }
         if self.dirty
             && let Err(e) = self.rebuild()
         {
@@ -1659,10 +1669,12 @@ impl Engine {
             return;
         };
         let (given_back, epoch) = (self.given_back.clone(), self.epoch);
+        let failed = self.barrier_failed.clone();
         flush.after_flush(Box::new(move |flushed| {
             let back = match flushed {
                 Ok(()) => deliver(s, batch, d, rows),
                 Err(e) => {
+                    failed.store(true, Ordering::Release);
                     // Whether these pops survive is unknown: give their tasks back either way.
                     let popped: Vec<Uuid> = d.pops.iter().flatten().copied().collect();
                     batch.fail(&e);
