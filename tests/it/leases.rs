@@ -252,6 +252,77 @@ async fn a_late_result_after_the_task_was_handed_out_again_completes_it(backend:
     assert_eq!(app.task(&id).await["status"], "completed");
 }
 
+/// The same with the second holder failing it: the first holder's late `running` or result
+/// does not revive the task (the first result stands), and the failed task does not show the
+/// earlier expiry as its reason.
+async fn a_late_word_after_the_task_was_handed_out_again_and_failed_is_refused(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+        return;
+    };
+    let task = app
+        .push_ok("boefje", &boefje_push("org1", "a", None, 3))
+        .await;
+    let id = id_of(&task);
+    app.pop_ok("boefje", 1, None).await;
+    app.advance(Duration::seconds(61));
+    assert_eq!(app.sweep().await.requeued.len(), 1);
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
+    let resp = app.patch_task(&id, &json!({"status": "failed"})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    for late in ["running", "completed"] {
+        let resp = app.patch_task(&id, &json!({"status": late})).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "late {late}");
+    }
+    let failed = app.task(&id).await;
+    assert_eq!(
+        (failed["status"].clone(), failed["failure_reason"].clone()),
+        (json!("failed"), Value::Null),
+        "{failed}"
+    );
+}
+
+/// Rows of tasks out deleted behind the engine's back (an operator clearing stuck work in SQL)
+/// leave nothing to expire: the sweep forgets them, instead of meeting them first every time
+/// (their leases ended longest ago) and, a sweep's thousand of them, never reaching a real one.
+async fn leases_of_rows_deleted_behind_the_engines_back_do_not_hold_the_sweep(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, leases).await else {
+        return;
+    };
+    for n in 0..1001 {
+        app.push_ok("normalizer", &normalizer_push("org1", "n", 1 + n % 7))
+            .await;
+    }
+    let deleted = app.pop_ids("normalizer", 1000).await;
+    assert_eq!(deleted.len(), 1000);
+    app.advance(Duration::seconds(1));
+    let kept = app.pop_ids("normalizer", 1).await;
+    assert_eq!(kept.len(), 1);
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "DELETE FROM tasks WHERE id IN ({})",
+            deleted
+                .iter()
+                .map(|id| format!("'{id}'"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    );
+    app.advance(Duration::seconds(61));
+    let first = app.sweep().await;
+    let second = app.sweep().await;
+    assert_eq!(
+        (
+            first.requeued.len() + second.requeued.len(),
+            requeued(&second)
+        ),
+        (1, kept.clone()),
+        "the first sweep forgets the deleted rows, the second expires the real lease"
+    );
+    assert_eq!(app.task(&kept[0]).await["status"], "queued");
+}
+
 async fn finished_and_waiting_tasks_hold_no_lease(backend: Backend) {
     let Some(app) = spawn_app_with(backend, leases).await else {
         return;
@@ -392,6 +463,8 @@ crate::backend_tests!(
     a_runner_that_never_heartbeats_finishes_after_the_run_timeout_and_its_result_stands,
     a_late_result_is_taken_and_the_copy_waiting_again_withdrawn,
     a_late_result_after_the_task_was_handed_out_again_completes_it,
+    a_late_word_after_the_task_was_handed_out_again_and_failed_is_refused,
+    leases_of_rows_deleted_behind_the_engines_back_do_not_hold_the_sweep,
 );
 
 /// The engine's connection cut under a pop: the batch is written (or found written) on a fresh

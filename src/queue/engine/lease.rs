@@ -40,14 +40,22 @@ pub(crate) fn expire(
     let at = now.naive_utc();
     for id in ids {
         let Some(mut row) = rows.get(id).cloned() else {
+            // Deleted behind the engine's back: nothing to expire. Kept in the book, it would
+            // come first in every sweep (its lease ended longest ago) and, a thousand such,
+            // hold every real expiry back.
+            st.leases.record(*id, TaskStatus::Cancelled, None);
             continue;
         };
         let held = row.status;
         let ended = row.lease_expires_at.is_some_and(|end| end < at);
-        if !matches!(held, TaskStatus::Dispatched | TaskStatus::Running)
-            || !ended
-            || row.scheduler_id != st.scheduler.as_str()
-        {
+        if row.scheduler_id != st.scheduler.as_str() {
+            st.leases.record(*id, TaskStatus::Cancelled, None);
+            continue;
+        }
+        if !matches!(held, TaskStatus::Dispatched | TaskStatus::Running) || !ended {
+            // Finished, or its lease lengthened, behind the engine's back: the book follows
+            // the table.
+            st.leases.record(*id, held, row.lease_expires_at);
             continue;
         }
         row.attempts = row.attempts.saturating_add(1);
