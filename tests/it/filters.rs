@@ -2,6 +2,7 @@
 //! case's expected set is computed by a predicate over the seeded fixture, not written down.
 
 use chrono::Duration;
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
@@ -508,7 +509,38 @@ async fn a_filtered_pop_takes_the_best_matching_task(backend: Backend) {
     );
 }
 
+/// A pattern ending in its escape character is PostgreSQL's error (which was a 500 on a listing,
+/// and on a pop that reached the backlog): a 400 naming it on both databases, before anything is
+/// read or popped. An escaped backslash is a backslash.
+async fn a_pattern_ending_in_its_escape_character_is_a_400(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let task = app
+        .push_ok("boefje", &boefje_push("org\\", "dns", None, 3))
+        .await;
+    for operator in ["like", "not_like", "ilike", "not_ilike"] {
+        let filter = json!({"filters": [cond("organisation", None, operator, json!("org\\"))]});
+        let listed = app.search_tasks("", Some(&filter)).await;
+        assert_eq!(listed.status(), StatusCode::BAD_REQUEST, "{operator}");
+        assert!(
+            detail(listed).await.contains("escape character"),
+            "{operator}"
+        );
+        let popped = app.pop("boefje", Some(1), Some(&filter)).await;
+        assert_eq!(popped.status(), StatusCode::BAD_REQUEST, "{operator}");
+    }
+    let escaped = json!({"filters": [cond("organisation", None, "like", json!("org\\\\"))]});
+    assert_eq!(app.matching_ids(&escaped).await, [id_of(&task)]);
+    assert_eq!(
+        app.pop_ids("boefje", 1).await,
+        [id_of(&task)],
+        "nothing popped by the 400s"
+    );
+}
+
 crate::backend_tests!(
+    a_pattern_ending_in_its_escape_character_is_a_400,
     every_column_and_operator_selects_what_it_says,
     a_filtered_pop_takes_the_best_matching_task,
 );

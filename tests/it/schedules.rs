@@ -125,6 +125,36 @@ async fn rocky_manages_report_schedules(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(off["enabled"], false);
+    // mula's `is` and `is_not` compare with their value; with null they test for null.
+    for (operator, value, count) in [
+        ("is", json!(true), 1),
+        ("is", json!(false), 1),
+        ("is_not", json!(true), 1),
+        ("is_not", json!(false), 1),
+        ("is", Value::Null, 0),
+        ("is_not", Value::Null, 2),
+    ] {
+        let resp = app
+            .post(
+                "/schedules/search",
+                Some(&json!({"filters": [{"column": "enabled", "operator": operator, "value": value}]})),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "{operator} {value}");
+        let page: Value = resp.json().await.unwrap();
+        assert_eq!(page["count"], count, "enabled {operator} {value}: {page}");
+        if operator == "is" && value == json!(false) {
+            assert_eq!(page["results"][0]["id"], json!(id));
+        }
+    }
+    let odd = app
+        .post(
+            "/schedules/search",
+            Some(&json!({"filters": [{"column": "enabled", "operator": "is", "value": "yes"}]})),
+        )
+        .await;
+    assert_eq!(odd.status(), StatusCode::BAD_REQUEST);
+    assert!(detail(odd).await.contains("'is' takes true, false or null"));
     let weekly: Value = app
         .patch(
             &path,

@@ -435,6 +435,19 @@ fn parse_condition(
         }
     };
     let value = obj.get("value").unwrap_or(&Value::Null);
+    // mula's `is` and `is_not` compare with their value (SQL's `enabled IS true`); with none, or
+    // null, they test for null. Any other value is SQL's error there, a 400 here.
+    let op = match (obj.get("operator").and_then(Value::as_str), value) {
+        (Some("is"), Value::Bool(_)) => Operator::Eq,
+        (Some("is_not"), Value::Bool(_)) => Operator::Ne,
+        (Some(name @ ("is" | "is_not")), v) if !v.is_null() => {
+            return Err(FilterError(format!(
+                "{path}.value: '{name}' takes true, false or null, got {}",
+                kind(v)
+            )));
+        }
+        _ => op,
+    };
     let (op, operand) = typed_operand(column, op, value, &format!("{path}.value"))?;
     Ok(Condition {
         column,
@@ -522,6 +535,13 @@ fn typed_operand(
                 )));
             }
             match value {
+                // PostgreSQL refuses a pattern ending in its escape character (an error, which
+                // was a 500), while SQLite and the heap read the backslash as itself.
+                Value::String(s) if s.chars().rev().take_while(|c| *c == '\\').count() % 2 == 1 => {
+                    Err(FilterError(format!(
+                        "{path}: a pattern must not end with the escape character '\\' (write '\\\\' for a backslash)"
+                    )))
+                }
                 Value::String(s) => Ok((op, Operand::One(Scalar::Text(s.clone())))),
                 other => Err(FilterError(format!(
                     "{path}: a pattern must be a string, got {}",
