@@ -34,6 +34,14 @@ fn text(limits: &Limits) -> Value {
     json!({"type": "string", "maxLength": limits.max_string_chars, "pattern": NO_NUL})
 }
 
+/// A `like` pattern: no NUL, and no escape character (`\\`) left alone at its end, which
+/// PostgreSQL refuses.
+fn pattern(limits: &Limits) -> Value {
+    json!({"type": "string", "maxLength": limits.max_string_chars, "pattern": LIKE_PATTERN})
+}
+
+const LIKE_PATTERN: &str = "^([^\\u0000\\\\]|\\\\[^\\u0000])*$";
+
 fn key(limits: &Limits) -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": limits.max_string_chars, "pattern": NOT_BLANK_OR_ANY})
 }
@@ -297,7 +305,10 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
     let ops_cmp = ["<", "lt", "<=", "lte", ">", "gt", ">=", "gte"];
     let ops_like = ["like", "not_like", "ilike", "not_ilike"];
     let ops_in = ["in", "not_in"];
-    let ops_null = ["is_null", "is", "is_not_null", "is_not"];
+    let ops_null = ["is_null", "is_not_null"];
+    // mula's `is` / `is_not`: with no value, or null, a test for null; with a boolean (a
+    // boolean column or a `data` field), a comparison with it.
+    let ops_is = ["is", "is_not"];
     let list =
         |item: Value| json!({"type": "array", "items": item, "maxItems": limits.max_in_values});
     let date_time = json!({"type": "string", "format": "date-time"});
@@ -410,10 +421,23 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
                 cols.clone(),
                 None,
                 ops_like.to_vec(),
-                Some(text(limits)),
+                Some(pattern(limits)),
                 false,
             ));
         }
+        let is_value = if eq_value["type"] == "boolean" {
+            opt(eq_value.clone())
+        } else {
+            json!({"type": "null"})
+        };
+        conditions.push(cond(
+            cols.clone(),
+            None,
+            ops_is.to_vec(),
+            Some(is_value),
+            false,
+        ));
+        conditions.push(cond(cols.clone(), None, ops_is.to_vec(), None, false).tap_absent_value());
         conditions.push(cond(
             cols.clone(),
             None,
@@ -456,9 +480,26 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
         data.clone(),
         Some(field.clone()),
         ops_like.to_vec(),
-        Some(text(limits)),
+        Some(pattern(limits)),
         false,
     ));
+    conditions.push(cond(
+        data.clone(),
+        Some(field.clone()),
+        ops_is.to_vec(),
+        Some(opt(json!({"type": "boolean"}))),
+        false,
+    ));
+    conditions.push(
+        cond(
+            data.clone(),
+            Some(field.clone()),
+            ops_is.to_vec(),
+            None,
+            false,
+        )
+        .tap_absent_value(),
+    );
     conditions.push(cond(
         data.clone(),
         Some(field.clone()),
