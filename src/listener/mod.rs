@@ -32,7 +32,7 @@ use lapin::options::{
     ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, Consumer};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -408,7 +408,7 @@ impl Listener {
             return Ok(());
         }
         let mut retry = Vec::new();
-        for (delivery, outcome) in batch.iter().zip(outcomes) {
+        for (delivery, outcome) in batch.into_iter().zip(outcomes) {
             match outcome {
                 Outcome::Done => {
                     delivery.ack(BasicAckOptions::default()).await?;
@@ -427,24 +427,34 @@ impl Listener {
         }
         if let Some((_, reason)) = retry.first() {
             warn!(queue = %queue, messages = retry.len(), reason = %reason, "messages handed back to be tried again");
-            tokio::select! {
-                () = token.cancelled() => {}
-                () = tokio::time::sleep(RETRY_PAUSE) => {}
-            }
-            for (delivery, _) in &retry {
-                delivery
-                    .nack(BasicNackOptions {
+            let n = retry.len() as u64;
+            // The pause is the handed-back messages' own: the batches behind them, of both
+            // queues, go on meanwhile (an organisation Katalogus keeps failing for would
+            // otherwise stall every event for a second at each of its retries). An object's
+            // later events wait behind its handed-back one all the same (`Holds`). A nack that
+            // fails here has lost its channel, which gives the message back itself.
+            let handed_back: Vec<Delivery> = retry.into_iter().map(|(d, _)| d).collect();
+            let token = token.clone();
+            let status = self.status.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = token.cancelled() => {}
+                    () = tokio::time::sleep(RETRY_PAUSE) => {}
+                }
+                for delivery in handed_back {
+                    let again = BasicNackOptions {
                         requeue: true,
                         ..BasicNackOptions::default()
-                    })
-                    .await?;
-            }
-            counters
-                .retried
-                .fetch_add(retry.len() as u64, Ordering::Relaxed);
-            self.status
-                .retried
-                .send_modify(|r| *r += retry.len() as u64);
+                    };
+                    if delivery.nack(again).await.is_err() {
+                        break;
+                    }
+                }
+                status.counters[source as usize]
+                    .retried
+                    .fetch_add(n, Ordering::Relaxed);
+                status.retried.send_modify(|r| *r += n);
+            });
         }
         Ok(())
     }
@@ -574,17 +584,45 @@ async fn dead_letter_publish(
     let properties = BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers);
-    channel
-        .basic_publish(
-            ShortString::from(""),
-            dead_letter(queue).into(),
-            BasicPublishOptions::default(),
-            body,
-            properties,
-        )
-        .await?
-        .await?;
-    Ok(())
+    // Mandatory, and its confirmation read: a message with no queue to go to (the dead-letter
+    // queue deleted while the listener runs) is otherwise dropped and confirmed all the same,
+    // and the original, acked, would be lost. Declared again and tried once more; failing
+    // that, the session ends and the unacked original goes back to its queue.
+    let mandatory = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    for attempt in 0..2 {
+        let confirmation = channel
+            .basic_publish(
+                ShortString::from(""),
+                dead_letter(queue).into(),
+                mandatory,
+                body,
+                properties.clone(),
+            )
+            .await?
+            .await?;
+        match confirmation {
+            Confirmation::Ack(None) | Confirmation::NotRequested => return Ok(()),
+            refused if attempt == 0 => {
+                warn!(queue = %dead_letter(queue), returned = refused.take_message().is_some(), "the dead-letter queue did not take a message; declaring it again");
+                let durable = QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                };
+                channel
+                    .queue_declare(dead_letter(queue).into(), durable, FieldTable::default())
+                    .await?;
+            }
+            _ => {}
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "the dead-letter queue {} refused a message twice",
+        dead_letter(queue)
+    ))
+    .into())
 }
 
 #[cfg(test)]
