@@ -67,10 +67,18 @@ fn sqlite_path(path: &[String]) -> String {
 /// Writes the expression that reads `data` at `path` the way `how` asks.
 fn push_json_expr(sql: &mut Sql, path: &[String], how: JsonAs) {
     match (sql.backend(), how) {
-        (Backend::Postgres, JsonAs::Text | JsonAs::Bool) => {
+        (Backend::Postgres, JsonAs::Text) => {
             sql.push("(data::jsonb #>> ");
             push_json_path_pg(sql, path);
             sql.push(")");
+        }
+        (Backend::Postgres, JsonAs::Bool) => {
+            // JSON booleans only, as the heap and SQLite read them: the string "true" is not one.
+            sql.push("(CASE WHEN jsonb_typeof(data::jsonb #> ");
+            push_json_path_pg(sql, path);
+            sql.push(") = 'boolean' THEN (data::jsonb #>> ");
+            push_json_path_pg(sql, path);
+            sql.push(") END)");
         }
         (Backend::Postgres, JsonAs::Number) => {
             sql.push("(CASE WHEN jsonb_typeof(data::jsonb #> ");
@@ -80,9 +88,13 @@ fn push_json_expr(sql: &mut Sql, path: &[String], how: JsonAs) {
             sql.push(")::numeric END)");
         }
         (Backend::Sqlite, JsonAs::Text) => {
-            sql.push("json_extract(data, ")
+            // The field's text form, as PostgreSQL's `#>>` and the heap give it: json_extract
+            // answers numbers as numbers (which never equal text) and booleans as 1 and 0.
+            sql.push("(CASE json_type(data, ")
                 .bind(sqlite_path(path))
-                .push(")");
+                .push(") WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(json_extract(data, ")
+                .bind(sqlite_path(path))
+                .push(") AS TEXT) END)");
         }
         (Backend::Sqlite, JsonAs::Number) => {
             sql.push("(CASE WHEN json_type(data, ")

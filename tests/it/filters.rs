@@ -539,7 +539,50 @@ async fn a_pattern_ending_in_its_escape_character_is_a_400(backend: Backend) {
     );
 }
 
+/// A `data` field compares as the value's type says, alike in a listing (SQL, on either
+/// database) and in a pop (the heap): a boolean matches only JSON booleans, a number only JSON
+/// numbers, and text the field's text form (the number 3 is "3"). PostgreSQL read a boolean's
+/// comparison from the text (the string "true" matched), SQLite a text one from the native
+/// value (the number 3 never equalled "3").
+async fn data_fields_compare_alike_in_listings_and_pops(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let with = |boefje: &str, flag: Value, depth: Value| {
+        let mut body = boefje_push("org1", boefje, None, 3);
+        body["data"]["flag"] = flag;
+        body["data"]["depth"] = depth;
+        body
+    };
+    let typed = id_of(
+        &app.push_ok("boefje", &with("typed", json!(true), json!(3)))
+            .await,
+    );
+    let texts = id_of(
+        &app.push_ok("boefje", &with("texts", json!("true"), json!("3")))
+            .await,
+    );
+    let mut both = vec![typed.clone(), texts.clone()];
+    both.sort();
+    let cases = [
+        (json!(true), "flag", vec![typed.clone()]),
+        (json!("true"), "flag", both.clone()),
+        (json!(3), "depth", vec![typed.clone()]),
+        (json!("3"), "depth", both.clone()),
+    ];
+    for (value, field, want) in &cases {
+        let filter = json!({"filters": [cond("data", Some(field), "==", value.clone())]});
+        assert_eq!(&app.matching_ids(&filter).await, want, "{field} == {value}");
+    }
+    // The heap agrees: a pop by the boolean takes the typed task only.
+    let filter = json!({"filters": [cond("data", Some("flag"), "==", json!(true))]});
+    assert_eq!(app.pop_ok("boefje", 1, Some(&filter)).await.len(), 1);
+    assert!(app.pop_ok("boefje", 1, Some(&filter)).await.is_empty());
+    assert_eq!(app.pop_ids("boefje", 1).await, [texts]);
+}
+
 crate::backend_tests!(
+    data_fields_compare_alike_in_listings_and_pops,
     a_pattern_ending_in_its_escape_character_is_a_400,
     every_column_and_operator_selects_what_it_says,
     a_filtered_pop_takes_the_best_matching_task,
