@@ -6,6 +6,8 @@
 //!   (messages/s from the queue to committed tasks). Baseline: RabbitMQ's own publish → consume
 //!   rate with no work: the same M messages consumed with the same prefetch, each batch of what
 //!   has arrived acked at once (the listener's own ack pattern). Alternating rounds, medians.
+//!   Then the same objects' updates, their work waiting: at the level they had, and lowered
+//!   below one boefje's (its waiting task withdrawn per event), side by side.
 //! - **ColdStart**: a stub Octopoes (pages prepared in advance, so the stub costs little) lists
 //!   `--orgs` K organisations of `--objects`/K objects each; the service starts with ColdStart on
 //!   and the time until its first round has loaded every organisation is measured (objects/s),
@@ -52,11 +54,16 @@ fn settings(db: &str, catalogue: &std::path::Path) -> Settings {
 }
 
 fn mutation(round: usize, i: usize) -> Vec<u8> {
+    event("create", round, i, 2)
+}
+
+/// The i-th object event of a round: its operation and the object's scan level.
+fn event(operation: &str, round: usize, i: usize, level: i64) -> Vec<u8> {
     let org = format!("org{}", i % 50);
     let reference = format!("Hostname|internet|r{round}-h{i}.example.com");
-    serde_json::json!({"operation": "create", "primary_key": reference, "client_id": org,
+    serde_json::json!({"operation": operation, "primary_key": reference, "client_id": org,
         "value": {"primary_key": reference, "object_type": "Hostname",
-                  "scan_profile": {"level": 2, "reference": reference, "scan_profile_type": "declared"}}})
+                  "scan_profile": {"level": level, "reference": reference, "scan_profile_type": "declared"}}})
     .to_string()
     .into_bytes()
 }
@@ -354,6 +361,7 @@ pub fn run_ingest(o: &Options, base: &str) -> Result<String> {
         o.objects, o.orgs, o.rounds
     );
     let (mut listener, mut rabbit) = (Vec::new(), Vec::new());
+    let (mut unchanged, mut lowered) = (Vec::new(), Vec::new());
     with_db(o, base, "_ingest", |db| {
         rt.block_on(async {
             let conn = Connection::connect(&amqp_url(), ConnectionProperties::default()).await?;
@@ -386,16 +394,46 @@ pub fn run_ingest(o: &Options, base: &str) -> Result<String> {
                     "  round {r}: listener {got:.0} msg/s, RabbitMQ alone {rate:.0} msg/s ({:.2}×)",
                     got / rate
                 );
-                for q in [
-                    &base_q,
-                    &muts,
-                    &format!("{muts}-raw"),
-                    &format!("{muts}-raw.dead"),
-                    &format!("{muts}.dead"),
-                ] {
-                    let _ = channel
-                        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                        .await;
+                // Updates of the same objects, their work waiting: at the level they had (the
+                // work is there: duplicates), then lowered below `nmap`'s (its waiting task is
+                // withdrawn, one cancel per event).
+                let same: Vec<Vec<u8>> = (0..m).map(|i| event("update", r, i, 2)).collect();
+                let same_q = format!("bench-same-{}-{r}", std::process::id());
+                fill(&channel, &same_q, &same).await?;
+                let kept = listen(db, &catalogue, &same_q, m).await?;
+                unchanged.push(kept);
+                let lowered_events: Vec<Vec<u8>> =
+                    (0..m).map(|i| event("update", r, i, 1)).collect();
+                let low_q = format!("bench-low-{}-{r}", std::process::id());
+                fill(&channel, &low_q, &lowered_events).await?;
+                let low = listen(db, &catalogue, &low_q, m).await?;
+                lowered.push(low);
+                let cancelled = pg_number(
+                    db,
+                    "SELECT COUNT(*) AS n FROM tasks WHERE scheduler_id = 'boefje' AND status = 'cancelled'",
+                )?;
+                if cancelled != (m * (r + 1)) as i64 {
+                    return Err(format!(
+                        "round {r}: {cancelled} tasks withdrawn, expected {}",
+                        m * (r + 1)
+                    )
+                    .into());
+                }
+                println!(
+                    "  round {r}: updates {kept:.0} msg/s at the same level, {low:.0} msg/s lowered (a task withdrawn each; {:.2}×)",
+                    low / kept
+                );
+                for q in [&base_q, &muts, &same_q, &low_q] {
+                    for name in [
+                        q.clone(),
+                        format!("{q}-raw"),
+                        format!("{q}-raw.dead"),
+                        format!("{q}.dead"),
+                    ] {
+                        let _ = channel
+                            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                            .await;
+                    }
                 }
             }
             conn.close(200, "done".into()).await?;
@@ -406,6 +444,11 @@ pub fn run_ingest(o: &Options, base: &str) -> Result<String> {
     println!(
         "listener: {l:.0} messages/s to committed tasks vs RabbitMQ publish → consume alone {b:.0}/s = {:.2}× (target ≥ 0.5×)",
         l / b
+    );
+    let (same, low) = (median(unchanged), median(lowered));
+    println!(
+        "listener updates: {low:.0} messages/s lowering the level (a waiting task withdrawn each) vs {same:.0}/s at the same level = {:.2}×",
+        low / same
     );
 
     let per_org = o.objects / o.orgs.max(1);
@@ -438,7 +481,7 @@ pub fn run_ingest(o: &Options, base: &str) -> Result<String> {
         p / c
     );
     Ok(format!(
-        "listener_msgs={l:.0} rabbit_msgs={b:.0} listener_ratio={:.2} coldstart_objs={a:.0} coldstart_plan_objs={p:.0} copy_rows={c:.0} coldstart_ratio={:.2} coldstart_plan_ratio={:.2}",
+        "listener_msgs={l:.0} rabbit_msgs={b:.0} listener_ratio={:.2} updates_same_msgs={same:.0} updates_lowered_msgs={low:.0} coldstart_objs={a:.0} coldstart_plan_objs={p:.0} copy_rows={c:.0} coldstart_ratio={:.2} coldstart_plan_ratio={:.2}",
         l / b,
         a / c,
         p / c

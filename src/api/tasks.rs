@@ -104,6 +104,19 @@ pub async fn list_tasks(
     req: HttpRequest,
     query: web::Query<TaskListQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    // mula reads filters from a GET's body too; answering every task while a filter was sent
+    // would be a wrong answer given as a right one.
+    let headers = req.headers();
+    let sized = headers
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > 0);
+    if sized || headers.contains_key(actix_web::http::header::TRANSFER_ENCODING) {
+        return Err(ApiError::BadRequest(
+            "GET /tasks does not read a body: send filters with POST /tasks".into(),
+        ));
+    }
     list(&broker, &req, query.into_inner(), &[]).await
 }
 

@@ -81,6 +81,7 @@ impl Listener {
                     level,
                 });
         }
+        let mut withdrawals = Vec::new();
         for (org, mut lowered) in by_org {
             self.confirm_levels(org, &mut lowered).await;
             let plugins = match catalogue.plugins_confirmed(org).await {
@@ -100,23 +101,28 @@ impl Listener {
             };
             for l in lowered {
                 let ids = above(&plugins, l.object_type, l.level);
-                if ids.is_empty() {
-                    continue;
+                if !ids.is_empty() {
+                    withdrawals.push((l.at, org, &l.event.reference, l.level, ids));
                 }
-                match self
-                    .planner
-                    .broker
-                    .withdraw(org, &l.event.reference, ids)
-                    .await
-                {
-                    Ok(cancelled) if !cancelled.is_empty() => {
-                        info!(organisation = %org, object = %l.event.reference, level = l.level, tasks = cancelled.len(), "the object's scan level dropped below its waiting tasks' boefjes: they are cancelled");
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        if let Some(e) = crate::planner::PlanError::of_push(e) {
-                            outcomes[l.at] = Some(Outcome::of_plan(&Err(e)));
-                        }
+            }
+        }
+        // All at once: the engine takes them in one batch, one transaction.
+        let broker = &self.planner.broker;
+        let results = futures_util::future::join_all(
+            withdrawals
+                .iter()
+                .map(|(_, org, reference, _, ids)| broker.withdraw(org, reference, ids.clone())),
+        )
+        .await;
+        for ((at, org, reference, level, _), result) in withdrawals.iter().zip(results) {
+            match result {
+                Ok(cancelled) if !cancelled.is_empty() => {
+                    info!(organisation = %org, object = %reference, level, tasks = cancelled.len(), "the object's scan level dropped below its waiting tasks' boefjes: they are cancelled");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if let Some(e) = crate::planner::PlanError::of_push(e) {
+                        outcomes[*at] = Some(Outcome::of_plan(&Err(e)));
                     }
                 }
             }

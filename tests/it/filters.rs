@@ -581,7 +581,30 @@ async fn data_fields_compare_alike_in_listings_and_pops(backend: Backend) {
     assert_eq!(app.pop_ids("boefje", 1).await, [texts]);
 }
 
+/// A filter sent in a GET's body (mula reads it there) is refused, naming the way that works,
+/// rather than ignored with every task answered.
+async fn a_filter_in_a_get_body_is_a_400_not_ignored(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.push_ok("boefje", &boefje_push("org1", "dns", None, 3))
+        .await;
+    let filter = json!({"filters": [cond("organisation", None, "==", json!("org2"))]});
+    let resp = app
+        .client
+        .get(format!("{}/tasks", app.address))
+        .json(&filter)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(detail(resp).await.contains("POST /tasks"));
+    assert!(app.matching_ids(&filter).await.is_empty());
+    assert_eq!(app.get("/tasks").await.status(), StatusCode::OK);
+}
+
 crate::backend_tests!(
+    a_filter_in_a_get_body_is_a_400_not_ignored,
     data_fields_compare_alike_in_listings_and_pops,
     a_pattern_ending_in_its_escape_character_is_a_400,
     every_column_and_operator_selects_what_it_says,
