@@ -275,7 +275,11 @@ mod tests {
             Backend::Sqlite,
             json!({"filters": [{"column": "data", "field": "input_ooi", "operator": "in", "value": ["a"]}]}),
         );
-        assert_eq!(sql.text(), "((json_extract(data, ?) IN (?)))");
+        assert_eq!(
+            sql.text(),
+            "(((CASE json_type(data, ?) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' \
+             ELSE CAST(json_extract(data, ?) AS TEXT) END) IN (?)))"
+        );
     }
 
     #[test]
