@@ -479,8 +479,13 @@ async fn patch(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_>) {
         assert_eq!(task["priority"], priority, "{at}: {id} put back");
     }
     let t = model.get(&id);
+    let was = t.status;
     t.status = status;
-    if matches!(status, Running | Completed) {
+    // Its holder ran it, or failed it as the holder it was handed out to again: the expiry
+    // that took it back is history, and no late word revives it.
+    if matches!(status, Running | Completed)
+        || status == Failed && matches!(was, Dispatched | Running)
+    {
         t.taken_back = false;
     }
 }
@@ -541,7 +546,32 @@ async fn lapse(app: &TestApp, model: &mut Model, at: &Step<'_>) {
         read_back.extend(back.into_iter().filter(|id| *id != waiting[0]));
     }
     for id in &order {
-        model.came_back(id);
+        let work = model.get(id).work;
+        let before: Vec<String> = model
+            .waiting_for(work)
+            .into_iter()
+            .map(|(w, _)| w)
+            .filter(|w| w != id)
+            .collect();
+        let priority = model.came_back(id);
+        let t = app.task(id).await;
+        // One withdrawn by another task of its work that came back after it in the sweep is
+        // read back below.
+        if !before.is_empty() && t["status"] != "cancelled" {
+            assert_eq!(
+                t["priority"], priority,
+                "{at}: {id}, taken back by the sweep while the same work waited as {before:?}, takes the more urgent priority: {t}"
+            );
+        }
+        for w in before {
+            let t = app.task(&w).await;
+            assert_eq!(
+                t["status"],
+                "cancelled",
+                "{at}: {w}, waiting for the same work as {id} taken back by the sweep, is withdrawn: {t} (the one taken back: {})",
+                app.task(id).await
+            );
+        }
     }
     for id in &read_back {
         model.get(id).priority = app.task(id).await["priority"].as_i64().unwrap();
@@ -600,7 +630,22 @@ async fn give_back(app: &TestApp, model: &mut Model, rng: &mut Rng, at: &Step<'_
                 Status::Waiting
             );
             let priority = model.came_back(&id);
-            assert_eq!(task["priority"], priority, "{at}: {id} given back");
+            if task["priority"] != priority {
+                let mut seen = Vec::new();
+                for s in &same {
+                    let t = app.task(s).await;
+                    seen.push((
+                        s.clone(),
+                        t["status"].clone(),
+                        t["priority"].clone(),
+                        t["hash"].clone(),
+                    ));
+                }
+                panic!(
+                    "{at}: {id} given back ({status:?}, hash {}) with priority {}, the model's {priority}; the same work waiting as, in the table, {seen:?}",
+                    task["hash"], task["priority"]
+                );
+            }
         }
         _ => {
             let body = resp.text().await.unwrap();

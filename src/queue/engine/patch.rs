@@ -77,11 +77,12 @@ pub(crate) fn patch(
             row.lease_expires_at = st.lease(now, row.status);
             if late
                 && (matches!(to, TaskStatus::Running | TaskStatus::Completed)
-                    || matches!(from, TaskStatus::Dispatched | TaskStatus::Running))
+                    || to == TaskStatus::Failed
+                        && matches!(from, TaskStatus::Dispatched | TaskStatus::Running))
             {
                 // The expiry that took it back is history now: the holder did run it, or the
-                // task was handed out again and this result (its holder's `failed` too) is the
-                // task's. Kept, it would let the first holder's late word revive a failed task.
+                // task was handed out again and its holder failed it, which is the task's
+                // result. Kept, it would let the first holder's late word revive a failed task.
                 row.failure_reason = None;
             }
             changed = true;

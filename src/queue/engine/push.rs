@@ -196,7 +196,9 @@ fn requeue(
         .get(&id)
         .cloned()
         .ok_or_else(|| QueueError::Internal("task not loaded".into()))?;
-    row.priority = task.priority;
+    // The worker pushes the task as it got it: a priority made more urgent since (it came back
+    // once and took over a user's scan of the same work) is kept, not undone by that copy.
+    row.priority = row.priority.min(task.priority);
     row.lease_expires_at = None;
     row.modified_at = now.naive_utc();
     rejoin::join(st, rows, id, &mut row, now);
@@ -211,6 +213,32 @@ mod tests {
     use super::*;
     use crate::queue::engine::testing::{new_task, now, state};
     use crate::queue::types::WhenFull;
+
+    #[test]
+    fn a_task_given_back_keeps_a_priority_made_more_urgent_while_it_was_out() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (id, mut r) = crate::queue::engine::testing::row(3, 1);
+        r.status = TaskStatus::Running;
+        let hash = r.hash.clone().unwrap();
+        rows.load(vec![r], "boefje");
+        // The worker's copy, from its pop, says 6.
+        let mut back = new_task("b1", 6);
+        back.id = id;
+        back.id_given = true;
+        back.hash = hash;
+        push(&mut st, &mut rows, &back, now()).unwrap();
+        let row = rows.get(&id).unwrap();
+        assert_eq!((row.status, row.priority), (TaskStatus::Queued, 3));
+        // A copy more urgent than the task is taken.
+        let mut row = row.clone();
+        st.heap.remove(&id);
+        row.status = TaskStatus::Dispatched;
+        rows.update(id, row);
+        back.priority = 2;
+        push(&mut st, &mut rows, &back, now()).unwrap();
+        assert_eq!(rows.get(&id).unwrap().priority, 2);
+    }
 
     #[test]
     fn a_created_task_is_written_with_its_explanation_and_a_refused_one_writes_none() {
