@@ -53,11 +53,14 @@ pub(crate) fn cancel_object(
             None => rows.cancelled.push(*id),
         }
     }
-    // The backlog is searched whatever the pending count says: the count misses rows written
-    // behind the engine's back (by hand, a restore), and those tasks must not run against a
-    // deleted object. One probe of the pending `input_ooi` index; a row the count did not hold
-    // marks it for a recount (`PendingSet::remove`).
-    {
+    // A deleted object's backlog is searched whatever the pending count says: the count misses
+    // rows written behind the engine's back (by hand, a restore), and those tasks must not run
+    // against a deleted object. One probe of the pending `input_ooi` index; a row the count did
+    // not hold marks it for a recount (`PendingSet::remove`). A withdrawal names its work (each
+    // boefje's hash on the object): it probes only when the pending set may hold one of them,
+    // since a probe for every update of an object (a statement each) cut the listener's updates
+    // to a fifth.
+    if may_be_pending(st, target) {
         let values = [target.reference.clone()];
         let skip = rows.left_pending();
         for mut row in reads.pending_matching(
@@ -78,6 +81,24 @@ pub(crate) fn cancel_object(
         }
     }
     Ok(cancelled)
+}
+
+/// Whether the backlog may hold a task `target` cancels: always for a deleted object, and for a
+/// withdrawal when the pending set may hold the hash of one of its boefjes' work on the object.
+fn may_be_pending(st: &QueueState, target: &CancelObject) -> bool {
+    let Some(plugins) = &target.plugins else {
+        return true;
+    };
+    plugins.iter().any(|plugin| {
+        let data = serde_json::json!({
+            "boefje": {"id": plugin},
+            "input_ooi": target.reference,
+            "organization": target.organisation,
+        });
+        data.as_object()
+            .and_then(|d| crate::domain::payload::hash_for(st.scheduler, d).ok())
+            .is_none_or(|hash| st.pending.may_hold(&hash))
+    })
 }
 
 #[cfg(test)]
@@ -115,6 +136,41 @@ mod tests {
         assert_eq!(got, vec![ids[0]]);
         assert_eq!(rows.cancelled, vec![ids[0]]);
         assert_eq!(st.heap.len(), 2);
+    }
+
+    #[test]
+    fn a_withdrawal_reads_the_backlog_only_when_it_may_hold_its_work() {
+        let mut st = crate::queue::engine::testing::state(10, WhenFull::Pending);
+        st.pending = crate::queue::engine::state::PendingSet::with(0, Some(Default::default()));
+        let hash = |plugin: &str| {
+            let data = serde_json::json!({"boefje": {"id": plugin}, "input_ooi": "h1", "organization": "org1"});
+            crate::domain::payload::hash_for(st.scheduler, data.as_object().unwrap()).unwrap()
+        };
+        let (b1, other) = (hash("b1"), hash("other"));
+        st.pending.add(Some(&other));
+        let (mine, mut r) = row(5, 1);
+        r.organisation = "org1".into();
+        r.input_ooi = Some("h1".into());
+        r.data = r#"{"boefje": {"id": "b1"}, "input_ooi": "h1", "organization": "org1"}"#.into();
+        r.hash = Some(b1.clone());
+        r.status = TaskStatus::Pending;
+        let mut table = FakeTable {
+            pending: vec![r],
+            ..Default::default()
+        };
+        let target = CancelObject {
+            organisation: "org1".into(),
+            reference: "h1".into(),
+            plugins: Some(vec!["b1".into()]),
+        };
+        let mut rows = BatchRows::default();
+        let got = cancel_object(&mut st, &mut rows, &mut table, &target, now()).unwrap();
+        assert!(got.is_empty());
+        assert_eq!(table.reads, 0, "the backlog holds none of b1's work on h1");
+        st.pending.add(Some(&b1));
+        let got = cancel_object(&mut st, &mut rows, &mut table, &target, now()).unwrap();
+        assert_eq!(got, vec![mine]);
+        assert!(table.reads > 0);
     }
 
     #[test]
