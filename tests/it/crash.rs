@@ -28,6 +28,39 @@ pub(crate) struct Acknowledged {
     pub unanswered: Vec<Value>,
 }
 
+/// Pushes the bodies `body(0)`, `body(1)`, … one after another until one is not answered 201:
+/// records each answered 201 in `seen.pushes`, and the one answered 503 (whose fate its caller
+/// does not know) in `seen.unanswered`.
+pub(crate) async fn push_until_refused(
+    client: &reqwest::Client,
+    address: &str,
+    body: impl Fn(u64) -> Value,
+    seen: &Mutex<Acknowledged>,
+) {
+    for n in 0.. {
+        let body = body(n);
+        let Ok(resp) = client
+            .post(format!("{address}/schedulers/boefje/push"))
+            .json(&body)
+            .send()
+            .await
+        else {
+            return;
+        };
+        if resp.status() == 503 {
+            seen.lock().unwrap().unanswered.push(body);
+            return;
+        }
+        if resp.status() != 201 {
+            return;
+        }
+        let Ok(task) = resp.json::<Value>().await else {
+            return;
+        };
+        seen.lock().unwrap().pushes.push(id_of(&task));
+    }
+}
+
 /// Pushes and pops until the service stops answering; records only what was answered 2xx.
 pub(crate) async fn drive(address: String, cycle: usize, seen: Arc<Mutex<Acknowledged>>) {
     let client = reqwest::Client::builder()
@@ -38,33 +71,9 @@ pub(crate) async fn drive(address: String, cycle: usize, seen: Arc<Mutex<Acknowl
     for w in 0..PUSHERS {
         let (client, address, seen) = (client.clone(), address.clone(), seen.clone());
         workers.push(tokio::spawn(async move {
-            for n in 0.. {
-                let body = boefje_push(
-                    "crash",
-                    &format!("c{cycle}-w{w}-n{n}"),
-                    None,
-                    2 + (n % 50) as i64,
-                );
-                let Ok(resp) = client
-                    .post(format!("{address}/schedulers/boefje/push"))
-                    .json(&body)
-                    .send()
-                    .await
-                else {
-                    return;
-                };
-                if resp.status() == 503 {
-                    seen.lock().unwrap().unanswered.push(body);
-                    return;
-                }
-                if resp.status() != 201 {
-                    return;
-                }
-                let Ok(task) = resp.json::<Value>().await else {
-                    return;
-                };
-                seen.lock().unwrap().pushes.push(id_of(&task));
-            }
+            let name = |n: u64| format!("c{cycle}-w{w}-n{n}");
+            let push = |n: u64| boefje_push("crash", &name(n), None, 2 + (n % 50) as i64);
+            push_until_refused(&client, &address, push, &seen).await;
         }));
     }
     for w in 0..POPPERS {

@@ -231,12 +231,10 @@ async fn a_late_result_is_taken_and_the_copy_waiting_again_withdrawn(backend: Ba
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
-/// Handed out again before the first holder reports: its result completes the task, and the
-/// second holder's `PATCH running` is refused (409), so that runner does not run it again.
-async fn a_late_result_after_the_task_was_handed_out_again_completes_it(backend: Backend) {
-    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
-        return;
-    };
+/// A task popped, its dispatch lease ended without a word from its holder, and popped again:
+/// the app and the task's id.
+async fn handed_out_again(backend: Backend) -> Option<(TestApp, String)> {
+    let app = spawn_app_with(backend, runners_defaults).await?;
     let task = app
         .push_ok("boefje", &boefje_push("org1", "a", None, 3))
         .await;
@@ -245,6 +243,15 @@ async fn a_late_result_after_the_task_was_handed_out_again_completes_it(backend:
     app.advance(Duration::seconds(61));
     assert_eq!(app.sweep().await.requeued.len(), 1);
     assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
+    Some((app, id))
+}
+
+/// Handed out again before the first holder reports: its result completes the task, and the
+/// second holder's `PATCH running` is refused (409), so that runner does not run it again.
+async fn a_late_result_after_the_task_was_handed_out_again_completes_it(backend: Backend) {
+    let Some((app, id)) = handed_out_again(backend).await else {
+        return;
+    };
     let resp = app.patch_task(&id, &json!({"status": "completed"})).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let resp = app.patch_task(&id, &json!({"status": "running"})).await;
@@ -256,17 +263,9 @@ async fn a_late_result_after_the_task_was_handed_out_again_completes_it(backend:
 /// does not revive the task (the first result stands), and the failed task does not show the
 /// earlier expiry as its reason.
 async fn a_late_word_after_the_task_was_handed_out_again_and_failed_is_refused(backend: Backend) {
-    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+    let Some((app, id)) = handed_out_again(backend).await else {
         return;
     };
-    let task = app
-        .push_ok("boefje", &boefje_push("org1", "a", None, 3))
-        .await;
-    let id = id_of(&task);
-    app.pop_ok("boefje", 1, None).await;
-    app.advance(Duration::seconds(61));
-    assert_eq!(app.sweep().await.requeued.len(), 1);
-    assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
     let resp = app.patch_task(&id, &json!({"status": "failed"})).await;
     assert_eq!(resp.status(), StatusCode::OK);
     for late in ["running", "completed"] {

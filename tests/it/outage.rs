@@ -394,22 +394,10 @@ async fn a_push_whose_flush_barrier_failed_is_stored_when_retried() {
     for crash in 0..8 {
         let address = app.address.clone();
         let pusher = tokio::spawn(async move {
-            let client = reqwest::Client::new();
-            for n in 0.. {
-                let body = boefje_push("flush", &format!("f{crash}-{n}"), None, 5);
-                let Ok(resp) = client
-                    .post(format!("{address}/schedulers/boefje/push"))
-                    .json(&body)
-                    .send()
-                    .await
-                else {
-                    return None;
-                };
-                if resp.status() != StatusCode::CREATED {
-                    return (resp.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(body);
-                }
-            }
-            None
+            let seen = std::sync::Mutex::new(crate::crash::Acknowledged::default());
+            let push = |n: u64| boefje_push("flush", &format!("f{crash}-{n}"), None, 5);
+            crate::crash::push_until_refused(&reqwest::Client::new(), &address, push, &seen).await;
+            seen.into_inner().unwrap().unanswered.pop()
         });
         let moment = Duration::from_millis(200 + rng.next() % 300);
         tokio::time::sleep(moment).await; // the random crash moment, not a wait for a state
