@@ -427,34 +427,24 @@ impl Listener {
         }
         if let Some((_, reason)) = retry.first() {
             warn!(queue = %queue, messages = retry.len(), reason = %reason, "messages handed back to be tried again");
-            let n = retry.len() as u64;
-            // The pause is the handed-back messages' own: the batches behind them, of both
-            // queues, go on meanwhile (an organisation Katalogus keeps failing for would
-            // otherwise stall every event for a second at each of its retries). An object's
-            // later events wait behind its handed-back one all the same (`Holds`). A nack that
-            // fails here has lost its channel, which gives the message back itself.
-            let handed_back: Vec<Delivery> = retry.into_iter().map(|(d, _)| d).collect();
-            let token = token.clone();
-            let status = self.status.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = token.cancelled() => {}
-                    () = tokio::time::sleep(RETRY_PAUSE) => {}
-                }
-                for delivery in handed_back {
-                    let again = BasicNackOptions {
+            tokio::select! {
+                () = token.cancelled() => {}
+                () = tokio::time::sleep(RETRY_PAUSE) => {}
+            }
+            for (delivery, _) in &retry {
+                delivery
+                    .nack(BasicNackOptions {
                         requeue: true,
                         ..BasicNackOptions::default()
-                    };
-                    if delivery.nack(again).await.is_err() {
-                        break;
-                    }
-                }
-                status.counters[source as usize]
-                    .retried
-                    .fetch_add(n, Ordering::Relaxed);
-                status.retried.send_modify(|r| *r += n);
-            });
+                    })
+                    .await?;
+            }
+            counters
+                .retried
+                .fetch_add(retry.len() as u64, Ordering::Relaxed);
+            self.status
+                .retried
+                .send_modify(|r| *r += retry.len() as u64);
         }
         Ok(())
     }

@@ -686,63 +686,6 @@ async fn katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_
     s.cleanup().await;
 }
 
-/// A message handed back waits its pause on its own: the events behind it, of other objects,
-/// are planned meanwhile. (The pause was taken in line, so an organisation Katalogus keeps
-/// failing for held every event of both queues up for a second at each of its retries.) Seen
-/// by order: the other organisation's twenty events are all handled before the one handed back
-/// is given back to RabbitMQ at the end of its pause.
-async fn a_message_handed_back_holds_up_no_other_objects_events(backend: Backend) {
-    let katalogus = KatalogusState::default();
-    katalogus.plugins.lock().unwrap().insert(
-        "fast".into(),
-        vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
-    );
-    // `unlisted` is not in Katalogus: its plugins cannot be had, and its event is handed back.
-    let stub = katalogus.serve();
-    let url = stub.url.clone();
-    let Some(s) = Setup::with(backend, 100, move |s| s.clients.katalogus_api = url).await else {
-        return;
-    };
-    s.mutation(object(
-        "create",
-        "unlisted",
-        "Hostname|internet|u.nl",
-        "Hostname",
-        1,
-    ))
-    .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while s.app.listener.figures()[0].received == 0 && std::time::Instant::now() < deadline {
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(
-        s.app.listener.figures()[0].received,
-        1,
-        "the listener took it"
-    );
-    for n in 0..20 {
-        s.mutation(object(
-            "create",
-            "fast",
-            &format!("Hostname|internet|f{n}.nl"),
-            "Hostname",
-            1,
-        ))
-        .await;
-    }
-    s.handled(20).await;
-    assert_eq!(
-        s.app.listener.figures()[0].retried,
-        0,
-        "the twenty went ahead while the handed-back one waited its pause"
-    );
-    assert_eq!(s.boefje_ids("fast").await.len(), 20);
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(1))
-        .await
-        .expect("the event is given back after its pause");
-    s.cleanup().await;
-}
-
 /// An object's events apply in the order they came, also when one is handed back: a create
 /// whose task the full queue refuses is not overtaken by the object's delete behind it. Once the
 /// queue has room, the create plans its task and the delete cancels it; the object is not
@@ -1204,7 +1147,6 @@ crate::backend_tests!(
     an_object_event_becomes_the_tasks_its_plugins_allow,
     poison_is_dead_lettered_and_never_stalls_the_queue,
     a_poison_message_is_kept_when_its_dead_letter_queue_was_deleted,
-    a_message_handed_back_holds_up_no_other_objects_events,
     a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only,
     a_delete_carrying_its_object_cancels_as_one_without,
     a_delete_of_an_object_octopoes_still_holds_cancels_nothing,
