@@ -352,7 +352,7 @@ impl Application {
         let ownership = match ownership {
             Some(own) => {
                 let b = broker.clone();
-                let handle = own.spawn(target.clone(), Box::new(move |s| b.wake(s)))?;
+                let handle = own.spawn(target.clone(), Arc::new(move |s| b.wake(s)))?;
                 Some((own, handle))
             }
             None => None,

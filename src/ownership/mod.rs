@@ -1,11 +1,13 @@
 //! Ownership: which instance owns each scheduler's heap when several instances share one
 //! PostgreSQL database (docs/ARCHITECTURE.md, "Several instances").
 //!
-//! Each scheduler has one lease row (`scheduler_owners`, [`crate::storage::owners`]). A thread of
-//! its own, on a connection of its own (a busy pool must never delay a renewal), runs a round
-//! every third of the lease: it renews the leases this instance holds, takes over any that
-//! lapsed or were released (raising the epoch, the fencing token), and reads who owns the rest,
-//! with the address to forward their requests to. The engines read their scheduler's epoch from
+//! Each scheduler has one lease row (`scheduler_owners`, [`crate::storage::owners`]). A thread
+//! per scheduler, on a connection of its own (a busy pool must never delay a renewal), runs a
+//! round every third of the lease: it renews the lease if this instance holds it, takes it over
+//! if it lapsed or was released (raising the epoch, the fencing token), and reads who owns it,
+//! with the address to forward its requests to. The threads are apart because a renewal waits
+//! for its engine's batch (the fence below): one scheduler's long batch must not hold up the
+//! others' renewals. The engines read their scheduler's epoch from
 //! here before each batch and check it in the batch's own transaction, so an instance that lost
 //! a lease, however late it notices, cannot commit under it.
 //!
@@ -193,11 +195,30 @@ impl Ownership {
         }
     }
 
-    /// One round: renew what is ours, take what is free, read the rest. Calls `changed` for
-    /// each scheduler whose epoch here changed (taken or lost), so its engine acts at once.
+    /// One round over every scheduler: renew what is ours, take what is free, read the rest.
+    /// Calls `changed` for each scheduler whose epoch here changed (taken or lost), so its
+    /// engine acts at once. The start's first round; after it, each scheduler has its own
+    /// ([`Self::round_of`], [`Self::spawn`]).
     pub fn round(
         &self,
         conn: &mut AnyConnection,
+        changed: &dyn Fn(SchedulerId),
+    ) -> Result<(), StorageError> {
+        for s in SchedulerId::ALL {
+            self.round_of(conn, s, changed)?;
+        }
+        Ok(())
+    }
+
+    /// `s`'s round: renew its lease if ours, take it if free, read its owner. Its renewal waits
+    /// for its engine's batch (the batch holds the row `FOR SHARE`: the fence), so each
+    /// scheduler's round runs apart: a batch that holds its row for longer than a lease (the
+    /// rebuild of a million queued tasks takes about 3 s) delays that renewal alone, never
+    /// another scheduler's, which would lapse and be taken over by another instance.
+    pub fn round_of(
+        &self,
+        conn: &mut AnyConnection,
+        s: SchedulerId,
         changed: &dyn Fn(SchedulerId),
     ) -> Result<(), StorageError> {
         let (me, address, lease) = (
@@ -205,49 +226,52 @@ impl Ownership {
             self.config.address.as_str(),
             self.config.lease,
         );
-        // Who holds what before this round: a lease held by this instance's own dead predecessor
-        // (a restart of the same instance) is taken at once rather than after it lapses.
-        let before = owners::all(conn)?;
-        for s in SchedulerId::ALL {
-            let epoch = self.epoch(s);
-            if epoch > 0 {
-                if !owners::renew(conn, s, me, epoch, lease)? {
-                    self.lost(s, epoch);
-                    changed(s);
-                }
-                continue;
+        let epoch = self.epoch(s);
+        if epoch > 0 {
+            if !owners::renew(conn, s, me, epoch, lease)? {
+                self.lost(s, epoch);
+                changed(s);
             }
-            let predecessor = before
-                .iter()
-                .find(|r| r.scheduler_id == s.as_str() && r.live)
-                .and_then(|r| r.owner.as_deref())
-                .filter(|owner| self.is_predecessor(owner));
-            if let Some(p) = predecessor {
+        } else {
+            let row = owners::all(conn)?
+                .into_iter()
+                .find(|r| r.scheduler_id == s.as_str());
+            let holder = row
+                .filter(|r| r.live)
+                .and_then(|r| r.owner)
+                .filter(|o| !o.is_empty());
+            // A lease held by this instance's own dead predecessor (a restart of the same
+            // instance) is taken at once rather than after it lapses. A lease another instance
+            // holds is not tried: the attempt would lock its row and wait for the owner's batch,
+            // and the owner's next batch would wait for it, every round.
+            let free = holder.is_none();
+            let predecessor = holder.filter(|h| self.is_predecessor(h));
+            if let Some(p) = &predecessor {
                 info!(scheduler.id = %s, predecessor = p, "the lease is held by this instance's own predecessor, which is gone; taking it at once");
             }
-            if let Some(epoch) = owners::claim(conn, s, me, address, lease, predecessor)? {
+            let free = free || predecessor.is_some();
+            if free
+                && let Some(epoch) =
+                    owners::claim(conn, s, me, address, lease, predecessor.as_deref())?
+            {
                 self.ours[s].store(epoch, Ordering::Release);
                 self.takeovers[s].fetch_add(1, Ordering::Relaxed);
                 info!(scheduler.id = %s, epoch, instance = me, "lease taken: this instance owns the scheduler");
                 changed(s);
             }
         }
-        let rows = owners::all(conn)?;
-        let mut seen = PerScheduler::from_fn(|_| None);
-        for r in rows {
-            if let Ok(s) = r.scheduler_id.parse::<SchedulerId>() {
-                seen[s] = Some(Owner {
-                    instance: r.owner.unwrap_or_default(),
-                    address: r.address.unwrap_or_default(),
-                    epoch: r.epoch,
-                    live: r.live,
-                });
-            }
-        }
-        *self
-            .owners
+        let seen = owners::all(conn)?
+            .into_iter()
+            .find(|r| r.scheduler_id == s.as_str())
+            .map(|r| Owner {
+                instance: r.owner.unwrap_or_default(),
+                address: r.address.unwrap_or_default(),
+                epoch: r.epoch,
+                live: r.live,
+            });
+        self.owners
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = seen;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[s] = seen;
         Ok(())
     }
 
@@ -302,75 +326,90 @@ impl Ownership {
         }
     }
 
-    /// Starts the ownership thread on a connection of its own to `target`: a round every third of
-    /// the lease until the handle is stopped.
+    /// Starts the ownership threads, one per scheduler, each on a connection of its own to
+    /// `target`: a round of its scheduler every third of the lease until the handle is stopped.
     pub fn spawn(
         self: &Arc<Self>,
         target: DbTarget,
-        changed: Box<dyn Fn(SchedulerId) + Send>,
+        changed: Arc<dyn Fn(SchedulerId) + Send + Sync>,
     ) -> Result<OwnershipHandle, OwnershipError> {
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let me = self.clone();
+        let mut threads = Vec::with_capacity(SchedulerId::ALL.len());
+        for s in SchedulerId::ALL {
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            let (me, target, changed) = (self.clone(), target.clone(), changed.clone());
+            let join = std::thread::Builder::new()
+                .name(format!("ownership-{s}"))
+                .spawn(move || me.rounds_of(s, &target, &*changed, &stopped))
+                .map_err(OwnershipError::Thread)?;
+            threads.push((stop, join));
+        }
+        Ok(OwnershipHandle { threads })
+    }
+
+    /// `s`'s rounds until `stopped` says so, on a connection kept between rounds.
+    fn rounds_of(
+        &self,
+        s: SchedulerId,
+        target: &DbTarget,
+        changed: &dyn Fn(SchedulerId),
+        stopped: &std::sync::mpsc::Receiver<()>,
+    ) {
         let every = self.config.lease / 3;
-        let join = std::thread::Builder::new()
-            .name("ownership".into())
-            .spawn(move || {
-                let mut conn: Option<AnyConnection> = None;
-                let mut failing_since: Option<Instant> = None;
-                loop {
-                    let fresh = |conn: &mut Option<AnyConnection>| {
-                        storage::open(&target).and_then(|c| me.round(conn.insert(c), &*changed))
-                    };
-                    let result = match conn.as_mut() {
-                        Some(c) => match me.round(c, &*changed) {
-                            // The server closed the kept connection (a restart, an
-                            // administrator): one more try on a new one, before the leases
-                            // run short.
-                            Err(e) if e.is_connection_lost() => {
-                                info!(error = %e, "the ownership connection was closed; reconnecting");
-                                fresh(&mut conn)
-                            }
-                            other => other,
-                        },
-                        None => fresh(&mut conn),
-                    };
-                    match result {
-                        Ok(()) => {
-                            if failing_since.take().is_some() {
-                                info!("ownership rounds work again");
-                            }
-                        }
-                        Err(e) => {
-                            conn = None;
-                            if failing_since.is_none() {
-                                failing_since = Some(Instant::now());
-                                error!(error = %e, "ownership round failed; leases are not renewed until the database answers");
-                            }
-                        }
+        let mut conn: Option<AnyConnection> = None;
+        let mut failing_since: Option<Instant> = None;
+        loop {
+            let fresh = |conn: &mut Option<AnyConnection>| {
+                storage::open(target).and_then(|c| self.round_of(conn.insert(c), s, changed))
+            };
+            let result = match conn.as_mut() {
+                Some(c) => match self.round_of(c, s, changed) {
+                    // The server closed the kept connection (a restart, an administrator): one
+                    // more try on a new one, before the lease runs short.
+                    Err(e) if e.is_connection_lost() => {
+                        info!(scheduler.id = %s, error = %e, "the ownership connection was closed; reconnecting");
+                        fresh(&mut conn)
                     }
-                    match stopped.recv_timeout(every) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                    other => other,
+                },
+                None => fresh(&mut conn),
+            };
+            match result {
+                Ok(()) => {
+                    if failing_since.take().is_some() {
+                        info!(scheduler.id = %s, "ownership rounds work again");
                     }
                 }
-            })
-            .map_err(OwnershipError::Thread)?;
-        Ok(OwnershipHandle { stop, join })
+                Err(e) => {
+                    conn = None;
+                    if failing_since.is_none() {
+                        failing_since = Some(Instant::now());
+                        error!(scheduler.id = %s, error = %e, "ownership round failed; the lease is not renewed until the database answers");
+                    }
+                }
+            }
+            match stopped.recv_timeout(every) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
     }
 }
 
-/// The running ownership thread.
+/// The running ownership threads.
 pub struct OwnershipHandle {
-    stop: Sender<()>,
-    join: JoinHandle<()>,
+    threads: Vec<(Sender<()>, JoinHandle<()>)>,
 }
 
 impl OwnershipHandle {
     /// Stops the rounds (the leases stay held until released or lapsed).
     pub fn stop(self) {
-        let _ = self.stop.send(());
-        if self.join.join().is_err() {
-            error!("the ownership thread panicked");
+        for (stop, _) in &self.threads {
+            let _ = stop.send(());
+        }
+        for (_, join) in self.threads {
+            if join.join().is_err() {
+                error!("an ownership thread panicked");
+            }
         }
     }
 }

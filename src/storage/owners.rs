@@ -65,13 +65,18 @@ pub fn claim(
         .bind(instance)
         .push(", ")
         .bind(address)
-        .push(", 1, now() + ")
+        .push(", 1, clock_timestamp() + ")
         .bind(millis(lease))
         .push(
             " * interval '1 millisecond', now()) ON CONFLICT (scheduler_id) DO UPDATE SET \
              owner = excluded.owner, address = excluded.address, \
-             epoch = scheduler_owners.epoch + 1, expires_at = excluded.expires_at, \
-             acquired_at = excluded.acquired_at \
+             epoch = scheduler_owners.epoch + 1, expires_at = clock_timestamp() + ",
+        )
+        // Counted when the row is taken: the update may have waited for the former owner's
+        // batch to let go of the row.
+        .bind(millis(lease))
+        .push(
+            " * interval '1 millisecond', acquired_at = excluded.acquired_at \
              WHERE scheduler_owners.owner IS NULL OR scheduler_owners.expires_at < now()",
         );
     if let Some(p) = predecessor {
@@ -82,6 +87,10 @@ pub fn claim(
 }
 
 /// Extends `instance`'s lease on `scheduler` under `epoch`; false if it no longer holds it.
+/// The lease counts from when the renewal applies (`clock_timestamp()`), not from when its
+/// statement began: a renewal that waited for its engine's batch (which holds the row, the
+/// fence) would otherwise write an expiry already past, and lose the lease to another
+/// instance's next round.
 pub fn renew(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -91,7 +100,7 @@ pub fn renew(
 ) -> QueryResult<bool> {
     let mut q = Sql::new(
         Backend::Postgres,
-        "UPDATE scheduler_owners SET expires_at = now() + ",
+        "UPDATE scheduler_owners SET expires_at = clock_timestamp() + ",
     );
     q.bind(millis(lease)).push(" * interval '1 millisecond'");
     held_by(&mut q, scheduler, instance, epoch);

@@ -220,6 +220,118 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
 }
 
 /// ColdStart's round count on `address`, from `/health`.
+/// Each scheduler's owner row as stored: (scheduler, owner, epoch, lease running).
+fn owner_rows(uri: &str) -> Vec<(String, String, i64, bool)> {
+    use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, sql_types};
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = sql_types::Text)]
+        scheduler_id: String,
+        #[diesel(sql_type = sql_types::Text)]
+        owner: String,
+        #[diesel(sql_type = sql_types::BigInt)]
+        epoch: i64,
+        #[diesel(sql_type = sql_types::Bool)]
+        live: bool,
+    }
+    let mut c = PgConnection::establish(uri).unwrap();
+    diesel::sql_query(
+        "SELECT scheduler_id, COALESCE(owner, '') AS owner, epoch, expires_at > now() AS live \
+         FROM scheduler_owners ORDER BY scheduler_id",
+    )
+    .load::<Row>(&mut c)
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.scheduler_id, r.owner, r.epoch, r.live))
+    .collect()
+}
+
+/// A batch that holds its scheduler's row for longer than a lease (the fence holds it `FOR
+/// SHARE`; the rebuild of a million queued tasks takes about 3 s) delays that scheduler's
+/// renewal alone. The owner keeps all three leases while another instance waits for any to
+/// lapse: the others are renewed meanwhile, and the one held is renewed as soon as it is let
+/// go, counted from then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_row_held_past_a_lease_costs_its_owner_no_lease() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let c = client();
+    let a = start_async(&db.uri).await;
+    a.wait_owning_all().await;
+    let b = start_async(&db.uri).await;
+    until(Duration::from_secs(10), "b reads the owners", || async {
+        samples(&c, &b.address, "scheduler_ownership_owner_info")
+            .await
+            .len()
+            == 3
+    })
+    .await;
+    let before = owner_rows(&db.uri);
+    assert!(before.iter().all(|r| r.2 == 1 && r.3), "{before:?}");
+
+    // The boefje row held as a batch holds it, for three and a half leases.
+    let uri = db.uri.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let held = std::thread::spawn(move || {
+        use diesel::{Connection, PgConnection, connection::SimpleConnection};
+        let mut conn = PgConnection::establish(&uri).unwrap();
+        conn.batch_execute(
+            "BEGIN; SELECT epoch FROM scheduler_owners WHERE scheduler_id = 'boefje' FOR SHARE",
+        )
+        .unwrap();
+        locked_tx.send(()).unwrap();
+        // The stimulus: a batch this long, not a wait for a state.
+        std::thread::sleep(Duration::from_millis(3_500));
+        conn.batch_execute("COMMIT").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    // Throughout, the leases not held stay running: their renewals do not wait for boefje's.
+    let mut samples_taken = 0;
+    while !held.is_finished() {
+        let uri = db.uri.clone();
+        let rows = tokio::task::spawn_blocking(move || owner_rows(&uri))
+            .await
+            .unwrap();
+        if held.is_finished() {
+            break;
+        }
+        let lapsed: Vec<_> = rows.iter().filter(|r| r.0 != "boefje" && !r.3).collect();
+        assert!(
+            lapsed.is_empty(),
+            "lapsed while boefje's row was held: {lapsed:?}"
+        );
+        samples_taken += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await; // sampling interval
+    }
+    held.join().unwrap();
+    assert!(
+        samples_taken > 10,
+        "{samples_taken} samples during the hold"
+    );
+
+    // Once let go, a's renewal (queued before b could find the lease lapsed) applies first.
+    until(Duration::from_secs(10), "every lease running again", || {
+        let uri = db.uri.clone();
+        async move {
+            tokio::task::spawn_blocking(move || owner_rows(&uri).iter().all(|r| r.3))
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+    let after = owner_rows(&db.uri);
+    assert_eq!(
+        after.iter().map(|r| (&r.0, &r.1, r.2)).collect::<Vec<_>>(),
+        before.iter().map(|r| (&r.0, &r.1, r.2)).collect::<Vec<_>>(),
+        "the same owner under the same epochs: no lease changed hands"
+    );
+    assert_eq!(owned(&c, &a.address).await, 3);
+    assert_eq!(owned(&c, &b.address).await, 0);
+    let took = samples(&c, &b.address, "scheduler_ownership_takeovers_total").await;
+    assert!(took.iter().all(|(_, v)| *v == 0.0), "b took: {took:?}");
+}
+
 async fn coldstart_rounds(client: &reqwest::Client, address: &str) -> u64 {
     get_json(client, &format!("{address}/health")).await["results"]
         .as_array()
