@@ -148,6 +148,19 @@ pub fn fire_id(schedule: &str, deadline: Option<NaiveDateTime>) -> Uuid {
     Uuid::new_v5(&Uuid::NAMESPACE_OID, name.as_bytes())
 }
 
+/// The task id of a fire for `deadline` once the schedule was set again to a deadline that had
+/// fired (`armed`: the schedule row's `modified_at` then). Rocky sets a report recipe's deadline
+/// to the day's date on every edit, so an edit on the day the recipe first ran names a due time
+/// that already has its task; [`fire_id`] alone would take that finished task for this fire.
+pub fn rearmed_fire_id(schedule: &str, deadline: NaiveDateTime, armed: NaiveDateTime) -> Uuid {
+    let name = format!(
+        "{schedule}@{}#{}",
+        deadline.and_utc().timestamp_micros(),
+        armed.and_utc().timestamp_micros()
+    );
+    Uuid::new_v5(&Uuid::NAMESPACE_OID, name.as_bytes())
+}
+
 /// What a due boefje schedule becomes, from what is known of its plugin and object: the rule
 /// alone, apart from the reads that feed it.
 #[derive(Debug, PartialEq)]
@@ -673,13 +686,16 @@ impl Reschedule {
     async fn push(&self, p: Prepared, tick: &Tick) -> Result<Settlement, CronError> {
         let Prepared {
             requests,
-            fired,
+            mut fired,
             held: mut out,
         } = p;
         if requests.is_empty() {
             return Ok(out);
         }
-        let results = self.broker.push_many(tick.component, requests).await?;
+        let sent = requests.clone();
+        let mut results = self.broker.push_many(tick.component, requests).await?;
+        self.push_rearmed(&mut fired, &mut results, sent, tick)
+            .await?;
         let now = tick.at.naive_utc();
         for ((due, task, next), r) in fired.into_iter().zip(results) {
             let created = matches!(&r, Ok(o) if o.created);
@@ -687,6 +703,50 @@ impl Reschedule {
             out.decide(due, fate, then, created, now, self.period);
         }
         Ok(out)
+    }
+
+    /// The fires whose own task (by [`fire_id`]) exists finished and was made before their
+    /// schedule was last changed: the schedule was set again to a deadline that had fired (a
+    /// user's edit; a crash between a fire's push and its schedule's update leaves the row as it
+    /// was, older than the task). Each is a new fire of that due time, pushed under an id of its
+    /// own arming ([`rearmed_fire_id`]); `fired` and `results` then name it.
+    async fn push_rearmed(
+        &self,
+        fired: &mut [(Due, Uuid, Option<NaiveDateTime>)],
+        results: &mut [Result<PushOutcome, QueueError>],
+        mut sent: Vec<PushRequest>,
+        tick: &Tick,
+    ) -> Result<(), CronError> {
+        let mut again = Vec::new();
+        for (k, ((due, task, _), r)) in fired.iter().zip(results.iter()).enumerate() {
+            if !matches!(r, Err(QueueError::Duplicate { existing }) if existing == task) {
+                continue;
+            }
+            // Unreadable now: taken as this fire, as before (the next edit arms it again).
+            let Ok(earlier) = self.broker.get_task(*task).await else {
+                continue;
+            };
+            if earlier.status.is_terminal() && earlier.created_at.naive_utc() < due.read {
+                let id = rearmed_fire_id(&due.schedule_id, due.due_at, due.read);
+                let mut request = std::mem::take(&mut sent[k]);
+                request.id = Some(id);
+                request
+                    .data
+                    .insert("id".into(), Value::String(id.hyphenated().to_string()));
+                again.push((k, id, request));
+            }
+        }
+        if again.is_empty() {
+            return Ok(());
+        }
+        let (at, requests): (Vec<_>, Vec<_>) =
+            again.into_iter().map(|(k, id, r)| ((k, id), r)).unzip();
+        let answers = self.broker.push_many(tick.component, requests).await?;
+        for ((k, id), r) in at.into_iter().zip(answers) {
+            fired[k].1 = id;
+            results[k] = r;
+        }
+        Ok(())
     }
 
     /// After a page's push committed (its tasks with their explanations): its schedules' new

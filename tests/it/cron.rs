@@ -422,6 +422,74 @@ async fn a_fire_pushed_just_before_a_crash_is_not_run_again(backend: Backend) {
     assert_eq!(page["count"], 1, "that fire ran once");
 }
 
+/// Rocky sets a report recipe's deadline to the day's date (`YYYY-MM-DD`) on every edit, so an
+/// edit on the day the recipe first ran names a due time whose fire has already run: that is a
+/// new fire, run again, as mula runs any enabled schedule whose deadline has passed. Its own id
+/// is not the earlier fire's, and it runs once.
+async fn a_recipe_set_again_to_a_day_that_has_run_runs_again(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let today = midnight() + Duration::hours(10);
+    app.clock.set(today);
+    let mut body = report("org1", "r1");
+    body["schedule"] = json!("0 0 * * *");
+    body["deadline_at"] = json!("2027-01-01");
+    let schedule = create_schedule(&app, body).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ran = HashMap::new();
+    let fired =
+        |report: kat_scheduler::cron::TickReport| report.entries["reschedule"].summary.clone();
+    assert_eq!(
+        fired(app.tick(SchedulerId::Report).await),
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    run_reports(&app, &mut ran).await;
+    // The user edits the recipe an hour later; Rocky sends the day's date again.
+    app.advance(Duration::hours(1));
+    let resp = app
+        .patch(
+            &format!("/schedules/{schedule}"),
+            &json!({"schedule": "0 0 * * *", "deadline_at": "2027-01-01"}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        fired(app.tick(SchedulerId::Report).await),
+        "fired 1, skipped 0, disabled 0, waiting 0",
+        "the edited recipe runs"
+    );
+    run_reports(&app, &mut ran).await;
+    assert_eq!(
+        ran.get(&schedule),
+        Some(&2),
+        "two runs of the recipe: {ran:?}"
+    );
+    app.advance(Duration::minutes(1));
+    assert_eq!(
+        fired(app.tick(SchedulerId::Report).await),
+        "fired 0, skipped 0, disabled 0, waiting 0",
+        "and not a third time"
+    );
+    let after: Value = app
+        .get(&format!("/schedules/{schedule}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        after["deadline_at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
+        midnight() + Duration::days(1),
+        "the schedule moved on to tomorrow"
+    );
+}
+
 async fn each_task_explains_its_priority(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let catalogue = dir.path().join("catalogue.toml");
@@ -764,6 +832,7 @@ crate::backend_tests!(
     grace_period_work_waits_by_its_due_moment_and_is_explained_as_of_the_time_asked,
     each_task_explains_its_priority,
     a_fire_pushed_just_before_a_crash_is_not_run_again,
+    a_recipe_set_again_to_a_day_that_has_run_runs_again,
     a_day_of_schedules_fires_each_once_per_cron_fire_across_restarts,
     due_schedules_are_handled_oldest_first_and_all_in_one_tick,
     a_tick_over_several_pages_fires_each_due_schedule_once,
