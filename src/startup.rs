@@ -320,6 +320,21 @@ impl Application {
                     owned = ?SchedulerId::ALL.into_iter().filter(|s| own.epoch(*s) > 0).collect::<Vec<_>>(),
                     "ownership: several instances may share this database"
                 );
+                // The rounds run from here, before the engines load their heaps: a rebuild holds
+                // its scheduler's row (the fence) for as long as it takes, seconds for a million
+                // queued tasks, and leases not renewed meanwhile would lapse and be taken. The
+                // engines are woken once the broker exists; until then each reads its epoch
+                // before its first batch.
+                let waker = Arc::new(std::sync::OnceLock::<Broker>::new());
+                let w = waker.clone();
+                let handle = own.spawn(
+                    target.clone(),
+                    Arc::new(move |s| {
+                        if let Some(b) = w.get() {
+                            b.wake(s);
+                        }
+                    }),
+                )?;
                 let token = Some(settings.cluster.peer_token.clone()).filter(|t| !t.is_empty());
                 let peers = Peers::new(
                     Duration::from_secs(settings.queue.shed_after_secs + FORWARD_MARGIN_SECS),
@@ -330,7 +345,7 @@ impl Application {
                         ownership: Some(own.clone()),
                         peers: Some(peers),
                     },
-                    Some(own),
+                    Some((own, handle, waker)),
                 )
             }
             DbTarget::Sqlite(_) => (Cluster::default(), None),
@@ -349,14 +364,15 @@ impl Application {
         })
         .await?
         .context("cannot load the queue from the database")?;
-        let ownership = match ownership {
-            Some(own) => {
-                let b = broker.clone();
-                let handle = own.spawn(target.clone(), Arc::new(move |s| b.wake(s)))?;
-                Some((own, handle))
+        let ownership = ownership.map(|(own, handle, waker)| {
+            // An engine whose ownership changed while the heaps loaded is woken now.
+            if waker.set(broker.clone()).is_ok() {
+                for s in SchedulerId::ALL {
+                    broker.wake(s);
+                }
             }
-            None => None,
-        };
+            (own, handle)
+        });
         let body = crate::api::extract::BodyConfig {
             max_bytes: settings.api.max_body_bytes,
             timeout: Duration::from_secs(settings.api.body_timeout_secs),

@@ -87,10 +87,11 @@ pub fn claim(
 }
 
 /// Extends `instance`'s lease on `scheduler` under `epoch`; false if it no longer holds it.
-/// The lease counts from when the renewal applies (`clock_timestamp()`), not from when its
-/// statement began: a renewal that waited for its engine's batch (which holds the row, the
-/// fence) would otherwise write an expiry already past, and lose the lease to another
-/// instance's next round.
+/// The lease counts from when the renewal holds the row, not from when it asked: a renewal
+/// that waited for its engine's batch (which holds the row `FOR SHARE`, the fence) would
+/// otherwise write an expiry already past, and lose the lease to another instance's next
+/// round. So the row is locked first, and the expiry computed (`clock_timestamp()`) by a
+/// second statement; a single `UPDATE` computes its new row before it waits for the lock.
 pub fn renew(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -98,13 +99,22 @@ pub fn renew(
     epoch: i64,
     lease: std::time::Duration,
 ) -> QueryResult<bool> {
-    let mut q = Sql::new(
-        Backend::Postgres,
-        "UPDATE scheduler_owners SET expires_at = clock_timestamp() + ",
-    );
-    q.bind(millis(lease)).push(" * interval '1 millisecond'");
-    held_by(&mut q, scheduler, instance, epoch);
-    Ok(q.execute(conn)? == 1)
+    use diesel::Connection;
+    conn.transaction(|c| {
+        let mut lock = Sql::new(Backend::Postgres, "SELECT epoch FROM scheduler_owners");
+        held_by(&mut lock, scheduler, instance, epoch);
+        lock.push(" FOR NO KEY UPDATE");
+        if lock.load::<Epoch>(c)?.is_empty() {
+            return Ok(false);
+        }
+        let mut q = Sql::new(
+            Backend::Postgres,
+            "UPDATE scheduler_owners SET expires_at = clock_timestamp() + ",
+        );
+        q.bind(millis(lease)).push(" * interval '1 millisecond'");
+        held_by(&mut q, scheduler, instance, epoch);
+        Ok(q.execute(c)? == 1)
+    })
 }
 
 /// Gives up `instance`'s lease on `scheduler` at once, so another instance takes it on its next

@@ -332,6 +332,71 @@ async fn a_scheduler_row_held_past_a_lease_costs_its_owner_no_lease() {
     assert!(took.iter().all(|(_, v)| *v == 0.0), "b took: {took:?}");
 }
 
+/// A restarted owner's leases are renewed while its engines load their heaps: each load holds
+/// its scheduler's row (the fence) for as long as it reads the tables (here held up by a lock on
+/// `task_queue`, as a million queued tasks take seconds), and another instance waits for any lease
+/// to lapse meanwhile. The owner keeps all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_renewed_while_a_restarted_owner_loads_its_heaps() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let c = client();
+    let env = [
+        ("SCHEDULER_INSTANCE_ID", "scheduler-a"),
+        ("SCHEDULER_LEASE_MS", LEASE_MS),
+    ];
+    let first = ChildApp::start(&db.uri, &env);
+    first.wait_owning_all().await;
+    let b = start_async(&db.uri).await;
+    until(Duration::from_secs(10), "b reads the owners", || async {
+        samples(&c, &b.address, "scheduler_ownership_owner_info")
+            .await
+            .len()
+            == 3
+    })
+    .await;
+    first.kill_9();
+
+    // The pending backlog's table held: the restarted owner's engines take their rows, then
+    // wait to read it.
+    let uri = db.uri.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        use diesel::{Connection, PgConnection, connection::SimpleConnection};
+        let mut conn = PgConnection::establish(&uri).unwrap();
+        conn.batch_execute("BEGIN; LOCK TABLE task_queue IN ACCESS EXCLUSIVE MODE")
+            .unwrap();
+        locked_tx.send(()).unwrap();
+        // The stimulus: a load this long, not a wait for a state.
+        std::thread::sleep(Duration::from_millis(3_500));
+        conn.batch_execute("COMMIT").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let uri = db.uri.clone();
+    let second = tokio::task::spawn_blocking(move || ChildApp::start(&uri, &env))
+        .await
+        .unwrap();
+    holder.join().unwrap();
+    until(Duration::from_secs(10), "every lease running again", || {
+        let uri = db.uri.clone();
+        async move {
+            tokio::task::spawn_blocking(move || owner_rows(&uri).iter().all(|r| r.3))
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+    let rows = owner_rows(&db.uri);
+    assert!(
+        rows.iter().all(|r| r.1 == "scheduler-a" && r.2 == 2),
+        "each lease taken once, by the restarted owner: {rows:?}"
+    );
+    assert_eq!(owned(&c, &second.address).await, 3);
+    let took = samples(&c, &b.address, "scheduler_ownership_takeovers_total").await;
+    assert!(took.iter().all(|(_, v)| *v == 0.0), "b took: {took:?}");
+}
+
 async fn coldstart_rounds(client: &reqwest::Client, address: &str) -> u64 {
     get_json(client, &format!("{address}/health")).await["results"]
         .as_array()
