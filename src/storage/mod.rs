@@ -320,6 +320,24 @@ pub struct Manager {
     target: DbTarget,
 }
 
+/// How long a session of this service may sit idle inside a transaction before PostgreSQL ends
+/// it, unless the server, the role or the URI (`?options=-c%20idle_in_transaction_session_timeout%3D…`)
+/// sets its own. The service never waits on anything but the database inside a transaction, so
+/// such a session belongs to a process that stopped mid-batch: a host that crashed or was cut
+/// off, whose socket the server keeps for its TCP keepalive (about two hours by default). Until
+/// it ends, its batch holds its scheduler's owner row (the fence), and no other instance, nor a
+/// restart of the same one, can take that scheduler over.
+pub const PG_IDLE_IN_TRANSACTION: &str = "60s";
+
+/// Settings of every PostgreSQL session: UTC, and [`PG_IDLE_IN_TRANSACTION`] where none is set.
+fn pg_session() -> String {
+    format!(
+        "SET TIME ZONE 'UTC'; \
+         SELECT set_config('idle_in_transaction_session_timeout', '{PG_IDLE_IN_TRANSACTION}', false) \
+         WHERE current_setting('idle_in_transaction_session_timeout') = '0';"
+    )
+}
+
 /// SQLite settings for every connection: WAL so readers never block the writer, FULL sync so an
 /// acknowledged commit survives power loss, and a busy timeout instead of instant "locked" errors.
 /// The busy timeout comes first: `journal_mode` reads the database, and a connection opened
@@ -337,7 +355,7 @@ impl ManageConnection for Manager {
         match &self.target {
             DbTarget::Postgres(url) => {
                 let mut conn = diesel::PgConnection::establish(url)?;
-                conn.batch_execute("SET TIME ZONE 'UTC'")?;
+                conn.batch_execute(&pg_session())?;
                 Ok(AnyConnection::Postgresql(conn))
             }
             DbTarget::Sqlite(path) => {

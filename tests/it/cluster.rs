@@ -397,6 +397,44 @@ async fn leases_are_renewed_while_a_restarted_owner_loads_its_heaps() {
     assert!(took.iter().all(|(_, v)| *v == 0.0), "b took: {took:?}");
 }
 
+/// The idle-in-transaction timeout of a session opened at `uri` by the service.
+fn idle_timeout_of(uri: &str) -> String {
+    use diesel::{QueryableByName, RunQueryDsl, sql_types};
+    #[derive(QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = sql_types::Text)]
+        v: String,
+    }
+    let target = kat_scheduler::storage::DbTarget::parse(uri).unwrap();
+    let mut conn = kat_scheduler::storage::open(&target).unwrap();
+    let kat_scheduler::storage::AnyConnection::Postgresql(pg) = &mut conn else {
+        panic!("a PostgreSQL session");
+    };
+    diesel::sql_query("SELECT current_setting('idle_in_transaction_session_timeout') AS v")
+        .load::<Setting>(pg)
+        .unwrap()
+        .remove(0)
+        .v
+}
+
+/// A session of the service left idle inside a transaction is ended by the server after a
+/// minute: such a session belongs to a process stopped mid-batch (a crashed or cut-off host,
+/// whose socket the server would keep for hours), whose batch holds its scheduler's owner row
+/// and so blocks every takeover. A timeout the URI sets is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_left_idle_in_a_transaction_are_ended_by_the_server() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    assert_eq!(idle_timeout_of(&db.uri), "1min");
+    let sep = if db.uri.contains('?') { '&' } else { '?' };
+    let own = format!(
+        "{}{sep}options=-c%20idle_in_transaction_session_timeout%3D2500",
+        db.uri
+    );
+    assert_eq!(idle_timeout_of(&own), "2500ms");
+}
+
 async fn coldstart_rounds(client: &reqwest::Client, address: &str) -> u64 {
     get_json(client, &format!("{address}/health")).await["results"]
         .as_array()
