@@ -131,6 +131,9 @@ pub struct Ownership {
     owners: RwLock<PerScheduler<Option<Owner>>>,
     /// Leases this instance took, per scheduler (its first and every later takeover).
     takeovers: PerScheduler<AtomicU64>,
+    /// When this instance first read the lease rows, on the database's clock (seconds since the
+    /// epoch): only a lease taken before then can be its own predecessor's.
+    started: std::sync::OnceLock<f64>,
 }
 
 impl Ownership {
@@ -141,6 +144,7 @@ impl Ownership {
             ours: PerScheduler::from_fn(|_| AtomicI64::new(0)),
             owners: RwLock::new(PerScheduler::from_fn(|_| None)),
             takeovers: PerScheduler::default(),
+            started: std::sync::OnceLock::new(),
         }
     }
 
@@ -233,9 +237,19 @@ impl Ownership {
                 changed(s);
             }
         } else {
-            let row = owners::all(conn)?
-                .into_iter()
-                .find(|r| r.scheduler_id == s.as_str());
+            let rows = owners::all(conn)?;
+            // This instance's start on the database's clock: its first read (before any lease
+            // it could have taken; none is older than an empty table).
+            let started = *self
+                .started
+                .get_or_init(|| rows.first().map_or(f64::NEG_INFINITY, |r| r.read_at));
+            let row = rows.into_iter().find(|r| r.scheduler_id == s.as_str());
+            // A holder that took the lease after this instance started is alive, whatever its
+            // name: two instances given one name (or containers alike in host name and process
+            // id) would otherwise take each other's leases for ever.
+            let taken_before_start = row
+                .as_ref()
+                .is_some_and(|r| r.acquired_at.is_none_or(|a| a < started));
             let holder = row
                 .filter(|r| r.live)
                 .and_then(|r| r.owner)
@@ -245,7 +259,7 @@ impl Ownership {
             // holds is not tried: the attempt would lock its row and wait for the owner's batch,
             // and the owner's next batch would wait for it, every round.
             let free = holder.is_none();
-            let predecessor = holder.filter(|h| self.is_predecessor(h));
+            let predecessor = holder.filter(|h| taken_before_start && self.is_predecessor(h));
             if let Some(p) = &predecessor {
                 info!(scheduler.id = %s, predecessor = p, "the lease is held by this instance's own predecessor, which is gone; taking it at once");
             }

@@ -9,14 +9,14 @@
 
 use diesel::QueryResult;
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Bool, Nullable, Text};
+use diesel::sql_types::{BigInt, Bool, Double, Nullable, Text};
 
 use super::sql::{Bind, Sql};
 use super::{AnyConnection, Backend};
 use crate::domain::SchedulerId;
 
 /// One scheduler's owner as stored.
-#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+#[derive(Debug, Clone, PartialEq, QueryableByName)]
 pub struct OwnerRow {
     /// The scheduler.
     #[diesel(sql_type = Text)]
@@ -33,6 +33,13 @@ pub struct OwnerRow {
     /// Whether the lease still runs (an owner, not yet expired).
     #[diesel(sql_type = Bool)]
     pub live: bool,
+    /// When the owner took the lease, in seconds since the epoch on the database's clock
+    /// (`None` before anyone did).
+    #[diesel(sql_type = Nullable<Double>)]
+    pub acquired_at: Option<f64>,
+    /// The database's clock when the row was read, in seconds since the epoch.
+    #[diesel(sql_type = Double)]
+    pub read_at: f64,
 }
 
 #[derive(QueryableByName)]
@@ -148,7 +155,9 @@ pub fn all(conn: &mut AnyConnection) -> QueryResult<Vec<OwnerRow>> {
     Sql::new(
         Backend::Postgres,
         "SELECT scheduler_id, owner, address, epoch, \
-         (owner IS NOT NULL AND expires_at > now()) AS live FROM scheduler_owners",
+         (owner IS NOT NULL AND expires_at > now()) AS live, \
+         EXTRACT(EPOCH FROM acquired_at)::float8 AS acquired_at, \
+         EXTRACT(EPOCH FROM now())::float8 AS read_at FROM scheduler_owners",
     )
     .load(conn)
 }

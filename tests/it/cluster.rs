@@ -435,6 +435,50 @@ async fn sessions_left_idle_in_a_transaction_are_ended_by_the_server() {
     assert_eq!(idle_timeout_of(&own), "2500ms");
 }
 
+/// Two live instances given one name (a copied `SCHEDULER_INSTANCE_ID`) each look like the
+/// other's dead predecessor. The one started second takes the leases once, as from a predecessor
+/// (it cannot tell), and then they stay: a lease taken after an instance started is never its
+/// predecessor's, so the first does not take them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_live_instances_of_one_name_do_not_take_each_others_leases_for_ever() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let env = [
+        ("SCHEDULER_INSTANCE_ID", "twin"),
+        ("SCHEDULER_LEASE_MS", LEASE_MS),
+    ];
+    let first = ChildApp::start(&db.uri, &env);
+    first.wait_owning_all().await;
+    let uri = db.uri.clone();
+    let second = tokio::task::spawn_blocking(move || ChildApp::start(&uri, &env))
+        .await
+        .unwrap();
+    // Three leases' time, sampled: about nine rounds of each instance.
+    let mut highest = 0;
+    for _ in 0..30 {
+        let uri = db.uri.clone();
+        let rows = tokio::task::spawn_blocking(move || owner_rows(&uri))
+            .await
+            .unwrap();
+        highest = highest.max(rows.iter().map(|r| r.2).max().unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(100)).await; // sampling interval
+    }
+    assert!(
+        highest <= 2,
+        "epochs rose to {highest}: the leases kept changing hands"
+    );
+    let c = client();
+    let owned_by = (
+        owned(&c, &first.address).await,
+        owned(&c, &second.address).await,
+    );
+    assert!(
+        owned_by == (0, 3) || owned_by == (3, 0),
+        "one instance owns all three: {owned_by:?}"
+    );
+}
+
 async fn coldstart_rounds(client: &reqwest::Client, address: &str) -> u64 {
     get_json(client, &format!("{address}/health")).await["results"]
         .as_array()
