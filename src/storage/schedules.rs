@@ -287,25 +287,36 @@ pub fn due(
     after: Option<(NaiveDateTime, String)>,
     limit: usize,
 ) -> QueryResult<Vec<ScheduleRow>> {
-    let mut q = sql(
-        conn,
+    due_statement(Backend::of(conn), scheduler, now, after, limit).load(conn)
+}
+
+/// [`due`]'s statement (public so that its plan can be checked).
+pub fn due_statement(
+    backend: Backend,
+    scheduler: SchedulerId,
+    now: NaiveDateTime,
+    after: Option<(NaiveDateTime, String)>,
+    limit: usize,
+) -> Sql {
+    let mut q = Sql::new(
+        backend,
         &format!("SELECT {COLUMNS} FROM schedules WHERE enabled AND deadline_at <= "),
     );
     q.bind(now)
         .push(" AND scheduler_id = ")
         .bind(scheduler.as_str());
     if let Some((deadline, id)) = after {
-        q.push(" AND (deadline_at > ")
+        // A row comparison: the page starts in `ix_schedules_due` where the last ended (the
+        // same condition spelt with OR was a filter, and page k read the k pages before it).
+        q.push(" AND (deadline_at, id) > (")
             .bind(deadline)
-            .push(" OR (deadline_at = ")
-            .bind(deadline)
-            .push(" AND id > ")
+            .push(", ")
             .bind(id)
-            .push("))");
+            .push(")");
     }
     q.push(" ORDER BY deadline_at, id LIMIT ")
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    q.load(conn)
+    q
 }
 
 /// The text form both backends read a timestamp from inside a JSON document.

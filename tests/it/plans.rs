@@ -217,3 +217,74 @@ async fn an_engines_statements_walk_their_index_whatever_the_tables_statistics()
     .unwrap();
     drop(db);
 }
+
+/// The cron's due schedules are read a page at a time, each page starting in `ix_schedules_due`
+/// where the last ended and only among its own scheduler's rows: with many due schedules
+/// waiting (an Octopoes outage), page k of the OR-spelt keyset read the k pages before it, and
+/// the report table's tick read every due boefje schedule. Analysed, a page walks the index in
+/// order; never analysed (the service analyses `schedules` at start and after bulk creates),
+/// the planner still starts in the index at the page's start, then sorts what follows.
+#[tokio::test]
+async fn a_page_of_due_schedules_starts_where_the_last_ended_whatever_the_statistics() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let uri = db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        let (_pool, mut conn) = never_analysed(&uri, 2, &["schedules"]);
+        conn.batch_execute(
+            "INSERT INTO schedules (id, scheduler_id, organisation, hash, data, enabled, \
+                 deadline_at, created_at, modified_at) \
+             SELECT 's' || i, CASE WHEN i % 1000 = 0 THEN 'report' ELSE 'boefje' END, 'org', \
+                 'h' || i, '{}', TRUE, timestamp '2027-01-01' + (i % 600) * interval '1 second', \
+                 now(), now() \
+             FROM generate_series(0, 29999) AS i",
+        )
+        .unwrap();
+        let now = chrono::NaiveDate::from_ymd_opt(2027, 2, 1)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap();
+        let middle = chrono::NaiveDate::from_ymd_opt(2027, 1, 1)
+            .unwrap()
+            .and_hms_opt(0, 5, 0)
+            .unwrap();
+        for state in ["never analysed", "analysed"] {
+            if state == "analysed" {
+                conn.batch_execute("ANALYZE schedules").unwrap();
+            }
+            for (scheduler, after) in [
+                (SchedulerId::Boefje, None),
+                (SchedulerId::Boefje, Some((middle, "s15000".to_owned()))),
+                (SchedulerId::Report, Some((middle, "s15000".to_owned()))),
+            ] {
+                let plan = plan_of(
+                    &mut conn,
+                    storage::schedules::due_statement(
+                        storage::Backend::Postgres,
+                        scheduler,
+                        now,
+                        after.clone(),
+                        1_000,
+                    ),
+                );
+                let cond = plan
+                    .lines()
+                    .find(|l| l.contains("Index Cond"))
+                    .unwrap_or_default();
+                let in_order = state == "never analysed"
+                    || walks(&plan, "Index Scan using ix_schedules_due on schedules");
+                assert!(
+                    in_order
+                        && plan.contains("ix_schedules_due")
+                        && !plan.contains("Seq Scan")
+                        && cond.contains("scheduler_id")
+                        && (after.is_none() || cond.contains("ROW(deadline_at, id) >")),
+                    "{state}, {scheduler} after {after:?}: the page does not start in the index:\n{plan}"
+                );
+            }
+        }
+    })
+    .await
+    .unwrap();
+}
