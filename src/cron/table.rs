@@ -172,7 +172,13 @@ impl<E: Entry> Entry for Periodic<E> {
             {
                 // Never ran: due now.
                 Ok(None) => true,
-                Ok(Some(next)) => tick.at >= next.and_utc(),
+                // A next run more than a period ahead was set by a clock that ran ahead (this
+                // host's before a correction, or an instance's with a skewed clock): trusted, it
+                // would hold the entry (the lease watchdog, prune) off for the whole skew.
+                Ok(Some(next)) => {
+                    let next = next.and_utc();
+                    tick.at >= next || next > tick.at + self.period
+                }
                 Err(e) => {
                     warn!(component, entry, error = %e, "cron state unreadable; entry skipped this tick");
                     false

@@ -358,6 +358,29 @@ async fn periodic_entries_keep_their_next_run_across_restarts(backend: Backend) 
     );
 }
 
+/// A next run set by a clock that ran ahead (corrected since, or another instance's with a skew)
+/// does not hold an entry off for the whole skew: one more than a period ahead runs now.
+async fn an_entrys_next_run_set_by_a_clock_ahead_does_not_hold_it_off(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| s.queue.watchdog_interval_secs = 30).await else {
+        return;
+    };
+    let ran = |r: kat_scheduler::cron::TickReport| r.entries["lease watchdog"].ran;
+    // A day ahead: the entry runs and sets its next run 30 s after that.
+    app.clock.set(midnight() + Duration::days(1));
+    assert!(ran(app.tick(SchedulerId::Normalizer).await));
+    // The clock corrected: the next run stored is a day ahead, more than a period.
+    app.clock.set(midnight());
+    assert!(
+        ran(app.tick(SchedulerId::Normalizer).await),
+        "runs now, not in a day"
+    );
+    app.clock.advance(Duration::seconds(10));
+    assert!(
+        !ran(app.tick(SchedulerId::Normalizer).await),
+        "and keeps its period from then"
+    );
+}
+
 async fn a_fire_pushed_just_before_a_crash_is_not_run_again(backend: Backend) {
     let Some(app) = spawn_app(backend).await else {
         return;
@@ -838,6 +861,7 @@ crate::backend_tests!(
     a_tick_over_several_pages_fires_each_due_schedule_once,
     boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason,
     periodic_entries_keep_their_next_run_across_restarts,
+    an_entrys_next_run_set_by_a_clock_ahead_does_not_hold_it_off,
     the_refill_entry_tops_up_room_no_request_filled,
     only_finished_tasks_unchanged_for_the_retention_are_pruned,
 );
