@@ -258,15 +258,15 @@ impl Ownership {
             // instance) is taken at once rather than after it lapses. A lease another instance
             // holds is not tried: the attempt would lock its row and wait for the owner's batch,
             // and the owner's next batch would wait for it, every round.
-            let free = holder.is_none();
-            let predecessor = holder.filter(|h| taken_before_start && self.is_predecessor(h));
-            if let Some(p) = &predecessor {
+            let predecessor = holder
+                .as_ref()
+                .filter(|h| taken_before_start && self.is_predecessor(h));
+            if let Some(p) = predecessor {
                 info!(scheduler.id = %s, predecessor = p, "the lease is held by this instance's own predecessor, which is gone; taking it at once");
             }
-            let free = free || predecessor.is_some();
-            if free
+            if (holder.is_none() || predecessor.is_some())
                 && let Some(epoch) =
-                    owners::claim(conn, s, me, address, lease, predecessor.as_deref())?
+                    owners::claim(conn, s, me, address, lease, predecessor.map(String::as_str))?
             {
                 self.ours[s].store(epoch, Ordering::Release);
                 self.takeovers[s].fetch_add(1, Ordering::Relaxed);

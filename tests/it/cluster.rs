@@ -246,6 +246,30 @@ fn owner_rows(uri: &str) -> Vec<(String, String, i64, bool)> {
     .collect()
 }
 
+/// Waits until `app` has read the three schedulers' owners.
+async fn reads_the_owners(c: &reqwest::Client, app: &ChildApp) {
+    until(Duration::from_secs(10), "the owners read", || async {
+        samples(c, &app.address, "scheduler_ownership_owner_info")
+            .await
+            .len()
+            == 3
+    })
+    .await;
+}
+
+/// Waits until every scheduler's lease runs.
+async fn leases_running(uri: &str) {
+    until(Duration::from_secs(10), "every lease running", || {
+        let uri = uri.to_owned();
+        async move {
+            tokio::task::spawn_blocking(move || owner_rows(&uri).iter().all(|r| r.3))
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+}
+
 /// A batch that holds its scheduler's row for longer than a lease (the fence holds it `FOR
 /// SHARE`; the rebuild of a million queued tasks takes about 3 s) delays that scheduler's
 /// renewal alone. The owner keeps all three leases while another instance waits for any to
@@ -260,13 +284,7 @@ async fn a_scheduler_row_held_past_a_lease_costs_its_owner_no_lease() {
     let a = start_async(&db.uri).await;
     a.wait_owning_all().await;
     let b = start_async(&db.uri).await;
-    until(Duration::from_secs(10), "b reads the owners", || async {
-        samples(&c, &b.address, "scheduler_ownership_owner_info")
-            .await
-            .len()
-            == 3
-    })
-    .await;
+    reads_the_owners(&c, &b).await;
     let before = owner_rows(&db.uri);
     assert!(before.iter().all(|r| r.2 == 1 && r.3), "{before:?}");
 
@@ -311,15 +329,7 @@ async fn a_scheduler_row_held_past_a_lease_costs_its_owner_no_lease() {
     );
 
     // Once let go, a's renewal (queued before b could find the lease lapsed) applies first.
-    until(Duration::from_secs(10), "every lease running again", || {
-        let uri = db.uri.clone();
-        async move {
-            tokio::task::spawn_blocking(move || owner_rows(&uri).iter().all(|r| r.3))
-                .await
-                .unwrap()
-        }
-    })
-    .await;
+    leases_running(&db.uri).await;
     let after = owner_rows(&db.uri);
     assert_eq!(
         after.iter().map(|r| (&r.0, &r.1, r.2)).collect::<Vec<_>>(),
@@ -349,13 +359,7 @@ async fn leases_are_renewed_while_a_restarted_owner_loads_its_heaps() {
     let first = ChildApp::start(&db.uri, &env);
     first.wait_owning_all().await;
     let b = start_async(&db.uri).await;
-    until(Duration::from_secs(10), "b reads the owners", || async {
-        samples(&c, &b.address, "scheduler_ownership_owner_info")
-            .await
-            .len()
-            == 3
-    })
-    .await;
+    reads_the_owners(&c, &b).await;
     first.kill_9();
 
     // The pending backlog's table held: the restarted owner's engines take their rows, then
@@ -378,15 +382,7 @@ async fn leases_are_renewed_while_a_restarted_owner_loads_its_heaps() {
         .await
         .unwrap();
     holder.join().unwrap();
-    until(Duration::from_secs(10), "every lease running again", || {
-        let uri = db.uri.clone();
-        async move {
-            tokio::task::spawn_blocking(move || owner_rows(&uri).iter().all(|r| r.3))
-                .await
-                .unwrap()
-        }
-    })
-    .await;
+    leases_running(&db.uri).await;
     let rows = owner_rows(&db.uri);
     assert!(
         rows.iter().all(|r| r.1 == "scheduler-a" && r.2 == 2),
