@@ -29,6 +29,17 @@ fn report(org: &str, recipe: &str) -> Value {
            "data": {"organisation_id": org, "report_recipe_id": recipe}})
 }
 
+/// Schedule `id`'s deadline as the API answers it.
+async fn deadline_of(app: &TestApp, id: &str) -> DateTime<Utc> {
+    let s: Value = app
+        .get(&format!("/schedules/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    s["deadline_at"].as_str().unwrap().parse().unwrap()
+}
+
 /// Pops every queued report task and runs it to completion, as the report runner does; answers
 /// how many per schedule.
 async fn run_reports(app: &TestApp, ran: &mut HashMap<String, usize>) {
@@ -421,18 +432,8 @@ async fn a_fire_pushed_just_before_a_crash_is_not_run_again(backend: Backend) {
         report.entries["reschedule"].summary,
         "fired 0, skipped 1, disabled 0, waiting 0"
     );
-    let after: Value = app
-        .get(&format!("/schedules/{schedule}"))
-        .await
-        .json()
-        .await
-        .unwrap();
     assert_eq!(
-        after["deadline_at"]
-            .as_str()
-            .unwrap()
-            .parse::<DateTime<Utc>>()
-            .unwrap(),
+        deadline_of(&app, &schedule).await,
         midnight() + Duration::hours(1),
         "the schedule moved on"
     );
@@ -496,18 +497,8 @@ async fn a_recipe_set_again_to_a_day_that_has_run_runs_again(backend: Backend) {
         "fired 0, skipped 0, disabled 0, waiting 0",
         "and not a third time"
     );
-    let after: Value = app
-        .get(&format!("/schedules/{schedule}"))
-        .await
-        .json()
-        .await
-        .unwrap();
     assert_eq!(
-        after["deadline_at"]
-            .as_str()
-            .unwrap()
-            .parse::<DateTime<Utc>>()
-            .unwrap(),
+        deadline_of(&app, &schedule).await,
         midnight() + Duration::days(1),
         "the schedule moved on to tomorrow"
     );
