@@ -386,8 +386,16 @@ impl Reschedule {
         }
         // Set once Katalogus left a confirmation unanswered (`confirm_plugins`).
         let mut katalogus_hung: Option<String> = None;
-        for (org, idx) in by_org {
-            let plugins = match self.catalogue.plugins(org).await {
+        // Every organisation's plugins asked for at once: an organisation the catalogue has no
+        // copy of waits for Katalogus (up to the catalogue's wait), and a hung Katalogus must
+        // cost the page one wait, not one per organisation.
+        let by_org: Vec<(&str, Vec<usize>)> = by_org.into_iter().collect();
+        let answers = futures_util::future::join_all(
+            by_org.iter().map(|(org, _)| self.catalogue.plugins(org)),
+        )
+        .await;
+        for ((org, idx), answer) in by_org.into_iter().zip(answers) {
+            let plugins = match answer {
                 Ok(p) => p,
                 Err(e) => {
                     for i in idx {

@@ -261,7 +261,72 @@ async fn a_hung_katalogus_is_asked_to_confirm_once_a_page(backend: Backend) {
     }
 }
 
+/// The organisations of a page the catalogue holds no copy of are asked for together, so a slow
+/// Katalogus costs the page one wait, not one per organisation. This Katalogus does not list
+/// them (the refresh never fetches them ahead) and answers their plugin listings only once all
+/// three are in flight: asked one after another, the first two would run out of the
+/// catalogue's wait and their schedules would wait a tick.
+async fn organisations_never_fetched_are_asked_for_together(backend: Backend) {
+    let orgs = ["org-a", "org-b", "org-c"];
+    let katalogus = KatalogusState::default();
+    let octopoes = OctopoesState::default();
+    for org in orgs {
+        katalogus
+            .plugins
+            .lock()
+            .unwrap()
+            .insert(org.into(), plugins(false));
+        katalogus.unlisted.lock().unwrap().insert(org.into());
+        octopoes.set(org, vec![octopoes_object(OBJECT, "Hostname", 2)]);
+    }
+    *katalogus.together.lock().unwrap() =
+        Some(std::sync::Arc::new(tokio::sync::Barrier::new(orgs.len())));
+    let (k, o) = (katalogus.serve(), octopoes.serve());
+    let (ku, ou) = (k.url.clone(), o.url.clone());
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.clients.katalogus_api = ku;
+        s.clients.octopoes_api = ou;
+        s.catalogue.ttl_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+    let mut ids = Vec::new();
+    for org in orgs {
+        ids.push(schedule(&app, org, "other", midnight() - Duration::minutes(1)).await);
+    }
+    assert_eq!(
+        reschedule(&app).await,
+        "fired 3, skipped 0, disabled 0, waiting 0"
+    );
+    // One task per schedule (they share one host, so a pop would hand out one at a time).
+    let listed: Value = app
+        .get("/tasks?scheduler_id=boefje&limit=10")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut fired: Vec<String> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["schedule_id"].as_str().unwrap().to_owned())
+        .collect();
+    fired.sort();
+    ids.sort();
+    assert_eq!(fired, ids);
+    let asked = k
+        .seen()
+        .iter()
+        .filter(|s| s.path.ends_with("/plugins"))
+        .count();
+    assert_eq!(asked, 3, "each organisation asked once");
+}
+
 crate::backend_tests!(
+    organisations_never_fetched_are_asked_for_together,
     a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms,
     a_hung_katalogus_is_asked_to_confirm_once_a_page,
     a_scan_level_in_a_stale_copy_disables_nothing_until_katalogus_confirms,

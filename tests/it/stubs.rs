@@ -2,7 +2,7 @@
 //! §1.10): Octopoes' object listing and Katalogus' organisations, plugins and configs. Each is a
 //! real HTTP server on a free loopback port that records the requests it gets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +34,8 @@ pub struct Reply {
     pub status: u16,
     pub body: String,
     pub delay: Duration,
+    /// Answered only once this barrier's other parties wait too (requests in flight together).
+    pub together: Option<Arc<tokio::sync::Barrier>>,
 }
 
 impl Reply {
@@ -42,6 +44,7 @@ impl Reply {
             status: 200,
             body: body.to_string(),
             delay: Duration::ZERO,
+            together: None,
         }
     }
 
@@ -50,6 +53,7 @@ impl Reply {
             status,
             body: body.to_owned(),
             delay: Duration::ZERO,
+            together: None,
         }
     }
 }
@@ -80,6 +84,9 @@ impl Stub {
                     let seen = Seen { path, query };
                     s.lock().unwrap().push(seen.clone());
                     let reply = h(&seen);
+                    if let Some(barrier) = &reply.together {
+                        barrier.wait().await;
+                    }
                     if !reply.delay.is_zero() {
                         tokio::time::sleep(reply.delay).await;
                     }
@@ -325,6 +332,12 @@ pub type OrgBoefje = (String, String);
 pub struct KatalogusState {
     pub plugins: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub slow: Arc<Mutex<HashMap<String, Duration>>>,
+    /// Organisations whose plugins Katalogus serves but leaves out of its organisations listing
+    /// (so the catalogue's refresh never fetches them ahead).
+    pub unlisted: Arc<Mutex<HashSet<String>>>,
+    /// While set, plugin listings are answered only once the barrier's count of them wait
+    /// together.
+    pub together: Arc<Mutex<Option<Arc<tokio::sync::Barrier>>>>,
     /// (organisation, boefje) → the organisations with the same settings.
     pub duplicates: Arc<Mutex<HashMap<OrgBoefje, Vec<String>>>>,
 }
@@ -341,6 +354,7 @@ impl KatalogusState {
                         .lock()
                         .unwrap()
                         .keys()
+                        .filter(|o| !state.unlisted.lock().unwrap().contains(*o))
                         .map(|o| (o.clone(), json!({"id": o, "name": o, "deduplicate": true})))
                         .collect();
                     Reply::json(Value::Object(orgs))
@@ -357,6 +371,7 @@ impl KatalogusState {
                     match plugins {
                         Some(p) => Reply {
                             delay,
+                            together: state.together.lock().unwrap().clone(),
                             ..Reply::json(Value::Array(p))
                         },
                         None => Reply::status(404, r#"{"detail": "Unknown organisation"}"#),
