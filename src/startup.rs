@@ -77,7 +77,8 @@ pub struct Application {
 
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
 pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTarget)> {
-    let target = DbTarget::parse(&settings.database.uri)?;
+    let target = DbTarget::parse(&settings.database.uri)?
+        .with_connect_timeout(settings.database.connect_timeout_secs);
     let db = settings.database.clone();
     let t = target.clone();
     let pool = tokio::task::spawn_blocking(move || -> anyhow::Result<DbPool> {

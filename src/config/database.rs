@@ -29,7 +29,9 @@ pub struct DatabaseSettings {
     pub pool_size: u32,
     /// Apply pending migrations at start; when false, start refuses an outdated schema.
     pub migrate: bool,
-    /// Seconds to wait for a connection before answering 503.
+    /// Seconds to wait for a connection before answering 503; also libpq's `connect_timeout`
+    /// for every PostgreSQL connection opened, unless the URI sets one
+    /// ([`DbTarget::with_connect_timeout`]).
     pub connect_timeout_secs: u64,
     /// Engines commit without waiting for the write-ahead log to reach disk and answer after a
     /// shared flush barrier, so one flush serves every batch committed meanwhile (on SQLite,

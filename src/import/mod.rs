@@ -66,7 +66,8 @@ pub fn run(settings: &Settings, opts: &Options, clock: &dyn Clock) -> anyhow::Re
             storage::redact(&opts.from)
         ),
     }
-    let target = DbTarget::parse(&settings.database.uri)?;
+    let target = DbTarget::parse(&settings.database.uri)?
+        .with_connect_timeout(settings.database.connect_timeout_secs);
     let (_lock, mut conn) = if opts.dry_run {
         (None, open_for_reading(&target)?)
     } else {

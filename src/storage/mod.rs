@@ -278,12 +278,45 @@ impl DbTarget {
         }
     }
 
+    /// The target with libpq's `connect_timeout` set to `secs` (at least libpq's floor of 2)
+    /// where neither the URL nor `PGCONNECT_TIMEOUT` sets one. Without it, opening a connection
+    /// to a host that drops packets waits for the kernel's SYN retries (about two minutes on
+    /// Linux), and one to a server that accepts and never answers waits for ever: an engine's
+    /// reconnect, an ownership round or a stop's join would hang that long.
+    pub fn with_connect_timeout(self, secs: u64) -> Self {
+        match self {
+            Self::Postgres(url) if std::env::var_os("PGCONNECT_TIMEOUT").is_none() => {
+                Self::Postgres(with_default_param(
+                    &url,
+                    "connect_timeout",
+                    &secs.max(2).to_string(),
+                ))
+            }
+            other => other,
+        }
+    }
+
     /// The URI with any password hidden, for logs.
     pub fn display(&self) -> String {
         match self {
             Self::Postgres(url) => redact(url),
             Self::Sqlite(path) => format!("sqlite://{}", path.display()),
         }
+    }
+}
+
+/// `url` with the query parameter `key=value` added, unless the URL names `key` already.
+fn with_default_param(url: &str, key: &str, value: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    if query
+        .split('&')
+        .any(|pair| pair.split('=').next() == Some(key))
+    {
+        return url.to_owned();
+    }
+    match query {
+        "" => format!("{base}?{key}={value}"),
+        _ => format!("{url}&{key}={value}"),
     }
 }
 
@@ -812,6 +845,56 @@ mod tests {
     /// A connection being opened holds the process's exit back until it is done: here a
     /// "server" that accepts and then says nothing keeps libpq waiting for its answer, until the
     /// test closes the socket.
+    /// A server that accepts and then never answers does not hold an open for ever: the
+    /// target's connect timeout ends it.
+    #[test]
+    fn an_open_to_a_server_that_never_answers_gives_up() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = DbTarget::parse(&format!("postgres://kat@127.0.0.1:{port}/kat"))
+            .unwrap()
+            .with_connect_timeout(2);
+        let (done, outcome) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(open(&target).is_err());
+        });
+        let (_socket, _) = listener.accept().unwrap();
+        // The socket stays open and silent; without a timeout the open never returns.
+        assert_eq!(
+            outcome.recv_timeout(Duration::from_secs(60)),
+            Ok(true),
+            "the open gives up by itself"
+        );
+    }
+
+    #[test]
+    fn a_connect_timeout_is_added_only_where_none_is_set() {
+        let with = |uri: &str| match DbTarget::parse(uri).unwrap().with_connect_timeout(5) {
+            DbTarget::Postgres(url) => url,
+            DbTarget::Sqlite(_) => unreachable!(),
+        };
+        assert_eq!(with("postgres://h/db"), "postgres://h/db?connect_timeout=5");
+        assert_eq!(
+            with("postgres://h/db?sslmode=require"),
+            "postgres://h/db?sslmode=require&connect_timeout=5"
+        );
+        assert_eq!(
+            with("postgres://h/db?connect_timeout=30&sslmode=require"),
+            "postgres://h/db?connect_timeout=30&sslmode=require"
+        );
+        assert_eq!(
+            with("postgres://h/db?options=-c%20x%3D1"),
+            "postgres://h/db?options=-c%20x%3D1&connect_timeout=5"
+        );
+        match DbTarget::parse("postgres://h/db")
+            .unwrap()
+            .with_connect_timeout(0)
+        {
+            DbTarget::Postgres(url) => assert_eq!(url, "postgres://h/db?connect_timeout=2"),
+            DbTarget::Sqlite(_) => unreachable!(),
+        }
+    }
+
     #[test]
     fn an_exit_waits_for_a_connection_being_opened() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
