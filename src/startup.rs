@@ -611,6 +611,9 @@ impl Application {
             });
         }
         shutdown.cancelled().await;
+        if let Some((own, _)) = &ownership {
+            own.stop_claiming();
+        }
         info!("shutting down: draining HTTP requests");
         handle.stop(true).await;
         let served = serving.await;

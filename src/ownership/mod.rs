@@ -11,8 +11,8 @@
 //! here before each batch and check it in the batch's own transaction, so an instance that lost
 //! a lease, however late it notices, cannot commit under it.
 //!
-//! A clean shutdown releases the leases after the engines have finished, so another instance
-//! takes them on its next round. SQLite runs one instance: there is no `Ownership` at all, and a
+//! A clean shutdown takes no lease from the moment it begins, and releases the leases it holds
+//! after the engines have finished, so another instance takes them on its next round. SQLite runs one instance: there is no `Ownership` at all, and a
 //! lock file keeps a second instance off the same database file ([`SqliteLock`]).
 
 use std::fs::File;
@@ -134,6 +134,12 @@ pub struct Ownership {
     /// When this instance first read the lease rows, on the database's clock (seconds since the
     /// epoch): only a lease taken before then can be its own predecessor's.
     started: std::sync::OnceLock<f64>,
+    /// Set when this instance begins to stop: from then on its rounds renew what it holds (its
+    /// engines are still draining) and take nothing. A lease another instance released as it
+    /// stopped would otherwise go to an instance that is itself stopping (a rolling restart, a
+    /// scale-down), which would load the heap, hold the lease through its own drain and release
+    /// it again, with the scheduler answered 503 meanwhile.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Ownership {
@@ -145,7 +151,13 @@ impl Ownership {
             owners: RwLock::new(PerScheduler::from_fn(|_| None)),
             takeovers: PerScheduler::default(),
             started: std::sync::OnceLock::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// This instance is stopping: its rounds take no lease from now on (see `stopping`).
+    pub fn stop_claiming(&self) {
+        self.stopping.store(true, Ordering::Release);
     }
 
     /// This instance's name.
@@ -265,6 +277,7 @@ impl Ownership {
                 info!(scheduler.id = %s, predecessor = p, "the lease is held by this instance's own predecessor, which is gone; taking it at once");
             }
             if (holder.is_none() || predecessor.is_some())
+                && !self.stopping.load(Ordering::Acquire)
                 && let Some(epoch) =
                     owners::claim(conn, s, me, address, lease, predecessor.map(String::as_str))?
             {

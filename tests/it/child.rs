@@ -100,6 +100,11 @@ impl ChildApp {
             .collect()
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
     /// Every log line written so far.
     pub fn log_lines(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()

@@ -475,6 +475,74 @@ async fn two_live_instances_of_one_name_do_not_take_each_others_leases_for_ever(
     );
 }
 
+/// An instance that is stopping takes no lease: here it drains a request still coming in while
+/// the owner stops and releases its leases (a rolling restart of both). The leases stay free
+/// for an instance that stays, never go to the one on its way out; it leaves holding nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_is_stopping_takes_no_lease_another_released() {
+    use tokio::io::AsyncWriteExt;
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let c = client();
+    let a = start_async(&db.uri).await;
+    a.wait_owning_all().await;
+    let b = start_with(&db.uri, &[("SCHEDULER_API_SHUTDOWN_TIMEOUT", "20".into())]).await;
+    reads_the_owners(&c, &b).await;
+
+    // b's drain waits for a request whose body is still on its way.
+    let mut held = tokio::net::TcpStream::connect(b.address.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    held.write_all(
+        b"POST /schedules HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n\
+          Content-Length: 200\r\n\r\n{\"scheduler_id\": ",
+    )
+    .await
+    .unwrap();
+    let pid = b.pid().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    until(Duration::from_secs(10), "b draining", || async {
+        !b.logged("shutting down: draining HTTP requests").is_empty()
+    })
+    .await;
+
+    // a stops and releases all three; b's rounds run every third of a lease meanwhile.
+    assert!(a.terminate(), "a stops cleanly");
+    let released = owner_rows(&db.uri);
+    assert!(released.iter().all(|r| r.1.is_empty()), "{released:?}");
+    for _ in 0..20 {
+        let uri = db.uri.clone();
+        let rows = tokio::task::spawn_blocking(move || owner_rows(&uri))
+            .await
+            .unwrap();
+        let taken: Vec<_> = rows.iter().filter(|r| !r.1.is_empty()).collect();
+        assert!(
+            taken.is_empty(),
+            "taken by the stopping instance: {taken:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await; // sampling interval
+    }
+    assert!(
+        b.logged("shutting down: draining HTTP requests").len() == 1
+            && b.logged("stopped").is_empty(),
+        "b was draining throughout"
+    );
+    drop(held);
+    let b_stopped = tokio::task::spawn_blocking(move || b.stop_within(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(b_stopped, Ok(()));
+    let after = owner_rows(&db.uri);
+    assert!(after.iter().all(|r| r.1.is_empty()), "{after:?}");
+}
+
 async fn coldstart_rounds(client: &reqwest::Client, address: &str) -> u64 {
     get_json(client, &format!("{address}/health")).await["results"]
         .as_array()
