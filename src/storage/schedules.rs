@@ -688,7 +688,9 @@ pub fn fires(
     Ok((total, page.load(conn)?))
 }
 
-/// Deletes up to `limit` of `scheduler`'s fires decided before `before`; answers how many.
+/// Deletes up to `limit` of `scheduler`'s fires decided before `before`; answers how many. A fire
+/// still waiting is kept, however long ago it began to wait: its row says since when, and the
+/// next tick would write it again as if it had just begun.
 pub fn prune_fires(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
@@ -703,6 +705,8 @@ pub fn prune_fires(
     q.bind(scheduler.as_str())
         .push(" AND decided_at < ")
         .bind(before)
+        .push(" AND outcome <> ")
+        .bind(FireOutcome::Waiting.as_str())
         .push(" LIMIT ")
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .push(")");

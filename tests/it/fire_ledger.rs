@@ -666,6 +666,57 @@ async fn fires_older_than_the_history_retention_are_pruned(backend: Backend) {
     );
 }
 
+/// A fire that still waits when the history's retention has passed (Octopoes down for longer)
+/// is not pruned: its row says since when it waits, and a prune that deleted it had the next
+/// tick write it again as if it had just begun to wait.
+async fn a_fire_still_waiting_past_the_history_retention_is_kept(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(&catalogue, CATALOGUE).unwrap();
+    let octopoes = OctopoesState::default();
+    octopoes.set("unlisted", vec![octopoes_object(HOST, "Hostname", 2)]);
+    octopoes.set_down(true);
+    let stub = octopoes.serve();
+    let url = stub.url.clone();
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.catalogue.file = catalogue.to_string_lossy().into_owned();
+        s.clients.octopoes_api = url;
+        s.cron.schedule_history_days = 7;
+    })
+    .await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+    let body = json!({"scheduler_id": "boefje", "organisation": "unlisted",
+        "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+        "data": {"boefje": {"id": "dns-records"}, "input_ooi": HOST, "organization": "unlisted"}});
+    let resp = app.post("/schedules", Some(&body)).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let waits = id(&resp.json::<Value>().await.unwrap());
+    assert_eq!(
+        summary(&app, SchedulerId::Boefje).await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+
+    app.clock.set(midnight() + Duration::days(8));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+    assert_eq!(report.entries["prune"].summary, "deleted 0 tasks, 0 fires");
+    let page = history(&app, &waits, "").await;
+    assert_eq!(page["count"], 1);
+    let fire = &page["results"][0];
+    assert_eq!(fire["outcome"], "waiting");
+    assert_eq!(
+        time(&fire["decided_at"]),
+        midnight(),
+        "waiting since eight days"
+    );
+}
+
 async fn an_unknown_schedules_history_is_a_404_and_reading_it_takes_a_schedule_reader(
     backend: Backend,
 ) {
@@ -764,5 +815,6 @@ crate::backend_tests!(
     a_fire_pushed_just_before_a_crash_is_recorded_fired_once,
     a_schedules_history_is_paged_newest_first_like_the_schedules,
     fires_older_than_the_history_retention_are_pruned,
+    a_fire_still_waiting_past_the_history_retention_is_kept,
     an_unknown_schedules_history_is_a_404_and_reading_it_takes_a_schedule_reader,
 );
