@@ -20,9 +20,13 @@ pub const DEFAULT_WHEN_FULL: WhenFull = WhenFull::Pending;
 pub const DEFAULT_MAX_BATCH: usize = 512;
 /// Default commands waiting for an engine before callers get 503.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 16_384;
-/// Default seconds a popped task may stay `dispatched` before it must be `running`. The boefje
-/// runtime buffers popped tasks locally behind running jobs, so this is generous.
-pub const DEFAULT_DISPATCH_TIMEOUT_SECS: u64 = 30 * 60;
+/// Default seconds a popped task may stay `dispatched` before it must be `running`: 24 hours,
+/// mula's grace period for a dispatched task. OpenKAT's runtime pops until its local queue holds
+/// one task more than it has workers and sends `PATCH running` only when a worker picks a task
+/// up, so a popped task waits behind scans that run for hours; a shorter lease handed such a
+/// task out again while its first holder still held it, and both ran it (the API names no
+/// holder, so the second `PATCH running` reads as a heartbeat).
+pub const DEFAULT_DISPATCH_TIMEOUT_SECS: u64 = 24 * 60 * 60;
 /// Default seconds a `running` task may go without finishing (or a `PATCH running` heartbeat).
 /// Real runtimes do not heartbeat, so it must outlast the longest scan.
 pub const DEFAULT_RUN_TIMEOUT_SECS: u64 = 4 * 60 * 60;

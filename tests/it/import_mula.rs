@@ -407,8 +407,9 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     );
     assert!(again.contains("nothing new"), "{again}");
 
-    // The service serves what mula held.
-    let app = spawn_app_on(target, backend, |_| {}).await;
+    // The service serves what mula held. Its dispatch lease is half an hour, so a task it hands
+    // out ends its lease before the run leases the import gave (a day).
+    let app = spawn_app_on(target, backend, |s| s.queue.dispatch_timeout_secs = 30 * 60).await;
     let listed: Value = app.get("/schedules?limit=50").await.json().await.unwrap();
     assert_eq!(listed["count"], 3, "{listed}");
     let by_id = |id: &str| {

@@ -184,6 +184,44 @@ async fn a_runner_that_never_heartbeats_finishes_after_the_run_timeout_and_its_r
     assert!(app.pop_ok("boefje", 1, None).await.is_empty());
 }
 
+/// OpenKAT's runtime with two workers, on the default leases: it pops until its local queue
+/// holds one task more than it has workers, and starts each only when a worker is free. The
+/// third task waits behind two scans of three hours and is not handed out again meanwhile (a
+/// second runner would run it too: its `PATCH running` would read as a heartbeat).
+async fn a_task_waiting_in_a_runners_local_queue_behind_long_scans_is_not_handed_out_again(
+    backend: Backend,
+) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    for boefje in ["nmap", "nuclei", "dns-records"] {
+        app.push_ok("boefje", &boefje_push("org1", boefje, None, 3))
+            .await;
+    }
+    let local = app.pop_ids("boefje", 3).await;
+    assert_eq!(local.len(), 3);
+    for id in &local[..2] {
+        assert_eq!(patch_running(&app, id).await["status"], "running");
+    }
+    for _ in 0..6 {
+        app.advance(Duration::minutes(30));
+        assert_eq!(app.sweep().await, Default::default());
+    }
+    assert!(
+        app.pop_ok("boefje", 10, None).await.is_empty(),
+        "nothing handed out again"
+    );
+    for id in &local[..2] {
+        let resp = app.patch_task(id, &json!({"status": "completed"})).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let started = patch_running(&app, &local[2]).await;
+    assert_eq!(
+        (started["status"].clone(), started["attempts"].clone()),
+        (json!("running"), json!(0))
+    );
+}
+
 async fn a_late_result_is_taken_and_the_copy_waiting_again_withdrawn(backend: Backend) {
     let Some(app) = spawn_app_with(backend, runners_defaults).await else {
         return;
@@ -452,6 +490,7 @@ async fn a_lease_lengthened_behind_the_engines_back_stands(backend: Backend) {
 }
 
 crate::backend_tests!(
+    a_task_waiting_in_a_runners_local_queue_behind_long_scans_is_not_handed_out_again,
     a_lease_lengthened_behind_the_engines_back_stands,
     leases_left_by_the_last_process_end_under_the_next,
     a_dispatched_task_not_started_in_time_is_queued_again_keeping_its_id,

@@ -29,8 +29,9 @@ use crate::helpers::*;
 use kat_scheduler::queue::fair::Fairness;
 
 const ORGS: [&str; 3] = ["org-a", "org-b", "org-c"];
-/// The defaults: a popped task's lease, and the leases that may end before it is failed.
-const DISPATCH_LEASE_SECS: u64 = kat_scheduler::config::DEFAULT_DISPATCH_TIMEOUT_SECS;
+/// A popped task's lease: half an hour, so that it ends well within the run lease of a holder
+/// that sends no heartbeat (a day), and the leases that may end before it is failed.
+const DISPATCH_LEASE_SECS: u64 = 30 * 60;
 const MAX_ATTEMPTS: u32 = kat_scheduler::config::DEFAULT_MAX_ATTEMPTS;
 /// A user scan's priority: it comes before automatic work, turns or not.
 const USER_PRIORITY: i64 = 1;
@@ -685,6 +686,7 @@ async fn counts_add_up(app: &TestApp, model: &Model, at: &Step<'_>) {
 async fn run(backend: Backend, mix: Mix) {
     let tweak = |s: &mut kat_scheduler::config::Settings| {
         s.queue.maxsize = mix.maxsize;
+        s.queue.dispatch_timeout_secs = DISPATCH_LEASE_SECS;
         if !mix.fair {
             s.schedulers.boefje.fairness = Some(Fairness::Off);
         }
