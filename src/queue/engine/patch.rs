@@ -28,6 +28,20 @@ pub(crate) fn patch(
         return Err(QueueError::TaskNotFound(id));
     }
     let from = row.status;
+    // A holder whose lease expired may still start or finish the work: its word is taken, and
+    // the copy waiting again is withdrawn (see `TaskStatus::check_late_patch`). Once handed out
+    // again the task is simply dispatched or running, and any result moves it on. Checked before
+    // anything changes: a refused PATCH must leave the heap as the table has it (a priority
+    // applied to the heap first would rank the task by a value no row holds).
+    let late = taken_back(&row);
+    if let Some(to) = patch.status {
+        if late {
+            from.check_late_patch(to)
+        } else {
+            from.check_patch(to)
+        }
+        .map_err(QueueError::IllegalTransition)?;
+    }
     let mut changed = false;
     if let Some(p) = patch.priority
         && p != row.priority
@@ -49,16 +63,6 @@ pub(crate) fn patch(
         changed = true;
     }
     if let Some(to) = patch.status {
-        // A holder whose lease expired may still start or finish the work: its word is taken,
-        // and the copy waiting again is withdrawn (see `TaskStatus::check_late_patch`). Once
-        // handed out again the task is simply dispatched or running, and any result moves it on.
-        let late = taken_back(&row);
-        if late {
-            from.check_late_patch(to)
-        } else {
-            from.check_patch(to)
-        }
-        .map_err(QueueError::IllegalTransition)?;
         if to != from {
             match row.status {
                 TaskStatus::Queued => {
@@ -155,6 +159,28 @@ mod tests {
         patch(&mut st, &mut rows, id, &cancel, now()).unwrap();
         assert!(st.heap.is_empty());
         assert_eq!(rows.get(&id).unwrap().status, TaskStatus::Cancelled);
+    }
+
+    #[test]
+    fn a_refused_patch_leaves_the_heaps_order_alone() {
+        let mut st = state(10, WhenFull::Pending);
+        let mut rows = BatchRows::default();
+        let (a, ra) = row(5, 1);
+        let (b, rb) = row(9, 2);
+        for (id, r) in [(a, &ra), (b, &rb)] {
+            place(&mut st, &mut rows, id, r, Admission::New).unwrap();
+        }
+        rows.load(vec![ra.clone(), rb.clone()], "boefje");
+        let refused = TaskPatch {
+            status: Some(TaskStatus::Completed),
+            priority: Some(1),
+        };
+        assert!(matches!(
+            patch(&mut st, &mut rows, b, &refused, now()),
+            Err(QueueError::IllegalTransition(_))
+        ));
+        assert_eq!(st.heap.best().map(|r| r.id), Some(a), "b is still ranked 9");
+        assert_eq!(rows.get(&b).unwrap().priority, 9);
     }
 
     #[test]
