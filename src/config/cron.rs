@@ -27,7 +27,8 @@ pub struct CronSettings {
     /// refills, ColdStart's rounds and pruning) off.
     pub tick_secs: u64,
     /// Seconds before a boefje schedule without cron runs again when its plugin names no
-    /// interval (mula's grace period).
+    /// interval, and before an object's events or ColdStart plan the same boefje on it again
+    /// (mula's grace period, and its gate).
     pub grace_period_secs: u64,
     /// Up to this many seconds more, spread over schedules.
     pub jitter_secs: u64,

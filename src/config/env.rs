@@ -103,7 +103,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_PQ_GRACE_PERIOD",
         "cron.grace_period_secs",
-        "seconds before a boefje schedule without cron runs again (default 86400)",
+        "seconds before a boefje schedule without cron, or an object's events, run the same boefje again (default 86400)",
     ),
     (
         "SCHEDULER_RESCHEDULE_JITTER",

@@ -8,7 +8,8 @@
 //! Priorities are the scheduler's strategy's ([`crate::scoring`]; time-based by default, mula's
 //! ranker: the task's creation time in seconds), so anything a user pushes (priority 1) goes
 //! before all of it. Work that already waits is re-scored when the event changed what its
-//! strategy reads (`rescore`).
+//! strategy reads (`rescore`). Whatever the strategy, work that ran less than its plugin's
+//! interval (else the grace period) ago is not planned again (mula's gate; `within_grace`).
 
 mod post_push;
 mod rescore;
@@ -106,6 +107,52 @@ pub(crate) fn schedule_of(
         .filter(|c| crate::domain::schedule::CronExpr::parse(c).is_ok());
     let interval = p.interval.filter(|m| *m > 0).map(chrono::Duration::minutes);
     Some((cron, interval))
+}
+
+/// Which planned boefje work ran (completed or failed) less than its wait ago (the plugin's
+/// interval, else the grace period): mula's gate on every boefje task it plans, whatever its
+/// ranker, so an object's events (a scan profile recalculated, a level raised) do not run again
+/// what ran on it an hour ago. A de-duplication group is gated as one, by its leader (the member
+/// whose id is the group's key), as mula gates the task it then copies to the siblings.
+fn within_grace(
+    requests: &[PushRequest],
+    hashes: &[String],
+    history: &HashMap<String, (chrono::NaiveDateTime, bool)>,
+    waits: &[chrono::Duration],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<bool> {
+    let own: Vec<bool> = hashes
+        .iter()
+        .zip(waits)
+        .map(|(h, wait)| {
+            history
+                .get(h)
+                .is_some_and(|(ran, _)| now - ran.and_utc() < *wait)
+        })
+        .collect();
+    let key = |r: &PushRequest| {
+        r.data
+            .get("deduplication_key")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    let leaders: HashMap<String, bool> = requests
+        .iter()
+        .zip(&own)
+        .filter_map(|(r, gated)| {
+            let id = r.id?.hyphenated().to_string();
+            (key(r).as_deref() == Some(id.as_str())).then_some((id, *gated))
+        })
+        .collect();
+    requests
+        .iter()
+        .zip(own)
+        .map(|(r, gated)| {
+            key(r)
+                .and_then(|k| leaders.get(&k).copied())
+                .unwrap_or(gated)
+        })
+        .collect()
 }
 
 fn merge(slot: &mut Planned, e: PlanError) {
@@ -207,23 +254,31 @@ impl Planner {
             .iter()
             .map(|r| hash_for(SchedulerId::Boefje, &r.data).unwrap_or_default())
             .collect();
-        let history = if self.scorer.needs_history(SchedulerId::Boefje) {
-            self.broker
-                .last_runs(hashes.clone())
-                .await
-                .map_err(|e| PlanError::Passing(e.to_string()))?
-        } else {
-            HashMap::new()
-        };
+        // Read whatever the strategy: the grace gate below needs the last runs too.
+        let history = self
+            .broker
+            .last_runs(hashes.clone())
+            .await
+            .map_err(|e| PlanError::Passing(e.to_string()))?;
+        let waits: Vec<chrono::Duration> = plans
+            .iter()
+            .map(|plan| {
+                plan.as_ref()
+                    .and_then(|(_, interval)| *interval)
+                    .unwrap_or_else(|| {
+                        chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::days(1))
+                    })
+            })
+            .collect();
+        let within = within_grace(requests, &hashes, &history, &waits, now);
         let mut keep = Vec::with_capacity(requests.len());
         let mut inputs = Vec::with_capacity(requests.len());
         for (i, r) in requests.iter_mut().enumerate() {
-            let wait = plans[i]
-                .as_ref()
-                .and_then(|(_, interval)| *interval)
-                .unwrap_or_else(|| {
-                    chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::days(1))
-                });
+            if within[i] {
+                keep.push(false);
+                continue;
+            }
+            let wait = waits[i];
             let last = history.get(&hashes[i]);
             let input = ScoreInput {
                 now,
@@ -432,5 +487,69 @@ impl Planner {
             }
         }
         waiting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{Duration, TimeZone, Utc};
+    use serde_json::{Value, json};
+
+    fn request(org: &str, key: Option<&str>, id: Option<uuid::Uuid>) -> PushRequest {
+        let mut data = serde_json::Map::new();
+        data.insert("organization".into(), json!(org));
+        if let Some(k) = key {
+            data.insert("deduplication_key".into(), Value::String(k.to_owned()));
+        }
+        PushRequest {
+            id,
+            organisation: org.to_owned(),
+            data,
+            ..PushRequest::default()
+        }
+    }
+
+    #[test]
+    fn work_that_ran_within_its_wait_is_gated_and_a_group_follows_its_leader() {
+        let now = Utc.with_ymd_and_hms(2027, 1, 2, 0, 0, 0).unwrap();
+        let leader = uuid::Uuid::new_v4();
+        let key = leader.hyphenated().to_string();
+        let requests = vec![
+            request("a", Some(&key), Some(leader)),
+            request("b", Some(&key), None),
+            request("c", None, None),
+            request("d", None, None),
+        ];
+        let hashes: Vec<String> = ["ha", "hb", "hc", "hd"].map(String::from).to_vec();
+        let ran = |hours: i64| ((now - Duration::hours(hours)).naive_utc(), false);
+        // The leader ran an hour ago; its sibling never ran; c ran an hour ago with a plugin
+        // interval of 30 minutes; d ran 23 hours ago under the grace period of a day.
+        let history: HashMap<String, (chrono::NaiveDateTime, bool)> =
+            [("ha", ran(1)), ("hc", ran(1)), ("hd", ran(23))]
+                .into_iter()
+                .map(|(h, r)| (h.to_owned(), r))
+                .collect();
+        let waits = [
+            Duration::days(1),
+            Duration::days(1),
+            Duration::minutes(30),
+            Duration::days(1),
+        ];
+        assert_eq!(
+            within_grace(&requests, &hashes, &history, &waits, now),
+            vec![true, true, false, true]
+        );
+        // Once the leader's wait has passed, the group is planned, whatever a sibling's history.
+        let later = now + Duration::hours(24);
+        let mut history = history;
+        history.insert(
+            "hb".into(),
+            ((later - Duration::hours(1)).naive_utc(), false),
+        );
+        assert_eq!(
+            within_grace(&requests, &hashes, &history, &waits, later),
+            vec![false, false, false, false]
+        );
     }
 }

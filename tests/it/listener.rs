@@ -617,11 +617,19 @@ async fn the_planner_waits_for_the_previous_run_of_the_same_work_to_finish(backe
         .await;
     s.handled(2).await;
     assert_eq!(s.boefje_ids("org1").await, vec!["on-create-only"]);
-    // Once it finished, the next change plans it again.
+    // Once it finished, a change within the grace period does not run it again (mula's gate:
+    // an object's scan profile is recalculated often, and each would run every boefje again).
     s.app.patch_task(&id, &json!({"status": "completed"})).await;
+    s.app.advance(chrono::Duration::hours(23));
     s.mutation(object("update", "org1", reference, "Hostname", 2))
         .await;
     s.handled(3).await;
+    assert_eq!(s.boefje_ids("org1").await, vec!["on-create-only"]);
+    // The next change after it plans it again.
+    s.app.advance(chrono::Duration::hours(2));
+    s.mutation(object("update", "org1", reference, "Hostname", 2))
+        .await;
+    s.handled(4).await;
     assert_eq!(
         s.boefje_ids("org1").await,
         vec!["dns-records", "on-create-only"]
@@ -887,7 +895,8 @@ async fn an_object_change_rescores_only_that_objects_waiting_tasks(backend: Back
     };
     let (a, b) = ("Hostname|internet|a.nl", "Hostname|internet|b.nl");
     s.finish_first_runs(&[a, b]).await;
-    s.app.advance(chrono::Duration::hours(1));
+    // Past the grace period: work that ran less than a day ago is not planned again.
+    s.app.advance(chrono::Duration::hours(25));
     for r in [a, b] {
         s.mutation(object("update", "org1", r, "Hostname", 1)).await;
     }
@@ -949,8 +958,9 @@ async fn a_pending_task_rescored_is_popped_by_its_new_priority(backend: Backend)
         "Hostname|internet|c.nl",
     );
     s.finish_first_runs(&[a, b, c]).await;
-    // One task each, the same priority: a's fills the heap of one, b's and c's wait beyond it.
-    s.app.advance(chrono::Duration::hours(1));
+    // One task each, the same priority: a's fills the heap of one, b's and c's wait beyond it
+    // (past the grace period, so the work is planned again).
+    s.app.advance(chrono::Duration::hours(25));
     s.mutation(object("update", "org1", a, "Hostname", 1)).await;
     s.handled(4).await;
     // b's first, so that by creation b's would come first.
