@@ -13,8 +13,10 @@
 //! towards not scanning; the cancelled work comes back with its schedule's next fire once the
 //! level allows it again.
 //!
-//! Only updates are looked at: a create is a new object (or one whose delete cancelled its
-//! work), which nothing waits for yet.
+//! Updates are looked at, and deletes Octopoes contradicts (the object was created again since
+//! the delete, and its earlier life's work waits; weighed at Octopoes' level of now, level 0
+//! without a profile). A create is a new object (or one whose delete cancelled its work), which
+//! nothing waits for yet.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;

@@ -17,8 +17,9 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
 use super::{Listener, Outcome};
-use crate::domain::event::{ObjectEvent, parse_object_event};
+use crate::domain::event::{ObjectEvent, ObjectState, Operation, parse_object_event};
 use crate::frontier::lookup::Known;
+use crate::storage::frontier::FrontierRow;
 
 /// How long an object's later events wait for its handed-back event to come back. It comes back
 /// within a pause ([`super::RETRY_PAUSE`]) unless another instance's listener took it, which
@@ -163,11 +164,34 @@ impl Listener {
     }
 
     async fn apply_run(&self, run: Vec<(usize, ObjectEvent)>, outcomes: &mut [Option<Outcome>]) {
-        let stale = self.stale_deletes(&run).await;
-        let (stale, run): (Vec<_>, Vec<_>) = run.into_iter().partition(|(i, _)| stale.contains(i));
+        let mut held = self.stale_deletes(&run).await;
+        let (stale, run): (Vec<_>, Vec<_>) =
+            run.into_iter().partition(|(i, _)| held.contains_key(i));
+        let mut recreated = Vec::with_capacity(stale.len());
         for (i, e) in stale {
             info!(organisation = %e.organisation, object = %e.reference, "a delete of an object Octopoes holds now was not applied: the object was created again since (its create applied before its delete, by another instance)");
             outcomes[i] = Some(Outcome::Done);
+            // The object as Octopoes holds it now may be at a lower level than the work its
+            // earlier life left waiting (a re-created object starts with an empty profile): that
+            // work is weighed as an update to Octopoes' level would be. No profile is level 0.
+            if let Some(row) = held.remove(&i) {
+                recreated.push((
+                    i,
+                    ObjectEvent {
+                        operation: Operation::Update,
+                        organisation: e.organisation,
+                        reference: e.reference,
+                        object: Some(ObjectState {
+                            object_type: row.object_type,
+                            scan_level: Some(row.scan_level.unwrap_or(0)),
+                            scan_profile_type: row.scan_profile_type,
+                        }),
+                    },
+                ));
+            }
+        }
+        if !recreated.is_empty() {
+            self.withdraw_clearances(&recreated, outcomes).await;
         }
         if run.is_empty() {
             return;
@@ -211,15 +235,16 @@ impl Listener {
 }
 
 impl Listener {
-    /// The deletes of `run` that Octopoes contradicts now (it holds the object): their places.
+    /// The deletes of `run` that Octopoes contradicts now (it holds the object): their places,
+    /// with the object as Octopoes holds it.
     /// A delete cancels the object's waiting work for good, and with several instances an
     /// object's events are not ordered between them, so one may come after the object's
     /// re-creation that another instance applied. The lookup records Octopoes' answer in the
     /// frontier. With no Octopoes to ask, or no answer, the delete stands: it is Octopoes' own
     /// word, and no later one is known.
-    async fn stale_deletes(&self, run: &[(usize, ObjectEvent)]) -> HashSet<usize> {
+    async fn stale_deletes(&self, run: &[(usize, ObjectEvent)]) -> HashMap<usize, FrontierRow> {
         let lookup = &self.planner.objects;
-        let mut out = HashSet::new();
+        let mut out = HashMap::new();
         if !lookup.asks_octopoes() {
             return out;
         }
@@ -236,12 +261,10 @@ impl Listener {
             let Ok(known) = lookup.confirmed(org, &refs, &budget).await else {
                 continue;
             };
-            out.extend(
-                deletes
-                    .iter()
-                    .filter(|(_, r)| matches!(known.get(*r), Some(Known::Present(_))))
-                    .map(|(i, _)| *i),
-            );
+            out.extend(deletes.iter().filter_map(|(i, r)| match known.get(*r) {
+                Some(Known::Present(row)) => Some((*i, row.clone())),
+                _ => None,
+            }));
         }
         out
     }

@@ -455,6 +455,42 @@ async fn a_delete_of_an_object_octopoes_still_holds_cancels_nothing(backend: Bac
     s.cleanup().await;
 }
 
+/// A delete that Octopoes contradicts (the object was created again since) still weighs the work
+/// the object's earlier life left waiting against the level Octopoes holds now: a re-created
+/// object starts with a lower profile, and work its old level permitted must not run on it.
+async fn a_delete_of_an_object_recreated_at_a_lower_level_cancels_what_it_no_longer_permits(
+    backend: Backend,
+) {
+    let reference = "Hostname|internet|lower.nl";
+    let octopoes = OctopoesState::default();
+    octopoes.set("org1", vec![octopoes_object(reference, "Hostname", 3)]);
+    let o = octopoes.serve();
+    let ou = o.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| s.clients.octopoes_api = ou).await else {
+        return;
+    };
+    s.mutation(object("create", "org1", reference, "Hostname", 3))
+        .await;
+    s.handled(1).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "intrusive", "on-create-only"]
+    );
+
+    // Deleted and created again at level 1; the delete comes after the re-creation.
+    octopoes.set("org1", vec![octopoes_object(reference, "Hostname", 1)]);
+    s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
+        .await;
+    s.handled(2).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "on-create-only"],
+        "the level-3 boefje's task is cancelled, the rest kept"
+    );
+    assert_eq!(count_of(&s, "cancelled").await, 1);
+    s.cleanup().await;
+}
+
 async fn deleting_cancels_that_organisations_waiting_tasks(backend: Backend, delete: Value) {
     let Some(s) = Setup::new(backend, 100).await else {
         return;
@@ -1160,5 +1196,6 @@ crate::backend_tests!(
     a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only,
     a_delete_carrying_its_object_cancels_as_one_without,
     a_delete_of_an_object_octopoes_still_holds_cancels_nothing,
+    a_delete_of_an_object_recreated_at_a_lower_level_cancels_what_it_no_longer_permits,
     a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error,
 );
