@@ -372,6 +372,21 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "report run lease",
     ),
     (
+        "SCHEDULER_BOEFJE_UNRENEWED_RUN_TIMEOUT",
+        "schedulers.boefje.unrenewed_run_timeout_secs",
+        "boefje run lease of a holder that never renews it",
+    ),
+    (
+        "SCHEDULER_NORMALIZER_UNRENEWED_RUN_TIMEOUT",
+        "schedulers.normalizer.unrenewed_run_timeout_secs",
+        "normalizer run lease of a holder that never renews it",
+    ),
+    (
+        "SCHEDULER_REPORT_UNRENEWED_RUN_TIMEOUT",
+        "schedulers.report.unrenewed_run_timeout_secs",
+        "report run lease of a holder that never renews it",
+    ),
+    (
         "SCHEDULER_BOEFJE_MAX_ATTEMPTS",
         "schedulers.boefje.max_attempts",
         "boefje attempts",

@@ -288,6 +288,7 @@ mod tests {
             when_full: Some(WhenFull::Reject),
             dispatch_timeout_secs: Some(1),
             run_timeout_secs: Some(1),
+            unrenewed_run_timeout_secs: Some(1),
             max_attempts: Some(1),
             scoring: Some(crate::scoring::Strategy::TimeBased),
             fairness: Some(crate::queue::fair::Fairness::Organisation),

@@ -100,6 +100,10 @@ pub struct SchedulerOverride {
     /// This scheduler's run lease, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_timeout_secs: Option<u64>,
+    /// This scheduler's run lease of a holder that never renewed it, in seconds (OpenKAT's
+    /// runners never do, so this is the one that brings a dead runner's task back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unrenewed_run_timeout_secs: Option<u64>,
     /// This scheduler's attempts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
@@ -192,7 +196,10 @@ impl SchedulerOverrides {
                     .unwrap_or(queue.dispatch_timeout_secs),
             ),
             run_timeout: Duration::from_secs(o.run_timeout_secs.unwrap_or(queue.run_timeout_secs)),
-            unrenewed_run_timeout: Duration::from_secs(queue.unrenewed_run_timeout_secs),
+            unrenewed_run_timeout: Duration::from_secs(
+                o.unrenewed_run_timeout_secs
+                    .unwrap_or(queue.unrenewed_run_timeout_secs),
+            ),
             max_attempts: o.max_attempts.unwrap_or(queue.max_attempts),
             fairness: o.fairness.unwrap_or(Fairness::default_for(s)),
             // Checked by `validate`; an unparsable text is refused before any engine starts.
@@ -316,6 +323,7 @@ mod tests {
             ("SCHEDULER_WATCHDOG_INTERVAL", "0"),
             ("SCHEDULER_REPORT_DISPATCH_TIMEOUT", "90"),
             ("SCHEDULER_NORMALIZER_MAX_ATTEMPTS", "1"),
+            ("SCHEDULER_NORMALIZER_UNRENEWED_RUN_TIMEOUT", "600"),
         ])
         .unwrap();
         assert_eq!(
@@ -331,6 +339,11 @@ mod tests {
         assert_eq!(
             s.limits(SchedulerId::Boefje).unrenewed_run_timeout,
             Duration::from_secs(7200)
+        );
+        assert_eq!(
+            s.limits(SchedulerId::Normalizer).unrenewed_run_timeout,
+            Duration::from_secs(600),
+            "a normalizer's dead runner gives its task back within ten minutes"
         );
         assert_eq!(s.schedulers.report.dispatch_timeout_secs, Some(90));
         assert_eq!(s.schedulers.normalizer.max_attempts, Some(1));
