@@ -703,7 +703,14 @@ impl ColdStart {
         unreadable: Vec<String>,
         progress: Progress,
     ) -> Result<(), ColdStartError> {
-        let changed: Vec<ObjectEvent> = self.frontier.changed(org, &objects).await?;
+        let (mut objects, mut unreadable) = (objects, unreadable);
+        // Rows written since the pass's snapshot win over it; those gone since are confirmed as
+        // they are, like the unreadable ones (`Frontier::changed`).
+        let (changed, gone_since) = self
+            .frontier
+            .changed(org, &mut objects, progress.valid_time)
+            .await?;
+        unreadable.extend(gone_since);
         let events: Vec<&ObjectEvent> = changed.iter().collect();
         for (event, planned) in events.iter().zip(self.planner.objects(&events).await) {
             match planned {

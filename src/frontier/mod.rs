@@ -160,14 +160,23 @@ impl Frontier {
             .await
     }
 
-    /// Which of `objects` (of one organisation) are new to the frontier, or back after being
-    /// gone (creates), or changed type or scan profile (updates), or recorded from a lookup and
-    /// never planned: the ones a ColdStart page plans work for.
+    /// Which of `objects` (of one organisation, as a ColdStart page lists them at `snapshot`)
+    /// are new to the frontier, or back after being gone (creates), or changed type or scan
+    /// profile (updates), or recorded from a lookup and never planned: the ones the page plans
+    /// work for.
+    ///
+    /// A row written after `snapshot` (an event or a lookup since the pass began: a level
+    /// lowered, the object deleted) is newer than the page and wins: such an object keeps its
+    /// row's state in `objects` (the page's write then confirms it and changes nothing), and one
+    /// gone since is taken out of `objects` and answered apart, to be confirmed as it is. A pass
+    /// that resumes after days would otherwise write its old snapshot over everything since, and
+    /// plan work at a level the user had taken back.
     pub async fn changed(
         &self,
         organisation: &str,
-        objects: &[(String, ObjectState)],
-    ) -> Result<Vec<ObjectEvent>, StorageError> {
+        objects: &mut Vec<(String, ObjectState)>,
+        snapshot: NaiveDateTime,
+    ) -> Result<(Vec<ObjectEvent>, Vec<String>), StorageError> {
         let org = organisation.to_owned();
         let references: Vec<String> = objects.iter().map(|(r, _)| r.clone()).collect();
         let known: HashMap<String, FrontierRow> = self
@@ -176,8 +185,26 @@ impl Frontier {
             .into_iter()
             .map(|r| (r.reference.clone(), r))
             .collect();
+        let newer =
+            |k: &FrontierRow| k.last_seen > snapshot || k.gone_at.is_some_and(|g| g > snapshot);
+        let mut gone_since = Vec::new();
+        objects.retain_mut(|(reference, state)| match known.get(reference.as_str()) {
+            Some(k) if newer(k) && k.gone_at.is_some() => {
+                gone_since.push(reference.clone());
+                false
+            }
+            Some(k) if newer(k) => {
+                *state = ObjectState {
+                    object_type: k.object_type.clone(),
+                    scan_level: k.scan_level,
+                    scan_profile_type: k.scan_profile_type.clone(),
+                };
+                true
+            }
+            _ => true,
+        });
         let mut seen = std::collections::HashSet::new();
-        Ok(objects
+        let events = objects
             .iter()
             .filter(|(reference, _)| seen.insert(reference.as_str()))
             .filter_map(|(reference, state)| {
@@ -204,7 +231,8 @@ impl Frontier {
                     object: Some(state.clone()),
                 })
             })
-            .collect())
+            .collect();
+        Ok((events, gone_since))
     }
 
     /// Loads one page of a ColdStart pass over `organisation` in one transaction: every object

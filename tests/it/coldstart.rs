@@ -527,10 +527,17 @@ async fn a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it(
     let planned = |level| {
         let frontier = frontier.clone();
         async move {
+            // A snapshot after every write here: the page is the newest word.
+            let snapshot = (Utc::now() + chrono::Duration::days(1)).naive_utc();
             frontier
-                .changed("org9", &[(reference.to_owned(), state(level))])
+                .changed(
+                    "org9",
+                    &mut vec![(reference.to_owned(), state(level))],
+                    snapshot,
+                )
                 .await
                 .unwrap()
+                .0
                 .iter()
                 .map(|e| e.operation)
                 .collect::<Vec<_>>()
@@ -559,7 +566,83 @@ async fn a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it(
     assert_eq!(planned(2).await, vec![]);
 }
 
+/// A pass pages through Octopoes' listing as it was when the pass began (its snapshot); what
+/// the listener wrote since is newer and stands. Here org2's pass is interrupted, and before it
+/// resumes an hour later the user lowers one of its objects to level 0 and another is created and
+/// deleted: the resumed pages, which still list both as they were, neither plan work on them nor
+/// write the old state back.
+async fn a_pass_does_not_write_its_snapshot_over_what_events_changed_since(backend: Backend) {
+    use kat_scheduler::domain::event::{ObjectEvent, ObjectState, Operation};
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.octopoes.fail_from("org2", Some(4));
+    s.rounds(1).await;
+    assert_eq!(
+        s.references("org2", "queued").await.len(),
+        4,
+        "its first two pages"
+    );
+
+    let (lowered, deleted) = (
+        "Hostname|internet|org2-h5.nl",
+        "Hostname|internet|org2-h6.nl",
+    );
+    let event = |operation, reference: &str, level: Option<i64>| ObjectEvent {
+        operation,
+        organisation: "org2".into(),
+        reference: reference.into(),
+        object: level.map(|l| ObjectState {
+            object_type: "Hostname".into(),
+            scan_level: Some(l),
+            scan_profile_type: Some("declared".into()),
+        }),
+    };
+    let frontier = s.frontier();
+    s.app.advance(chrono::Duration::minutes(30));
+    frontier
+        .apply_objects(
+            &[
+                &event(Operation::Update, lowered, Some(0)),
+                &event(Operation::Create, deleted, Some(1)),
+            ],
+            s.app.now().naive_utc(),
+        )
+        .await
+        .unwrap();
+    s.app.advance(chrono::Duration::minutes(30));
+    frontier
+        .apply_objects(
+            &[&event(Operation::Delete, deleted, None)],
+            s.app.now().naive_utc(),
+        )
+        .await
+        .unwrap();
+
+    // The pass resumes over the snapshot, which lists both as they were at level 1.
+    s.octopoes.fail_from("org2", None);
+    s.rounds(2).await;
+    assert_eq!(
+        s.references("org2", "queued").await,
+        (0..5)
+            .map(|i| format!("Hostname|internet|org2-h{i}.nl"))
+            .collect::<Vec<_>>(),
+        "h4 planned from the resumed page; nothing on the lowered or the deleted object"
+    );
+    let rows = frontier
+        .objects("org2", &[lowered.to_owned(), deleted.to_owned()])
+        .await
+        .unwrap();
+    let row = |r: &str| rows.iter().find(|x| x.reference == r).unwrap();
+    assert_eq!(row(lowered).scan_level, Some(0), "the lowered level stands");
+    assert!(
+        row(deleted).gone_at.is_some(),
+        "the deleted object stays gone"
+    );
+}
+
 crate::backend_tests!(
+    a_pass_does_not_write_its_snapshot_over_what_events_changed_since,
     a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it,
     a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone,
     a_listing_that_moved_under_the_pass_marks_gone_only_what_octopoes_says_is_gone,
