@@ -34,10 +34,17 @@ fn text(limits: &Limits) -> Value {
     json!({"type": "string", "maxLength": limits.max_string_chars, "pattern": NO_NUL})
 }
 
-/// A `like` pattern: no NUL, and no escape character (`\\`) left alone at its end, which
-/// PostgreSQL refuses.
-fn pattern(limits: &Limits) -> Value {
-    json!({"type": "string", "maxLength": limits.max_string_chars, "pattern": LIKE_PATTERN})
+
+/// A filter's text value: only compared, never stored, so bounded apart from the stored
+/// strings ([`crate::domain::limits::FILTER_VALUE_MAX_CHARS`]).
+fn filter_value() -> Value {
+    json!({"type": "string", "maxLength": crate::domain::limits::FILTER_VALUE_MAX_CHARS, "pattern": NO_NUL})
+}
+
+/// A filter's `like` pattern: no NUL, and no escape character (`\\`) left alone at its end,
+/// which PostgreSQL refuses; bounded as [`filter_value`].
+fn filter_pattern() -> Value {
+    json!({"type": "string", "maxLength": crate::domain::limits::FILTER_VALUE_MAX_CHARS, "pattern": LIKE_PATTERN})
 }
 
 const LIKE_PATTERN: &str = "^([^\\u0000\\\\]|\\\\[^\\u0000])*$";
@@ -324,8 +331,8 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
                     "type",
                     "hash",
                 ],
-                text(limits),
-                text(limits),
+                filter_value(),
+                filter_value(),
                 true,
             ),
             (vec!["priority"], integer(), integer(), false),
@@ -340,8 +347,8 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
         Table::Schedules => vec![
             (
                 vec!["id", "scheduler_id", "organisation", "hash", "schedule"],
-                text(limits),
-                text(limits),
+                filter_value(),
+                filter_value(),
                 true,
             ),
             (
@@ -421,7 +428,7 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
                 cols.clone(),
                 None,
                 ops_like.to_vec(),
-                Some(pattern(limits)),
+                Some(filter_pattern()),
                 false,
             ));
         }
@@ -451,7 +458,7 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
     let field =
         json!({"type": "string", "pattern": FIELD_PATH, "maxLength": limits.max_string_chars});
     let data = json!(["data"]);
-    let scalar = json!({"anyOf": [text(limits), {"type": "number"}, {"type": "boolean"}]});
+    let scalar = json!({"anyOf": [filter_value(), {"type": "number"}, {"type": "boolean"}]});
     conditions.push(cond(
         data.clone(),
         Some(field.clone()),
@@ -480,7 +487,7 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
         data.clone(),
         Some(field.clone()),
         ops_like.to_vec(),
-        Some(pattern(limits)),
+        Some(filter_pattern()),
         false,
     ));
     conditions.push(cond(
@@ -504,7 +511,7 @@ fn filter_schemas(s: &mut Map<String, Value>, limits: &Limits, table: Table) {
         data.clone(),
         Some(field.clone()),
         ops_in.to_vec(),
-        Some(json!({"anyOf": [list(text(limits)), list(json!({"type": "number"})), list(json!({"type": "boolean"}))]})),
+        Some(json!({"anyOf": [list(filter_value()), list(json!({"type": "number"})), list(json!({"type": "boolean"}))]})),
         false,
     ));
     conditions.push(cond(data, Some(field), ops_null.to_vec(), None, false));

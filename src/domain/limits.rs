@@ -17,10 +17,15 @@ pub const DEFAULT_MAX_FILTER_CONDITIONS: usize = 100;
 pub const DEFAULT_MAX_FILTER_DEPTH: usize = 32;
 /// Default values of one `in` / `not_in` list at most (the runners send a few images or plugins).
 pub const DEFAULT_MAX_IN_VALUES: usize = 1_000;
-/// Default characters in one string a task is stored or found by (organisation, ids, key fields,
-/// filter values) at most: even at four bytes a character, well under PostgreSQL's limit on an
+/// Default characters in one string a task is stored by (organisation, ids, key fields) at
+/// most (filter values: [`FILTER_VALUE_MAX_CHARS`]): even at four bytes a character, well under PostgreSQL's limit on an
 /// index entry (2,704 bytes). Counted in characters, as JSON Schema's `maxLength` counts them.
 pub const DEFAULT_MAX_STRING_CHARS: usize = 512;
+/// Characters in one filter value at most. A filter value is only compared, never stored or
+/// indexed, so it is not held to `max_string_chars`: the webapp finds tasks and schedules by an
+/// object's reference, which may be a long URL. The bound keeps a `like` pattern within
+/// SQLite's (50,000 bytes at four a character).
+pub const FILTER_VALUE_MAX_CHARS: usize = 8_192;
 /// Default nesting of a task payload at most.
 pub const DEFAULT_MAX_JSON_DEPTH: usize = 32;
 /// Default `offset` of a listing at most.
@@ -198,7 +203,7 @@ impl Limits {
                     };
                     for v in values {
                         if let Scalar::Text(s) = v {
-                            self.check_text("filters.value", s)?;
+                            check_filter_value(s)?;
                         }
                     }
                 }
@@ -206,6 +211,24 @@ impl Limits {
         }
         Ok(())
     }
+}
+
+/// A filter value: no NUL, at most [`FILTER_VALUE_MAX_CHARS`].
+fn check_filter_value(value: &str) -> Result<(), LimitError> {
+    if value.contains('\0') {
+        return Err(LimitError(
+            "filters.value: contains a NUL character, which is not allowed".into(),
+        ));
+    }
+    if value.len() > FILTER_VALUE_MAX_CHARS {
+        let chars = value.chars().count();
+        if chars > FILTER_VALUE_MAX_CHARS {
+            return Err(LimitError(format!(
+                "filters.value: {chars} characters, more than the {FILTER_VALUE_MAX_CHARS} a filter value may have"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -256,12 +279,17 @@ mod tests {
                 .0
                 .contains("max_in_values")
         );
-        let long = json!([{"column": "organisation", "value": "abcdef"}]);
+        // A filter value is only compared: an object's long reference finds its tasks.
+        let reference = format!("URL|internet|https://example.nl/{}", "a".repeat(2_000));
+        let long = json!([{"column": "organisation", "value": reference}]);
+        assert!(l.check_filter(&filter(long)).is_ok());
+        let too_long = "a".repeat(FILTER_VALUE_MAX_CHARS + 1);
+        let too_long = json!([{"column": "organisation", "value": too_long}]);
         assert!(
-            l.check_filter(&filter(long))
+            l.check_filter(&filter(too_long))
                 .unwrap_err()
                 .0
-                .contains("max_string_chars")
+                .contains("a filter value may have")
         );
         assert!(l.check_json("data", &json!({"a": {"b": 1}})).is_ok());
         assert!(

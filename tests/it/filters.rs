@@ -603,7 +603,37 @@ async fn a_filter_in_a_get_body_is_a_400_not_ignored(backend: Backend) {
     assert_eq!(app.get("/tasks").await.status(), StatusCode::OK);
 }
 
+/// The webapp finds schedules and tasks by an object's reference, which may be a long URL (its
+/// boefje page searches the schedules of up to 150 objects at once). A filter value is only
+/// compared, so one longer than a stored key field is answered, not refused.
+async fn searches_by_a_long_reference_are_answered(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let long = format!("URL|internet|https://example.nl/?{}", "q=1&".repeat(300));
+    assert!(long.chars().count() > 1_000);
+    let schedules = app
+        .post(
+            "/schedules/search",
+            Some(&json!({"filters": [{"column": "data", "field": "input_ooi",
+                "operator": "in", "value": [long, "Hostname|internet|a.nl"]}]})),
+        )
+        .await;
+    assert_eq!(schedules.status(), StatusCode::OK);
+    assert_eq!(schedules.json::<Value>().await.unwrap()["count"], 0);
+    let tasks = app
+        .search_tasks(
+            "scheduler_id=boefje&task_type=boefje&limit=150",
+            Some(&json!({"filters": [{"column": "data", "field": "input_ooi",
+                "operator": "==", "value": long}]})),
+        )
+        .await;
+    assert_eq!(tasks.status(), StatusCode::OK);
+    assert_eq!(tasks.json::<Value>().await.unwrap()["count"], 0);
+}
+
 crate::backend_tests!(
+    searches_by_a_long_reference_are_answered,
     a_filter_in_a_get_body_is_a_400_not_ignored,
     data_fields_compare_alike_in_listings_and_pops,
     a_pattern_ending_in_its_escape_character_is_a_400,
