@@ -34,7 +34,6 @@ fn text(limits: &Limits) -> Value {
     json!({"type": "string", "maxLength": limits.max_string_chars, "pattern": NO_NUL})
 }
 
-
 /// A filter's text value: only compared, never stored, so bounded apart from the stored
 /// strings ([`crate::domain::limits::FILTER_VALUE_MAX_CHARS`]).
 fn filter_value() -> Value {

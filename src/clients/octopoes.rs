@@ -116,8 +116,9 @@ impl Octopoes {
 
     /// Objects `offset..offset+limit` of `organisation` matching `filter` at `valid_time`
     /// (`GET /{org}/objects?types=…&scan_level=…&offset=&limit=&valid_time=`, mula's order;
-    /// `valid_time` as ISO-8601 with a `+00:00` offset, which Octopoes requires). A 404 (an
-    /// unknown type or organisation) is [`ClientError::NotFound`].
+    /// `valid_time` as ISO-8601 with a `+00:00` offset, which Octopoes requires). An organisation
+    /// Octopoes has no node for (404 `Node not found`) has an empty listing; any other 404 (an
+    /// unknown type, a route the server lacks) is [`ClientError::NotFound`].
     pub async fn objects_matching(
         &self,
         organisation: &str,
@@ -142,10 +143,24 @@ impl Octopoes {
             ("limit", limit.as_str()),
             ("valid_time", valid_time.as_str()),
         ]);
-        let page: Page = self
-            .http
-            .get_json(&[organisation, "objects"], &query)
-            .await?;
+        let page: Page = match self.http.get_json(&[organisation, "objects"], &query).await {
+            // An organisation Octopoes has no node for (Katalogus lists it, nothing was ever
+            // stored for it, or it was removed) holds no objects: an empty listing, as mula
+            // reads it, rather than a failure retried every minute for ever.
+            Err(ClientError::NotFound {
+                detail: Some(d), ..
+            }) if d == NODE_NOT_FOUND => {
+                tracing::warn!(
+                    organisation,
+                    "Octopoes has no node for the organisation (404 Node not found): its listing is empty"
+                );
+                Page {
+                    count: 0,
+                    items: Vec::new(),
+                }
+            }
+            other => other?,
+        };
         let mut out = ObjectPage {
             count: page.count,
             items: Vec::with_capacity(page.items.len()),
@@ -413,6 +428,7 @@ mod tests {
     async fn a_page_without_a_count_is_a_decode_error_and_404_is_not_found() {
         let stub = Stub::start(|s| match s.path.as_str() {
             "/org1/objects" => (200, r#"{"items": []}"#.into()),
+            "/nonode/objects" => (404, r#"{"detail": "Node not found"}"#.into()),
             _ => (404, r#"{"detail":"Unknown type"}"#.into()),
         });
         let o = octopoes(&stub);
@@ -423,6 +439,9 @@ mod tests {
         );
         let err = o.objects("org2", 0, 10, Utc::now()).await.unwrap_err();
         assert_eq!(err.status(), Some(404));
+        // An organisation Octopoes has no node for holds no objects.
+        let empty = o.objects("nonode", 0, 10, Utc::now()).await.unwrap();
+        assert_eq!((empty.count, empty.items.len()), (0, 0));
     }
 
     #[tokio::test]

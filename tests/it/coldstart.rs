@@ -641,7 +641,30 @@ async fn a_pass_does_not_write_its_snapshot_over_what_events_changed_since(backe
     );
 }
 
+/// An organisation Katalogus lists and Octopoes has no node for (404 `Node not found`: nothing
+/// was ever stored for it) has an empty listing, as mula reads it: its pass completes, with
+/// nothing marked gone, instead of failing every minute for ever.
+async fn an_organisation_octopoes_has_no_node_for_is_paged_as_empty(backend: Backend) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    s.octopoes.objects.lock().unwrap().remove("org2");
+    s.rounds(1).await;
+    let figures = s.coldstart_health().await;
+    assert_eq!(
+        (
+            figures["organisations_done"].clone(),
+            figures["organisations_failed"].clone()
+        ),
+        (serde_json::json!(2), serde_json::json!(0)),
+        "{figures}"
+    );
+    assert_eq!(s.references("org1", "queued").await.len(), 5);
+    assert!(s.references("org2", "queued").await.is_empty());
+}
+
 crate::backend_tests!(
+    an_organisation_octopoes_has_no_node_for_is_paged_as_empty,
     a_pass_does_not_write_its_snapshot_over_what_events_changed_since,
     a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it,
     a_listing_that_shrank_while_the_pass_paged_marks_nothing_gone,

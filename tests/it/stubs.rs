@@ -148,7 +148,7 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
 
 /// Octopoes: per organisation a list of objects, paged by `offset` and `limit`, and one object
 /// by its reference (`GET /{org}/object`: 404 naming the object when the organisation lacks it,
-/// 404 `Node not found` for an organisation it has no node for, as Octopoes answers); an
+/// 404 `Node not found` for an organisation it has no node for, on both, as Octopoes answers); an
 /// organisation can be made to fail (500) from an offset on, and the whole service to answer
 /// 503 while it is down. A listing can be capped at fewer objects a page than asked (`page_cap`),
 /// and its `count` made to claim more objects than it holds (`count_extra`); neither by default.
@@ -290,13 +290,9 @@ impl OctopoesState {
                     {
                         return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
                     }
-                    let all = state
-                        .objects
-                        .lock()
-                        .unwrap()
-                        .get(*org)
-                        .cloned()
-                        .unwrap_or_default();
+                    let Some(all) = state.objects.lock().unwrap().get(*org).cloned() else {
+                        return Reply::status(404, r#"{"detail": "Node not found"}"#);
+                    };
                     let items: Vec<Value> = all
                         .iter()
                         .skip(offset as usize)
