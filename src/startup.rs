@@ -292,7 +292,11 @@ impl Application {
         // SQLite serves one instance: a second one on the same file stops here, before it
         // migrates or reads anything.
         let sqlite_lock = match DbTarget::parse(&settings.database.uri) {
-            Ok(DbTarget::Sqlite(path)) => Some(SqliteLock::acquire(&path)?),
+            Ok(DbTarget::Sqlite(path)) => Some(
+                tokio::task::spawn_blocking(move || SqliteLock::acquire(&path))
+                    .await
+                    .context("taking the SQLite lock")??,
+            ),
             _ => None,
         };
         let (pool, target) = open_database(&settings).await?;

@@ -482,9 +482,20 @@ pub struct SqliteLock {
     path: PathBuf,
 }
 
+/// How long [`SqliteLock::acquire`] waits for a holder to let go.
+pub const LOCK_WAIT: Duration = Duration::from_secs(3);
+
 impl SqliteLock {
-    /// Takes the lock beside `database` (`<database>.lock`), or says who holds it.
+    /// Takes the lock beside `database` (`<database>.lock`), waiting up to [`LOCK_WAIT`] for a
+    /// holder to let go, or says who holds it. The wait covers a predecessor still exiting (a
+    /// supervisor's quick restart) and a process that forked just before the holder let go: a
+    /// child holds the lock's file until it executes its program, however briefly.
     pub fn acquire(database: &Path) -> Result<SqliteLock, OwnershipError> {
+        Self::acquire_within(database, LOCK_WAIT)
+    }
+
+    /// [`Self::acquire`], waiting up to `wait`.
+    pub fn acquire_within(database: &Path, wait: Duration) -> Result<SqliteLock, OwnershipError> {
         // The lock is taken before the database is opened, so it is the first thing to need the
         // database's directory.
         crate::storage::create_parent_dir(database)?;
@@ -500,13 +511,25 @@ impl SqliteLock {
                 path: path.clone(),
                 error,
             })?;
-        match file.try_lock() {
-            Ok(()) => Ok(SqliteLock { _file: file, path }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(OwnershipError::Locked {
-                database: database.to_owned(),
-                path,
-            }),
-            Err(std::fs::TryLockError::Error(error)) => Err(OwnershipError::Lock { path, error }),
+        let until = Instant::now() + wait;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(SqliteLock { _file: file, path }),
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                    // Polling the lock a holder may let go of at any moment; flock has no wait
+                    // with a bound.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(OwnershipError::Locked {
+                        database: database.to_owned(),
+                        path,
+                    });
+                }
+                Err(std::fs::TryLockError::Error(error)) => {
+                    return Err(OwnershipError::Lock { path, error });
+                }
+            }
         }
     }
 
@@ -525,11 +548,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("scheduler.db");
         let first = SqliteLock::acquire(&db).unwrap();
-        let err = SqliteLock::acquire(&db).unwrap_err().to_string();
+        let err = SqliteLock::acquire_within(&db, Duration::from_millis(200))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("another kat-scheduler instance"), "{err}");
         assert!(err.contains("scheduler.db"), "{err}");
         drop(first);
         SqliteLock::acquire(&db).expect("free again once the first is gone");
+    }
+
+    /// A holder that lets go while the next one waits (a predecessor exiting, or a child
+    /// forked just before and not yet running its program) does not keep it out.
+    #[test]
+    fn a_lock_let_go_while_the_next_one_waits_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("scheduler.db");
+        let first = SqliteLock::acquire(&db).unwrap();
+        let next = {
+            let db = db.clone();
+            std::thread::spawn(move || SqliteLock::acquire_within(&db, Duration::from_secs(30)))
+        };
+        // The holder lets go a moment later (the stimulus, not a wait for a state).
+        std::thread::sleep(Duration::from_millis(300));
+        drop(first);
+        assert!(next.join().unwrap().is_ok());
     }
 
     #[test]
