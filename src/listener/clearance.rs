@@ -14,8 +14,8 @@
 //! level allows it again.
 //!
 //! Updates are looked at, and deletes Octopoes contradicts (the object was created again since
-//! the delete, and its earlier life's work waits; weighed at Octopoes' level of now, level 0
-//! without a profile). A create is a new object (or one whose delete cancelled its work), which
+//! the delete, and its earlier life's work waits; weighed at Octopoes' level of now, and left
+//! alone when its answer carries no level). A create is a new object (or one whose delete cancelled its work), which
 //! nothing waits for yet.
 
 use std::collections::HashMap;

@@ -173,8 +173,11 @@ impl Listener {
             outcomes[i] = Some(Outcome::Done);
             // The object as Octopoes holds it now may be at a lower level than the work its
             // earlier life left waiting (a re-created object starts with an empty profile): that
-            // work is weighed as an update to Octopoes' level would be. No profile is level 0.
-            if let Some(row) = held.remove(&i) {
+            // work is weighed as an update to Octopoes' level would be. An answer without a level
+            // says nothing of it, and a cancel cannot be undone: that work is left alone.
+            if let Some(row) = held.remove(&i)
+                && let Some(level) = row.scan_level
+            {
                 recreated.push((
                     i,
                     ObjectEvent {
@@ -183,7 +186,7 @@ impl Listener {
                         reference: e.reference,
                         object: Some(ObjectState {
                             object_type: row.object_type,
-                            scan_level: Some(row.scan_level.unwrap_or(0)),
+                            scan_level: Some(level),
                             scan_profile_type: row.scan_profile_type,
                         }),
                     },

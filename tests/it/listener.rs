@@ -488,6 +488,23 @@ async fn a_delete_of_an_object_recreated_at_a_lower_level_cancels_what_it_no_lon
         "the level-3 boefje's task is cancelled, the rest kept"
     );
     assert_eq!(count_of(&s, "cancelled").await, 1);
+
+    // Octopoes' answer carries no scan profile: it says nothing of the level, and nothing more
+    // is cancelled.
+    octopoes.set(
+        "org1",
+        vec![json!({"object_type": "Hostname", "primary_key": reference,
+                    "scan_profile": null, "name": "lower.nl"})],
+    );
+    s.mutation(json!({"operation": "delete", "primary_key": reference, "client_id": "org1"}))
+        .await;
+    s.handled(3).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "on-create-only"],
+        "a level not known cancels nothing"
+    );
+    assert_eq!(count_of(&s, "cancelled").await, 1);
     s.cleanup().await;
 }
 
