@@ -40,6 +40,16 @@ struct Setup {
 
 impl Setup {
     async fn new(backend: Backend, orgs: &[&str]) -> Option<Setup> {
+        Self::with(backend, orgs, |_| {}).await
+    }
+
+    /// [`Setup::new`], with `prepare` applied to Katalogus before it serves (and before the app's
+    /// first catalogue refresh asks it).
+    async fn with(
+        backend: Backend,
+        orgs: &[&str],
+        prepare: impl FnOnce(&KatalogusState),
+    ) -> Option<Setup> {
         let katalogus = KatalogusState::default();
         let octopoes = OctopoesState::default();
         for org in orgs {
@@ -50,6 +60,7 @@ impl Setup {
                 .insert((*org).into(), plugins(false));
             octopoes.set(org, vec![octopoes_object(OBJECT, "Hostname", 2)]);
         }
+        prepare(&katalogus);
         let (k, o) = (katalogus.serve(), octopoes.serve());
         let (ku, ou) = (k.url.clone(), o.url.clone());
         let app = spawn_app_with(backend, move |s| {
@@ -268,25 +279,13 @@ async fn a_hung_katalogus_is_asked_to_confirm_once_a_page(backend: Backend) {
 /// catalogue's wait and their schedules would wait a tick.
 async fn organisations_never_fetched_are_asked_for_together(backend: Backend) {
     let orgs = ["org-a", "org-b", "org-c"];
-    let katalogus = KatalogusState::default();
-    let octopoes = OctopoesState::default();
-    for org in orgs {
-        katalogus
-            .plugins
-            .lock()
-            .unwrap()
-            .insert(org.into(), plugins(false));
-        katalogus.unlisted.lock().unwrap().insert(org.into());
-        octopoes.set(org, vec![octopoes_object(OBJECT, "Hostname", 2)]);
-    }
-    *katalogus.together.lock().unwrap() =
-        Some(std::sync::Arc::new(tokio::sync::Barrier::new(orgs.len())));
-    let (k, o) = (katalogus.serve(), octopoes.serve());
-    let (ku, ou) = (k.url.clone(), o.url.clone());
-    let Some(app) = spawn_app_with(backend, move |s| {
-        s.clients.katalogus_api = ku;
-        s.clients.octopoes_api = ou;
-        s.catalogue.ttl_secs = 60;
+    // `_o` bound: the Octopoes stub stops when dropped.
+    let Some(Setup { app, k, _o, .. }) = Setup::with(backend, &orgs, |katalogus| {
+        for org in orgs {
+            katalogus.unlisted.lock().unwrap().insert(org.into());
+        }
+        *katalogus.together.lock().unwrap() =
+            Some(std::sync::Arc::new(tokio::sync::Barrier::new(orgs.len())));
     })
     .await
     else {
