@@ -25,6 +25,7 @@ mod fenced_batch;
 mod filtered_pops;
 mod filters;
 mod fire_ledger;
+mod history;
 mod hostile_inputs;
 mod import_mula;
 mod isolation;

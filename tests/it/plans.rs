@@ -79,8 +79,19 @@ async fn an_engines_statements_walk_their_index_whatever_the_tables_statistics()
                 tasks::waiting_by_hash_statement(SchedulerId::Boefje, &hashes).unwrap(),
             );
             assert!(
-                walks(&plan, "Index Scan using ix_tasks_hash on tasks"),
-                "{state}: the lookup by hash does not walk ix_tasks_hash:\n{plan}"
+                walks(&plan, "Index Scan using ix_tasks_hash_created on tasks"),
+                "{state}: the lookup by hash does not walk ix_tasks_hash_created:\n{plan}"
+            );
+            // The last finished run of each hash: a walk of its tasks from the newest back, not
+            // a fetch of every past run nor a sort of them.
+            let plan = plan_of(
+                &mut engine,
+                tasks::last_runs_statement(storage::Backend::Postgres, &hashes).unwrap(),
+            );
+            assert!(
+                walks(&plan, "Index Scan Backward using ix_tasks_hash_created on tasks")
+                    && plan.contains("Limit"),
+                "{state}: the last runs are not one short walk per hash:\n{plan}"
             );
 
             // The refill's read: a walk of the pending rows in pop order, from the backlog's head,

@@ -4,9 +4,10 @@
 
 use super::*;
 
-/// Waiting (pending or queued) tasks of `scheduler` with one of these hashes. `ix_tasks_hash`
-/// finds every task of each hash (the waiting one and its past runs, a handful); the status is
-/// checked in the row.
+/// Waiting (pending or queued) tasks of `scheduler` with one of these hashes: every task of each
+/// hash through the leading column of `ix_tasks_hash_created` (the waiting one and its past
+/// runs), the status checked in the row. A push reads it only when the backlog's hashes are not
+/// all known in memory (`queue::engine::push::reads`).
 pub fn waiting_by_hash(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,

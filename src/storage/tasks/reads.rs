@@ -18,45 +18,80 @@ pub fn scheduler_of(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<St
         .map(|r| r.scheduler_id))
 }
 
-/// The last finished run (completed or failed) of each of these hashes: when, and whether it
-/// failed.
+/// The last finished run (completed or failed) of each of these hashes, the latest created as
+/// mula's `get_latest_task_by_hash` reads it: when it finished, and whether it failed.
+///
+/// Each hash is one walk of `ix_tasks_hash_created` from its newest task back to the first
+/// finished one, so a piece of work run daily for years costs what one run a day costs: reading
+/// every finished task of a hash (as this did through an index on the hash alone) cost one row
+/// fetch per past run, for every planned batch.
 pub fn last_runs(
     conn: &mut AnyConnection,
     hashes: &[String],
 ) -> QueryResult<std::collections::HashMap<String, (NaiveDateTime, bool)>> {
-    #[derive(diesel::QueryableByName)]
-    struct Run {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        hash: String,
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        status: String,
-        #[diesel(sql_type = diesel::sql_types::Timestamp)]
-        modified_at: NaiveDateTime,
-    }
-    let mut out: std::collections::HashMap<String, (NaiveDateTime, bool)> =
-        std::collections::HashMap::new();
+    let mut out = std::collections::HashMap::new();
     for chunk in hashes.chunks(CHUNK) {
-        let mut q = sql(
-            conn,
-            "SELECT hash, status, modified_at FROM tasks WHERE status IN ('completed', 'failed') \
-             AND hash IN (",
-        );
-        for (i, h) in chunk.iter().enumerate() {
-            if i > 0 {
-                q.push(", ");
-            }
-            q.bind(h.as_str());
-        }
-        q.push(")");
-        for r in q.load::<Run>(conn)? {
-            let failed = r.status == "failed";
-            let e = out.entry(r.hash).or_insert((r.modified_at, failed));
-            if r.modified_at > e.0 {
-                *e = (r.modified_at, failed);
-            }
+        let backend = Backend::of(conn);
+        let q = last_runs_statement(backend, chunk)?;
+        // PostgreSQL's text is the same for any chunk, so it is kept prepared.
+        let rows: Vec<LastRun> = match backend {
+            Backend::Postgres => q.load_prepared(conn)?,
+            Backend::Sqlite => q.load(conn)?,
+        };
+        for r in rows {
+            out.insert(r.hash, (r.modified_at, r.status == "failed"));
         }
     }
     Ok(out)
+}
+
+/// A hash's last finished run, as [`last_runs_statement`] answers it.
+#[derive(diesel::QueryableByName)]
+struct LastRun {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    hash: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    status: String,
+    #[diesel(sql_type = diesel::sql_types::Timestamp)]
+    modified_at: NaiveDateTime,
+}
+
+/// [`last_runs`]' statement for one chunk of hashes: per hash, its newest finished task. On
+/// PostgreSQL a lateral walk per hash of a JSON bind (one text for any number of hashes);
+/// SQLite, which has no `LATERAL`, takes the same walk as a correlated subquery per hash. The
+/// walk's `ORDER BY created_at DESC LIMIT 1` over `(hash, created_at)` leaves no other index
+/// worth taking, whatever the table's statistics (`tests/it/plans.rs`).
+pub fn last_runs_statement(backend: Backend, hashes: &[String]) -> QueryResult<Sql> {
+    const NEWEST_FINISHED: &str =
+        "status IN ('completed', 'failed') ORDER BY created_at DESC LIMIT 1";
+    if backend == Backend::Postgres {
+        let mut q = Sql::new(
+            backend,
+            "SELECT h.hash, l.status, l.modified_at FROM json_array_elements_text(",
+        );
+        q.bind(json_bind(hashes)?).push(&format!(
+            "::json) AS h (hash) CROSS JOIN LATERAL (SELECT status, modified_at FROM tasks \
+             WHERE tasks.hash = h.hash AND {NEWEST_FINISHED}) AS l"
+        ));
+        return Ok(q);
+    }
+    let mut q = Sql::new(backend, "SELECT h.hash, t.status, t.modified_at FROM (");
+    for (i, h) in hashes.iter().enumerate() {
+        q.push(if i == 0 {
+            "SELECT "
+        } else {
+            " UNION ALL SELECT "
+        })
+        .bind(h.as_str())
+        .push(" AS hash");
+    }
+    if hashes.is_empty() {
+        q.push("SELECT NULL AS hash WHERE 1 = 0");
+    }
+    q.push(&format!(
+        ") AS h JOIN tasks t ON t.id = (SELECT f.id FROM tasks f WHERE f.hash = h.hash AND f.{NEWEST_FINISHED})"
+    ));
+    Ok(q)
 }
 
 /// Why a task has its priority, if the planner recorded it.
