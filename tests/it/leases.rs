@@ -614,3 +614,98 @@ async fn a_runner_hanging_up_before_its_pop_is_answered_loses_no_task_with_the_f
 async fn a_runner_hanging_up_before_its_pop_is_answered_loses_no_task_without_it() {
     a_runner_hanging_up_before_its_pop_is_answered_loses_no_task(false).await;
 }
+
+/// A pop whose runner hung up is given back in the next batch; when that batch loses its
+/// connection (its outcome unknown), the give-back goes with the batch after it, not with the
+/// task's lease a day later. The server here ends the session of the first three statements that
+/// requeue a dispatched task, as a proxy or a failover cutting the engine's connection would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_whose_batch_lost_its_connection_is_tried_again() {
+    let Some(app) = spawn_app_with(Backend::Postgres, leases).await else {
+        return;
+    };
+    let pushed = app
+        .push_ok("boefje", &boefje_push("org1", "dns", None, 1))
+        .await;
+    let id = id_of(&pushed);
+    app.advance(Duration::seconds(5));
+
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let uri = app.db.uri.clone();
+    let holder = std::thread::spawn(move || {
+        use diesel::{Connection, PgConnection, connection::SimpleConnection};
+        let mut c = PgConnection::establish(&uri).expect("connect");
+        c.batch_execute("BEGIN; LOCK TABLE tasks IN EXCLUSIVE MODE")
+            .expect("lock");
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.recv();
+        // Created while the pop waits, committed with the lock's release: the pop's own write
+        // (queued to dispatched) passes; the give-back's (dispatched to queued) is cut three
+        // times, so every attempt of its batch on a fresh connection is cut too.
+        c.batch_execute(
+            "CREATE SEQUENCE cut_give_back; \
+             CREATE FUNCTION cut_give_back() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN \
+                 IF OLD.status = 'dispatched' AND NEW.status = 'queued' \
+                     AND nextval('cut_give_back') <= 3 THEN \
+                     PERFORM pg_terminate_backend(pg_backend_pid()); \
+                 END IF; \
+                 RETURN NEW; \
+             END $$; \
+             CREATE TRIGGER cut_give_back BEFORE UPDATE ON tasks \
+                 FOR EACH ROW EXECUTE FUNCTION cut_give_back(); \
+             COMMIT",
+        )
+        .expect("trigger, unlock");
+    });
+    locked_rx.recv().unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(700))
+        .build()
+        .unwrap();
+    let hung_up = impatient
+        .post(format!("{}/schedulers/boefje/pop?limit=1", app.address))
+        .json(&json!(null))
+        .send()
+        .await;
+    assert!(
+        hung_up.as_ref().is_err_and(reqwest::Error::is_timeout),
+        "the pop waits for the lock until the runner hangs up: {hung_up:?}"
+    );
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let task = loop {
+        let task = app.task(&id).await;
+        if task["status"] == "queued" && task["lease_expires_at"].is_null()
+            || std::time::Instant::now() > deadline
+        {
+            break task;
+        }
+        tokio::task::yield_now().await;
+    };
+    let uri = app.db.uri.clone();
+    let cuts = tokio::task::spawn_blocking(move || {
+        use diesel::{Connection, PgConnection, RunQueryDsl};
+        #[derive(diesel::QueryableByName)]
+        struct Cuts {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            last_value: i64,
+        }
+        let mut c = PgConnection::establish(&uri).expect("connect");
+        diesel::sql_query("SELECT last_value FROM cut_give_back")
+            .get_result::<Cuts>(&mut c)
+            .expect("the sequence")
+            .last_value
+    })
+    .await
+    .unwrap();
+    assert!(cuts >= 3, "the give-back's batch was cut: {cuts}");
+    assert_eq!(
+        task["status"], "queued",
+        "given back after the cuts: {task}"
+    );
+    assert_eq!(app.pop_ids("boefje", 1).await, [id]);
+}

@@ -255,6 +255,9 @@ pub(crate) fn start_all(
             dirty: true,
             down_since: None,
             undelivered: Vec::new(),
+            giving_back: Vec::new(),
+            popping: Vec::new(),
+            give_back_failed: false,
             flush: flush.clone(),
             given_back: Arc::default(),
             barrier_failed: Arc::default(),
@@ -348,6 +351,14 @@ struct Engine {
     /// Tasks popped and committed whose caller had gone when the answer was ready: they go back
     /// to the queue in the next batch instead of waiting out their lease.
     undelivered: Vec<Uuid>,
+    /// The undelivered tasks the batch being applied gives back, and the tasks its pops took:
+    /// a batch that fails with its outcome unknown (a lost connection, the database away) hands
+    /// both to the next batch's give-back, which requeues those its table rows show
+    /// `dispatched` (the pops' callers were answered 503; nobody holds those tasks).
+    giving_back: Vec<Uuid>,
+    popping: Vec<Uuid>,
+    /// A batch that gave tasks back failed: the next try waits a moment rather than spinning.
+    give_back_failed: bool,
     /// The flush barrier the answers wait for (with `database.flush_barrier`).
     flush: Option<flush::Flush>,
     /// Undelivered pops found after a flush barrier, by the flush thread.
@@ -579,9 +590,10 @@ impl Engine {
                         Err(_) => break,
                     }
                 }
-            } else if self.down_since.is_some() || !self.owned() {
+            } else if self.down_since.is_some() || self.give_back_failed || !self.owned() {
                 // Answers went undelivered, but they cannot be given back now (the database is
-                // away, or another instance serves the scheduler): wait for work rather than spin.
+                // away, the last try failed, or another instance serves the scheduler): wait for
+                // work rather than spin.
                 match rx.recv_timeout(GIVE_BACK_POLL) {
                     Ok(cmd) => Some(cmd),
                     Err(RecvTimeoutError::Timeout) => None,
@@ -614,7 +626,9 @@ impl Engine {
             }
         }
         self.settle_refill(true);
-        if !self.aside.is_empty() {
+        // Tasks whose answers went undelivered go back before the engine stops, not a lease
+        // later.
+        if !self.aside.is_empty() || !self.undelivered.is_empty() {
             self.process(Batch::default());
         }
         if let Some(join) = self.analysing.take()
@@ -1188,11 +1202,14 @@ impl Engine {
             }
         };
         let began = Instant::now();
+        self.giving_back.clear();
+        self.popping.clear();
         let result = self.apply(&mut conn, &batch);
         if result.is_err() {
             // Its pops took rows out of the reads ahead that the table still holds as pending.
             self.read_ahead.forget();
         }
+        self.give_back_failed = false;
         self.report_settled();
         let counters = &self.gauges.engine;
         match result {
@@ -1302,6 +1319,23 @@ impl Engine {
                 counters.failed_batches.fetch_add(1, Ordering::Relaxed);
                 // Tell a lost database from a lost connection from a bad statement by asking
                 // the database.
+                let unknown =
+                    !storage::reachable(&self.pool) || e.is_unavailable() || e.is_connection_lost();
+                if unknown {
+                    // What it gave back and what its pops took may or may not be written: the
+                    // next batch gives back those the table shows dispatched.
+                    let again = std::mem::take(&mut self.giving_back)
+                        .into_iter()
+                        .chain(std::mem::take(&mut self.popping));
+                    for id in again {
+                        if !self.undelivered.contains(&id) {
+                            self.undelivered.push(id);
+                        }
+                    }
+                    self.give_back_failed = !self.undelivered.is_empty();
+                } else if !self.giving_back.is_empty() {
+                    warn!(scheduler.id = %self.scheduler(), tasks = self.giving_back.len(), "the batch giving back undelivered pops failed in the database; their leases will requeue them");
+                }
                 if !storage::reachable(&self.pool) {
                     self.unavailable(batch, &e, "batch");
                 } else if e.is_unavailable() || e.is_connection_lost() {
@@ -1386,6 +1420,7 @@ impl Engine {
         let mut ids = needs.ids;
         ids.extend(batch.patches.iter().map(|r| r.body.id.to_string()));
         let undelivered = std::mem::take(&mut self.undelivered);
+        self.giving_back.clone_from(&undelivered);
         ids.extend(undelivered.iter().map(Uuid::to_string));
         // A task whose lease the engine's memory says has ended is read from the table, never
         // from memory: expiring it may fail it for good, and a lease changed behind the engine's
@@ -1403,8 +1438,7 @@ impl Engine {
         ids.extend(expiring);
         ids.dedup();
         let fresh = (&self.pool, self.flush.is_some());
-        let read = read_named(conn, fresh, s, &ids, &needs.hashes)
-            .inspect_err(|_| self.undelivered.extend(&undelivered))?;
+        let read = read_named(conn, fresh, s, &ids, &needs.hashes)?;
         rows.load(read, s.as_str());
         // Tasks coming back to wait may meet the same work waiting as another task, which they
         // withdraw ([`rejoin`]): its row is read too. Seldom anything to read: the hash must be
@@ -1426,8 +1460,7 @@ impl Engine {
             );
         let meets = rejoin::reads(st, &rows, returning);
         if meets != batch::Reads::default() {
-            let read = read_named(conn, fresh, s, &meets.ids, &meets.hashes)
-                .inspect_err(|_| self.undelivered.extend(&undelivered))?;
+            let read = read_named(conn, fresh, s, &meets.ids, &meets.hashes)?;
             rows.load(read, s.as_str());
         }
 
@@ -1483,6 +1516,7 @@ impl Engine {
             searches = reads.searches;
         }
         let writes = rows.writes();
+        self.popping = d.pops.iter().flatten().copied().collect();
 
         self.gauges
             .engine
