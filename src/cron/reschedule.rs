@@ -433,11 +433,8 @@ impl Reschedule {
                 })
                 .collect();
             let hashes: Vec<String> = idx.iter().filter_map(|&i| rows[i].hash.clone()).collect();
-            let history = if self.scorer.needs_history(SchedulerId::Boefje) {
-                self.broker.last_runs(hashes).await.unwrap_or_default()
-            } else {
-                HashMap::new()
-            };
+            // Read whatever the strategy: the grace gate below needs the last runs too.
+            let history = self.broker.last_runs(hashes).await.unwrap_or_default();
             // The objects, and the plugins to decide by where one refuses its schedule's object
             // (which disables the schedule for good too: confirmed with Octopoes, the object's
             // level, and Katalogus, the plugin's).
@@ -490,9 +487,12 @@ impl Reschedule {
                 let known = reference.and_then(|r| objects.get(r));
                 out[i] = Some(match verdict(boefje, plugin, reference, known).split() {
                     Err((fate, then)) => Decision::Hold { fate, then },
-                    Ok((p, object)) => {
+                    Ok((p, object)) => 'decided: {
                         let data = boefje_data(p, reference.unwrap_or_default(), org);
                         let last = row.hash.as_ref().and_then(|h| history.get(h));
+                        if let Some(held) = self.within_grace(row, p, last, tick.at) {
+                            break 'decided held;
+                        }
                         let input = ScoreInput {
                             now: tick.at,
                             last_run: last.map(|(t, _)| t.and_utc()),
@@ -611,6 +611,38 @@ impl Reschedule {
             .unwrap_or_else(|| {
                 chrono::Duration::from_std(self.grace).unwrap_or(chrono::Duration::days(1))
             })
+    }
+
+    /// mula's grace gate on rescheduled boefje work (`push_boefje_task`, whatever the ranker):
+    /// work that finished within its plugin's interval (else the grace period) is not run again
+    /// yet, so a scan a user ran by hand, or one an event planned, shortly before its
+    /// schedule's deadline is not run twice. The schedule moves to the moment the wait ends
+    /// (mula tries again every minute until then), not to a whole interval later. A schedule
+    /// with a cron expression keeps its cron: its runs are at the times it names.
+    fn within_grace(
+        &self,
+        row: &ScheduleRow,
+        plugin: &Plugin,
+        last: Option<&(NaiveDateTime, bool)>,
+        at: DateTime<Utc>,
+    ) -> Option<Decision> {
+        if row.schedule.is_some() {
+            return None;
+        }
+        let (ran, _) = last?;
+        let open = ran.and_utc() + self.wait(Some(plugin));
+        (at < open).then(|| Decision::Hold {
+            fate: Fate::Skipped {
+                reason: FireReason::WithinGracePeriod,
+                task: None,
+                detail: Some(format!(
+                    "the same work finished at {}; it runs again from {}",
+                    ran.and_utc().to_rfc3339(),
+                    open.to_rfc3339()
+                )),
+            },
+            then: Then::Advance(Some(open.naive_utc())),
+        })
     }
 
     fn fire(

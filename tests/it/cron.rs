@@ -343,6 +343,110 @@ async fn boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reaso
     );
 }
 
+/// Work a user ran by hand shortly before its schedule's deadline is not run again at the
+/// deadline: the fire is skipped until the plugin's interval has passed since that run (mula's
+/// grace gate on rescheduling, whatever the strategy), then runs. A schedule with a cron
+/// expression keeps its times.
+async fn work_run_by_hand_before_its_deadline_waits_out_its_interval(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(&catalogue, CATALOGUE).unwrap();
+    let c = catalogue.to_string_lossy().into_owned();
+    let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = c).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    let target = kat_scheduler::storage::DbTarget::parse(&app.db.uri).unwrap();
+    let pool = kat_scheduler::storage::connect(&target, 2, StdDuration::from_secs(5)).unwrap();
+    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let mut events = Vec::new();
+    for host in ["a.nl", "b.nl"] {
+        events.push(kat_scheduler::domain::event::ObjectEvent {
+            operation: kat_scheduler::domain::event::Operation::Create,
+            organisation: "org1".into(),
+            reference: format!("Hostname|internet|{host}"),
+            object: Some(kat_scheduler::domain::event::ObjectState {
+                object_type: "Hostname".into(),
+                scan_level: Some(2),
+                scan_profile_type: None,
+            }),
+        });
+    }
+    frontier
+        .apply_objects(&events.iter().collect::<Vec<_>>(), midnight().naive_utc())
+        .await
+        .unwrap();
+    // Both due at 00:30; b's by a cron expression of every half hour.
+    let schedule = |host: &str, cron: Option<&str>| {
+        let mut body = json!({"scheduler_id": "boefje", "organisation": "org1",
+               "deadline_at": (midnight() + Duration::minutes(30)).to_rfc3339(),
+               "data": {"boefje": {"id": "dns-records"},
+                        "input_ooi": format!("Hostname|internet|{host}"),
+                        "organization": "org1"}});
+        if let Some(cron) = cron {
+            body["schedule"] = json!(cron);
+        }
+        body
+    };
+    let a = create_schedule(&app, schedule("a.nl", None)).await;
+    let b = create_schedule(&app, schedule("b.nl", Some("*/30 * * * *"))).await;
+    // At 00:00 the user runs both by hand; they finish at 00:05.
+    for host in ["a.nl", "b.nl"] {
+        app.push_ok(
+            "boefje",
+            &boefje_push(
+                "org1",
+                "dns-records",
+                Some(&format!("Hostname|internet|{host}")),
+                1,
+            ),
+        )
+        .await;
+    }
+    let ran = app.pop_ids("boefje", 10).await;
+    assert_eq!(ran.len(), 2);
+    app.clock.advance(Duration::minutes(5));
+    for id in &ran {
+        for status in ["running", "completed"] {
+            let r = app.patch_task(id, &json!({ "status": status })).await;
+            assert_eq!(r.status(), 200);
+        }
+    }
+
+    app.clock.set(midnight() + Duration::minutes(31));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 1, skipped 1, disabled 0, waiting 0"
+    );
+    let popped = app.pop_ok("boefje", 10, None).await;
+    assert_eq!(popped.len(), 1);
+    assert_eq!(
+        popped[0]["schedule_id"], b["id"],
+        "the cron schedule runs at its time"
+    );
+    // a's schedule moved to the end of the interval since the run by hand: 00:05 + 60 min.
+    let a_id = a["id"].as_str().unwrap();
+    assert_eq!(
+        deadline_of(&app, a_id).await,
+        midnight() + Duration::minutes(65)
+    );
+    app.clock.set(midnight() + Duration::minutes(66));
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert!(
+        report.entries["reschedule"]
+            .summary
+            .starts_with("fired 1, skipped 0"),
+        "{}",
+        report.entries["reschedule"].summary
+    );
+    let popped = app.pop_ok("boefje", 10, None).await;
+    assert!(
+        popped.iter().any(|t| t["schedule_id"] == a["id"]),
+        "a runs once its interval has passed: {popped:?}"
+    );
+}
+
 async fn periodic_entries_keep_their_next_run_across_restarts(backend: Backend) {
     let Some(mut app) = spawn_app_with(backend, |s| s.queue.watchdog_interval_secs = 30).await
     else {
@@ -843,6 +947,7 @@ async fn only_finished_tasks_unchanged_for_the_retention_are_pruned(backend: Bac
 }
 
 crate::backend_tests!(
+    work_run_by_hand_before_its_deadline_waits_out_its_interval,
     grace_period_work_waits_by_its_due_moment_and_is_explained_as_of_the_time_asked,
     each_task_explains_its_priority,
     a_fire_pushed_just_before_a_crash_is_not_run_again,
