@@ -280,43 +280,41 @@ impl Schedules {
         let now = self.clock.now().naive_utc();
         let limits = self.limits;
         self.db(move |c| {
-            let mut row = schedules::get(c, &id.hyphenated().to_string())?
-                .ok_or(ScheduleError::NotFound(id))?;
+            let key = id.hyphenated().to_string();
+            let row = schedules::get(c, &key)?.ok_or(ScheduleError::NotFound(id))?;
             let scheduler: SchedulerId = row
                 .scheduler_id
                 .parse()
                 .map_err(|()| ScheduleError::Internal("schedule of an unknown scheduler".into()))?;
+            let mut change = schedules::ScheduleChange {
+                enabled: patch.enabled,
+                schedule: patch.schedule,
+                deadline_at: patch
+                    .deadline_at
+                    .map(|d| d.map(|d| crate::clock::truncate_micros(d).naive_utc())),
+                modified_at: now,
+                ..Default::default()
+            };
             if let Some(data) = patch.data {
                 let hash = hash_for(scheduler, &data)
                     .map_err(|e| ScheduleError::BadRequest(format!("malformed data: {}", e.0)))?;
                 check_keys(&limits, scheduler, &data)?;
                 crate::domain::payload::data_id(&data)
                     .map_err(|e| ScheduleError::BadRequest(format!("malformed data: {}", e.0)))?;
-                row.hash = Some(hash);
-                row.data = Value::Object(data).to_string();
+                change.data = Some((hash, Value::Object(data).to_string()));
             }
-            if let Some(enabled) = patch.enabled {
-                row.enabled = enabled;
-                if enabled {
-                    row.disabled_reason = None;
-                }
-            }
-            if let Some(schedule) = patch.schedule {
-                row.schedule = schedule;
-            }
-            if let Some(deadline) = patch.deadline_at {
-                row.deadline_at = deadline.map(|d| crate::clock::truncate_micros(d).naive_utc());
-            }
-            row.modified_at = now;
-            match schedules::update(c, &row) {
+            let written = match schedules::change(c, &key, &change) {
                 Err(e) if is_unique_violation(&e) => {
-                    return Err(ScheduleError::Duplicate(
-                        row.hash.clone().unwrap_or_default(),
-                    ));
+                    let hash = change.data.map(|(h, _)| h).unwrap_or_default();
+                    return Err(ScheduleError::Duplicate(hash));
                 }
                 other => other?,
             };
-            Ok(row.into_schedule()?)
+            // Read back: the answer is the row as it stands, with what a tick wrote beside.
+            match schedules::get(c, &key)? {
+                Some(row) if written > 0 => Ok(row.into_schedule()?),
+                _ => Err(ScheduleError::NotFound(id)),
+            }
         })
         .await
     }

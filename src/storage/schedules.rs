@@ -192,26 +192,49 @@ pub fn taken(
     Ok(out)
 }
 
-/// Writes every field but the id and creation time back.
-pub fn update(conn: &mut AnyConnection, r: &ScheduleRow) -> QueryResult<usize> {
-    let mut q = sql(conn, "UPDATE schedules SET organisation = ");
-    q.bind(r.organisation.as_str())
-        .push(", hash = ")
-        .bind(Bind::OptText(r.hash.clone()))
-        .push(", data = ")
-        .bind(r.data.as_str())
-        .push(", enabled = ")
-        .bind(Bind::Bool(r.enabled))
-        .push(", schedule = ")
-        .bind(Bind::OptText(r.schedule.clone()))
-        .push(", deadline_at = ")
-        .bind(Bind::OptTime(r.deadline_at))
-        .push(", modified_at = ")
-        .bind(r.modified_at)
-        .push(", disabled_reason = ")
-        .bind(Bind::OptText(r.disabled_reason.clone()))
-        .push(" WHERE id = ")
-        .bind(r.id.as_str());
+/// What a `PATCH` changes of a schedule: only the fields it names, each `None` left as the
+/// table holds it.
+#[derive(Debug, Default)]
+pub struct ScheduleChange {
+    /// New data with its hash.
+    pub data: Option<(String, String)>,
+    /// Enabled or not; enabling clears the reason it was disabled.
+    pub enabled: Option<bool>,
+    /// The cron expression (`Some(None)`: none).
+    pub schedule: Option<Option<String>>,
+    /// The deadline (`Some(None)`: none).
+    pub deadline_at: Option<Option<NaiveDateTime>>,
+    /// When it changed.
+    pub modified_at: NaiveDateTime,
+}
+
+/// Writes the fields `change` names, and no other: a tick that moved the deadline or disabled
+/// the schedule between the request's read and this write keeps what it wrote unless the
+/// request names that field (writing the row back whole undid it: a report run twice, a
+/// schedule disabled for good enabled again). Answers the rows changed (0: gone).
+pub fn change(conn: &mut AnyConnection, id: &str, change: &ScheduleChange) -> QueryResult<usize> {
+    let mut q = sql(conn, "UPDATE schedules SET modified_at = ");
+    q.bind(change.modified_at);
+    if let Some((hash, data)) = &change.data {
+        q.push(", hash = ")
+            .bind(hash.as_str())
+            .push(", data = ")
+            .bind(data.as_str());
+    }
+    if let Some(enabled) = change.enabled {
+        q.push(", enabled = ").bind(Bind::Bool(enabled));
+        if enabled {
+            q.push(", disabled_reason = NULL");
+        }
+    }
+    if let Some(schedule) = &change.schedule {
+        q.push(", schedule = ")
+            .bind(Bind::OptText(schedule.clone()));
+    }
+    if let Some(deadline) = change.deadline_at {
+        q.push(", deadline_at = ").bind(Bind::OptTime(deadline));
+    }
+    q.push(" WHERE id = ").bind(id);
     q.execute(conn)
 }
 

@@ -610,3 +610,93 @@ crate::backend_tests!(
     pushed_work_gets_the_schedule_of_its_hash,
     a_refused_push_writes_no_schedule,
 );
+
+/// A `PATCH` writes the fields it names and no other: a tick that moved the deadline (or
+/// disabled the schedule) between the request's read of the row and its write keeps what it
+/// wrote. Written back whole, the old deadline came back, and the report ran twice. The tick's
+/// write is stood in for by another session holding the row while the PATCH waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_does_not_write_back_what_a_tick_changed_meanwhile() {
+    let Some(app) = spawn_app(Backend::Postgres).await else {
+        return;
+    };
+    let resp = create(
+        &app,
+        &report_schedule("org1", "r1", None, Some("2026-12-01T10:00:00Z")),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let id = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (write_tx, write_rx) = std::sync::mpsc::channel::<()>();
+    let (uri, row) = (app.db.uri.clone(), id.clone());
+    let tick = std::thread::spawn(move || {
+        use diesel::{Connection, PgConnection, connection::SimpleConnection};
+        let mut c = PgConnection::establish(&uri).expect("connect");
+        c.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM schedules WHERE id = '{row}' FOR UPDATE"
+        ))
+        .expect("lock");
+        locked_tx.send(()).unwrap();
+        let _ = write_rx.recv();
+        c.batch_execute(&format!(
+            "UPDATE schedules SET deadline_at = '2026-12-02 10:00:00' WHERE id = '{row}'; COMMIT"
+        ))
+        .expect("the tick's write");
+    });
+    locked_rx.recv().unwrap();
+    let patch = {
+        let (app_address, id) = (app.address.clone(), id.clone());
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .patch(format!("{app_address}/schedules/{id}"))
+                .json(&json!({"schedule": "0 10 * * *"}))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    // The PATCH has read the row and waits to write it.
+    let uri = app.db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        use diesel::{Connection, PgConnection, RunQueryDsl};
+        let mut c = PgConnection::establish(&uri).expect("connect");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let waiting = diesel::sql_query(
+                "SELECT 1::bigint AS count FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE 'UPDATE schedules%'",
+            )
+            .load::<kat_scheduler::storage::rows::CountRow>(&mut c)
+            .unwrap();
+            if !waiting.is_empty() || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    })
+    .await
+    .unwrap();
+    write_tx.send(()).unwrap();
+    tick.join().unwrap();
+    let resp = patch.await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let answered: Value = resp.json().await.unwrap();
+    assert_eq!(answered["schedule"], "0 10 * * *");
+    let stored: Value = app
+        .get(&format!("/schedules/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stored["schedule"], "0 10 * * *");
+    assert_eq!(
+        stored["deadline_at"], "2026-12-02T10:00:00Z",
+        "the tick's deadline stands: {stored}"
+    );
+    assert_eq!(answered["deadline_at"], stored["deadline_at"]);
+}
