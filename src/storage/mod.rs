@@ -18,7 +18,7 @@ pub mod statistics;
 pub mod tasks;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -577,7 +577,23 @@ pub struct WriterConn {
     unsynced: bool,
     /// The index-only planner settings ([`INDEX_PLANS`]) are on and must be taken back.
     index_plans: bool,
+    /// The server session behind it (an engine's, on PostgreSQL), to end when the connection
+    /// breaks ([`WriterConn::end_session`]).
+    session: Option<Session>,
 }
+
+/// A PostgreSQL server session: its process id, and when it started (a process id alone may
+/// be a later session's).
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct Session {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pid: i32,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    started: String,
+}
+
+/// How long [`WriterConn::end_session`] waits for a broken connection's session to end.
+const SESSION_END_WAIT: Duration = Duration::from_secs(5);
 
 /// The planner settings of a queue engine's connection on PostgreSQL, and how to take them back.
 ///
@@ -618,7 +634,67 @@ impl WriterConn {
             conn,
             unsynced,
             index_plans: false,
+            session: None,
         })
+    }
+
+    /// Ends the server session of `broken`, a connection of this pool's that broke, and waits
+    /// until it has ended, on this connection.
+    ///
+    /// A connection can break on the client's side alone (a proxy's or a load balancer's
+    /// timeout, a network cut) while its session on the server goes on: a statement waiting for
+    /// a lock runs, and commits, once the lock is let go, and a transaction keeps its row locks
+    /// until the server notices the client is gone (TCP keepalives: up to hours). Whether the
+    /// broken statement was written, which an engine then reads from the table, is only settled
+    /// once that session has ended; until then a write sent again would either wait behind it
+    /// or meet its commit after having found it unwritten (a task dispatched that nobody holds).
+    pub fn end_session(&mut self, broken: &Session) -> Result<(), StorageError> {
+        #[derive(QueryableByName)]
+        struct Alive {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            alive: i64,
+        }
+        let alive = |c: &mut AnyConnection, end: bool| -> Result<i64, StorageError> {
+            let text = match end {
+                true => {
+                    "SELECT COUNT(pg_terminate_backend(pid)) AS alive FROM pg_stat_activity \
+                     WHERE pid = $1 AND backend_start::text = $2"
+                }
+                false => {
+                    "SELECT COUNT(*) AS alive FROM pg_stat_activity \
+                     WHERE pid = $1 AND backend_start::text = $2"
+                }
+            };
+            Ok(diesel::sql_query(text)
+                .bind::<diesel::sql_types::Integer, _>(broken.pid)
+                .bind::<diesel::sql_types::Text, _>(&broken.started)
+                .get_result::<Alive>(c)?
+                .alive)
+        };
+        if alive(&mut self.conn, true)? == 0 {
+            return Ok(());
+        }
+        let until = Instant::now() + SESSION_END_WAIT;
+        while alive(&mut self.conn, false)? > 0 {
+            if Instant::now() > until {
+                return Err(StorageError::Unavailable(format!(
+                    "the session of a broken connection (process {}) has not ended after {} s",
+                    broken.pid,
+                    SESSION_END_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        tracing::warn!(
+            pid = broken.pid,
+            "ended the server session of a broken connection, which was still running"
+        );
+        Ok(())
+    }
+
+    /// The server session behind this connection, when it was read at its check-out.
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
     /// Checks a connection out for a queue engine: a writer's, planned to walk the indexes its
@@ -628,6 +704,12 @@ impl WriterConn {
         if Backend::of(&w.conn) == Backend::Postgres {
             w.conn.batch_execute(INDEX_PLANS.0)?;
             w.index_plans = true;
+            w.session = diesel::sql_query(
+                "SELECT pid, backend_start::text AS started FROM pg_stat_activity \
+                 WHERE pid = pg_backend_pid()",
+            )
+            .load::<Session>(&mut *w.conn)?
+            .pop();
         }
         Ok(w)
     }

@@ -809,3 +809,64 @@ pub fn plan_of(
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A TCP proxy in front of PostgreSQL whose client-side sockets can be cut while their server
+/// sessions go on, as a load balancer's timeout or a network cut leaves them: the server side
+/// is kept open and unread, so a statement it runs still runs, and commits.
+pub struct CutProxy {
+    cut: tokio::sync::watch::Sender<u64>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl CutProxy {
+    /// A proxy to the server of the PostgreSQL `uri`; answers it and the same URI through it.
+    pub async fn start(uri: &str) -> (CutProxy, String) {
+        let after_scheme = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+        let (prefix, rest) = match after_scheme.split_once('@') {
+            Some((user, rest)) => (format!("{user}@"), rest),
+            None => (String::new(), after_scheme),
+        };
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let upstream = match authority.contains(':') {
+            true => authority.to_owned(),
+            false => format!("{authority}:5432"),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cut, generation) = tokio::sync::watch::channel(0u64);
+        let parked: Arc<std::sync::Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let mut generation = generation.clone();
+                let born = *generation.borrow_and_update();
+                let parked = parked.clone();
+                tokio::spawn(async move {
+                    let cut = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                        _ = generation.wait_for(|g| *g > born) => true,
+                    };
+                    if cut {
+                        drop(client);
+                        parked.lock().unwrap().push(server);
+                    }
+                });
+            }
+        });
+        let through = format!("postgresql://{prefix}127.0.0.1:{port}/{path}");
+        (CutProxy { cut, accept }, through)
+    }
+
+    /// Cuts every connection made so far on the client's side.
+    pub fn cut(&self) {
+        self.cut.send_modify(|g| *g += 1);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}

@@ -709,3 +709,131 @@ async fn a_give_back_whose_batch_lost_its_connection_is_tried_again() {
     );
     assert_eq!(app.pop_ids("boefje", 1).await, [id]);
 }
+
+/// A condition on the sessions [`waiting_writes`] finds.
+type WaitUntil = Box<dyn Fn(&[i32]) -> bool + Send>;
+
+/// The pids of sessions waiting for a lock in an `UPDATE` of `tasks` (a pop's write).
+fn waiting_writes(uri: &str) -> Vec<i32> {
+    use diesel::{Connection, PgConnection, RunQueryDsl};
+    #[derive(diesel::QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        pid: i32,
+    }
+    let mut c = PgConnection::establish(uri).expect("connect");
+    diesel::sql_query(
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+         AND datname = current_database() AND query ILIKE '%UPDATE tasks%' ORDER BY pid",
+    )
+    .load::<Pid>(&mut c)
+    .unwrap()
+    .into_iter()
+    .map(|p| p.pid)
+    .collect()
+}
+
+/// A pop's write whose connection is cut on the client's side alone while the statement waits
+/// for a lock (a load balancer's timeout): its session goes on on the server, and would commit
+/// once the lock is let go. The engine ends that session before it finds out whether the write
+/// landed and sends it again; otherwise the old statement committed after that check, the new
+/// one found the task no longer queued, and the task stayed dispatched with nobody holding it
+/// and no lease the engine knew of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_cut_on_the_clients_side_alone_is_not_written_behind_the_engines_back() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let (proxy, through) = CutProxy::start(&db.uri).await;
+    let direct = db.uri.clone();
+    let app = spawn_app_on(db, Backend::Postgres, |s| {
+        leases(s);
+        s.database.uri = through;
+    })
+    .await;
+    let id = id_of(
+        &app.push_ok("boefje", &boefje_push("org1", "dns", None, 1))
+            .await,
+    );
+
+    // Another session holds the task's row against writes (reads go on); writes that wait
+    // for it take it in the order they came.
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (uri, row) = (direct.clone(), id.clone());
+    let holder = std::thread::spawn(move || {
+        use diesel::{Connection, PgConnection, connection::SimpleConnection};
+        let mut c = PgConnection::establish(&uri).expect("connect");
+        c.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM tasks WHERE id = '{row}' FOR UPDATE"
+        ))
+        .expect("lock");
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.recv();
+        c.batch_execute("COMMIT").expect("unlock");
+    });
+    locked_rx.recv().unwrap();
+    let pop = {
+        let address = app.address.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{address}/schedulers/boefje/pop?limit=1"))
+                .json(&json!(null))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    let wait_for = |until: WaitUntil| {
+        let uri = direct.clone();
+        tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            loop {
+                let pids = waiting_writes(&uri);
+                if until(&pids) || std::time::Instant::now() > deadline {
+                    return pids;
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    let first = wait_for(Box::new(|p| !p.is_empty())).await.unwrap();
+    assert_eq!(
+        first.len(),
+        1,
+        "the pop's write waits for the lock: {first:?}"
+    );
+    proxy.cut();
+    // The engine finds its connection broken and writes again on a fresh one, which waits for
+    // the lock in turn.
+    let old = first[0];
+    let now = wait_for(Box::new(move |p| p.iter().any(|&pid| pid != old)))
+        .await
+        .unwrap();
+    assert!(
+        now.iter().any(|&pid| pid != old),
+        "written again on a fresh session: {now:?}"
+    );
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+
+    let answer = pop.await.unwrap();
+    let status = answer.status();
+    let body: Value = answer.json().await.unwrap_or(Value::Null);
+    let task = app.task(&id).await;
+    let handed: Vec<String> = body["results"]
+        .as_array()
+        .map(|a| a.iter().map(id_of).collect())
+        .unwrap_or_default();
+    if handed == [id.clone()] {
+        assert_eq!(task["status"], "dispatched", "{task}");
+    } else {
+        // Not handed out: it must still be there to pop.
+        assert_eq!(
+            task["status"], "queued",
+            "answered {status} {body}; the task is {task}"
+        );
+        assert_eq!(app.pop_ids("boefje", 1).await, [id]);
+    }
+    drop(proxy);
+}

@@ -130,10 +130,16 @@ fn on_fresh_after_break<T>(
         };
         warn!(scheduler.id = %scheduler, operation, attempt, error = %e, "{message}");
         attempt += 1;
+        let broken = conn.session().cloned();
         // The fresh connection's own set-up may meet the same end.
         loop {
             match WriterConn::checkout_engine(fresh.0, fresh.1) {
-                Ok(c) => {
+                Ok(mut c) => {
+                    // The broken connection's session may still run on the server (a cut on the
+                    // client's side alone): it is ended before anything is read or sent again.
+                    if let Some(s) = &broken {
+                        c.end_session(s)?;
+                    }
                     *conn = c;
                     break;
                 }
@@ -258,6 +264,7 @@ pub(crate) fn start_all(
             giving_back: Vec::new(),
             popping: Vec::new(),
             give_back_failed: false,
+            broken_session: None,
             flush: flush.clone(),
             given_back: Arc::default(),
             barrier_failed: Arc::default(),
@@ -359,6 +366,8 @@ struct Engine {
     popping: Vec<Uuid>,
     /// A batch that gave tasks back failed: the next try waits a moment rather than spinning.
     give_back_failed: bool,
+    /// The server session of a connection a batch broke on, to end before the next.
+    broken_session: Option<storage::Session>,
     /// The flush barrier the answers wait for (with `database.flush_barrier`).
     flush: Option<flush::Flush>,
     /// Undelivered pops found after a flush barrier, by the flush thread.
@@ -687,7 +696,18 @@ impl Engine {
                 }
             },
             Some(c) => Ok(c),
-            None => WriterConn::checkout_engine(&self.pool, self.flush.is_some()),
+            None => {
+                let mut c = WriterConn::checkout_engine(&self.pool, self.flush.is_some())?;
+                // A batch that broke with its outcome unknown left its session, which may still
+                // be running on the server: it ends before the rebuild reads the table.
+                if let Some(s) = self.broken_session.take()
+                    && let Err(e) = c.end_session(&s)
+                {
+                    self.broken_session = Some(s);
+                    return Err(e);
+                }
+                Ok(c)
+            }
         }
     }
 
@@ -1314,6 +1334,9 @@ impl Engine {
                 // The connection may be the cause (a dropped server); start over on a fresh one,
                 // and rebuild the heap from the table, since what this batch decided may or may
                 // not have been committed.
+                if e.is_connection_lost() {
+                    self.broken_session = conn.session().cloned();
+                }
                 drop(conn);
                 self.dirty = true;
                 counters.failed_batches.fetch_add(1, Ordering::Relaxed);
