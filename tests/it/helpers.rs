@@ -814,6 +814,7 @@ pub fn plan_of(
 /// sessions go on, as a load balancer's timeout or a network cut leaves them: the server side
 /// is kept open and unread, so a statement it runs still runs, and commits.
 pub struct CutProxy {
+    refusing: Arc<std::sync::atomic::AtomicBool>,
     cut: tokio::sync::watch::Sender<u64>,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -835,8 +836,13 @@ impl CutProxy {
         let port = listener.local_addr().unwrap().port();
         let (cut, generation) = tokio::sync::watch::channel(0u64);
         let parked: Arc<std::sync::Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+        let refusing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuse = refusing.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
+                if refuse.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
                 let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
                     continue;
                 };
@@ -856,12 +862,25 @@ impl CutProxy {
             }
         });
         let through = format!("postgresql://{prefix}127.0.0.1:{port}/{path}");
-        (CutProxy { cut, accept }, through)
+        (
+            CutProxy {
+                refusing,
+                cut,
+                accept,
+            },
+            through,
+        )
     }
 
     /// Cuts every connection made so far on the client's side.
     pub fn cut(&self) {
         self.cut.send_modify(|g| *g += 1);
+    }
+
+    /// Closes new connections at once (`true`), as a server that is away, or takes them again.
+    pub fn refuse(&self, refusing: bool) {
+        self.refusing
+            .store(refusing, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

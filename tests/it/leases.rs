@@ -837,3 +837,99 @@ async fn a_pop_cut_on_the_clients_side_alone_is_not_written_behind_the_engines_b
     }
     drop(proxy);
 }
+
+/// A pop whose batch failed with its outcome unknown is answered 503; if its write was
+/// committed after all, nobody holds the task, which goes back to the queue once the database
+/// can be reached, not a lease later. Here the write waits for a row lock, the connection is
+/// cut on the client's side and the server can then not be reached (new connections refused),
+/// so the session cannot be ended and the write commits once the lock is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_answered_503_whose_write_committed_after_all_goes_back_to_the_queue() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let (proxy, through) = CutProxy::start(&db.uri).await;
+    let direct = db.uri.clone();
+    let app = spawn_app_on(db, Backend::Postgres, |s| {
+        leases(s);
+        s.database.uri = through;
+    })
+    .await;
+    let id = id_of(
+        &app.push_ok("boefje", &boefje_push("org1", "dns", None, 1))
+            .await,
+    );
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (uri, row) = (direct.clone(), id.clone());
+    let holder = std::thread::spawn(move || {
+        use diesel::{Connection, PgConnection, connection::SimpleConnection};
+        let mut c = PgConnection::establish(&uri).expect("connect");
+        c.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM tasks WHERE id = '{row}' FOR UPDATE"
+        ))
+        .expect("lock");
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.recv();
+        c.batch_execute("COMMIT").expect("unlock");
+    });
+    locked_rx.recv().unwrap();
+    let pop = {
+        let address = app.address.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{address}/schedulers/boefje/pop?limit=1"))
+                .json(&json!(null))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    let uri = direct.clone();
+    let waiting = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let pids = waiting_writes(&uri);
+            if !pids.is_empty() || std::time::Instant::now() > deadline {
+                return pids;
+            }
+            std::thread::yield_now();
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(waiting.len(), 1, "the pop's write waits: {waiting:?}");
+    proxy.refuse(true);
+    proxy.cut();
+    let answer = pop.await.unwrap();
+    assert_eq!(answer.status(), 503, "the outcome is unknown");
+    // The write commits once the lock is let go; then the server can be reached again.
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let uri = direct.clone();
+    let committed = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while !waiting_writes(&uri).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+    });
+    committed.await.unwrap();
+    proxy.refuse(false);
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let task = loop {
+        let response = app.get_task(&id).await;
+        if response.status() == 200 {
+            let task: Value = response.json().await.unwrap();
+            if task["status"] == "queued" || std::time::Instant::now() > deadline {
+                break task;
+            }
+        } else if std::time::Instant::now() > deadline {
+            panic!("the task cannot be read: {}", response.status());
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(task["status"], "queued", "nobody holds it: {task}");
+    assert_eq!(app.pop_ids("boefje", 1).await, [id]);
+    drop(proxy);
+}
