@@ -143,6 +143,15 @@ fn open_for_writing(target: &DbTarget) -> anyhow::Result<(Option<SqliteLock>, An
         DbTarget::Postgres(_) => None,
     };
     let mut conn = storage::open(target)?;
+    // Held by this session until the import ends (or its process does): no instance takes a
+    // lease meanwhile, so none builds a heap from a table half imported.
+    if Backend::of(&conn) == Backend::Postgres && !storage::owners::lock_for_import(&mut conn)? {
+        bail!(
+            "another import-mula is writing to {}, or a kat-scheduler instance is taking its \
+             schedulers there; wait for it, and stop every instance before importing",
+            target.display()
+        );
+    }
     // Before the migrations, so a running service's schema is not changed under it. A database
     // without the ownership table (new, or migrated by a version without it) has no lease to
     // check.

@@ -276,15 +276,20 @@ impl Ownership {
             if let Some(p) = predecessor {
                 info!(scheduler.id = %s, predecessor = p, "the lease is held by this instance's own predecessor, which is gone; taking it at once");
             }
-            if (holder.is_none() || predecessor.is_some())
-                && !self.stopping.load(Ordering::Acquire)
-                && let Some(epoch) =
-                    owners::claim(conn, s, me, address, lease, predecessor.map(String::as_str))?
+            if (holder.is_none() || predecessor.is_some()) && !self.stopping.load(Ordering::Acquire)
             {
-                self.ours[s].store(epoch, Ordering::Release);
-                self.takeovers[s].fetch_add(1, Ordering::Relaxed);
-                info!(scheduler.id = %s, epoch, instance = me, "lease taken: this instance owns the scheduler");
-                changed(s);
+                match owners::claim(conn, s, me, address, lease, predecessor.map(String::as_str))? {
+                    owners::Claim::Taken(epoch) => {
+                        self.ours[s].store(epoch, Ordering::Release);
+                        self.takeovers[s].fetch_add(1, Ordering::Relaxed);
+                        info!(scheduler.id = %s, epoch, instance = me, "lease taken: this instance owns the scheduler");
+                        changed(s);
+                    }
+                    owners::Claim::Importing => {
+                        warn!(scheduler.id = %s, "kat-scheduler import-mula is writing to the database; the scheduler is not served until it ends (answering 503)");
+                    }
+                    owners::Claim::Held => {}
+                }
             }
         }
         let seen = owners::all(conn)?

@@ -48,14 +48,78 @@ struct Epoch {
     epoch: i64,
 }
 
+/// The advisory lock `kat-scheduler import-mula` holds on its target for the whole import, in
+/// its session: a lease is not taken while it is held (the import writes behind any heap built
+/// then), and an import does not start while a lease is being taken. (The bytes of `katimprt`.)
+pub const IMPORT_LOCK: i64 = 0x6b61_7469_6d70_7274;
+
+/// Takes the import's lock ([`IMPORT_LOCK`]) for this session, until it ends; false while
+/// another import holds it or an instance is taking a lease.
+pub fn lock_for_import(conn: &mut AnyConnection) -> QueryResult<bool> {
+    #[derive(QueryableByName)]
+    struct Taken {
+        #[diesel(sql_type = Bool)]
+        taken: bool,
+    }
+    let mut q = Sql::new(Backend::Postgres, "SELECT pg_try_advisory_lock(");
+    q.bind(IMPORT_LOCK).push(") AS taken");
+    Ok(q.load::<Taken>(conn)?.pop().is_some_and(|t| t.taken))
+}
+
 fn millis(lease: std::time::Duration) -> Bind {
     Bind::Double(lease.as_secs_f64() * 1_000.0)
 }
 
+/// What became of a [`claim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Taken, under this epoch.
+    Taken(i64),
+    /// Another instance holds it.
+    Held,
+    /// `import-mula` is writing to the database: nothing is taken until it ends.
+    Importing,
+}
+
 /// Takes `scheduler`'s lease for `instance` if nobody holds it (never held, released, or
 /// expired), or if `predecessor` does (this instance's own dead predecessor, whose lease need
-/// not lapse first); answers the new epoch, or `None` while another instance holds it.
+/// not lapse first), unless an import holds [`IMPORT_LOCK`]. The claim holds that lock shared
+/// until it commits, so an import that starts meanwhile finds it taken, and one that started
+/// before keeps the lease from being taken.
 pub fn claim(
+    conn: &mut AnyConnection,
+    scheduler: SchedulerId,
+    instance: &str,
+    address: &str,
+    lease: std::time::Duration,
+    predecessor: Option<&str>,
+) -> QueryResult<Claim> {
+    use diesel::Connection;
+    #[derive(QueryableByName)]
+    struct Free {
+        #[diesel(sql_type = Bool)]
+        free: bool,
+    }
+    conn.transaction(|c| {
+        let mut free = Sql::new(
+            Backend::Postgres,
+            "SELECT pg_try_advisory_xact_lock_shared(",
+        );
+        free.bind(IMPORT_LOCK).push(") AS free");
+        if !free.load::<Free>(c)?.pop().is_some_and(|f| f.free) {
+            return Ok(Claim::Importing);
+        }
+        Ok(
+            match claim_row(c, scheduler, instance, address, lease, predecessor)? {
+                Some(epoch) => Claim::Taken(epoch),
+                None => Claim::Held,
+            },
+        )
+    })
+}
+
+/// [`claim`]'s write: the new epoch, or `None` while another instance holds the lease.
+fn claim_row(
     conn: &mut AnyConnection,
     scheduler: SchedulerId,
     instance: &str,

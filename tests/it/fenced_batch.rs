@@ -36,8 +36,10 @@ fn setup(uri: &str, n: usize) -> (storage::DbPool, i64, Vec<TaskRow>) {
         Duration::from_secs(600),
         None,
     )
-    .unwrap()
     .unwrap();
+    let owners::Claim::Taken(epoch) = epoch else {
+        panic!("not taken: {epoch:?}")
+    };
     let rows: Vec<TaskRow> = (0..n).map(queued).collect();
     tasks::insert(&mut conn, &rows).unwrap();
     (pool, epoch, rows)

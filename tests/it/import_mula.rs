@@ -756,6 +756,68 @@ async fn the_import_refuses_to_write_behind_a_running_service(backend: Backend) 
     drop(stop(app).await);
 }
 
+/// While an import writes to PostgreSQL (its session holds the import lock), an instance that
+/// starts takes no lease, so builds no heap from a table half imported: it answers 503, and takes
+/// its schedulers once the import has ended. A second import meanwhile is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_during_an_import_serves_only_after_it() {
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let Some(target) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    // The import under way: a session holding its lock on the migrated target.
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    let uri = target.uri.clone();
+    let importing = std::thread::spawn(move || {
+        use diesel::RunQueryDsl;
+        let target = kat_scheduler::storage::DbTarget::parse(&uri).unwrap();
+        let mut c = kat_scheduler::storage::open(&target).expect("connect");
+        kat_scheduler::storage::run_migrations(&mut c).unwrap();
+        diesel::sql_query(format!(
+            "SELECT pg_advisory_lock({})",
+            kat_scheduler::storage::owners::IMPORT_LOCK
+        ))
+        .execute(&mut c)
+        .unwrap();
+        locked_tx.send(()).unwrap();
+        let _ = end_rx.recv();
+    });
+    locked_rx.recv().unwrap();
+
+    let out = import(&mula, &target.uri, &[]).await;
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("another import-mula is writing"),
+        "{}",
+        stderr(&out)
+    );
+
+    let app = spawn_app_on(target, Backend::Postgres, |s| s.cluster.lease_ms = 600).await;
+    let pushed = app
+        .push("boefje", &boefje_push("org1", "dns", None, 1))
+        .await;
+    assert_eq!(pushed.status(), 503, "no lease taken during the import");
+
+    end_tx.send(()).unwrap();
+    importing.join().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let status = loop {
+        let status = app
+            .push("boefje", &boefje_push("org1", "dns", None, 1))
+            .await
+            .status();
+        if status == 201 || std::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(status, 201, "served once the import ended");
+    drop(stop(app).await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_into_a_file_that_does_not_exist_creates_nothing() {
     let Some(mula) = MulaDb::create().await else {
