@@ -94,11 +94,14 @@ pub enum FireReason {
     /// Waiting: the queue could not take the task now (busy, its database unavailable, its
     /// owner changing).
     QueueUnavailable,
+    /// Skipped: while the fire waited, a client moved the schedule's deadline or disabled it
+    /// (`PATCH /schedules/{id}`), so this due time is no longer the schedule's.
+    ScheduleChanged,
 }
 
 impl FireReason {
     /// Every reason, in label order.
-    pub const ALL: [FireReason; 14] = [
+    pub const ALL: [FireReason; 15] = [
         FireReason::PluginGone,
         FireReason::PluginDisabled,
         FireReason::ObjectGone,
@@ -113,6 +116,7 @@ impl FireReason {
         FireReason::FrontierUnavailable,
         FireReason::QueueFull,
         FireReason::QueueUnavailable,
+        FireReason::ScheduleChanged,
     ];
 
     /// The stored and shown word.
@@ -132,6 +136,7 @@ impl FireReason {
             FireReason::FrontierUnavailable => "frontier_unavailable",
             FireReason::QueueFull => "queue_full",
             FireReason::QueueUnavailable => "queue_unavailable",
+            FireReason::ScheduleChanged => "schedule_changed",
         }
     }
 

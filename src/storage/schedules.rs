@@ -213,6 +213,11 @@ pub struct ScheduleChange {
 /// request names that field (writing the row back whole undid it: a report run twice, a
 /// schedule disabled for good enabled again). Answers the rows changed (0: gone).
 pub fn change(conn: &mut AnyConnection, id: &str, change: &ScheduleChange) -> QueryResult<usize> {
+    use diesel::Connection;
+    conn.transaction(|c| change_in(c, id, change))
+}
+
+fn change_in(conn: &mut AnyConnection, id: &str, change: &ScheduleChange) -> QueryResult<usize> {
     let mut q = sql(conn, "UPDATE schedules SET modified_at = ");
     q.bind(change.modified_at);
     if let Some((hash, data)) = &change.data {
@@ -235,7 +240,32 @@ pub fn change(conn: &mut AnyConnection, id: &str, change: &ScheduleChange) -> Qu
         q.push(", deadline_at = ").bind(Bind::OptTime(deadline));
     }
     q.push(" WHERE id = ").bind(id);
-    q.execute(conn)
+    let written = q.execute(conn)?;
+    // A fire waiting on a due time the schedule no longer has (its deadline moved, or it was
+    // disabled) would never be decided, and the history would show it waiting for ever.
+    let (moved, disabled) = (change.deadline_at, change.enabled == Some(false));
+    if written > 0 && (moved.is_some() || disabled) {
+        let mut d = sql(
+            conn,
+            "UPDATE schedule_fires SET outcome = 'skipped', reason = ",
+        );
+        d.bind(crate::domain::fire::FireReason::ScheduleChanged.as_str())
+            .push(", detail = ")
+            .bind(match disabled {
+                true => "the schedule was disabled while this fire waited",
+                false => "the schedule's deadline was changed while this fire waited",
+            })
+            .push(", decided_at = ")
+            .bind(change.modified_at)
+            .push(" WHERE schedule_id = ")
+            .bind(id)
+            .push(" AND outcome = 'waiting'");
+        if let (Some(Some(deadline)), false) = (moved, disabled) {
+            d.push(" AND due_at <> ").bind(deadline);
+        }
+        d.execute(conn)?;
+    }
+    Ok(written)
 }
 
 /// One schedule by id.

@@ -717,6 +717,70 @@ async fn a_fire_still_waiting_past_the_history_retention_is_kept(backend: Backen
     );
 }
 
+/// A fire waiting on a due time its schedule no longer has is decided when the schedule
+/// changes: a client moving the deadline (Rocky's "rerun") or disabling the schedule skips it
+/// (`schedule_changed`), where it stayed `waiting` for ever, never decided nor pruned. A fire
+/// waiting on the deadline the schedule keeps is left waiting.
+async fn a_fire_waiting_on_a_deadline_moved_since_is_decided(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(&catalogue, CATALOGUE).unwrap();
+    let octopoes = OctopoesState::default();
+    octopoes.set("unlisted", vec![octopoes_object(HOST, "Hostname", 2)]);
+    octopoes.set_down(true);
+    let stub = octopoes.serve();
+    let url = stub.url.clone();
+    let Some(app) = spawn_app_with(backend, move |s| {
+        s.catalogue.file = catalogue.to_string_lossy().into_owned();
+        s.clients.octopoes_api = url;
+    })
+    .await
+    else {
+        return;
+    };
+    app.clock.set(midnight());
+    let due = midnight() - Duration::minutes(1);
+    let body = json!({"scheduler_id": "boefje", "organisation": "unlisted",
+        "deadline_at": due.to_rfc3339(),
+        "data": {"boefje": {"id": "dns-records"}, "input_ooi": HOST, "organization": "unlisted"}});
+    let resp = app.post("/schedules", Some(&body)).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let waits = id(&resp.json::<Value>().await.unwrap());
+    assert_eq!(
+        summary(&app, SchedulerId::Boefje).await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+
+    // The same deadline named again: the fire still waits on it.
+    let path = format!("/schedules/{waits}");
+    let resp = app
+        .patch(&path, &json!({"deadline_at": due.to_rfc3339()}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        history(&app, &waits, "").await["results"][0]["outcome"],
+        "waiting"
+    );
+
+    // Moved: the old due time is decided, skipped, saying why.
+    app.clock.advance(Duration::minutes(5));
+    let later = midnight() + Duration::hours(2);
+    let resp = app
+        .patch(&path, &json!({"deadline_at": later.to_rfc3339()}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let page = history(&app, &waits, "").await;
+    assert_eq!(page["count"], 1, "{page}");
+    let fire = &page["results"][0];
+    assert_eq!(fire["outcome"], "skipped", "{fire}");
+    assert_eq!(fire["reason"], "schedule_changed", "{fire}");
+    assert_eq!(time(&fire["decided_at"]), midnight() + Duration::minutes(5));
+    assert!(
+        fire["detail"].as_str().unwrap().contains("deadline"),
+        "{fire}"
+    );
+}
+
 async fn an_unknown_schedules_history_is_a_404_and_reading_it_takes_a_schedule_reader(
     backend: Backend,
 ) {
@@ -808,6 +872,7 @@ async fn an_unknown_schedules_history_is_a_404_and_reading_it_takes_a_schedule_r
 }
 
 crate::backend_tests!(
+    a_fire_waiting_on_a_deadline_moved_since_is_decided,
     a_fire_is_recorded_fired_skipped_behind_queued_work_and_waiting_behind_a_run,
     a_fire_whose_object_octopoes_lacks_is_skipped_and_one_octopoes_cannot_answer_for_waits,
     a_reports_rerun_asked_while_its_last_run_is_out_runs_after_it,
