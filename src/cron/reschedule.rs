@@ -44,10 +44,10 @@ use uuid::Uuid;
 use super::Tick;
 use super::table::{CronError, Entry, Fut, Outcome};
 use crate::clients::catalogue::{Catalogue, CatalogueError};
-use crate::domain::SchedulerId;
 use crate::domain::fire::{Fate, FireReason};
 use crate::domain::plugin::{Plugin, PluginType};
 use crate::domain::schedule::Cadence;
+use crate::domain::{SchedulerId, TaskStatus};
 use crate::frontier::lookup::{Known, ObjectLookup};
 use crate::planner::rules::boefje_data;
 use crate::queue::{Broker, PushOutcome, PushRequest, QueueError};
@@ -745,8 +745,8 @@ impl Reschedule {
         Ok(out)
     }
 
-    /// The fires whose own task (by [`fire_id`]) exists finished and was made before their
-    /// schedule was last changed: the schedule was set again to a deadline that had fired (a
+    /// The fires whose own task (by [`fire_id`]) exists, finished or out with a runner, and was
+    /// made before their schedule was last changed: the schedule was set again to a deadline that had fired (a
     /// user's edit; a crash between a fire's push and its schedule's update leaves the row as it
     /// was, older than the task). Each is a new fire of that due time, pushed under an id of its
     /// own arming ([`rearmed_fire_id`]); `fired` and `results` then name it.
@@ -766,7 +766,12 @@ impl Reschedule {
             let Ok(earlier) = self.broker.get_task(*task).await else {
                 continue;
             };
-            if earlier.status.is_terminal() && earlier.created_at.naive_utc() < due.read {
+            // Still dispatched or running, it is the run of the recipe before the edit: the
+            // edited fire is pushed under its own id too, and waits for that run to end (the
+            // queue refuses planned work whose hash is in flight), rather than being taken for it.
+            let out = earlier.status.is_terminal()
+                || matches!(earlier.status, TaskStatus::Dispatched | TaskStatus::Running);
+            if out && earlier.created_at.naive_utc() < due.read {
                 let id = rearmed_fire_id(&due.schedule_id, due.due_at, due.read);
                 let mut request = std::mem::take(&mut sent[k]);
                 request.id = Some(id);

@@ -608,6 +608,67 @@ async fn a_recipe_set_again_to_a_day_that_has_run_runs_again(backend: Backend) {
     );
 }
 
+/// A recipe edited while its run of the day is still running (Rocky sends the day's date
+/// again) is run again once that run has ended: the edit waits for it (no concurrent
+/// invocation), where the running task was taken for the edited fire's run and the schedule
+/// moved on without running the edited recipe.
+async fn a_recipe_edited_while_its_run_is_running_runs_again_after_it(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    app.clock.set(midnight() + Duration::hours(10));
+    let mut body = report("org1", "r1");
+    body["schedule"] = json!("0 0 * * *");
+    body["deadline_at"] = json!("2027-01-01");
+    let schedule = create_schedule(&app, body).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let fired =
+        |report: kat_scheduler::cron::TickReport| report.entries["reschedule"].summary.clone();
+    assert_eq!(
+        fired(app.tick(SchedulerId::Report).await),
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    let first = app.pop_ids("report", 10).await;
+    assert_eq!(first.len(), 1);
+    let running = app
+        .patch_task(&first[0], &json!({"status": "running"}))
+        .await;
+    assert_eq!(running.status(), StatusCode::OK);
+    app.advance(Duration::minutes(10));
+    let resp = app
+        .patch(
+            &format!("/schedules/{schedule}"),
+            &json!({"schedule": "0 0 * * *", "deadline_at": "2027-01-01"}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        fired(app.tick(SchedulerId::Report).await),
+        "fired 0, skipped 0, disabled 0, waiting 1",
+        "the edit waits for the run under way"
+    );
+    let done = app
+        .patch_task(&first[0], &json!({"status": "completed"}))
+        .await;
+    assert_eq!(done.status(), StatusCode::OK);
+    app.advance(Duration::minutes(1));
+    assert_eq!(
+        fired(app.tick(SchedulerId::Report).await),
+        "fired 1, skipped 0, disabled 0, waiting 0",
+        "the edited recipe runs"
+    );
+    let mut ran = HashMap::new();
+    run_reports(&app, &mut ran).await;
+    assert_eq!(ran.get(&schedule), Some(&1), "{ran:?}");
+    assert_eq!(
+        deadline_of(&app, &schedule).await,
+        midnight() + Duration::days(1),
+        "the schedule moved on to tomorrow"
+    );
+}
+
 async fn each_task_explains_its_priority(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let catalogue = dir.path().join("catalogue.toml");
@@ -947,6 +1008,7 @@ async fn only_finished_tasks_unchanged_for_the_retention_are_pruned(backend: Bac
 }
 
 crate::backend_tests!(
+    a_recipe_edited_while_its_run_is_running_runs_again_after_it,
     work_run_by_hand_before_its_deadline_waits_out_its_interval,
     grace_period_work_waits_by_its_due_moment_and_is_explained_as_of_the_time_asked,
     each_task_explains_its_priority,
