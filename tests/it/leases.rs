@@ -528,6 +528,28 @@ async fn a_pop_whose_connection_was_cut_keeps_a_lease_that_ends() {
     assert_eq!(app.task(&id_of(&pushed)).await["status"], "queued");
 }
 
+/// Whether the server on `port` holds a connection its client has closed and it has not yet
+/// (TCP `CLOSE_WAIT`, from `/proc/net/tcp`): until it notices, a request on it is not yet
+/// dropped, and an answer made meanwhile counts as delivered.
+fn hang_up_unseen(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).any(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        cols.len() > 3
+            && cols[1].rsplit(':').next() == Some(format!("{port:04X}").as_str())
+            && cols[3] == "08"
+    })
+}
+
+/// Waits until the app has seen every client's hang-up.
+async fn until_hang_ups_seen(app: &TestApp) {
+    let port: u16 = app.address.rsplit(':').next().unwrap().parse().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while hang_up_unseen(port) && std::time::Instant::now() < deadline {
+        tokio::task::yield_now().await;
+    }
+}
+
 /// A runner that hangs up before its pop is answered (its HTTP timeout, a proxy's) gets nothing,
 /// so nobody would run what the pop took: the task goes back to the queue at once, instead of
 /// waiting out its dispatch lease, and the next pop hands it out. The pop is held in its
@@ -579,6 +601,7 @@ async fn a_runner_hanging_up_before_its_pop_is_answered_loses_no_task(barrier: b
         hung_up.as_ref().is_err_and(reqwest::Error::is_timeout),
         "the pop waits for the lock until the runner hangs up: {hung_up:?}"
     );
+    until_hang_ups_seen(&app).await;
     release_tx.send(()).unwrap();
     holder.join().unwrap();
 
@@ -673,6 +696,7 @@ async fn a_give_back_whose_batch_lost_its_connection_is_tried_again() {
         hung_up.as_ref().is_err_and(reqwest::Error::is_timeout),
         "the pop waits for the lock until the runner hangs up: {hung_up:?}"
     );
+    until_hang_ups_seen(&app).await;
     release_tx.send(()).unwrap();
     holder.join().unwrap();
 
