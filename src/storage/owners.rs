@@ -56,12 +56,17 @@ pub const IMPORT_LOCK: i64 = 0x6b61_7469_6d70_7274;
 /// Takes the import's lock ([`IMPORT_LOCK`]) for this session, until it ends; false while
 /// another import holds it or an instance is taking a lease.
 pub fn lock_for_import(conn: &mut AnyConnection) -> QueryResult<bool> {
+    try_import_lock(conn, "pg_try_advisory_lock")
+}
+
+/// Tries [`IMPORT_LOCK`] with `function`, one of PostgreSQL's `pg_try_advisory_*` functions.
+fn try_import_lock(conn: &mut AnyConnection, function: &str) -> QueryResult<bool> {
     #[derive(QueryableByName)]
     struct Taken {
         #[diesel(sql_type = Bool)]
         taken: bool,
     }
-    let mut q = Sql::new(Backend::Postgres, "SELECT pg_try_advisory_lock(");
+    let mut q = Sql::new(Backend::Postgres, &format!("SELECT {function}("));
     q.bind(IMPORT_LOCK).push(") AS taken");
     Ok(q.load::<Taken>(conn)?.pop().is_some_and(|t| t.taken))
 }
@@ -95,18 +100,8 @@ pub fn claim(
     predecessor: Option<&str>,
 ) -> QueryResult<Claim> {
     use diesel::Connection;
-    #[derive(QueryableByName)]
-    struct Free {
-        #[diesel(sql_type = Bool)]
-        free: bool,
-    }
     conn.transaction(|c| {
-        let mut free = Sql::new(
-            Backend::Postgres,
-            "SELECT pg_try_advisory_xact_lock_shared(",
-        );
-        free.bind(IMPORT_LOCK).push(") AS free");
-        if !free.load::<Free>(c)?.pop().is_some_and(|f| f.free) {
+        if !try_import_lock(c, "pg_try_advisory_xact_lock_shared")? {
             return Ok(Claim::Importing);
         }
         Ok(

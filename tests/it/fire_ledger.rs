@@ -666,38 +666,59 @@ async fn fires_older_than_the_history_retention_are_pruned(backend: Backend) {
     );
 }
 
+/// A boefje schedule due a minute before midnight whose fire waits, Octopoes down; the app
+/// with `history_days` of fire history, and the schedule's id. The stub and the catalogue's
+/// directory live as long as it.
+struct WaitingFire {
+    app: TestApp,
+    waits: String,
+    _octopoes: Stub,
+    _dir: tempfile::TempDir,
+}
+
+impl WaitingFire {
+    async fn new(backend: Backend, history_days: u64) -> Option<WaitingFire> {
+        let dir = tempfile::tempdir().unwrap();
+        let catalogue = dir.path().join("catalogue.toml");
+        std::fs::write(&catalogue, CATALOGUE).unwrap();
+        let octopoes = OctopoesState::default();
+        octopoes.set("unlisted", vec![octopoes_object(HOST, "Hostname", 2)]);
+        octopoes.set_down(true);
+        let stub = octopoes.serve();
+        let url = stub.url.clone();
+        let app = spawn_app_with(backend, move |s| {
+            s.catalogue.file = catalogue.to_string_lossy().into_owned();
+            s.clients.octopoes_api = url;
+            s.cron.schedule_history_days = history_days;
+        })
+        .await?;
+        app.clock.set(midnight());
+        let body = json!({"scheduler_id": "boefje", "organisation": "unlisted",
+            "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+            "data": {"boefje": {"id": "dns-records"}, "input_ooi": HOST, "organization": "unlisted"}});
+        let resp = app.post("/schedules", Some(&body)).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let waits = id(&resp.json::<Value>().await.unwrap());
+        assert_eq!(
+            summary(&app, SchedulerId::Boefje).await,
+            "fired 0, skipped 0, disabled 0, waiting 1"
+        );
+        Some(WaitingFire {
+            app,
+            waits,
+            _octopoes: stub,
+            _dir: dir,
+        })
+    }
+}
+
 /// A fire that still waits when the history's retention has passed (Octopoes down for longer)
 /// is not pruned: its row says since when it waits, and a prune that deleted it had the next
 /// tick write it again as if it had just begun to wait.
 async fn a_fire_still_waiting_past_the_history_retention_is_kept(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let catalogue = dir.path().join("catalogue.toml");
-    std::fs::write(&catalogue, CATALOGUE).unwrap();
-    let octopoes = OctopoesState::default();
-    octopoes.set("unlisted", vec![octopoes_object(HOST, "Hostname", 2)]);
-    octopoes.set_down(true);
-    let stub = octopoes.serve();
-    let url = stub.url.clone();
-    let Some(app) = spawn_app_with(backend, move |s| {
-        s.catalogue.file = catalogue.to_string_lossy().into_owned();
-        s.clients.octopoes_api = url;
-        s.cron.schedule_history_days = 7;
-    })
-    .await
-    else {
+    let Some(WaitingFire { app, waits, .. }) = WaitingFire::new(backend, 7).await else {
         return;
     };
-    app.clock.set(midnight());
-    let body = json!({"scheduler_id": "boefje", "organisation": "unlisted",
-        "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
-        "data": {"boefje": {"id": "dns-records"}, "input_ooi": HOST, "organization": "unlisted"}});
-    let resp = app.post("/schedules", Some(&body)).await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let waits = id(&resp.json::<Value>().await.unwrap());
-    assert_eq!(
-        summary(&app, SchedulerId::Boefje).await,
-        "fired 0, skipped 0, disabled 0, waiting 1"
-    );
 
     app.clock.set(midnight() + Duration::days(8));
     let report = app.tick(SchedulerId::Boefje).await;
@@ -722,34 +743,15 @@ async fn a_fire_still_waiting_past_the_history_retention_is_kept(backend: Backen
 /// (`schedule_changed`), where it stayed `waiting` for ever, never decided nor pruned. A fire
 /// waiting on the deadline the schedule keeps is left waiting.
 async fn a_fire_waiting_on_a_deadline_moved_since_is_decided(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let catalogue = dir.path().join("catalogue.toml");
-    std::fs::write(&catalogue, CATALOGUE).unwrap();
-    let octopoes = OctopoesState::default();
-    octopoes.set("unlisted", vec![octopoes_object(HOST, "Hostname", 2)]);
-    octopoes.set_down(true);
-    let stub = octopoes.serve();
-    let url = stub.url.clone();
-    let Some(app) = spawn_app_with(backend, move |s| {
-        s.catalogue.file = catalogue.to_string_lossy().into_owned();
-        s.clients.octopoes_api = url;
-    })
+    let Some(WaitingFire { app, waits, .. }) = WaitingFire::new(
+        backend,
+        kat_scheduler::config::DEFAULT_SCHEDULE_HISTORY_DAYS,
+    )
     .await
     else {
         return;
     };
-    app.clock.set(midnight());
     let due = midnight() - Duration::minutes(1);
-    let body = json!({"scheduler_id": "boefje", "organisation": "unlisted",
-        "deadline_at": due.to_rfc3339(),
-        "data": {"boefje": {"id": "dns-records"}, "input_ooi": HOST, "organization": "unlisted"}});
-    let resp = app.post("/schedules", Some(&body)).await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let waits = id(&resp.json::<Value>().await.unwrap());
-    assert_eq!(
-        summary(&app, SchedulerId::Boefje).await,
-        "fired 0, skipped 0, disabled 0, waiting 1"
-    );
 
     // The same deadline named again: the fire still waits on it.
     let path = format!("/schedules/{waits}");

@@ -734,9 +734,6 @@ async fn a_give_back_whose_batch_lost_its_connection_is_tried_again() {
     assert_eq!(app.pop_ids("boefje", 1).await, [id]);
 }
 
-/// A condition on the sessions [`waiting_writes`] finds.
-type WaitUntil = Box<dyn Fn(&[i32]) -> bool + Send>;
-
 /// The pids of sessions waiting for a lock in an `UPDATE` of `tasks` (a pop's write).
 fn waiting_writes(uri: &str) -> Vec<i32> {
     use diesel::{Connection, PgConnection, RunQueryDsl};
@@ -757,6 +754,106 @@ fn waiting_writes(uri: &str) -> Vec<i32> {
     .collect()
 }
 
+/// [`waiting_writes`] on `uri` once `until` holds of them (or after 15 s).
+async fn writes_once(uri: &str, until: impl Fn(&[i32]) -> bool + Send + 'static) -> Vec<i32> {
+    let uri = uri.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let pids = waiting_writes(&uri);
+            if until(&pids) || std::time::Instant::now() > deadline {
+                return pids;
+            }
+            std::thread::yield_now();
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// A pop whose write waits for a row lock another session holds on its task, the app reaching
+/// PostgreSQL through a [`CutProxy`].
+struct HeldPop {
+    app: TestApp,
+    proxy: CutProxy,
+    /// The database's URI, not through the proxy.
+    direct: String,
+    /// The task the pop takes.
+    id: String,
+    /// The pid of the session whose write waits.
+    waiting: i32,
+    release: std::sync::mpsc::Sender<()>,
+    holder: Option<std::thread::JoinHandle<()>>,
+    pop: tokio::task::JoinHandle<reqwest::Response>,
+}
+
+impl HeldPop {
+    async fn new() -> Option<HeldPop> {
+        let db = TestDb::create(Backend::Postgres).await?;
+        let (proxy, through) = CutProxy::start(&db.uri).await;
+        let direct = db.uri.clone();
+        let app = spawn_app_on(db, Backend::Postgres, |s| {
+            leases(s);
+            s.database.uri = through;
+        })
+        .await;
+        let id = id_of(
+            &app.push_ok("boefje", &boefje_push("org1", "dns", None, 1))
+                .await,
+        );
+        // Another session holds the task's row against writes (reads go on); writes that wait
+        // for it take it in the order they came.
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let (uri, row) = (direct.clone(), id.clone());
+        let holder = std::thread::spawn(move || {
+            use diesel::{Connection, PgConnection, connection::SimpleConnection};
+            let mut c = PgConnection::establish(&uri).expect("connect");
+            c.batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM tasks WHERE id = '{row}' FOR UPDATE"
+            ))
+            .expect("lock");
+            locked_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+            c.batch_execute("COMMIT").expect("unlock");
+        });
+        locked_rx.recv().unwrap();
+        let address = app.address.clone();
+        let pop = tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{address}/schedulers/boefje/pop?limit=1"))
+                .json(&json!(null))
+                .send()
+                .await
+                .unwrap()
+        });
+        let first = writes_once(&direct, |p| !p.is_empty()).await;
+        assert_eq!(
+            first.len(),
+            1,
+            "the pop's write waits for the lock: {first:?}"
+        );
+        Some(HeldPop {
+            app,
+            proxy,
+            direct,
+            id,
+            waiting: first[0],
+            release,
+            holder: Some(holder),
+            pop,
+        })
+    }
+
+    /// Lets the row go.
+    fn let_go(&mut self) {
+        self.release.send(()).unwrap();
+        if let Some(holder) = self.holder.take() {
+            holder.join().unwrap();
+        }
+    }
+}
+
 /// A pop's write whose connection is cut on the client's side alone while the statement waits
 /// for a lock (a load balancer's timeout): its session goes on on the server, and would commit
 /// once the lock is let go. The engine ends that session before it finds out whether the write
@@ -765,81 +862,26 @@ fn waiting_writes(uri: &str) -> Vec<i32> {
 /// and no lease the engine knew of.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pop_cut_on_the_clients_side_alone_is_not_written_behind_the_engines_back() {
-    let Some(db) = TestDb::create(Backend::Postgres).await else {
+    let Some(mut held) = HeldPop::new().await else {
         return;
     };
-    let (proxy, through) = CutProxy::start(&db.uri).await;
-    let direct = db.uri.clone();
-    let app = spawn_app_on(db, Backend::Postgres, |s| {
-        leases(s);
-        s.database.uri = through;
-    })
-    .await;
-    let id = id_of(
-        &app.push_ok("boefje", &boefje_push("org1", "dns", None, 1))
-            .await,
-    );
-
-    // Another session holds the task's row against writes (reads go on); writes that wait
-    // for it take it in the order they came.
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let (uri, row) = (direct.clone(), id.clone());
-    let holder = std::thread::spawn(move || {
-        use diesel::{Connection, PgConnection, connection::SimpleConnection};
-        let mut c = PgConnection::establish(&uri).expect("connect");
-        c.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM tasks WHERE id = '{row}' FOR UPDATE"
-        ))
-        .expect("lock");
-        locked_tx.send(()).unwrap();
-        let _ = release_rx.recv();
-        c.batch_execute("COMMIT").expect("unlock");
-    });
-    locked_rx.recv().unwrap();
-    let pop = {
-        let address = app.address.clone();
-        tokio::spawn(async move {
-            reqwest::Client::new()
-                .post(format!("{address}/schedulers/boefje/pop?limit=1"))
-                .json(&json!(null))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
-    let wait_for = |until: WaitUntil| {
-        let uri = direct.clone();
-        tokio::task::spawn_blocking(move || {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-            loop {
-                let pids = waiting_writes(&uri);
-                if until(&pids) || std::time::Instant::now() > deadline {
-                    return pids;
-                }
-                std::thread::yield_now();
-            }
-        })
-    };
-    let first = wait_for(Box::new(|p| !p.is_empty())).await.unwrap();
-    assert_eq!(
-        first.len(),
-        1,
-        "the pop's write waits for the lock: {first:?}"
-    );
-    proxy.cut();
+    held.proxy.cut();
     // The engine finds its connection broken and writes again on a fresh one, which waits for
     // the lock in turn.
-    let old = first[0];
-    let now = wait_for(Box::new(move |p| p.iter().any(|&pid| pid != old)))
-        .await
-        .unwrap();
+    let old = held.waiting;
+    let now = writes_once(&held.direct, move |p| p.iter().any(|&pid| pid != old)).await;
     assert!(
         now.iter().any(|&pid| pid != old),
         "written again on a fresh session: {now:?}"
     );
-    release_tx.send(()).unwrap();
-    holder.join().unwrap();
+    held.let_go();
+    let HeldPop {
+        app,
+        proxy,
+        id,
+        pop,
+        ..
+    } = held;
 
     let answer = pop.await.unwrap();
     let status = answer.status();
@@ -869,75 +911,17 @@ async fn a_pop_cut_on_the_clients_side_alone_is_not_written_behind_the_engines_b
 /// so the session cannot be ended and the write commits once the lock is let go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pop_answered_503_whose_write_committed_after_all_goes_back_to_the_queue() {
-    let Some(db) = TestDb::create(Backend::Postgres).await else {
+    let Some(mut held) = HeldPop::new().await else {
         return;
     };
-    let (proxy, through) = CutProxy::start(&db.uri).await;
-    let direct = db.uri.clone();
-    let app = spawn_app_on(db, Backend::Postgres, |s| {
-        leases(s);
-        s.database.uri = through;
-    })
-    .await;
-    let id = id_of(
-        &app.push_ok("boefje", &boefje_push("org1", "dns", None, 1))
-            .await,
-    );
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let (uri, row) = (direct.clone(), id.clone());
-    let holder = std::thread::spawn(move || {
-        use diesel::{Connection, PgConnection, connection::SimpleConnection};
-        let mut c = PgConnection::establish(&uri).expect("connect");
-        c.batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM tasks WHERE id = '{row}' FOR UPDATE"
-        ))
-        .expect("lock");
-        locked_tx.send(()).unwrap();
-        let _ = release_rx.recv();
-        c.batch_execute("COMMIT").expect("unlock");
-    });
-    locked_rx.recv().unwrap();
-    let pop = {
-        let address = app.address.clone();
-        tokio::spawn(async move {
-            reqwest::Client::new()
-                .post(format!("{address}/schedulers/boefje/pop?limit=1"))
-                .json(&json!(null))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
-    let uri = direct.clone();
-    let waiting = tokio::task::spawn_blocking(move || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        loop {
-            let pids = waiting_writes(&uri);
-            if !pids.is_empty() || std::time::Instant::now() > deadline {
-                return pids;
-            }
-            std::thread::yield_now();
-        }
-    })
-    .await
-    .unwrap();
-    assert_eq!(waiting.len(), 1, "the pop's write waits: {waiting:?}");
-    proxy.refuse(true);
-    proxy.cut();
-    let answer = pop.await.unwrap();
+    held.proxy.refuse(true);
+    held.proxy.cut();
+    let answer = (&mut held.pop).await.unwrap();
     assert_eq!(answer.status(), 503, "the outcome is unknown");
     // The write commits once the lock is let go; then the server can be reached again.
-    release_tx.send(()).unwrap();
-    holder.join().unwrap();
-    let uri = direct.clone();
-    let committed = tokio::task::spawn_blocking(move || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        while !waiting_writes(&uri).is_empty() && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
-        }
-    });
-    committed.await.unwrap();
+    held.let_go();
+    writes_once(&held.direct, <[i32]>::is_empty).await;
+    let HeldPop { app, proxy, id, .. } = held;
     proxy.refuse(false);
 
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
