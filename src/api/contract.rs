@@ -34,6 +34,12 @@ fn text(limits: &Limits) -> Value {
     json!({"type": "string", "maxLength": limits.max_string_chars, "pattern": NO_NUL})
 }
 
+/// An object's reference (`input_ooi`): stored, but not bounded by an index entry
+/// ([`crate::domain::limits::REFERENCE_MAX_CHARS`]).
+fn reference() -> Value {
+    json!({"type": "string", "maxLength": crate::domain::limits::REFERENCE_MAX_CHARS, "pattern": NO_NUL})
+}
+
 /// A filter's text value: only compared, never stored, so bounded apart from the stored
 /// strings ([`crate::domain::limits::FILTER_VALUE_MAX_CHARS`]).
 fn filter_value() -> Value {
@@ -98,7 +104,7 @@ fn schemas(limits: &Limits) -> Map<String, Value> {
         }
         // Key fields other schedulers' payloads may carry are strings too.
         if let Some(p) = props.as_object_mut() {
-            p.entry("input_ooi").or_insert_with(|| opt(text(limits)));
+            p.entry("input_ooi").or_insert_with(|| opt(reference()));
         }
         json!({
             "type": "object",
@@ -128,7 +134,7 @@ fn schemas(limits: &Limits) -> Map<String, Value> {
                     "oci_image": opt(text(limits))
                 })),
                 "organization": {"type": "string", "minLength": 1, "pattern": NO_NUL},
-                "input_ooi": opt(text(limits)),
+                "input_ooi": opt(reference()),
                 "deduplication_key": opt(json!({"type": "string", "format": "uuid"}))
             }),
             "A boefje task: the boefje to run, the object to run it on and the organisation.",

@@ -204,7 +204,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_LIMIT_STRING_CHARS",
         "limits.max_string_chars",
-        "characters in one organisation, id or key field (default 512); a filter value may have 8192",
+        "characters in one organisation, id or key field (default 512); an object reference or a filter value may have 8192",
     ),
     (
         "SCHEDULER_LIMIT_JSON_DEPTH",

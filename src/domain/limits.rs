@@ -9,6 +9,7 @@
 use serde_json::{Map, Value};
 
 use super::filter::{FilterNode, Operand, Scalar};
+use super::keys::{DataKeys, KeyField};
 
 /// Default conditions in one filter at most.
 pub const DEFAULT_MAX_FILTER_CONDITIONS: usize = 100;
@@ -26,6 +27,12 @@ pub const DEFAULT_MAX_STRING_CHARS: usize = 512;
 /// object's reference, which may be a long URL. The bound keeps a `like` pattern within
 /// SQLite's (50,000 bytes at four a character).
 pub const FILTER_VALUE_MAX_CHARS: usize = 8_192;
+/// Characters in an object's reference (`input_ooi`, a key field) at most. A reference is
+/// Octopoes' primary key, and a URL's holds the whole URL: mula stores and plans any length.
+/// Stored references longer than an index entry holds are found without the index (migration
+/// 20), so this bound is the filter values' own, not `max_string_chars`: a reference the
+/// webapp can search for can be stored.
+pub const REFERENCE_MAX_CHARS: usize = FILTER_VALUE_MAX_CHARS;
 /// Default nesting of a task payload at most.
 pub const DEFAULT_MAX_JSON_DEPTH: usize = 32;
 /// Default `offset` of a listing at most.
@@ -68,22 +75,48 @@ impl Default for Limits {
 #[error("{0}")]
 pub struct LimitError(pub String);
 
+/// Refuses a NUL character, and more than `max` characters (the limit `limit` names).
+fn check_length(field: &str, value: &str, max: usize, limit: &str) -> Result<(), LimitError> {
+    if value.contains('\0') {
+        return Err(LimitError(format!(
+            "{field}: contains a NUL character, which is not allowed"
+        )));
+    }
+    // Bytes bound characters from above: count only when the bytes could be over.
+    if value.len() > max {
+        let chars = value.chars().count();
+        if chars > max {
+            return Err(LimitError(format!(
+                "{field}: {chars} characters, more than the limit of {max} ({limit})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Limits {
     /// Checks one string a task is stored or found by.
     pub fn check_text(&self, field: &str, value: &str) -> Result<(), LimitError> {
-        if value.contains('\0') {
-            return Err(LimitError(format!(
-                "{field}: contains a NUL character, which is not allowed"
-            )));
-        }
-        // Bytes bound characters from above: count only when the bytes could be over.
-        if value.len() > self.max_string_chars {
-            let chars = value.chars().count();
-            if chars > self.max_string_chars {
-                return Err(LimitError(format!(
-                    "{field}: {chars} characters, more than the limit of {} (max_string_chars)",
-                    self.max_string_chars
-                )));
+        check_length(field, value, self.max_string_chars, "max_string_chars")
+    }
+
+    /// Checks a payload's key fields ([`DataKeys`]): each within `max_string_chars`, an object's
+    /// reference within [`REFERENCE_MAX_CHARS`].
+    pub fn check_keys(&self, keys: &DataKeys) -> Result<(), LimitError> {
+        for field in KeyField::ALL {
+            let Some(value) = keys.get(field) else {
+                continue;
+            };
+            let name = format!("data ({})", field.column());
+            if field == KeyField::InputOoi {
+                check_length(
+                    &name,
+                    value,
+                    REFERENCE_MAX_CHARS,
+                    "the longest object reference stored",
+                )?;
+            } else {
+                self.check_text(&name, value)?;
             }
         }
         Ok(())
@@ -239,6 +272,32 @@ mod tests {
 
     fn filter(v: Value) -> FilterNode {
         parse_request(&json!({ "filters": v })).unwrap()
+    }
+
+    #[test]
+    fn an_objects_reference_may_be_longer_than_the_other_key_fields() {
+        let l = Limits::default();
+        let keys = |plugin: &str, reference: &str| DataKeys {
+            plugin_id: Some(plugin.to_owned()),
+            input_ooi: Some(reference.to_owned()),
+            ..DataKeys::default()
+        };
+        let url = "u".repeat(REFERENCE_MAX_CHARS);
+        assert_eq!(l.check_keys(&keys("nmap", &url)), Ok(()));
+        let over = l.check_keys(&keys("nmap", &format!("{url}u"))).unwrap_err();
+        assert!(
+            over.0.starts_with("data (input_ooi): 8193 characters"),
+            "{over}"
+        );
+        let plugin = "p".repeat(DEFAULT_MAX_STRING_CHARS + 1);
+        let over = l
+            .check_keys(&keys(&plugin, "Hostname|internet|a.nl"))
+            .unwrap_err();
+        assert!(
+            over.0.contains("(plugin_id)") && over.0.contains("max_string_chars"),
+            "{over}"
+        );
+        assert!(l.check_keys(&keys("nmap", "a\0b")).is_err());
     }
 
     #[test]

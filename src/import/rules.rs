@@ -16,7 +16,7 @@ use chrono::NaiveDateTime;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::domain::keys::{DataKeys, KeyField};
+use crate::domain::keys::DataKeys;
 use crate::domain::limits::Limits;
 use crate::domain::payload::{data_id, hash_for};
 use crate::domain::schedule::CronExpr;
@@ -104,13 +104,9 @@ fn keys(
     limits: &Limits,
 ) -> Result<DataKeys, Refusal> {
     let keys = DataKeys::of(s, data);
-    for field in KeyField::ALL {
-        if let Some(v) = keys.get(field) {
-            limits
-                .check_text(&format!("data ({})", field.column()), v)
-                .map_err(|e| refuse(id, "malformed data", e.0))?;
-        }
-    }
+    limits
+        .check_keys(&keys)
+        .map_err(|e| refuse(id, "malformed data", e.0))?;
     Ok(keys)
 }
 

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::types::QueueError;
 use crate::domain::SchedulerId;
-use crate::domain::keys::{DataKeys, KeyField};
+use crate::domain::keys::DataKeys;
 use crate::domain::limits::Limits;
 use crate::domain::payload::{data_id, hash_for};
 use crate::storage::schedules::ScheduleRow;
@@ -127,13 +127,7 @@ pub(crate) fn prepare(
     };
     data.insert("id".into(), Value::String(id.hyphenated().to_string()));
     let keys = DataKeys::of(scheduler, &data);
-    for field in KeyField::ALL {
-        if let Some(v) = keys.get(field) {
-            limits
-                .check_text(&format!("data ({})", field.column()), v)
-                .map_err(over)?;
-        }
-    }
+    limits.check_keys(&keys).map_err(over)?;
     let data = Value::Object(data).to_string();
     Ok(NewTask {
         id,

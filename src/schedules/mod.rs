@@ -454,22 +454,16 @@ impl Schedules {
     }
 }
 
-/// The payload's key fields (the ones its tasks are found by) are within the string limit, as
-/// for a push.
+/// The payload's key fields (the ones its tasks are found by) are within their limits, as for a
+/// push.
 fn check_keys(
     limits: &Limits,
     scheduler: SchedulerId,
     data: &Map<String, Value>,
 ) -> Result<(), ScheduleError> {
-    let keys = crate::domain::keys::DataKeys::of(scheduler, data);
-    for field in crate::domain::keys::KeyField::ALL {
-        if let Some(v) = keys.get(field) {
-            limits
-                .check_text(&format!("data ({})", field.column()), v)
-                .map_err(|e| ScheduleError::BadRequest(e.0))?;
-        }
-    }
-    Ok(())
+    limits
+        .check_keys(&crate::domain::keys::DataKeys::of(scheduler, data))
+        .map_err(|e| ScheduleError::BadRequest(e.0))
 }
 
 /// Runs `f` in a transaction.

@@ -74,12 +74,26 @@ const CHANGED: &str = "frontier.object_type IS DISTINCT FROM excluded.object_typ
      OR frontier.scan_profile_type IS DISTINCT FROM excluded.scan_profile_type \
      OR frontier.gone_at IS NOT NULL";
 
+/// The most bytes of organisation and reference together that the frontier mirrors: its
+/// primary key is their index entry, which PostgreSQL refuses over 2,704 bytes. A longer
+/// reference (a URL with a long query) is not mirrored: its events are planned from what they
+/// carry, and where the frontier has no row the service asks Octopoes, as for any object no
+/// event announced. SQLite takes any length, and holds to the same rule so that both backends
+/// answer alike.
+pub const MIRRORED_KEY_BYTES: usize = 2_000;
+
+/// Whether the frontier mirrors this object ([`MIRRORED_KEY_BYTES`]).
+pub fn mirrored(organisation: &str, reference: &str) -> bool {
+    organisation.len() + reference.len() <= MIRRORED_KEY_BYTES
+}
+
 /// Inserts or updates objects, a multi-row statement per [`UPSERT_CHUNK`]; each (organisation,
 /// reference) at most once per call. A row already holding these values is left alone (the same
 /// event twice changes nothing), except that `confirmed`, when given (a ColdStart pass), is
 /// stamped on every row, and that `planned` (an event or a pass, which plan the objects' work)
 /// marks a row a lookup recorded as planned. New or changed values written unplanned (a lookup)
-/// leave the row unplanned. Returns how many rows were written.
+/// leave the row unplanned. Objects the frontier does not mirror ([`mirrored`]) are left out.
+/// Returns how many rows were written.
 pub fn upsert_objects(
     conn: &mut AnyConnection,
     objects: &[ObjectRow],
@@ -89,6 +103,10 @@ pub fn upsert_objects(
 ) -> QueryResult<usize> {
     let mut written = 0;
     let postgres = Backend::of(conn) == Backend::Postgres;
+    let objects: Vec<&ObjectRow> = objects
+        .iter()
+        .filter(|o| mirrored(&o.organisation, &o.reference))
+        .collect();
     for chunk in objects.chunks(UPSERT_CHUNK) {
         let mut q = sql(
             conn,
@@ -374,13 +392,17 @@ pub fn progress_save(
 ///
 /// An object the frontier never held gets a row marked gone too: the delete is Octopoes' word,
 /// and without the row the object would be unknown rather than gone. Its type is read from the
-/// reference (`Hostname|internet|example.com`), as the frontier has no other.
+/// reference (`Hostname|internet|example.com`), as the frontier has no other. An object the
+/// frontier does not mirror ([`mirrored`]) is left alone.
 pub fn mark_gone(
     conn: &mut AnyConnection,
     organisation: &str,
     reference: &str,
     now: NaiveDateTime,
 ) -> QueryResult<bool> {
+    if !mirrored(organisation, reference) {
+        return Ok(false);
+    }
     let object_type = reference.split('|').next().unwrap_or_default();
     let mut q = sql(
         conn,

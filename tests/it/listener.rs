@@ -1195,7 +1195,98 @@ async fn a_lowered_scan_level_is_weighed_against_katalogus_levels_of_now(backend
     s.cleanup().await;
 }
 
+/// An object whose reference is longer than an index entry may be (a URL with a long query, as
+/// web crawls find): mula plans its work like any other. It must be planned here too, wait in
+/// the backlog beyond a full heap, hold up no event after it, and be cancelled by its delete.
+async fn an_object_with_a_reference_longer_than_an_index_entry_is_planned(backend: Backend) {
+    let Some(s) = Setup::with(backend, 100, |s| {
+        s.queue.maxsize = 2;
+        s.schedulers.boefje.fairness = Some(kat_scheduler::queue::fair::Fairness::Off);
+    })
+    .await
+    else {
+        return;
+    };
+    // Random characters, so that no compression brings it under PostgreSQL's 2,704 bytes.
+    let long = format!(
+        "Hostname|internet|{}.nl",
+        (0..100)
+            .map(|_| Uuid::new_v4().simple().to_string())
+            .collect::<String>()
+    );
+    s.mutation(object(
+        "create",
+        "org2",
+        "Hostname|internet|b.nl",
+        "Hostname",
+        2,
+    ))
+    .await;
+    s.mutation(object("create", "org1", &long, "Hostname", 2))
+        .await;
+    s.mutation(object(
+        "create",
+        "org3",
+        "Hostname|internet|c.nl",
+        "Hostname",
+        2,
+    ))
+    .await;
+    s.handled(3).await;
+    let app = &s.app;
+    let tasks_of = |org: &'static str| async move {
+        let page: Value = app
+            .get(&format!(
+                "/tasks?scheduler_id=boefje&organisation={org}&limit=100"
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let mut found: Vec<(String, String, String)> = page["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["data"]["boefje"]["id"].as_str().unwrap().to_owned(),
+                    t["data"]["input_ooi"].as_str().unwrap().to_owned(),
+                    t["status"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    // org2's work fills the heap; the long object's waits behind it, as does org3's.
+    let waiting = |reference: &str, status: &str| {
+        ["dns-records", "on-create-only"]
+            .map(|b| (b.to_owned(), reference.to_owned(), status.to_owned()))
+            .to_vec()
+    };
+    assert_eq!(tasks_of("org1").await, waiting(&long, "pending"));
+    assert_eq!(
+        tasks_of("org3").await,
+        waiting("Hostname|internet|c.nl", "pending")
+    );
+    // Its delete cancels what waits for it in the backlog, and nothing else.
+    s.mutation(json!({"operation": "delete", "primary_key": long, "client_id": "org1"}))
+        .await;
+    s.handled(4).await;
+    assert_eq!(tasks_of("org1").await, waiting(&long, "cancelled"));
+    assert_eq!(
+        tasks_of("org2").await,
+        waiting("Hostname|internet|b.nl", "queued")
+    );
+    assert_eq!(
+        tasks_of("org3").await,
+        waiting("Hostname|internet|c.nl", "pending")
+    );
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
+    an_object_with_a_reference_longer_than_an_index_entry_is_planned,
     a_lowered_scan_level_cancels_the_waiting_work_it_no_longer_permits,
     a_lowered_scan_level_octopoes_contradicts_cancels_nothing,
     a_lowered_scan_level_is_weighed_against_katalogus_levels_of_now,

@@ -460,7 +460,83 @@ async fn matches_below_the_rows_a_filter_turns_down_are_found(backend: Backend) 
     assert_eq!(app.task(&first).await["priority"], 500);
 }
 
+fn by_object(reference: &str) -> Value {
+    json!({"filters": [{"column": "data", "field": "input_ooi", "operator": "==",
+        "value": reference}]})
+}
+
+/// A task on an object whose reference is longer than an index entry holds (a URL with a long
+/// query) waits in the backlog like any other, and a pop filtered by its object finds it there;
+/// so does one on a short reference, through the index. Random characters, so that no
+/// compression brings the reference under PostgreSQL's 2,704 bytes.
+async fn work_on_an_object_with_a_reference_longer_than_an_index_entry_waits_and_is_found(
+    backend: Backend,
+) {
+    let Some(app) = heap_full_of_common_work(backend).await else {
+        return;
+    };
+    let long = |n: usize| {
+        format!(
+            "URL|internet|https://example.com/?q={}",
+            (0..n)
+                .map(|_| uuid::Uuid::new_v4().simple().to_string())
+                .collect::<String>()
+        )
+    };
+    let (a, b) = (long(100), long(250));
+    let mut ids = Vec::new();
+    for (boefje, reference, priority) in [
+        ("nmap", &a, 500),
+        ("dns-records", &a, 501),
+        ("nmap", &b, 502),
+        ("nmap", &"Hostname|internet|short.nl".to_owned(), 503),
+    ] {
+        let t = app
+            .push_ok(
+                "boefje",
+                &boefje_push("org0", boefje, Some(reference), priority),
+            )
+            .await;
+        assert_eq!(t["status"], "pending", "ranked after a full heap");
+        assert_eq!(t["data"]["input_ooi"], reference.as_str());
+        ids.push(id_of(&t));
+    }
+    assert_eq!(
+        pop_one(&app, Some(&by_object(&b))).await,
+        Some(ids[2].clone())
+    );
+    assert_eq!(pop_one(&app, Some(&by_object(&b))).await, None);
+    assert_eq!(
+        pop_one(&app, Some(&by_object("Hostname|internet|short.nl"))).await,
+        Some(ids[3].clone())
+    );
+    // A boefje pop answers one unit of work: its two tasks come one after the other, best first.
+    assert_eq!(
+        pop_one(&app, Some(&by_object(&a))).await,
+        Some(ids[0].clone())
+    );
+    assert_eq!(
+        pop_one(&app, Some(&by_object(&a))).await,
+        Some(ids[1].clone())
+    );
+    assert_eq!(pop_one(&app, Some(&by_object(&a))).await, None);
+    // Over the longest reference the service stores, a clear refusal naming the field.
+    let refused = app
+        .post(
+            "/schedulers/boefje/push",
+            Some(&boefje_push("org0", "nmap", Some(&long(260)), 5)),
+        )
+        .await;
+    assert_eq!(refused.status(), reqwest::StatusCode::BAD_REQUEST);
+    let body = refused.text().await.unwrap();
+    assert!(
+        body.contains("input_ooi") && body.contains("8192"),
+        "{body}"
+    );
+}
+
 crate::backend_tests!(
+    work_on_an_object_with_a_reference_longer_than_an_index_entry_waits_and_is_found,
     a_task_cancelled_by_hand_at_the_backlogs_head_leaves_the_order_intact,
     matches_below_the_rows_a_filter_turns_down_are_found,
     a_pending_task_changed_by_hand_after_a_read_ahead_is_not_handed_out,

@@ -155,6 +155,25 @@ async fn an_engines_statements_walk_their_index_whatever_the_tables_statistics()
                     "{state}: the search by {field:?} does not walk {index}:\n{plan}"
                 );
             }
+            // A reference longer than that index holds (migration 20): the pop order, filtered,
+            // not a sort of every pending row.
+            let plan = plan_of(
+                &mut engine,
+                tasks::pending_keyed_statement(
+                    storage::Backend::Postgres,
+                    SchedulerId::Boefje,
+                    KeyField::InputOoi,
+                    &["u".repeat(tasks::INDEXED_REFERENCE_CHARS + 1)],
+                    65,
+                ),
+            );
+            assert!(
+                walks(
+                    &plan,
+                    "Index Scan using ix_task_queue_pending_rank on task_queue"
+                ) && !plan.contains("Sort"),
+                "{state}: the search by a long reference does not walk the pop order:\n{plan}"
+            );
 
             // A batch's one statement: PATCHes of ten tasks read (written whole, their queue
             // rows in step), pops of ten heap tasks and of ten backlog tasks, by id. Each part

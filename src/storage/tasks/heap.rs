@@ -421,11 +421,13 @@ pub fn pending_matching(
         match key {
             Some((field, [value])) => {
                 q.push(&format!(" AND q.{} = ", field.column()))
-                    .bind(value.as_str());
+                    .bind(value.as_str())
+                    .push(&index_bound(field, std::slice::from_ref(value), "q."));
             }
             Some((field, values)) => {
                 q.push(&format!(" AND q.{} IN ", field.column()))
-                    .bind_list(values.iter().map(String::as_str));
+                    .bind_list(values.iter().map(String::as_str))
+                    .push(&index_bound(field, values, "q."));
             }
             None => {}
         }
@@ -532,8 +534,12 @@ pub fn pending_keyed_statement(
 ) -> Sql {
     let mut q = pending_queue_rows(backend, scheduler);
     let column = field.column();
+    let bound = index_bound(field, values, "");
+    q.push(&bound);
+    // A reference longer than the index holds has no walk of its own: the pop order's, filtered.
+    let indexed = field != KeyField::InputOoi || !bound.is_empty();
     match values {
-        [value] if backend == Backend::Postgres => {
+        [value] if backend == Backend::Postgres && indexed => {
             // The value as a range of one, and the order led by the field: only the field's own
             // index gives that order without a sort, which the engine's connection does not do.
             // As `= value` with `ORDER BY priority, …`, the index of all pending rows in pop
@@ -561,6 +567,28 @@ pub fn pending_keyed_statement(
     }
     q.bind(i64::try_from(limit).unwrap_or(i64::MAX));
     q
+}
+
+/// The longest object reference (`input_ooi`) the index of pending rows by reference holds
+/// (migration 20): PostgreSQL refuses an index entry over 2,704 bytes, a character takes up to
+/// four, and a reference may be a URL of any length.
+pub const INDEXED_REFERENCE_CHARS: usize = 600;
+
+/// The condition that lets the planner use the index of pending rows by reference, which holds
+/// only references of up to [`INDEXED_REFERENCE_CHARS`] (its predicate, repeated: neither
+/// PostgreSQL nor SQLite can prove it of a bound value), when every value searched for is that
+/// short; empty for another key field, or for a longer value, whose search walks the pop order.
+/// Naming the bound changes no answer: a row equal to a short value is as short.
+fn index_bound(field: KeyField, values: &[String], alias: &str) -> String {
+    if field == KeyField::InputOoi
+        && values
+            .iter()
+            .all(|v| v.chars().count() <= INDEXED_REFERENCE_CHARS)
+    {
+        format!(" AND length({alias}input_ooi) <= {INDEXED_REFERENCE_CHARS}")
+    } else {
+        String::new()
+    }
 }
 
 /// Deletes the queue rows of these tasks whose task is no longer pending (read so in the same
