@@ -717,7 +717,11 @@ impl ColdStart {
                 Ok(n) => {
                     self.status.planned.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                Err(e @ PlanError::Passing(_)) => return Err(e.into()),
+                // Katalogus lists the organisation (its pass runs) but does not know it: they
+                // disagree for a moment, and the page is tried again.
+                Err(e @ (PlanError::Passing(_) | PlanError::UnknownOrganisation(_))) => {
+                    return Err(e.into());
+                }
                 Err(PlanError::Refused(why)) => {
                     warn!(organisation = %org, object = %event.reference, reason = %why, "ColdStart: work for an object refused; skipped");
                 }

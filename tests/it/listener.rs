@@ -1285,7 +1285,105 @@ async fn an_object_with_a_reference_longer_than_an_index_entry_is_planned(backen
     s.cleanup().await;
 }
 
+/// An organisation Katalogus does not know (Rocky creates an organisation in Octopoes and in
+/// Katalogus one after the other; one deleted in Katalogus alone): nothing can be planned for
+/// it. Its events must not be handed back for ever, holding every event behind them; its
+/// objects are recorded unplanned, so that ColdStart's first pass over it plans them, and its
+/// raw files are dead-lettered with the reason, to be published again.
+async fn events_of_an_organisation_katalogus_does_not_know_hold_up_nothing(backend: Backend) {
+    use kat_scheduler::domain::event::{ObjectState, Operation};
+    let katalogus = KatalogusState::default();
+    katalogus.plugins.lock().unwrap().insert(
+        "known".into(),
+        vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
+    );
+    let stub = katalogus.serve();
+    let url = stub.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| s.clients.katalogus_api = url).await else {
+        return;
+    };
+    s.mutation(object(
+        "create",
+        "ghost",
+        "Hostname|internet|g.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    s.mutation(object(
+        "create",
+        "known",
+        "Hostname|internet|k.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    let raw = json!({"event_id": "raw_file_received", "organization": "ghost", "raw_data": {
+        "id": Uuid::new_v4().to_string(),
+        "boefje_meta": {"id": Uuid::new_v4().to_string(), "organization": "ghost",
+                        "boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|g.nl"},
+        "mime_types": [{"value": "boefje/dns-records"}]}});
+    s.publish(&s.raw_files.clone(), raw.to_string().as_bytes())
+        .await;
+    s.handled(3).await;
+    assert_eq!(s.boefje_ids("known").await, vec!["dns-records"]);
+    assert_eq!(s.boefje_ids("ghost").await, Vec::<String>::new());
+    // The ghost's object is recorded, and a ColdStart page listing it plans it (as new).
+    let target = kat_scheduler::storage::DbTarget::parse(&s.app.db.uri).unwrap();
+    let pool = kat_scheduler::storage::connect(&target, 1, Duration::from_secs(5)).unwrap();
+    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let state = ObjectState {
+        object_type: "Hostname".into(),
+        scan_level: Some(1),
+        scan_profile_type: Some("declared".into()),
+    };
+    let snapshot = (chrono::Utc::now() + chrono::Duration::days(1)).naive_utc();
+    let page = |reference: &str| vec![(reference.to_owned(), state.clone())];
+    let (ghost, _) = frontier
+        .changed("ghost", &mut page("Hostname|internet|g.nl"), snapshot)
+        .await
+        .unwrap();
+    assert_eq!(
+        ghost.iter().map(|e| e.operation).collect::<Vec<_>>(),
+        vec![Operation::Create],
+        "left to ColdStart"
+    );
+    let (known, _) = frontier
+        .changed("known", &mut page("Hostname|internet|k.nl"), snapshot)
+        .await
+        .unwrap();
+    assert!(known.is_empty(), "its event planned it");
+    // The raw file waits in the dead-letter queue, with the reason.
+    let mut dead = s
+        .channel
+        .basic_consume(
+            format!("{}.dead", s.raw_files).as_str().into(),
+            "test".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let kept = tokio::time::timeout(Duration::from_secs(10), dead.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.data, raw.to_string().into_bytes());
+    let headers = kept.properties.headers().clone().unwrap();
+    let reason = headers.inner().get("x-kat-reason").unwrap();
+    assert!(
+        matches!(reason, AMQPValue::LongString(r) if r.to_string().contains("Katalogus does not know organisation 'ghost'")),
+        "{reason:?}"
+    );
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
+    events_of_an_organisation_katalogus_does_not_know_hold_up_nothing,
     an_object_with_a_reference_longer_than_an_index_entry_is_planned,
     a_lowered_scan_level_cancels_the_waiting_work_it_no_longer_permits,
     a_lowered_scan_level_octopoes_contradicts_cancels_nothing,
