@@ -9,6 +9,7 @@
 //!   header, confirmed, and then acked: it never blocks the queue, however many come.
 //! - **Transient failures are retried.** While the database is away or a scheduler is full, the
 //!   message is handed back (`nack`, requeue) after a pause, so nothing is lost and nothing spins.
+//!   The two queues are consumed apart, so one queue's pause does not hold the other's events.
 //! - **Reconnects.** When RabbitMQ goes away, or refuses the listener, it tries again after
 //!   [`FIRST_RETRY`], doubling each time to at most [`MAX_BACKOFF`], and back to the first wait
 //!   once a connection held (reached consuming); unacked messages go back to their queue with the
@@ -314,8 +315,8 @@ impl Listener {
                 .await?;
             consumers.push((channel, consumer));
         }
-        let (raw_channel, mut raw_files) = consumers.pop().ok_or_else(no_consumer)?;
-        let (mut_channel, mut mutations) = consumers.pop().ok_or_else(no_consumer)?;
+        let (raw_channel, raw_files) = consumers.pop().ok_or_else(no_consumer)?;
+        let (mut_channel, mutations) = consumers.pop().ok_or_else(no_consumer)?;
         self.status.set_state("consuming");
         self.status.sessions.fetch_add(1, Ordering::Relaxed);
         // The old connection's unacked messages went back to the queue in their order: nothing
@@ -327,32 +328,47 @@ impl Listener {
             raw_files = %self.config.raw_files_queue,
             "AMQP listener consuming"
         );
+        // Each queue is consumed on its own: a batch handed back waits out its pause
+        // ([`RETRY_PAUSE`]) without holding the other queue's events, which plan other work.
+        tokio::try_join!(
+            self.consume(Source::Mutations, &mut_channel, mutations, token),
+            self.consume(Source::RawFiles, &raw_channel, raw_files, token),
+        )?;
+        // Stopped: unacked messages go back to their queues with the channels.
+        let _ = mut_channel.close(200, "shutting down".into()).await;
+        let _ = raw_channel.close(200, "shutting down".into()).await;
+        let _ = conn.close(200, "shutting down".into()).await;
+        Ok(())
+    }
+
+    /// Consumes one queue until `token` is cancelled or the connection fails: what has arrived
+    /// is taken as one batch (up to the prefetch window) and handled; the queue's lag is read
+    /// every [`LAG_EVERY`].
+    async fn consume(
+        &self,
+        source: Source,
+        channel: &Channel,
+        mut consumer: Consumer,
+        token: &CancellationToken,
+    ) -> Result<(), lapin::Error> {
+        let queue = match source {
+            Source::Mutations => &self.config.mutations_queue,
+            Source::RawFiles => &self.config.raw_files_queue,
+        };
         let most = usize::from(self.config.prefetch).clamp(1, BATCH_MAX);
         let mut lag = tokio::time::interval(LAG_EVERY);
         lag.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let (source, first) = tokio::select! {
-                () = token.cancelled() => {
-                    // Unacked messages go back to their queues with the channels.
-                    let _ = mut_channel.close(200, "shutting down".into()).await;
-                    let _ = raw_channel.close(200, "shutting down".into()).await;
-                    let _ = conn.close(200, "shutting down".into()).await;
-                    return Ok(());
-                }
+            let first = tokio::select! {
+                () = token.cancelled() => return Ok(()),
                 _ = lag.tick() => {
-                    self.read_lag(Source::Mutations, &mut_channel, &self.config.mutations_queue).await?;
-                    self.read_lag(Source::RawFiles, &raw_channel, &self.config.raw_files_queue).await?;
+                    self.read_lag(source, channel, queue).await?;
                     continue;
                 }
-                d = mutations.next() => (Source::Mutations, d),
-                d = raw_files.next() => (Source::RawFiles, d),
-            };
-            let (consumer, channel) = match source {
-                Source::Mutations => (&mut mutations, &mut_channel),
-                Source::RawFiles => (&mut raw_files, &raw_channel),
+                d = consumer.next() => d,
             };
             // What else has arrived joins the batch: one frontier write, one push, one ack.
-            let batch = gather(first, consumer, most)?;
+            let batch = gather(first, &mut consumer, most)?;
             self.handle(source, channel, batch, token).await?;
         }
     }

@@ -1382,7 +1382,63 @@ async fn events_of_an_organisation_katalogus_does_not_know_hold_up_nothing(backe
     s.cleanup().await;
 }
 
+/// The two queues are consumed apart: a batch of one waiting on Katalogus does not hold the
+/// other's. Katalogus here answers plugin listings only once two wait together, one for the raw
+/// file's organisation and one for the object's: consumed one batch at a time, the first batch
+/// waits out its 2 s for Katalogus and is handed back before the second is read.
+async fn one_queue_waiting_on_katalogus_does_not_hold_the_other(backend: Backend) {
+    let katalogus = KatalogusState::default();
+    for org in ["files", "objects"] {
+        katalogus.plugins.lock().unwrap().insert(
+            org.into(),
+            vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
+        );
+        // Not fetched ahead by the catalogue's refresh: only the events ask.
+        katalogus.unlisted.lock().unwrap().insert(org.into());
+    }
+    *katalogus.together.lock().unwrap() = Some(std::sync::Arc::new(tokio::sync::Barrier::new(2)));
+    let stub = katalogus.serve();
+    let url = stub.url.clone();
+    let Some(s) = Setup::with(backend, 100, move |s| s.clients.katalogus_api = url).await else {
+        return;
+    };
+    let raw = json!({"event_id": "raw_file_received", "organization": "files", "raw_data": {
+        "id": Uuid::new_v4().to_string(),
+        "boefje_meta": {"id": Uuid::new_v4().to_string(), "organization": "files",
+                        "boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|f.nl"},
+        "mime_types": [{"value": "boefje/dns-records"}]}});
+    s.publish(&s.raw_files.clone(), raw.to_string().as_bytes())
+        .await;
+    s.mutation(object(
+        "create",
+        "objects",
+        "Hostname|internet|o.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    s.handled(2).await;
+    assert_eq!(s.boefje_ids("objects").await, vec!["dns-records"]);
+    let health: Value = s.app.get("/health").await.json().await.unwrap();
+    let listener = health["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["service"] == "listener")
+        .unwrap()
+        .clone();
+    let retried: Vec<&Value> = listener["additional"]["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| &q["retried"])
+        .collect();
+    assert_eq!(retried, vec![0, 0], "{listener}");
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
+    one_queue_waiting_on_katalogus_does_not_hold_the_other,
     events_of_an_organisation_katalogus_does_not_know_hold_up_nothing,
     an_object_with_a_reference_longer_than_an_index_entry_is_planned,
     a_lowered_scan_level_cancels_the_waiting_work_it_no_longer_permits,
