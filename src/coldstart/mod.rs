@@ -26,7 +26,9 @@
 //!   nothing and marks nothing gone, and says so in a warning.
 //! - **Failures stay local.** A page that fails is retried with backoff; after
 //!   [`ColdStartConfig::attempts`] failures the organisation is left for the next round, with its
-//!   progress kept, and the others go on.
+//!   progress kept, and the others go on. A page Octopoes fails for good with a server error is
+//!   read in halves to find the objects it cannot list; the rest is loaded and the pass goes on
+//!   (marking nothing gone).
 //! - **Visible.** Progress (organisations done, objects loaded, rate, ETA) is logged every few
 //!   seconds while a round runs and shown on `/health`.
 
@@ -282,6 +284,10 @@ pub enum ColdStartError {
     #[error(transparent)]
     Plan(#[from] PlanError),
 }
+
+/// Single objects a page's halving may find failing one after the other, with no answer in
+/// between, before it takes Octopoes for failing at large ([`ColdStart::halves`]).
+const HALVES_FAILING_IN_A_ROW: usize = 3;
 
 /// How one organisation's pass ended.
 enum PassEnd {
@@ -669,13 +675,113 @@ impl ColdStart {
         token: &CancellationToken,
     ) -> Result<ObjectPage, PassEnd> {
         let what = format!("the page at offset {offset}");
-        self.retried(org, &what, token, || async {
-            Ok(self
-                .octopoes
-                .objects(org, offset, self.config.page_size, valid_time)
-                .await?)
-        })
-        .await
+        let failed = match self
+            .retried(org, &what, token, || async {
+                Ok(self
+                    .octopoes
+                    .objects(org, offset, self.config.page_size, valid_time)
+                    .await?)
+            })
+            .await
+        {
+            Ok(page) => return Ok(page),
+            Err(end) => end,
+        };
+        // Octopoes answers, but fails this page: one object it cannot read (a record its own
+        // model refuses) fails the whole listing of its page, for good. Pages of halves find
+        // it; the rest of the page is read, and the pass goes on past it.
+        let PassEnd::Failed {
+            error: ColdStartError::Octopoes(e),
+            ..
+        } = &failed
+        else {
+            return Err(failed);
+        };
+        if e.status().is_none_or(|s| s < 500) || self.config.page_size == 1 {
+            return Err(failed);
+        }
+        match self
+            .halves(org, offset, self.config.page_size, valid_time)
+            .await
+        {
+            Ok(page) => {
+                if let Some(first) = page.rejected.first() {
+                    warn!(organisation = %org, offset, unlistable = page.rejected.len(), first = %first.why, "ColdStart: Octopoes fails to list objects of this page; read the rest of it around them");
+                }
+                Ok(page)
+            }
+            // Octopoes cannot list at all now: the page is not to blame.
+            Err(_) => Err(failed),
+        }
+    }
+
+    /// The objects `offset..offset+limit` of `org`, read in halves, each half once: a part that
+    /// Octopoes answers with a server error is halved again, down to one object. A single object
+    /// that fails while Octopoes answers for what follows it is rejected without a reference (so
+    /// the pass marks nothing gone); failures that nothing answered after end the page before
+    /// them (the next page starts there), or, with nothing read, are Octopoes failing at large.
+    /// The count is the last answer's; the page ends at the first part short of its limit.
+    async fn halves(
+        &self,
+        org: &str,
+        offset: u64,
+        limit: u64,
+        valid_time: DateTime<Utc>,
+    ) -> Result<ObjectPage, ClientError> {
+        let mut out = ObjectPage {
+            count: 0,
+            items: Vec::new(),
+            rejected: Vec::new(),
+        };
+        // Parts still to read, first one first.
+        let mut parts = vec![(offset, limit)];
+        // Single objects failed since the last answer: rejected once something after them is
+        // answered. Past a few in a row, Octopoes is failing at large (a descent costs a request
+        // per halving, not one for every object of the page).
+        let mut failed: Vec<crate::clients::octopoes::Rejected> = Vec::new();
+        let mut last_error = None;
+        while let Some((at, n)) = parts.pop() {
+            match self.octopoes.objects(org, at, n, valid_time).await {
+                Ok(page) => {
+                    let short = ((page.items.len() + page.rejected.len()) as u64) < n;
+                    out.count = page.count;
+                    out.rejected.append(&mut failed);
+                    out.items.extend(page.items);
+                    out.rejected.extend(page.rejected);
+                    if short {
+                        break;
+                    }
+                }
+                Err(e) if e.status().is_some_and(|s| s >= 500) => {
+                    if n > 1 {
+                        let first = n / 2;
+                        parts.push((at + first, n - first));
+                        parts.push((at, first));
+                        continue;
+                    }
+                    failed.push(crate::clients::octopoes::Rejected {
+                        reference: None,
+                        why: format!("offset {at}: Octopoes fails to list it: {e}"),
+                    });
+                    last_error = Some(e);
+                    if failed.len() > HALVES_FAILING_IN_A_ROW {
+                        break;
+                    }
+                    if parts.is_empty() {
+                        // The page's last part: the object after it tells a broken object
+                        // from Octopoes failing from here on.
+                        parts.push((at + 1, 1));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match last_error {
+            Some(e) if !failed.is_empty() && out.items.is_empty() && out.rejected.is_empty() => {
+                Err(e)
+            }
+            _ => Ok(out),
+        }
     }
 
     /// Plans work for the page's new and changed objects, then writes the page and the pass's

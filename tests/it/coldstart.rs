@@ -663,7 +663,42 @@ async fn an_organisation_octopoes_has_no_node_for_is_paged_as_empty(backend: Bac
     assert!(s.references("org2", "queued").await.is_empty());
 }
 
+/// An object Octopoes cannot read fails the listing of every page that holds it, for good (a
+/// record its model refuses). The pass reads the rest of that page around it and goes on; it
+/// marks nothing gone, since it could not see that one. Without this the organisation's pass
+/// failed at that page in every round, and nothing after it was ever planned.
+async fn an_object_octopoes_cannot_list_fails_only_itself(backend: Backend) {
+    let Some(s) = Setup::new(backend).await else {
+        return;
+    };
+    // org2's seven objects in pages of two: h3 breaks the page at offset 2, h4 the one at 4.
+    s.octopoes
+        .broken
+        .lock()
+        .unwrap()
+        .insert("org2".into(), vec![3, 4]);
+    s.rounds(1).await;
+    let listed: Vec<String> = hostnames("org2", 7)
+        .iter()
+        .map(|o| o["primary_key"].as_str().unwrap().to_owned())
+        .collect();
+    let mut expected: Vec<String> = listed
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![3, 4].contains(i))
+        .map(|(_, r)| r.clone())
+        .collect();
+    expected.sort();
+    assert_eq!(s.references("org2", "queued").await, expected);
+    assert_eq!(s.references("org1", "queued").await.len(), 5);
+    let figures = s.coldstart_health().await;
+    assert_eq!(figures["organisations_done"], 2, "{figures}");
+    assert_eq!(figures["organisations_failed"], 0, "{figures}");
+    s.nothing_gone("org2", 7).await;
+}
+
 crate::backend_tests!(
+    an_object_octopoes_cannot_list_fails_only_itself,
     an_organisation_octopoes_has_no_node_for_is_paged_as_empty,
     a_pass_does_not_write_its_snapshot_over_what_events_changed_since,
     a_row_a_lookup_recorded_is_planned_until_an_event_or_a_pass_planned_it,

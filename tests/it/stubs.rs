@@ -159,6 +159,10 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
 pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub fail_from: Arc<Mutex<HashMap<String, u64>>>,
+    /// Per organisation, the places in its listing of objects Octopoes cannot read: any page
+    /// that holds one fails with a 500, as Octopoes fails a listing over a record its model
+    /// refuses.
+    pub broken: Arc<Mutex<HashMap<String, Vec<u64>>>>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
     lookups_fail: Arc<std::sync::atomic::AtomicBool>,
     pub page_cap: Arc<Mutex<Option<u64>>>,
@@ -288,6 +292,12 @@ impl OctopoesState {
                         .get(*org)
                         .is_some_and(|from| offset >= *from)
                     {
+                        return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
+                    }
+                    if state.broken.lock().unwrap().get(*org).is_some_and(|at| {
+                        at.iter()
+                            .any(|&i| i >= offset && i < offset.saturating_add(limit))
+                    }) {
                         return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
                     }
                     let Some(all) = state.objects.lock().unwrap().get(*org).cloned() else {
