@@ -3,6 +3,7 @@
 //! `raw_file_received`). A message that does not parse is refused with a reason naming the key,
 //! which the listener puts on the dead-lettered message.
 
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -68,8 +69,62 @@ pub struct RawFileEvent {
     pub raw_id: Uuid,
     /// Its mime types.
     pub mime_types: Vec<String>,
-    /// The `raw_data` object as sent: it becomes the normalizer task's `raw_data`.
+    /// The `raw_data` object in mula's model ([`mula_raw_data`]): it becomes the normalizer
+    /// task's `raw_data`.
     pub raw_data: Map<String, Value>,
+    /// When the boefje run that produced the file ended (`boefje_meta.ended_at`), if it says:
+    /// mula ranks normalizer work by it, oldest first.
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// The fields of mula's `RawData`, `BoefjeMeta` and `Boefje` models, with what each holds when
+/// a message leaves it out (`None`: null).
+const RAW_DATA_FIELDS: [&str; 5] = [
+    "id",
+    "boefje_meta",
+    "mime_types",
+    "secure_hash",
+    "hash_retrieval_link",
+];
+const BOEFJE_META_FIELDS: [&str; 7] = [
+    "id",
+    "boefje",
+    "input_ooi",
+    "arguments",
+    "organization",
+    "started_at",
+    "ended_at",
+];
+const BOEFJE_FIELDS: [&str; 4] = ["id", "name", "version", "oci_image"];
+
+/// `raw_data` as mula keeps it in a normalizer task: its own models' fields and no others.
+/// Bytes sends more: `boefje_meta.environment` holds the boefje's settings from Katalogus (API
+/// keys among them), with `runnable_hash` and `signing_provider_url`; mula's models drop them,
+/// so they never reach its database, its API or the normalizer runners, and here neither.
+pub fn mula_raw_data(raw_data: &Map<String, Value>) -> Map<String, Value> {
+    let keep = |from: &Map<String, Value>, fields: &[&str]| -> Map<String, Value> {
+        fields
+            .iter()
+            .map(|f| {
+                (
+                    (*f).to_owned(),
+                    from.get(*f).cloned().unwrap_or(Value::Null),
+                )
+            })
+            .collect()
+    };
+    let mut out = keep(raw_data, &RAW_DATA_FIELDS);
+    if let Some(Value::Object(meta)) = raw_data.get("boefje_meta") {
+        let mut m = keep(meta, &BOEFJE_META_FIELDS);
+        if let Some(Value::Object(boefje)) = meta.get("boefje") {
+            m.insert("boefje".into(), Value::Object(keep(boefje, &BOEFJE_FIELDS)));
+        }
+        if m.get("arguments").is_none_or(Value::is_null) {
+            m.insert("arguments".into(), Value::Object(Map::new()));
+        }
+        out.insert("boefje_meta".into(), Value::Object(m));
+    }
+    out
 }
 
 fn object_of(v: &Value, what: &str) -> Result<Map<String, Value>, EventError> {
@@ -213,11 +268,21 @@ pub fn parse_raw_file_event(body: &[u8]) -> Result<RawFileEvent, EventError> {
             )));
         }
     };
+    let ended_at = meta.get("ended_at").and_then(Value::as_str).and_then(|t| {
+        DateTime::parse_from_rfc3339(t)
+            .map(|t| t.with_timezone(&Utc))
+            // Without an offset: UTC, as the platform writes its times.
+            .or_else(|_| {
+                NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f").map(|t| t.and_utc())
+            })
+            .ok()
+    });
     Ok(RawFileEvent {
         organisation,
         raw_id,
         mime_types,
-        raw_data,
+        raw_data: mula_raw_data(&raw_data),
+        ended_at,
     })
 }
 
@@ -225,6 +290,56 @@ pub fn parse_raw_file_event(body: &[u8]) -> Result<RawFileEvent, EventError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_raw_file_keeps_mulas_fields_only_and_its_runs_end() {
+        // As Bytes publishes it: the boefje's settings in `environment` (an API key).
+        let body = json!({"created_at": "2026-01-01T00:00:00+00:00", "organization": "org1",
+            "raw_data": {"id": "0b6c6a5e-2b0e-4a43-9d5f-2d0b4a6c8e11",
+                "boefje_meta": {"id": "9a1f6a5e-2b0e-4a43-9d5f-2d0b4a6c8e11",
+                    "boefje": {"id": "shodan", "version": null},
+                    "input_ooi": "IPAddressV4|internet|1.1.1.1", "arguments": {},
+                    "organization": "org1", "runnable_hash": "abc",
+                    "environment": {"SHODAN_API": "s3cret"},
+                    "started_at": "2024-01-01T00:00:00+00:00", "ended_at": "2024-01-01T00:00:05Z"},
+                "mime_types": [{"value": "boefje/shodan"}],
+                "secure_hash": "sha512:x", "signing_provider_url": "http://signer"}});
+        let e = parse_raw_file_event(body.to_string().as_bytes()).unwrap();
+        let mut keys: Vec<&String> = e.raw_data.keys().collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "boefje_meta",
+                "hash_retrieval_link",
+                "id",
+                "mime_types",
+                "secure_hash"
+            ]
+        );
+        assert_eq!(
+            Value::Object(e.raw_data["boefje_meta"].as_object().unwrap().clone()),
+            json!({"id": "9a1f6a5e-2b0e-4a43-9d5f-2d0b4a6c8e11",
+                "boefje": {"id": "shodan", "name": null, "version": null, "oci_image": null},
+                "input_ooi": "IPAddressV4|internet|1.1.1.1", "arguments": {},
+                "organization": "org1", "started_at": "2024-01-01T00:00:00+00:00",
+                "ended_at": "2024-01-01T00:00:05Z"})
+        );
+        assert!(!e.raw_data.to_owned().contains_key("signing_provider_url"));
+        assert!(!Value::Object(e.raw_data).to_string().contains("s3cret"));
+        assert_eq!(e.ended_at.map(|t| t.timestamp()), Some(1_704_067_205));
+        // Without an offset, UTC; not a time at all, none.
+        for (ended, at) in [
+            (json!("2024-01-01T00:00:05.5"), Some(1_704_067_205)),
+            (json!(null), None),
+            (json!("yesterday"), None),
+        ] {
+            let mut b = body.clone();
+            b["raw_data"]["boefje_meta"]["ended_at"] = ended;
+            let e = parse_raw_file_event(b.to_string().as_bytes()).unwrap();
+            assert_eq!(e.ended_at.map(|t| t.timestamp()), at);
+        }
+    }
 
     #[test]
     fn a_mutation_with_its_object_parses() {

@@ -354,7 +354,7 @@ impl Planner {
     /// Plans the normalizer tasks of raw files and pushes them all at once; answers, per file,
     /// how many tasks it created.
     pub async fn raw_files(&self, events: &[&RawFileEvent]) -> Vec<Planned> {
-        let priority = self.clock.now().timestamp();
+        let now = self.clock.now().timestamp();
         let mut results: Vec<Planned> = vec![Ok(0); events.len()];
         let mut requests = Vec::new();
         let mut owners = Vec::new();
@@ -364,6 +364,8 @@ impl Planner {
         for (i, event) in events.iter().enumerate() {
             match &catalogue[&event.organisation] {
                 Ok(plugins) => {
+                    // mula's ranking: files whose boefje run ended earliest first.
+                    let priority = event.ended_at.map_or(now, |t| t.timestamp());
                     let planned = rules::normalizer_tasks(event, plugins, priority);
                     owners.extend(std::iter::repeat_n(i, planned.len()));
                     requests.extend(planned);

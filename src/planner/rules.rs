@@ -237,6 +237,7 @@ mod tests {
             raw_id: Uuid::new_v4(),
             mime_types: vec!["boefje/dns-records".into(), "text/plain".into()],
             raw_data: Map::new(),
+            ended_at: None,
         };
         let tasks = normalizer_tasks(&event, &plugins, 3);
         assert_eq!(tasks.len(), 1);

@@ -559,7 +559,11 @@ async fn a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error(backend: Back
         json!({"event_id": "raw_file_received", "organization": "org1", "raw_data": {
             "id": Uuid::new_v4().to_string(),
             "boefje_meta": {"id": Uuid::new_v4().to_string(), "organization": "org1",
-                            "boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|a.nl"},
+                            "boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|a.nl",
+                            // As Bytes sends it: the boefje's settings, an API key among them.
+                            "environment": {"API_KEY": "s3cret"},
+                            "started_at": "2024-01-01T00:00:00+00:00",
+                            "ended_at": "2024-01-01T00:00:05+00:00"},
             "mime_types": mimes}})
     };
     let ok = raw(json!([{"value": "boefje/dns-records"}, {"value": "text/plain"}]));
@@ -580,6 +584,14 @@ async fn a_raw_file_becomes_normalizer_tasks_unless_it_is_an_error(backend: Back
     assert_eq!(tasks.len(), 1, "one task for the file, none for the error");
     assert_eq!(tasks[0]["data"]["normalizer"]["id"], "kat_dns_normalize");
     assert_eq!(tasks[0]["data"]["raw_data"]["id"], ok["raw_data"]["id"]);
+    // mula's ranking: the run's end, oldest first; and mula's model of the file, without the
+    // boefje's settings.
+    assert_eq!(tasks[0]["priority"], 1_704_067_205);
+    assert_eq!(
+        tasks[0]["data"]["raw_data"]["boefje_meta"]["ended_at"],
+        "2024-01-01T00:00:05+00:00"
+    );
+    assert!(!tasks[0].to_string().contains("s3cret"), "{}", tasks[0]);
     s.cleanup().await;
 }
 
