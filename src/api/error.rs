@@ -81,6 +81,22 @@ pub enum ApiError {
     /// Rejected before reaching a handler: unknown route (404) or wrong method (405).
     #[error("{1}")]
     Routing(StatusCode, &'static str),
+    /// A push shed before it was applied (it waited for the engine longer than
+    /// `queue.shed_after_secs`): 429, not the 503 other requests get. The webapp reports a 429
+    /// to its user ("too many requests") and takes any 5xx for success, so a user's scan
+    /// answered 503 would be lost without a word.
+    #[error("the scheduler is busy; retry shortly")]
+    PushShed,
+}
+
+impl ApiError {
+    /// A push's error as its answer: see [`ApiError::PushShed`].
+    pub fn of_push(e: QueueError) -> Self {
+        match e {
+            QueueError::Busy => Self::PushShed,
+            e => Self::Queue(e),
+        }
+    }
 }
 
 impl ApiError {
@@ -99,7 +115,7 @@ impl ApiError {
             Self::Queue(QueueError::QueueFull(_) | QueueError::Unavailable(_)) => {
                 Some(crate::queue::DEFAULT_RETRY_AFTER_SECS)
             }
-            Self::Queue(QueueError::Busy | QueueError::Moving(_)) => Some(1),
+            Self::Queue(QueueError::Busy | QueueError::Moving(_)) | Self::PushShed => Some(1),
             Self::Schedule(ScheduleError::Duplicate(_)) => Some(CONFLICT_RETRY_AFTER_SECS),
             Self::Schedule(ScheduleError::Unavailable(_)) => {
                 Some(crate::queue::DEFAULT_RETRY_AFTER_SECS)
@@ -140,6 +156,7 @@ impl ApiError {
             Self::BadRequest(m) => format!("Bad request error occurred: {m}"),
             Self::Limit(e) => format!("Bad request error occurred: {e}"),
             Self::TooLarge(_) | Self::BodyTimeout(_) => self.to_string(),
+            Self::PushShed => format!("Too many requests: {self}"),
             Self::Unauthorized => format!("Not authenticated: {self}"),
             Self::Forbidden(m) => format!("Forbidden: {m}"),
             Self::Routing(_, m) => (*m).to_owned(),
@@ -177,6 +194,7 @@ impl ResponseError for ApiError {
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Filter(_) | Self::BadRequest(_) | Self::Limit(_) => StatusCode::BAD_REQUEST,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::PushShed => StatusCode::TOO_MANY_REQUESTS,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -212,5 +230,27 @@ impl ResponseError for ApiError {
                 detail: self.detail(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shed_push_is_a_429_the_webapp_reports_and_other_shed_requests_a_503() {
+        let shed = ApiError::of_push(QueueError::Busy);
+        assert_eq!(shed.status_code(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(shed.retry_after(), Some(1));
+        assert_eq!(
+            shed.detail(),
+            "Too many requests: the scheduler is busy; retry shortly"
+        );
+        assert_eq!(
+            ApiError::from(QueueError::Busy).status_code(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let down = ApiError::of_push(QueueError::Unavailable("the database".into()));
+        assert_eq!(down.status_code(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

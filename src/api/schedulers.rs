@@ -62,7 +62,7 @@ pub async fn get_scheduler(
         (status = 404, description = "No such scheduler", body = ErrorBody),
         (status = 409, description = "Already queued (not boosted), or a finished task", body = ErrorBody),
         (status = 422, description = "The body does not parse", body = ValidationBody),
-        (status = 429, description = "Queue full (scheduler set to reject)", body = ErrorBody),
+        (status = 429, description = "Queue full (scheduler set to reject), or the scheduler too busy to take it now (not applied; retry after `Retry-After`)", body = ErrorBody),
         (status = 503, description = "Database unavailable", body = ErrorBody)
     )
 )]
@@ -76,7 +76,10 @@ pub async fn push(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, Action::Push, Some(s))?;
     let request: TaskPush = json_body(&body.0)?;
-    let outcome = linker.push(&broker, s, request.into()).await?;
+    let outcome = linker
+        .push(&broker, s, request.into())
+        .await
+        .map_err(ApiError::of_push)?;
     Ok(if outcome.created {
         HttpResponse::Created().json(outcome.task)
     } else {
