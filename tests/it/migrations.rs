@@ -87,7 +87,7 @@ async fn waiting_tasks_written_before_the_deduplication_key_column_are_served_as
     .unwrap();
     // The service upgrades the schema at start and serves the old rows as one group.
     let app = spawn_app_on(db, backend, |_| {}).await;
-    assert_eq!(app.pop_ids("boefje", 1).await, ids);
+    assert_eq!(app.pop_ids("boefje", 10).await, ids);
 }
 
 /// `(status, priority)` of waiting and dispatched tasks an earlier schema wrote: the pending one
