@@ -639,6 +639,17 @@ organisations = ["org1", "org2"]
         assert!(c.duplicates("org1", "nmap").is_empty(), "not deduplicated");
     }
 
+    /// A client of `stub` that tries each call once.
+    fn tried_once(stub: &super::super::http::stub::Stub) -> Katalogus {
+        Katalogus::new(&stub.base, Duration::from_secs(5))
+            .unwrap()
+            .with_backoff(super::super::http::Backoff {
+                attempts: 1,
+                base: Duration::from_millis(1),
+                cap: Duration::from_millis(1),
+            })
+    }
+
     #[tokio::test]
     async fn katalogus_failing_is_timed_from_its_first_failure_until_a_refresh_succeeds() {
         use super::super::http::stub::Stub;
@@ -655,13 +666,7 @@ organisations = ["org1", "org2"]
             }
         });
         let clock = Arc::new(crate::clock::ManualClock::new(Utc::now()));
-        let client = Katalogus::new(&stub.base, Duration::from_secs(5))
-            .unwrap()
-            .with_backoff(super::super::http::Backoff {
-                attempts: 1,
-                base: Duration::from_millis(1),
-                cap: Duration::from_millis(1),
-            });
+        let client = tried_once(&stub);
         let c = Catalogue::from_katalogus(client, Duration::from_secs(60), clock.clone());
         assert_eq!(c.failing_for(), None, "nothing failed yet");
         assert!(c.refresh().await > 0);
@@ -701,13 +706,7 @@ organisations = ["org1", "org2"]
             }
         });
         let clock = Arc::new(crate::clock::ManualClock::new(Utc::now()));
-        let client = Katalogus::new(&stub.base, Duration::from_secs(5))
-            .unwrap()
-            .with_backoff(super::super::http::Backoff {
-                attempts: 1,
-                base: Duration::from_millis(1),
-                cap: Duration::from_millis(1),
-            });
+        let client = tried_once(&stub);
         let c = Catalogue::from_katalogus(client, Duration::from_secs(60), clock);
         assert!(c.plugins("org1").await.unwrap().is_empty());
         assert!(matches!(

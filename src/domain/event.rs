@@ -3,7 +3,7 @@
 //! `raw_file_received`). A message that does not parse is refused with a reason naming the key,
 //! which the listener puts on the dead-lettered message.
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -268,15 +268,12 @@ pub fn parse_raw_file_event(body: &[u8]) -> Result<RawFileEvent, EventError> {
             )));
         }
     };
-    let ended_at = meta.get("ended_at").and_then(Value::as_str).and_then(|t| {
-        DateTime::parse_from_rfc3339(t)
-            .map(|t| t.with_timezone(&Utc))
-            // Without an offset: UTC, as the platform writes its times.
-            .or_else(|_| {
-                NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f").map(|t| t.and_utc())
-            })
-            .ok()
-    });
+    // Without an offset: UTC, as the platform writes its times.
+    let ended_at = meta
+        .get("ended_at")
+        .and_then(Value::as_str)
+        .and_then(super::filter::parse_datetime)
+        .map(|t| t.and_utc());
     Ok(RawFileEvent {
         organisation,
         raw_id,
@@ -325,7 +322,7 @@ mod tests {
                 "organization": "org1", "started_at": "2024-01-01T00:00:00+00:00",
                 "ended_at": "2024-01-01T00:00:05Z"})
         );
-        assert!(!e.raw_data.to_owned().contains_key("signing_provider_url"));
+        assert!(!e.raw_data.contains_key("signing_provider_url"));
         assert!(!Value::Object(e.raw_data).to_string().contains("s3cret"));
         assert_eq!(e.ended_at.map(|t| t.timestamp()), Some(1_704_067_205));
         // Without an offset, UTC; not a time at all, none.

@@ -99,9 +99,7 @@ impl Setup {
 
     /// The app's frontier, read and written on a connection of the test's own.
     fn frontier(&self) -> kat_scheduler::frontier::Frontier {
-        let target = kat_scheduler::storage::DbTarget::parse(&self.app.db.uri).unwrap();
-        let pool = kat_scheduler::storage::connect(&target, 1, Duration::from_secs(5)).unwrap();
-        kat_scheduler::frontier::Frontier::new(pool)
+        self.app.frontier()
     }
 
     /// Which of `org`'s first `n` hostnames the frontier holds as gone.
@@ -168,14 +166,7 @@ impl Setup {
     }
 
     async fn coldstart_health(&self) -> Value {
-        let health: Value = self.app.get("/health").await.json().await.unwrap();
-        health["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["service"] == "coldstart")
-            .unwrap()["additional"]
-            .clone()
+        self.app.service_health("coldstart").await["additional"].clone()
     }
 }
 

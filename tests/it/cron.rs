@@ -4,7 +4,6 @@
 //! entries keep their next run across restarts.
 
 use std::collections::HashMap;
-use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use futures_util::StreamExt;
@@ -231,9 +230,7 @@ async fn boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reaso
     app.clock.set(midnight());
     // The frontier holds one object at level 2, one at level 0 and one deleted; it lacks
     // missing.nl, and no Octopoes is configured to ask about it.
-    let target = kat_scheduler::storage::DbTarget::parse(&app.db.uri).unwrap();
-    let pool = kat_scheduler::storage::connect(&target, 2, StdDuration::from_secs(5)).unwrap();
-    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let frontier = app.frontier();
     for (reference, level) in [
         ("Hostname|internet|a.nl", 2),
         ("Hostname|internet|low.nl", 0),
@@ -356,9 +353,7 @@ async fn work_run_by_hand_before_its_deadline_waits_out_its_interval(backend: Ba
         return;
     };
     app.clock.set(midnight());
-    let target = kat_scheduler::storage::DbTarget::parse(&app.db.uri).unwrap();
-    let pool = kat_scheduler::storage::connect(&target, 2, StdDuration::from_secs(5)).unwrap();
-    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let frontier = app.frontier();
     let mut events = Vec::new();
     for host in ["a.nl", "b.nl"] {
         events.push(kat_scheduler::domain::event::ObjectEvent {

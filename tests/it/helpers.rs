@@ -370,6 +370,19 @@ impl TestApp {
         self.clock.advance(by);
     }
 
+    /// The app's frontier, read and written on a connection pool of the test's own.
+    pub fn frontier(&self) -> kat_scheduler::frontier::Frontier {
+        let target = kat_scheduler::storage::DbTarget::parse(&self.db.uri).unwrap();
+        let pool =
+            kat_scheduler::storage::connect(&target, 2, std::time::Duration::from_secs(5)).unwrap();
+        kat_scheduler::frontier::Frontier::new(pool)
+    }
+
+    /// `service`'s row of `/health`.
+    pub async fn service_health(&self, service: &str) -> Value {
+        health_row(&self.get("/health").await.json().await.unwrap(), service)
+    }
+
     pub async fn get(&self, path: &str) -> Response {
         self.client
             .get(format!("{}{path}", self.address))
@@ -888,4 +901,15 @@ impl Drop for CutProxy {
     fn drop(&mut self) {
         self.accept.abort();
     }
+}
+
+/// `service`'s row of a `/health` answer.
+pub fn health_row(health: &Value, service: &str) -> Value {
+    health["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["service"] == service)
+        .unwrap_or_else(|| panic!("no {service} in {health}"))
+        .clone()
 }

@@ -175,6 +175,34 @@ impl Setup {
         ids
     }
 
+    /// The first message in `queue`'s dead-letter queue, with its `x-kat-reason`.
+    async fn first_dead_letter(&self, queue: &str) -> (Vec<u8>, String) {
+        let mut dead = self
+            .channel
+            .basic_consume(
+                format!("{queue}.dead").as_str().into(),
+                "test".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(10), dead.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let headers = first.properties.headers().clone().unwrap();
+        let reason = match headers.inner().get("x-kat-reason") {
+            Some(AMQPValue::LongString(r)) => r.to_string(),
+            other => panic!("no reason: {other:?}"),
+        };
+        (first.data, reason)
+    }
+
     async fn cleanup(self) {
         for q in [&self.mutations, &self.raw_files] {
             for name in [q.clone(), format!("{q}.dead")] {
@@ -256,14 +284,7 @@ async fn an_object_event_becomes_the_tasks_its_plugins_allow(backend: Backend) {
         s.boefje_ids("org1").await,
         vec!["dns-records", "on-create-only"]
     );
-    let status: Value = s.app.get("/health").await.json().await.unwrap();
-    let listener = status["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["service"] == "listener")
-        .unwrap()
-        .clone();
+    let listener = s.app.service_health("listener").await;
     assert_eq!(listener["additional"]["state"], "consuming");
     assert_eq!(listener["additional"]["queues"][0]["acked"], 3);
     let metrics = s.app.get("/metrics").await.text().await.unwrap();
@@ -305,28 +326,9 @@ async fn poison_is_dead_lettered_and_never_stalls_the_queue(backend: Backend) {
         vec!["dns-records", "on-create-only"]
     );
     // The dead letters carry the reason.
-    let mut dead = s
-        .channel
-        .basic_consume(
-            format!("{}.dead", s.mutations).as_str().into(),
-            "test".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(10), dead.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(first.data, b"not json");
-    let headers = first.properties.headers().clone().unwrap();
-    let reason = headers.inner().get("x-kat-reason").unwrap();
-    assert!(matches!(reason, AMQPValue::LongString(r) if r.to_string().starts_with("not JSON")));
+    let (first, reason) = s.first_dead_letter(&s.mutations).await;
+    assert_eq!(first, b"not json");
+    assert!(reason.starts_with("not JSON"), "{reason}");
     let metrics = s.app.get("/metrics").await.text().await.unwrap();
     let dead = format!(
         "scheduler_listener_messages_total{{queue=\"{}\",outcome=\"dead_lettered\"}} 20\n",
@@ -748,13 +750,7 @@ async fn katalogus_plans_the_work_and_a_slow_organisation_holds_up_only_its_own_
     // Its answer fills the cache when it comes; the message handed back then plans its work.
     s.handled(2).await;
     assert_eq!(s.boefje_ids("slow").await, vec!["dns-records"]);
-    let health: Value = s.app.get("/health").await.json().await.unwrap();
-    let catalogue = health["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["service"] == "catalogue")
-        .unwrap();
+    let catalogue = s.app.service_health("catalogue").await;
     assert_eq!(catalogue["additional"]["source"], "katalogus");
     s.cleanup().await;
 }
@@ -1345,9 +1341,7 @@ async fn events_of_an_organisation_katalogus_does_not_know_hold_up_nothing(backe
     assert_eq!(s.boefje_ids("known").await, vec!["dns-records"]);
     assert_eq!(s.boefje_ids("ghost").await, Vec::<String>::new());
     // The ghost's object is recorded, and a ColdStart page listing it plans it (as new).
-    let target = kat_scheduler::storage::DbTarget::parse(&s.app.db.uri).unwrap();
-    let pool = kat_scheduler::storage::connect(&target, 1, Duration::from_secs(5)).unwrap();
-    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let frontier = s.app.frontier();
     let state = ObjectState {
         object_type: "Hostname".into(),
         scan_level: Some(1),
@@ -1370,30 +1364,11 @@ async fn events_of_an_organisation_katalogus_does_not_know_hold_up_nothing(backe
         .unwrap();
     assert!(known.is_empty(), "its event planned it");
     // The raw file waits in the dead-letter queue, with the reason.
-    let mut dead = s
-        .channel
-        .basic_consume(
-            format!("{}.dead", s.raw_files).as_str().into(),
-            "test".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let kept = tokio::time::timeout(Duration::from_secs(10), dead.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(kept.data, raw.to_string().into_bytes());
-    let headers = kept.properties.headers().clone().unwrap();
-    let reason = headers.inner().get("x-kat-reason").unwrap();
+    let (kept, reason) = s.first_dead_letter(&s.raw_files).await;
+    assert_eq!(kept, raw.to_string().into_bytes());
     assert!(
-        matches!(reason, AMQPValue::LongString(r) if r.to_string().contains("Katalogus does not know organisation 'ghost'")),
-        "{reason:?}"
+        reason.contains("Katalogus does not know organisation 'ghost'"),
+        "{reason}"
     );
     s.cleanup().await;
 }
@@ -1435,14 +1410,7 @@ async fn one_queue_waiting_on_katalogus_does_not_hold_the_other(backend: Backend
     .await;
     s.handled(2).await;
     assert_eq!(s.boefje_ids("objects").await, vec!["dns-records"]);
-    let health: Value = s.app.get("/health").await.json().await.unwrap();
-    let listener = health["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["service"] == "listener")
-        .unwrap()
-        .clone();
+    let listener = s.app.service_health("listener").await;
     let retried: Vec<&Value> = listener["additional"]["queues"]
         .as_array()
         .unwrap()

@@ -262,13 +262,7 @@ async fn until_listener_tries(app: &ChildApp) {
             .json()
             .await
             .unwrap();
-        let listener = body["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["service"] == "listener")
-            .cloned()
-            .unwrap();
+        let listener = health_row(&body, "listener");
         let state = listener["additional"]["state"].as_str().unwrap_or_default();
         if state == "connecting" || state.starts_with("down") {
             return;

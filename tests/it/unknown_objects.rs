@@ -271,10 +271,7 @@ async fn a_frontier_row_marked_gone_is_asked_again_before_a_schedule_is_disabled
     let Some(s) = Setup::new(backend, 1).await else {
         return;
     };
-    let target = kat_scheduler::storage::DbTarget::parse(&s.app.db.uri).unwrap();
-    let pool =
-        kat_scheduler::storage::connect(&target, 2, std::time::Duration::from_secs(5)).unwrap();
-    let frontier = kat_scheduler::frontier::Frontier::new(pool);
+    let frontier = s.app.frontier();
     let deleted = "Hostname|internet|deleted.example.nl";
     let events: Vec<kat_scheduler::domain::event::ObjectEvent> = [host(0).as_str(), deleted]
         .iter()
