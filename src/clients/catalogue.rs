@@ -62,11 +62,6 @@ pub enum CatalogueError {
     /// when it ends.
     #[error("the plugin catalogue is unavailable: {0}")]
     Unanswered(String),
-    /// Katalogus does not know the organisation: its plugin listing answered 404, and
-    /// Katalogus' organisations listing, read right after, does not hold it. (A 404 alone may
-    /// be a Katalogus at the wrong address, which lists no organisation either.)
-    #[error("Katalogus does not know organisation '{0}'")]
-    UnknownOrganisation(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -366,14 +361,6 @@ impl Catalogue {
         }
         match client.plugins(organisation).await {
             Ok(plugins) => Ok(self.store_plugins(organisation, plugins)),
-            Err(super::http::ClientError::NotFound { .. })
-                if client
-                    .organisations()
-                    .await
-                    .is_ok_and(|all| all.iter().all(|o| o.id != organisation)) =>
-            {
-                Err(CatalogueError::UnknownOrganisation(organisation.to_owned()))
-            }
             Err(e) => {
                 self.failed(organisation, &e);
                 Err(CatalogueError::Failed(e.to_string()))
@@ -681,43 +668,5 @@ organisations = ["org1", "org2"]
         up.store(true, Ordering::SeqCst);
         assert_eq!(c.refresh().await, 0);
         assert_eq!(c.failing_for(), None, "a complete refresh ends it");
-    }
-
-    /// A 404 for an organisation's plugins is an unknown organisation only when Katalogus'
-    /// listing answers without it; a Katalogus at the wrong address answers 404 to everything,
-    /// and that is a failure to retry, not a verdict.
-    #[tokio::test]
-    async fn a_404_is_an_unknown_organisation_only_when_the_listing_lacks_it() {
-        use super::super::http::stub::Stub;
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let misplaced = Arc::new(AtomicBool::new(false));
-        let answer = misplaced.clone();
-        let stub = Stub::start(move |s| {
-            if answer.load(Ordering::SeqCst) {
-                return (404, r#"{"detail": "Not Found"}"#.into());
-            }
-            match s.path.as_str() {
-                "/v1/organisations" => (200, r#"{"org1": {"id": "org1", "name": "org1"}}"#.into()),
-                "/v1/organisations/org1/plugins" => (200, "[]".into()),
-                _ => (
-                    404,
-                    r#"{"message": "Organisation with id 'x' not found"}"#.into(),
-                ),
-            }
-        });
-        let clock = Arc::new(crate::clock::ManualClock::new(Utc::now()));
-        let client = tried_once(&stub);
-        let c = Catalogue::from_katalogus(client, Duration::from_secs(60), clock);
-        assert!(c.plugins("org1").await.unwrap().is_empty());
-        assert!(matches!(
-            c.plugins("ghost").await,
-            Err(CatalogueError::UnknownOrganisation(o)) if o == "ghost"
-        ));
-        assert_eq!(c.failing_for(), None, "Katalogus answered");
-        misplaced.store(true, Ordering::SeqCst);
-        assert!(matches!(
-            c.plugins("other").await,
-            Err(CatalogueError::Failed(_))
-        ));
     }
 }

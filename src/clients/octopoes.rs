@@ -117,8 +117,9 @@ impl Octopoes {
     /// Objects `offset..offset+limit` of `organisation` matching `filter` at `valid_time`
     /// (`GET /{org}/objects?types=…&scan_level=…&offset=&limit=&valid_time=`, mula's order;
     /// `valid_time` as ISO-8601 with a `+00:00` offset, which Octopoes requires). An organisation
-    /// Octopoes has no node for (404 `Node not found`) has an empty listing; any other 404 (an
-    /// unknown type, a route the server lacks) is [`ClientError::NotFound`].
+    /// Octopoes has no node for (404 `Node not found`) has an empty listing; any other 404 (a
+    /// route the server lacks) is [`ClientError::NotFound`]. A type Octopoes does not know, or a
+    /// record on the page its model refuses, is a 400 (its `ValueError` handler).
     pub async fn objects_matching(
         &self,
         organisation: &str,

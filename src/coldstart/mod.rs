@@ -289,6 +289,15 @@ pub enum ColdStartError {
 /// between, before it takes Octopoes for failing at large ([`ColdStart::halves`]).
 const HALVES_FAILING_IN_A_ROW: usize = 3;
 
+/// Whether Octopoes answered a listing with the failure an object it cannot read gives it: a
+/// 400 from its `ValueError` handler (the record fails its own model's validation, or names a
+/// type it no longer has), or a 500 for anything else that breaks on the record. A 400 to a
+/// request it cannot parse fails every part of a page alike, so the halving ends as Octopoes
+/// failing at large.
+fn refused_by_octopoes(e: &ClientError) -> bool {
+    e.status().is_some_and(|s| s == 400 || s >= 500)
+}
+
 /// How one organisation's pass ended.
 enum PassEnd {
     Complete,
@@ -688,7 +697,7 @@ impl ColdStart {
             Err(end) => end,
         };
         // Octopoes answers, but fails this page: one object it cannot read (a record its own
-        // model refuses) fails the whole listing of its page, for good. Pages of halves find
+        // model refuses: a 400) fails the whole listing of its page, for good. Pages of halves find
         // it; the rest of the page is read, and the pass goes on past it.
         let PassEnd::Failed {
             error: ColdStartError::Octopoes(e),
@@ -697,7 +706,7 @@ impl ColdStart {
         else {
             return Err(failed);
         };
-        if e.status().is_none_or(|s| s < 500) || self.config.page_size == 1 {
+        if !refused_by_octopoes(e) || self.config.page_size == 1 {
             return Err(failed);
         }
         match self
@@ -716,7 +725,7 @@ impl ColdStart {
     }
 
     /// The objects `offset..offset+limit` of `org`, read in halves, each half once: a part that
-    /// Octopoes answers with a server error is halved again, down to one object. A single object
+    /// Octopoes refuses ([`refused_by_octopoes`]) is halved again, down to one object. A single object
     /// that fails while Octopoes answers for what follows it is rejected without a reference (so
     /// the pass marks nothing gone); failures that nothing answered after end the page before
     /// them (the next page starts there), or, with nothing read, are Octopoes failing at large.
@@ -752,7 +761,7 @@ impl ColdStart {
                         break;
                     }
                 }
-                Err(e) if e.status().is_some_and(|s| s >= 500) => {
+                Err(e) if refused_by_octopoes(&e) => {
                     if n > 1 {
                         let first = n / 2;
                         parts.push((at + first, n - first));
@@ -823,11 +832,7 @@ impl ColdStart {
                 Ok(n) => {
                     self.status.planned.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                // Katalogus lists the organisation (its pass runs) but does not know it: they
-                // disagree for a moment, and the page is tried again.
-                Err(e @ (PlanError::Passing(_) | PlanError::UnknownOrganisation(_))) => {
-                    return Err(e.into());
-                }
+                Err(e @ PlanError::Passing(_)) => return Err(e.into()),
                 Err(PlanError::Refused(why)) => {
                     warn!(organisation = %org, object = %event.reference, reason = %why, "ColdStart: work for an object refused; skipped");
                 }

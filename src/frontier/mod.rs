@@ -140,20 +140,6 @@ impl Frontier {
         .await
     }
 
-    /// Marks these objects (organisation, reference) as never planned, so that a ColdStart pass
-    /// plans their work: their events came while nothing could be planned for them.
-    pub async fn unplan(&self, objects: Vec<(String, String)>) -> Result<(), StorageError> {
-        self.write(move |c| {
-            c.transaction::<_, StorageError, _>(|c| {
-                for (org, reference) in &objects {
-                    frontier::unplan(c, org, reference)?;
-                }
-                Ok(())
-            })
-        })
-        .await
-    }
-
     /// Records a batch of raw files in one statement; answers how many were new.
     pub async fn record_raw_files(
         &self,

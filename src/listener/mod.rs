@@ -84,13 +84,7 @@ impl Outcome {
         match planned {
             Ok(_) => Outcome::Done,
             Err(PlanError::Passing(why)) => Outcome::Retry(why.clone()),
-            // A raw file of an organisation Katalogus does not know is kept in the dead-letter
-            // queue, with the reason, to be published again once it does: nothing else would
-            // plan its normalizers. (An object event's work is left to ColdStart instead:
-            // `mutations`.)
-            Err(PlanError::Refused(why) | PlanError::UnknownOrganisation(why)) => {
-                Outcome::Poison(why.clone())
-            }
+            Err(PlanError::Refused(why)) => Outcome::Poison(why.clone()),
         }
     }
 

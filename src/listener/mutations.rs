@@ -19,7 +19,6 @@ use tracing::{info, warn};
 use super::{Listener, Outcome};
 use crate::domain::event::{ObjectEvent, ObjectState, Operation, parse_object_event};
 use crate::frontier::lookup::Known;
-use crate::planner::PlanError;
 use crate::storage::frontier::FrontierRow;
 
 /// How long an object's later events wait for its handed-back event to come back. It comes back
@@ -222,29 +221,8 @@ impl Listener {
             }
             return;
         }
-        // An organisation Katalogus does not know (yet) gets nothing planned, and its objects'
-        // rows are marked unplanned: ColdStart's first pass over it, once Katalogus lists it,
-        // plans them. Handing the events back instead would hold them, and every event behind
-        // them, for as long as Katalogus does not know it.
-        let unknown: Vec<(String, String)> = run
-            .iter()
-            .zip(&planned)
-            .filter(|(_, p)| matches!(p, Err(PlanError::UnknownOrganisation(_))))
-            .map(|((_, e), _)| (e.organisation.clone(), e.reference.clone()))
-            .collect();
-        let unplanned = match unknown.first() {
-            None => Ok(()),
-            Some((org, _)) => {
-                warn!(organisation = %org, objects = unknown.len(), "the organisation is unknown to Katalogus: its objects are recorded and their work is left to ColdStart's first pass over it");
-                self.frontier.unplan(unknown).await
-            }
-        };
         for ((i, event), planned) in run.iter().zip(planned) {
-            let mut outcome = match (&planned, &unplanned) {
-                (Err(PlanError::UnknownOrganisation(_)), Ok(())) => Outcome::Done,
-                (Err(PlanError::UnknownOrganisation(_)), Err(e)) => Outcome::of_storage(e),
-                _ => Outcome::of_plan(&planned),
-            };
+            let mut outcome = Outcome::of_plan(&planned);
             if event.object.is_none() && matches!(outcome, Outcome::Done) {
                 outcome = Outcome::of_plan(
                     &self

@@ -42,11 +42,6 @@ pub enum PlanError {
     /// The work it asks for is refused as it is (a malformed payload): retrying changes nothing.
     #[error("{0}")]
     Refused(String),
-    /// Katalogus does not know the event's organisation (yet: Rocky creates an organisation in
-    /// Octopoes and Katalogus one after the other), so nothing can be planned for it now.
-    /// Retrying would hold the event, and every event behind it, for as long as that lasts.
-    #[error("{0}")]
-    UnknownOrganisation(String),
 }
 
 impl PlanError {
@@ -61,16 +56,6 @@ impl PlanError {
             | QueueError::Moving(_)
             | QueueError::Internal(_) => Some(PlanError::Passing(e.to_string())),
             other => Some(PlanError::Refused(format!("refused: {other}"))),
-        }
-    }
-
-    /// How the catalogue's failure to answer for an event's organisation counts for the event.
-    pub fn of_catalogue(e: &CatalogueError) -> PlanError {
-        match e {
-            CatalogueError::UnknownOrganisation(_) => PlanError::UnknownOrganisation(e.to_string()),
-            CatalogueError::Failed(_) | CatalogueError::Unanswered(_) => {
-                PlanError::Passing(e.to_string())
-            }
         }
     }
 
@@ -197,7 +182,7 @@ impl Planner {
             let plugins = match &catalogue[&event.organisation] {
                 Ok(p) => p.clone(),
                 Err(e) => {
-                    merge(&mut results[i], PlanError::of_catalogue(e));
+                    merge(&mut results[i], PlanError::Passing(e.to_string()));
                     continue;
                 }
             };
@@ -370,7 +355,7 @@ impl Planner {
                     owners.extend(std::iter::repeat_n(i, planned.len()));
                     requests.extend(planned);
                 }
-                Err(e) => merge(&mut results[i], PlanError::of_catalogue(e)),
+                Err(e) => merge(&mut results[i], PlanError::Passing(e.to_string())),
             }
         }
         self.push(SchedulerId::Normalizer, requests, &owners, &mut results)

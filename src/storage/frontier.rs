@@ -427,19 +427,6 @@ pub fn mark_gone(
     Ok(q.execute(conn)? > 0)
 }
 
-/// Marks an object's row as never planned (see [`upsert_objects`]'s `planned`).
-pub fn unplan(conn: &mut AnyConnection, organisation: &str, reference: &str) -> QueryResult<()> {
-    let mut q = sql(
-        conn,
-        "UPDATE frontier SET planned = FALSE WHERE organisation = ",
-    );
-    q.bind(organisation)
-        .push(" AND reference = ")
-        .bind(reference);
-    q.execute(conn)?;
-    Ok(())
-}
-
 /// One object of the frontier.
 pub fn get(
     conn: &mut AnyConnection,

@@ -176,9 +176,9 @@ async fn stale_copy_disables_nothing_until_katalogus_confirms(
     );
     assert_eq!(popped_schedules(&app).await, [other]);
 
-    // Katalogus now permits the schedule, but cannot answer for the organisation (it no longer
-    // lists it): the copy, stale now, still refuses.
-    katalogus.plugins.lock().unwrap().remove(ORG);
+    // Katalogus now permits the schedule, but fails for the organisation: the copy, stale now,
+    // still refuses.
+    katalogus.failing.lock().unwrap().insert(ORG.into());
     app.clock.set(midnight() + Duration::minutes(3));
     assert_eq!(
         reschedule(&app).await,
@@ -192,6 +192,7 @@ async fn stale_copy_disables_nothing_until_katalogus_confirms(
     );
 
     // Katalogus answers again: the schedule fires on its answer, though the copy is as old.
+    katalogus.failing.lock().unwrap().remove(ORG);
     katalogus
         .plugins
         .lock()

@@ -655,7 +655,7 @@ async fn an_organisation_octopoes_has_no_node_for_is_paged_as_empty(backend: Bac
 }
 
 /// An object Octopoes cannot read fails the listing of every page that holds it, for good (a
-/// record its model refuses). The pass reads the rest of that page around it and goes on; it
+/// record its model refuses: Octopoes answers the pydantic error 400). The pass reads the rest of that page around it and goes on; it
 /// marks nothing gone, since it could not see that one. Without this the organisation's pass
 /// failed at that page in every round, and nothing after it was ever planned.
 async fn an_object_octopoes_cannot_list_fails_only_itself(backend: Backend) {

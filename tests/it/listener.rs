@@ -129,6 +129,17 @@ impl Setup {
     }
 
     /// Waits (on the listener's own signal, not a clock) until `n` messages were handled.
+    /// How many batches of each queue were handed back, from the listener's `/health` row.
+    async fn retried(&self) -> Vec<u64> {
+        let listener = self.app.service_health("listener").await;
+        listener["additional"]["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["retried"].as_u64().unwrap())
+            .collect()
+    }
+
     async fn handled(&self, n: u64) {
         tokio::time::timeout(Duration::from_secs(30), self.app.listener.wait_handled(n))
             .await
@@ -1190,7 +1201,7 @@ async fn a_lowered_scan_level_is_weighed_against_katalogus_levels_of_now(backend
         .lock()
         .unwrap()
         .insert("org1".into(), plugins(1));
-    katalogus.plugins.lock().unwrap().remove("org2");
+    katalogus.failing.lock().unwrap().insert("org2".into());
     s.app.advance(chrono::Duration::seconds(61));
     s.mutation(object("update", "org1", x, "Hostname", 1)).await;
     s.handled(3).await;
@@ -1297,79 +1308,61 @@ async fn an_object_with_a_reference_longer_than_an_index_entry_is_planned(backen
     s.cleanup().await;
 }
 
-/// An organisation Katalogus does not know (Rocky creates an organisation in Octopoes and in
-/// Katalogus one after the other; one deleted in Katalogus alone): nothing can be planned for
-/// it. Its events must not be handed back for ever, holding every event behind them; its
-/// objects are recorded unplanned, so that ColdStart's first pass over it plans them, and its
-/// raw files are dead-lettered with the reason, to be published again.
-async fn events_of_an_organisation_katalogus_does_not_know_hold_up_nothing(backend: Backend) {
-    use kat_scheduler::domain::event::{ObjectState, Operation};
+/// An organisation Katalogus does not list (Rocky creates an organisation in Octopoes and in
+/// Katalogus one after the other; one deleted in Katalogus alone). Katalogus answers its plugins
+/// with the whole catalogue at the default states, boefjes off and normalizers on, never a 404,
+/// and its events are planned from that answer, as mula plans them: its objects get no scans,
+/// its raw files the normalizers on by default, and nothing is handed back.
+async fn events_of_an_organisation_katalogus_does_not_list_are_planned_as_it_answers(
+    backend: Backend,
+) {
     let katalogus = KatalogusState::default();
     katalogus.plugins.lock().unwrap().insert(
         "known".into(),
-        vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
+        vec![
+            katalogus_boefje("dns-records", &["Hostname"], 1, false),
+            katalogus_normalizer("kat_dns_normalize", &["boefje/dns-records"]),
+        ],
     );
     let stub = katalogus.serve();
     let url = stub.url.clone();
     let Some(s) = Setup::with(backend, 100, move |s| s.clients.katalogus_api = url).await else {
         return;
     };
-    s.mutation(object(
-        "create",
-        "ghost",
-        "Hostname|internet|g.nl",
-        "Hostname",
-        1,
-    ))
-    .await;
-    s.mutation(object(
-        "create",
-        "known",
-        "Hostname|internet|k.nl",
-        "Hostname",
-        1,
-    ))
-    .await;
+    for org in ["ghost", "known"] {
+        let reference = format!("Hostname|internet|{org}.nl");
+        s.mutation(object("create", org, &reference, "Hostname", 1))
+            .await;
+    }
     let raw = json!({"event_id": "raw_file_received", "organization": "ghost", "raw_data": {
         "id": Uuid::new_v4().to_string(),
         "boefje_meta": {"id": Uuid::new_v4().to_string(), "organization": "ghost",
-                        "boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|g.nl"},
+                        "boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|ghost.nl"},
         "mime_types": [{"value": "boefje/dns-records"}]}});
     s.publish(&s.raw_files.clone(), raw.to_string().as_bytes())
         .await;
     s.handled(3).await;
     assert_eq!(s.boefje_ids("known").await, vec!["dns-records"]);
-    assert_eq!(s.boefje_ids("ghost").await, Vec::<String>::new());
-    // The ghost's object is recorded, and a ColdStart page listing it plans it (as new).
-    let frontier = s.app.frontier();
-    let state = ObjectState {
-        object_type: "Hostname".into(),
-        scan_level: Some(1),
-        scan_profile_type: Some("declared".into()),
-    };
-    let snapshot = (chrono::Utc::now() + chrono::Duration::days(1)).naive_utc();
-    let page = |reference: &str| vec![(reference.to_owned(), state.clone())];
-    let (ghost, _) = frontier
-        .changed("ghost", &mut page("Hostname|internet|g.nl"), snapshot)
-        .await
-        .unwrap();
     assert_eq!(
-        ghost.iter().map(|e| e.operation).collect::<Vec<_>>(),
-        vec![Operation::Create],
-        "left to ColdStart"
+        s.boefje_ids("ghost").await,
+        Vec::<String>::new(),
+        "off by default"
     );
-    let (known, _) = frontier
-        .changed("known", &mut page("Hostname|internet|k.nl"), snapshot)
+    let normalizers: Value = s
+        .app
+        .get("/tasks?scheduler_id=normalizer&organisation=ghost&limit=10")
+        .await
+        .json()
         .await
         .unwrap();
-    assert!(known.is_empty(), "its event planned it");
-    // The raw file waits in the dead-letter queue, with the reason.
-    let (kept, reason) = s.first_dead_letter(&s.raw_files).await;
-    assert_eq!(kept, raw.to_string().into_bytes());
-    assert!(
-        reason.contains("Katalogus does not know organisation 'ghost'"),
-        "{reason}"
-    );
+    let ids: Vec<&Value> = normalizers["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["data"]["normalizer"]["id"])
+        .collect();
+    assert_eq!(ids, vec!["kat_dns_normalize"], "on by default");
+    assert_eq!(s.retried().await, [0, 0], "handed back");
     s.cleanup().await;
 }
 
@@ -1410,20 +1403,13 @@ async fn one_queue_waiting_on_katalogus_does_not_hold_the_other(backend: Backend
     .await;
     s.handled(2).await;
     assert_eq!(s.boefje_ids("objects").await, vec!["dns-records"]);
-    let listener = s.app.service_health("listener").await;
-    let retried: Vec<&Value> = listener["additional"]["queues"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| &q["retried"])
-        .collect();
-    assert_eq!(retried, vec![0, 0], "{listener}");
+    assert_eq!(s.retried().await, [0, 0], "handed back");
     s.cleanup().await;
 }
 
 crate::backend_tests!(
     one_queue_waiting_on_katalogus_does_not_hold_the_other,
-    events_of_an_organisation_katalogus_does_not_know_hold_up_nothing,
+    events_of_an_organisation_katalogus_does_not_list_are_planned_as_it_answers,
     an_object_with_a_reference_longer_than_an_index_entry_is_planned,
     a_lowered_scan_level_cancels_the_waiting_work_it_no_longer_permits,
     a_lowered_scan_level_octopoes_contradicts_cancels_nothing,

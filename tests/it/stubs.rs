@@ -160,8 +160,8 @@ pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub fail_from: Arc<Mutex<HashMap<String, u64>>>,
     /// Per organisation, the places in its listing of objects Octopoes cannot read: any page
-    /// that holds one fails with a 500, as Octopoes fails a listing over a record its model
-    /// refuses.
+    /// that holds one fails with a 400, as Octopoes fails a listing over a record its model
+    /// refuses (its `ValueError` handler answers a pydantic `ValidationError` so).
     pub broken: Arc<Mutex<HashMap<String, Vec<u64>>>>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
     lookups_fail: Arc<std::sync::atomic::AtomicBool>,
@@ -298,7 +298,10 @@ impl OctopoesState {
                         at.iter()
                             .any(|&i| i >= offset && i < offset.saturating_add(limit))
                     }) {
-                        return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
+                        return Reply::status(
+                            400,
+                            r#"{"detail": "1 validation error for Hostname\nname\n  Field required [type=missing, input_value={'user_id': None}, input_type=dict]"}"#,
+                        );
                     }
                     let Some(all) = state.objects.lock().unwrap().get(*org).cloned() else {
                         return Reply::status(404, r#"{"detail": "Node not found"}"#);
@@ -329,6 +332,13 @@ pub fn katalogus_boefje(id: &str, consumes: &[&str], scan_level: i64, deduplicat
            "deduplicate": deduplicate})
 }
 
+/// A normalizer as Katalogus lists it.
+pub fn katalogus_normalizer(id: &str, consumes: &[&str]) -> Value {
+    json!({"id": id, "name": id, "version": null, "created": null, "description": null,
+           "enabled": true, "static": true, "type": "normalizer", "consumes": consumes,
+           "produces": ["Hostname"]})
+}
+
 /// An organisation and a boefje.
 pub type OrgBoefje = (String, String);
 
@@ -341,6 +351,8 @@ pub struct KatalogusState {
     /// Organisations whose plugins Katalogus serves but leaves out of its organisations listing
     /// (so the catalogue's refresh never fetches them ahead).
     pub unlisted: Arc<Mutex<HashSet<String>>>,
+    /// Organisations whose plugin listings fail (a 500), as Katalogus failing for them.
+    pub failing: Arc<Mutex<HashSet<String>>>,
     /// While set, plugin listings are answered only once the barrier's count of them wait
     /// together.
     pub together: Arc<Mutex<Option<Arc<tokio::sync::Barrier>>>>,
@@ -349,6 +361,22 @@ pub struct KatalogusState {
 }
 
 impl KatalogusState {
+    /// Every plugin the stub knows of, once each, at Katalogus' default state.
+    fn defaults(&self) -> Vec<Value> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for plugins in self.plugins.lock().unwrap().values() {
+            for p in plugins {
+                if seen.insert(p["id"].clone().to_string()) {
+                    let mut p = p.clone();
+                    p["enabled"] = json!(p["type"] == "normalizer");
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
     pub fn serve(&self) -> Stub {
         let state = self.clone();
         Stub::start(move |seen| {
@@ -366,6 +394,9 @@ impl KatalogusState {
                     Reply::json(Value::Object(orgs))
                 }
                 ["v1", "organisations", org, "plugins"] => {
+                    if state.failing.lock().unwrap().contains(*org) {
+                        return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
+                    }
                     let plugins = state.plugins.lock().unwrap().get(*org).cloned();
                     let delay = state
                         .slow
@@ -380,7 +411,10 @@ impl KatalogusState {
                             together: state.together.lock().unwrap().clone(),
                             ..Reply::json(Value::Array(p))
                         },
-                        None => Reply::status(404, r#"{"detail": "Unknown organisation"}"#),
+                        // Katalogus answers an organisation it does not know with its whole
+                        // catalogue at the default states (boefjes off, normalizers on), as it
+                        // keeps states only for organisations it has: never a 404.
+                        None => Reply::json(Value::Array(state.defaults())),
                     }
                 }
                 ["v1", "configs"] => {
