@@ -287,6 +287,9 @@ fn copy_schedules(
             if c.rehashed {
                 sum.rehashed += 1;
             }
+            if c.legacy {
+                sum.legacy += 1;
+            }
             new.push(c.row);
         }
         if !dry_run && let Some(c) = target.as_deref_mut() {
@@ -432,6 +435,12 @@ fn copy_tasks(
             }
             if c.rehashed {
                 sum.rehashed += 1;
+            }
+            if c.stalled {
+                sum.stalled += 1;
+            }
+            if c.legacy {
+                sum.legacy += 1;
             }
             *sum.by_status.entry(c.row.status.as_str()).or_default() += 1;
             new.push(c.row);

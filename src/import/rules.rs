@@ -7,8 +7,14 @@
 //! | mula status | becomes | why |
 //! |---|---|---|
 //! | `PENDING`, `QUEUED` | `pending`, `queued` | waiting work; the heap is rebuilt from the table at start (the excess over its bound goes to `pending`) |
-//! | `DISPATCHED`, `RUNNING` | the same, with a fresh lease from the import's time (a running one: the unrenewed run lease) | a runner of mula's may still hold it: its late `PATCH` is accepted; if none comes, the lease ends and the watchdog re-queues it, so the work is neither lost nor run twice while the runner lives |
+//! | `DISPATCHED`, `RUNNING`, changed within its lease (the dispatch lease; a running one: the unrenewed run lease) | the same, with a fresh lease from the import's time | a runner of mula's may still hold it: its late `PATCH` is accepted; if none comes, the lease ends and the watchdog re-queues it, so the work is neither lost nor run twice while the runner lives |
+//! | `DISPATCHED`, `RUNNING`, unchanged for longer than that | `failed`, the reason saying so | mula never takes work back: its runner lost it, and it blocks its work in mula for good; leased again, its old payload would run and withdraw a newer copy of the work. Its schedule plans the work afresh |
 //! | `COMPLETED`, `FAILED`, `CANCELLED` | the same | history: "last run", de-duplication and scoring read it |
+//!
+//! A row of a scheduler per organisation (`boefje-org1`: mula before OpenKAT 1.19, left so by
+//! its migrations) belongs to its type's scheduler when it names the row's organisation: its
+//! schedules and history are imported there, and its work still waiting or handed out, which
+//! mula has not served since, is `cancelled` with the reason.
 
 use std::time::Duration;
 
@@ -58,6 +64,11 @@ pub struct Converted<R> {
     pub row: R,
     /// mula's hash was not the payload's.
     pub rehashed: bool,
+    /// A task mula held dispatched or running for longer than its lease: written failed.
+    pub stalled: bool,
+    /// A row of a scheduler per organisation (`boefje-org1`, mula before OpenKAT 1.19), written
+    /// under its type's scheduler (its waiting or handed-out work cancelled).
+    pub legacy: bool,
 }
 
 fn uuid_text(id: &str, what: &str) -> Result<String, String> {
@@ -66,14 +77,41 @@ fn uuid_text(id: &str, what: &str) -> Result<String, String> {
         .map_err(|_| format!("{what} '{id}' is not a UUID"))
 }
 
-fn scheduler(id: &str, scheduler_id: &str) -> Result<SchedulerId, Refusal> {
-    scheduler_id.parse().map_err(|()| {
-        refuse(
+/// The scheduler a row of mula's belongs to, and whether it named it the way mula did before
+/// OpenKAT 1.19: a scheduler per organisation, `<type>-<organisation>`. mula's migration to one
+/// scheduler per type added the `organisation` column but left `scheduler_id` as it was, so an
+/// upgraded database still holds such rows: schedules whose hash new work is linked to, and the
+/// history of the work. Each belongs to its type's scheduler, when the organisation it names is
+/// the row's own.
+fn scheduler(
+    id: &str,
+    scheduler_id: &str,
+    organisation: &str,
+) -> Result<(SchedulerId, bool), Refusal> {
+    if let Ok(s) = scheduler_id.parse() {
+        return Ok((s, false));
+    }
+    if let Some((kind, org)) = scheduler_id.split_once('-')
+        && let Ok(s) = kind.parse::<SchedulerId>()
+    {
+        if org == organisation {
+            return Ok((s, true));
+        }
+        return Err(refuse(
             id,
             "unknown scheduler",
-            format!("scheduler_id '{scheduler_id}' is none of boefje, normalizer, report"),
-        )
-    })
+            format!(
+                "scheduler_id '{scheduler_id}' is {s}'s of organisation '{org}', not of the row's '{organisation}'"
+            ),
+        ));
+    }
+    Err(refuse(
+        id,
+        "unknown scheduler",
+        format!(
+            "scheduler_id '{scheduler_id}' is none of boefje, normalizer, report (nor one of them for the row's organisation, as mula named them before OpenKAT 1.19)"
+        ),
+    ))
 }
 
 fn payload(id: &str, data: &str, limits: &Limits) -> Result<Map<String, Value>, Refusal> {
@@ -115,7 +153,7 @@ fn keys(
 pub fn schedule(m: MulaSchedule, limits: &Limits) -> Result<Converted<ScheduleRow>, Refusal> {
     let raw_id = m.id.clone();
     let id = uuid_text(&m.id, "id").map_err(|e| refuse(&raw_id, "malformed id", e))?;
-    let s = scheduler(&raw_id, &m.scheduler_id)?;
+    let (s, legacy) = scheduler(&raw_id, &m.scheduler_id, &m.organisation)?;
     organisation(&raw_id, &m.organisation, limits)?;
     let data = payload(&raw_id, &m.data, limits)?;
     let hash = hash_for(s, &data).map_err(|e| refuse(&raw_id, "malformed data", e.0))?;
@@ -143,6 +181,8 @@ pub fn schedule(m: MulaSchedule, limits: &Limits) -> Result<Converted<ScheduleRo
             disabled_reason: None,
         },
         rehashed,
+        stalled: false,
+        legacy,
     })
 }
 
@@ -177,7 +217,7 @@ pub fn status(label: &str) -> Option<TaskStatus> {
 pub fn task(m: MulaTask, rules: &TaskRules) -> Result<Converted<TaskRow>, Refusal> {
     let raw_id = m.id.clone();
     let id = uuid_text(&m.id, "id").map_err(|e| refuse(&raw_id, "malformed id", e))?;
-    let s = scheduler(&raw_id, &m.scheduler_id)?;
+    let (s, legacy) = scheduler(&raw_id, &m.scheduler_id, &m.organisation)?;
     if m.task_type != s.as_str() {
         return Err(refuse(
             &raw_id,
@@ -216,12 +256,55 @@ pub fn task(m: MulaTask, rules: &TaskRules) -> Result<Converted<TaskRow>, Refusa
     data.insert("id".into(), Value::String(id.clone()));
     let keys = keys(&raw_id, s, &data, &rules.limits)?;
     let (dispatch, run) = rules.leases[s];
-    let lease = match st {
+    let ttl = match st {
         TaskStatus::Dispatched => Some(dispatch),
         TaskStatus::Running => Some(run),
         _ => None,
     }
-    .map(|ttl| rules.now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX));
+    .map(|ttl| chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX));
+    // mula never takes work back from a runner: a task its runner lost stays dispatched or
+    // running for good, and blocks its work (mula's "hanging tasks"). One held past its lease
+    // is such a task; leased again, it would run its old payload once the lease ended and
+    // withdraw a newer copy of the same work. It is failed, as mula means to fail a stalled
+    // task, and its schedule plans the work afresh.
+    let stalled = ttl.is_some_and(|ttl| {
+        m.modified_at
+            .checked_add_signed(ttl)
+            .is_some_and(|end| end <= rules.now)
+    });
+    let (status, lease, failure_reason) = match ttl {
+        // mula has not served a scheduler per organisation since OpenKAT 1.19: work still
+        // waiting or handed out under one is from before the upgrade, and nothing ran it since.
+        _ if legacy && !st.is_terminal() => (
+            TaskStatus::Cancelled,
+            None,
+            Some(format!(
+                "{st} under mula's scheduler '{}', which mula no longer serves (a scheduler per organisation, before OpenKAT 1.19); cancelled by import-mula at {}",
+                m.scheduler_id,
+                rules.now.and_utc().to_rfc3339()
+            )),
+        ),
+        Some(_) if stalled => (
+            TaskStatus::Failed,
+            None,
+            Some(format!(
+                "stalled in mula: {st} since {}, longer than its lease; failed by import-mula at {}",
+                m.modified_at.and_utc().to_rfc3339(),
+                rules.now.and_utc().to_rfc3339()
+            )),
+        ),
+        Some(ttl) => (
+            st,
+            Some(
+                rules
+                    .now
+                    .checked_add_signed(ttl)
+                    .unwrap_or(NaiveDateTime::MAX),
+            ),
+            None,
+        ),
+        None => (st, None, None),
+    };
     let rehashed = m.hash.as_deref() != Some(hash.as_str());
     Ok(Converted {
         row: TaskRow {
@@ -233,10 +316,10 @@ pub fn task(m: MulaTask, rules: &TaskRules) -> Result<Converted<TaskRow>, Refusa
             hash: Some(hash),
             priority: i64::from(priority),
             data: Value::Object(data).to_string(),
-            status: st,
+            status,
             attempts: 0,
             lease_expires_at: lease,
-            failure_reason: None,
+            failure_reason,
             created_at: m.created_at,
             modified_at: m.modified_at,
             plugin_id: keys.plugin_id,
@@ -245,6 +328,8 @@ pub fn task(m: MulaTask, rules: &TaskRules) -> Result<Converted<TaskRow>, Refusa
             deduplication_key: keys.deduplication_key,
         },
         rehashed,
+        stalled: stalled && !legacy,
+        legacy,
     })
 }
 
@@ -300,13 +385,49 @@ mod tests {
         );
     }
 
+    /// A mula task changed `ago` before the import, in `status`.
+    fn held(status: &str, ago: chrono::Duration) -> MulaTask {
+        MulaTask {
+            modified_at: rules().now - ago,
+            ..boefje_task(status)
+        }
+    }
+
     #[test]
-    fn dispatched_and_running_tasks_get_a_lease_from_the_import_time() {
-        let d = task(boefje_task("DISPATCHED"), &rules()).unwrap().row;
-        assert_eq!(d.status, TaskStatus::Dispatched);
-        assert_eq!(d.lease_expires_at, Some(at("2026-01-01 12:01:00")));
-        let r = task(boefje_task("RUNNING"), &rules()).unwrap().row;
+    fn dispatched_and_running_tasks_within_their_lease_get_one_from_the_import_time() {
+        let secs = chrono::Duration::seconds;
+        let d = task(held("DISPATCHED", secs(59)), &rules()).unwrap();
+        assert!(!d.stalled);
+        assert_eq!(d.row.status, TaskStatus::Dispatched);
+        assert_eq!(d.row.lease_expires_at, Some(at("2026-01-01 12:01:00")));
+        let r = task(held("RUNNING", secs(599)), &rules()).unwrap().row;
+        assert_eq!(r.status, TaskStatus::Running);
         assert_eq!(r.lease_expires_at, Some(at("2026-01-01 12:10:00")));
+    }
+
+    #[test]
+    fn dispatched_and_running_tasks_held_past_their_lease_are_failed_as_stalled() {
+        let secs = chrono::Duration::seconds;
+        // Each status by its own lease: 60 s dispatched, 600 s running.
+        for (status, ago) in [("DISPATCHED", secs(60)), ("RUNNING", secs(600))] {
+            let c = task(held(status, ago), &rules()).unwrap();
+            assert!(c.stalled, "{status}");
+            let r = c.row;
+            assert_eq!(r.status, TaskStatus::Failed, "{status}");
+            assert_eq!(r.lease_expires_at, None);
+            assert_eq!(r.modified_at, rules().now - ago, "mula's last change kept");
+            let why = r.failure_reason.unwrap();
+            assert!(
+                why.contains(&format!("stalled in mula: {}", status.to_lowercase())),
+                "{why}"
+            );
+        }
+        let long_ago = task(boefje_task("RUNNING"), &rules()).unwrap();
+        assert_eq!(long_ago.row.status, TaskStatus::Failed);
+        // A queued task of any age waits.
+        let queued = task(boefje_task("QUEUED"), &rules()).unwrap();
+        assert!(!queued.stalled);
+        assert_eq!(queued.row.status, TaskStatus::Queued);
     }
 
     #[test]
@@ -341,7 +462,11 @@ mod tests {
     #[test]
     fn rows_kat_scheduler_would_refuse_are_refused_with_the_rule_they_break() {
         let mut m = boefje_task("QUEUED");
-        m.scheduler_id = "boefje-org1".into();
+        m.scheduler_id = "boefje-org2".into();
+        let e = task(m.clone(), &rules()).unwrap_err();
+        assert_eq!(e.rule, "unknown scheduler");
+        assert!(e.detail.contains("organisation 'org2'"), "{}", e.detail);
+        m.scheduler_id = "scanner".into();
         assert_eq!(task(m, &rules()).unwrap_err().rule, "unknown scheduler");
 
         let mut m = boefje_task("QUEUED");
@@ -390,6 +515,37 @@ mod tests {
         );
         let one_off = schedule(schedule_row(None), &Limits::default()).unwrap();
         assert_eq!(one_off.row.schedule, None);
+    }
+
+    #[test]
+    fn rows_of_a_scheduler_per_organisation_belong_to_their_types() {
+        let legacy = |status: &str| MulaTask {
+            scheduler_id: "boefje-org1".into(),
+            ..boefje_task(status)
+        };
+        let done = task(legacy("COMPLETED"), &rules()).unwrap();
+        assert!(done.legacy);
+        assert_eq!(done.row.scheduler_id, "boefje");
+        assert_eq!(done.row.status, TaskStatus::Completed);
+        assert_eq!(done.row.failure_reason, None);
+        for status in ["QUEUED", "PENDING", "DISPATCHED", "RUNNING"] {
+            let c = task(legacy(status), &rules()).unwrap();
+            assert!(!c.stalled, "{status}");
+            assert_eq!(c.row.status, TaskStatus::Cancelled, "{status}");
+            let why = c.row.failure_reason.unwrap();
+            assert!(why.contains("mula's scheduler 'boefje-org1'"), "{why}");
+        }
+        let s = schedule(
+            MulaSchedule {
+                scheduler_id: "report-org1".into(),
+                ..schedule_row(Some("0 0 * * *"))
+            },
+            &Limits::default(),
+        )
+        .unwrap();
+        assert!(s.legacy);
+        assert_eq!(s.row.scheduler_id, "report");
+        assert!(s.row.enabled);
     }
 
     #[test]

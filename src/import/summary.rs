@@ -39,6 +39,11 @@ pub struct TableSummary {
     /// Imported tasks whose schedule is neither imported nor in the database: stored without
     /// the link.
     pub unlinked: u64,
+    /// Tasks mula held dispatched or running past their lease, written failed.
+    pub stalled: u64,
+    /// Rows of a scheduler per organisation (mula before OpenKAT 1.19), written under their
+    /// type's scheduler.
+    pub legacy: u64,
     /// Imported rows by the status they were written with (tasks).
     pub by_status: BTreeMap<&'static str, u64>,
 }
@@ -81,6 +86,25 @@ impl TableSummary {
                 f,
                 "  {table} stored with the payload's hash (mula's was missing or differed): {}",
                 self.rehashed
+            )?;
+        }
+        if self.legacy > 0 {
+            writeln!(
+                f,
+                "  {table} of mula's schedulers per organisation (before OpenKAT 1.19), under their type's: {}{}",
+                self.legacy,
+                if table == "tasks" {
+                    " (those waiting or handed out cancelled)"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        if self.stalled > 0 {
+            writeln!(
+                f,
+                "  {table} failed as stalled (dispatched or running in mula for longer than their lease): {}",
+                self.stalled
             )?;
         }
         if self.unlinked > 0 {

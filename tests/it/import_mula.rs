@@ -22,6 +22,8 @@ const S_DAILY: &str = "a0000000-0000-4000-8000-000000000001";
 const S_ONE_OFF: &str = "a0000000-0000-4000-8000-000000000002";
 const S_WEEKLY: &str = "a0000000-0000-4000-8000-000000000003";
 const S_BAD_CRON: &str = "a0000000-0000-4000-8000-000000000004";
+/// Made by Rocky before OpenKAT 1.19, under mula's scheduler per organisation.
+const S_LEGACY: &str = "a0000000-0000-4000-8000-000000000005";
 
 const Q_BOEFJE_3: &str = "b0000000-0000-4000-8000-000000000001";
 const Q_BOEFJE_2: &str = "b0000000-0000-4000-8000-000000000002";
@@ -31,14 +33,19 @@ const Q_REPORT: &str = "b0000000-0000-4000-8000-000000000005";
 const DISPATCHED: &str = "b0000000-0000-4000-8000-000000000006";
 const RUNNING: &str = "b0000000-0000-4000-8000-000000000007";
 const COMPLETED: &str = "b0000000-0000-4000-8000-000000000008";
+/// Finished and still queued under mula's scheduler per organisation, before OpenKAT 1.19.
+const LEGACY_DONE: &str = "b0000000-0000-4000-8000-00000000000e";
+const LEGACY_QUEUED: &str = "b0000000-0000-4000-8000-00000000000f";
+/// Dispatched in mula a year before the import: its runner lost it.
+const STALLED: &str = "b0000000-0000-4000-8000-00000000000d";
 const FAILED: &str = "b0000000-0000-4000-8000-000000000009";
 const CANCELLED: &str = "b0000000-0000-4000-8000-00000000000a";
 const UNKNOWN_SCHEDULER: &str = "b0000000-0000-4000-8000-00000000000b";
 const MALFORMED: &str = "b0000000-0000-4000-8000-00000000000c";
 
 /// Tasks mula holds, and those of them kat-scheduler takes.
-const TASKS_READ: u64 = 12;
-const TASKS_IMPORTED: u64 = 10;
+const TASKS_READ: u64 = 15;
+const TASKS_IMPORTED: u64 = 13;
 
 fn boefje(id: &str, boefje: &str, ooi: &str) -> Value {
     // As mula's BoefjeTask is stored: the task id in the payload, `organization`, legacy keys.
@@ -137,6 +144,13 @@ fn seed_sql() -> String {
         Some("2026-12-01 00:00:00+00"),
     );
     s += &schedule_sql(
+        S_LEGACY,
+        "report-org1",
+        &report("recipe-monthly"),
+        Some("0 6 1 * *"),
+        Some("2026-12-01 06:00:00+00"),
+    );
+    s += &schedule_sql(
         S_ONE_OFF,
         "report",
         &report("recipe-once"),
@@ -215,13 +229,19 @@ fn seed_sql() -> String {
         t0,
         t1,
     );
-    s += &q(
+    // Work mula's runners hold: handed out an hour before the import.
+    let recent = (Utc::now() - chrono::Duration::hours(1))
+        .format("%Y-%m-%d %H:%M:%S+00")
+        .to_string();
+    s += &task_sql(
         DISPATCHED,
-        "nmap",
-        "IPAddressV4|internet|10.0.0.6",
-        10,
-        "DISPATCHED",
+        "boefje",
         None,
+        10,
+        &boefje(DISPATCHED, "nmap", "IPAddressV4|internet|10.0.0.6"),
+        "DISPATCHED",
+        t0,
+        &recent,
     );
     s += &task_sql(
         RUNNING,
@@ -231,7 +251,15 @@ fn seed_sql() -> String {
         &normalizer(RUNNING),
         "RUNNING",
         t0,
-        t1,
+        &recent,
+    );
+    s += &q(
+        STALLED,
+        "nmap",
+        "IPAddressV4|internet|10.0.0.13",
+        10,
+        "DISPATCHED",
+        None,
     );
     s += &task_sql(
         COMPLETED,
@@ -263,10 +291,32 @@ fn seed_sql() -> String {
         t0,
         t1,
     );
-    // Rows kat-scheduler refuses: a scheduler of an old mula, a payload without its boefje.
+    // Rows of mula's scheduler per organisation (before OpenKAT 1.19): its history, and work it
+    // left waiting that mula has not served since.
+    s += &task_sql(
+        LEGACY_DONE,
+        "boefje-org1",
+        None,
+        3,
+        &boefje(LEGACY_DONE, "nmap", "IPAddressV4|internet|10.0.0.14"),
+        "COMPLETED",
+        "2024-10-01 00:00:00+00",
+        "2024-10-01 00:10:00+00",
+    );
+    s += &task_sql(
+        LEGACY_QUEUED,
+        "boefje-org1",
+        None,
+        3,
+        &boefje(LEGACY_QUEUED, "nmap", "IPAddressV4|internet|10.0.0.15"),
+        "QUEUED",
+        "2024-10-01 00:00:00+00",
+        "2024-10-01 00:00:00+00",
+    );
+    // Rows kat-scheduler refuses: a scheduler it has not, a payload without its boefje.
     s += &task_sql(
         UNKNOWN_SCHEDULER,
-        "boefje-org1",
+        "scanner",
         None,
         3,
         &boefje(UNKNOWN_SCHEDULER, "nmap", "IPAddressV4|internet|10.0.0.11"),
@@ -359,7 +409,7 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     let summary = stdout(&out);
     assert!(
         summary
-            .contains("schedules: read 4, imported 3, already present 0, hash taken 0, refused 1"),
+            .contains("schedules: read 5, imported 4, already present 0, hash taken 0, refused 1"),
         "{summary}"
     );
     assert!(
@@ -370,7 +420,7 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     );
     assert!(
         summary.contains(
-            "tasks imported by status: cancelled 1, completed 1, dispatched 1, failed 1, pending 1, queued 4, running 1"
+            "tasks imported by status: cancelled 2, completed 2, dispatched 1, failed 2, pending 1, queued 4, running 1"
         ),
         "{summary}"
     );
@@ -382,16 +432,34 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
         "{summary}"
     );
     assert!(
-        summary.contains(&format!("{UNKNOWN_SCHEDULER}: scheduler_id 'boefje-org1'")),
+        summary.contains(&format!("{UNKNOWN_SCHEDULER}: scheduler_id 'scanner'")),
         "{summary}"
     );
     assert!(
         summary.contains(&format!("{MALFORMED}: data.boefje: required")),
         "{summary}"
     );
-    // Progress: a line per batch (schedules 4 → 1 batch, tasks 12 → 3).
+    assert!(
+        summary.contains(
+            "tasks failed as stalled (dispatched or running in mula for longer than their lease): 1"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "tasks of mula's schedulers per organisation (before OpenKAT 1.19), under their type's: 2 (those waiting or handed out cancelled)"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "schedules of mula's schedulers per organisation (before OpenKAT 1.19), under their type's: 1\n"
+        ),
+        "{summary}"
+    );
+    // Progress: a line per batch (schedules 5 → 2 batches, tasks 15 → 4).
     let log = stderr(&out);
-    assert_eq!(log.matches("import-mula: batch done").count(), 4, "{log}");
+    assert_eq!(log.matches("import-mula: batch done").count(), 6, "{log}");
 
     // Again: nothing new, and it says so.
     let again = import_ok(&mula, &target.uri, &[]).await;
@@ -402,7 +470,7 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
         "{again}"
     );
     assert!(
-        again.contains("schedules: read 4, imported 0, already present 3"),
+        again.contains("schedules: read 5, imported 0, already present 4"),
         "{again}"
     );
     assert!(again.contains("nothing new"), "{again}");
@@ -411,7 +479,7 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     // out ends its lease before the run leases the import gave (a day).
     let app = spawn_app_on(target, backend, |s| s.queue.dispatch_timeout_secs = 30 * 60).await;
     let listed: Value = app.get("/schedules?limit=50").await.json().await.unwrap();
-    assert_eq!(listed["count"], 3, "{listed}");
+    assert_eq!(listed["count"], 4, "{listed}");
     let by_id = |id: &str| {
         listed["results"]
             .as_array()
@@ -421,6 +489,10 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
             .cloned()
             .unwrap_or_else(|| panic!("schedule {id} listed: {listed}"))
     };
+    // Rocky's monthly report from before OpenKAT 1.19 is the report scheduler's.
+    let legacy = by_id(S_LEGACY);
+    assert_eq!(legacy["scheduler_id"], "report");
+    assert_eq!(legacy["schedule"], "0 6 1 * *");
     let daily = by_id(S_DAILY);
     assert_eq!(daily["schedule"], "0 0 * * *");
     assert_eq!(time(&daily["deadline_at"]), at("2026-12-01T00:00:00Z"));
@@ -456,6 +528,15 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
     );
     assert_eq!(done["schedule_id"], S_DAILY);
     assert_eq!(app.task(FAILED).await["status"], "failed");
+    // A task mula's runner lost a year ago is failed, saying why; it runs no more.
+    let stalled = app.task(STALLED).await;
+    assert_eq!(stalled["status"], "failed");
+    assert!(
+        stalled["failure_reason"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("stalled in mula: dispatched since 2025-10-01")),
+        "{stalled}"
+    );
     assert_eq!(app.task(CANCELLED).await["status"], "cancelled");
 
     // Work mula's runners held: as it was, and a runner's late report is taken.
@@ -466,6 +547,21 @@ async fn mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_orde
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(app.task(DISPATCHED).await["status"], "completed");
+
+    // The old scheduler's history is the boefje scheduler's; its work left waiting, cancelled.
+    let done = app.task(LEGACY_DONE).await;
+    assert_eq!(
+        (done["scheduler_id"].clone(), done["status"].clone()),
+        (json!("boefje"), json!("completed"))
+    );
+    let left = app.task(LEGACY_QUEUED).await;
+    assert_eq!(left["status"], "cancelled");
+    assert!(
+        left["failure_reason"]
+            .as_str()
+            .is_some_and(|why| why.contains("mula's scheduler 'boefje-org1'")),
+        "{left}"
+    );
 
     // Refused rows are not there.
     assert_eq!(
@@ -575,7 +671,7 @@ async fn an_import_into_a_database_with_work_leaves_that_work_as_it_was(backend:
     // The push of the same work as mula's daily schedule made its schedule here (as mula's
     // push does), so that one's hash is taken too.
     assert!(
-        summary.contains("schedules: read 4, imported 1, already present 0, hash taken 2"),
+        summary.contains("schedules: read 5, imported 2, already present 0, hash taken 2"),
         "{summary}"
     );
     assert!(
@@ -833,7 +929,12 @@ async fn a_dry_run_into_a_file_that_does_not_exist_creates_nothing() {
     )
     .await;
 
-    assert!(summary.contains("imported 3"), "{summary}");
+    assert!(
+        summary.contains(&format!(
+            "tasks: read {TASKS_READ}, imported {TASKS_IMPORTED}"
+        )),
+        "{summary}"
+    );
     assert!(!file.exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
