@@ -161,6 +161,43 @@ pub fn rearmed_fire_id(schedule: &str, deadline: NaiveDateTime, armed: NaiveDate
     Uuid::new_v5(&Uuid::NAMESPACE_OID, name.as_bytes())
 }
 
+/// What a fire whose task id is taken already becomes ([`rearmed_fire_id`]).
+#[derive(Debug)]
+enum Rearm {
+    /// The task is this fire's: pushed before (a restart between the push and the schedule's
+    /// update), or waiting still.
+    Taken,
+    /// The task is a run from before the schedule was set again: the fire is pushed anew.
+    Again,
+    /// The task cannot be read now: the fire waits, its deadline kept, for the next tick.
+    /// Taken for this fire instead, a one-off recipe set again to a day it ran would lose its
+    /// deadline (no cron, no next) and never run.
+    Wait(QueueError),
+}
+
+/// [`Rearm`] from the read of the task holding the fire's id, and the time the schedule's row
+/// was read (its `modified_at`: when it was set).
+fn rearm(earlier: Result<crate::domain::Task, QueueError>, read: NaiveDateTime) -> Rearm {
+    let earlier = match earlier {
+        Ok(t) => t,
+        Err(e) => {
+            return Rearm::Wait(QueueError::Unavailable(format!(
+                "cannot read the task holding the fire's id: {e}"
+            )));
+        }
+    };
+    // Still dispatched or running, it is the run of the recipe before the edit: the edited fire
+    // is pushed under its own id too, and waits for that run to end (the queue refuses planned
+    // work whose hash is in flight), rather than being taken for it.
+    let out = earlier.status.is_terminal()
+        || matches!(earlier.status, TaskStatus::Dispatched | TaskStatus::Running);
+    if out && earlier.created_at.naive_utc() < read {
+        Rearm::Again
+    } else {
+        Rearm::Taken
+    }
+}
+
 /// What a due boefje schedule becomes, from what is known of its plugin and object: the rule
 /// alone, apart from the reads that feed it.
 #[derive(Debug, PartialEq)]
@@ -758,28 +795,25 @@ impl Reschedule {
         tick: &Tick,
     ) -> Result<(), CronError> {
         let mut again = Vec::new();
-        for (k, ((due, task, _), r)) in fired.iter().zip(results.iter()).enumerate() {
-            if !matches!(r, Err(QueueError::Duplicate { existing }) if existing == task) {
+        for (k, (due, task, _)) in fired.iter().enumerate() {
+            if !matches!(&results[k], Err(QueueError::Duplicate { existing }) if existing == task) {
                 continue;
             }
-            // Unreadable now: taken as this fire, as before (the next edit arms it again).
-            let Ok(earlier) = self.broker.get_task(*task).await else {
-                continue;
-            };
-            // Still dispatched or running, it is the run of the recipe before the edit: the
-            // edited fire is pushed under its own id too, and waits for that run to end (the
-            // queue refuses planned work whose hash is in flight), rather than being taken for it.
-            let out = earlier.status.is_terminal()
-                || matches!(earlier.status, TaskStatus::Dispatched | TaskStatus::Running);
-            if out && earlier.created_at.naive_utc() < due.read {
-                let id = rearmed_fire_id(&due.schedule_id, due.due_at, due.read);
-                let mut request = std::mem::take(&mut sent[k]);
-                request.id = Some(id);
-                request
-                    .data
-                    .insert("id".into(), Value::String(id.hyphenated().to_string()));
-                again.push((k, id, request));
+            match rearm(self.broker.get_task(*task).await, due.read) {
+                Rearm::Taken => continue,
+                Rearm::Wait(e) => {
+                    results[k] = Err(e);
+                    continue;
+                }
+                Rearm::Again => {}
             }
+            let id = rearmed_fire_id(&due.schedule_id, due.due_at, due.read);
+            let mut request = std::mem::take(&mut sent[k]);
+            request.id = Some(id);
+            request
+                .data
+                .insert("id".into(), Value::String(id.hyphenated().to_string()));
+            again.push((k, id, request));
         }
         if again.is_empty() {
             return Ok(());
@@ -1118,6 +1152,51 @@ mod tests {
             lease_expires_at: None,
             failure_reason: None,
         }
+    }
+
+    #[test]
+    fn a_fire_whose_id_is_taken_is_pushed_anew_taken_or_left_waiting_when_unreadable() {
+        let fire = Uuid::new_v4();
+        let created = task(fire).created_at.naive_utc();
+        let (before, after) = (
+            created + chrono::Duration::hours(1),
+            created - chrono::Duration::hours(1),
+        );
+        let with = |status| crate::domain::Task {
+            status,
+            ..task(fire)
+        };
+        // A run from before the schedule was set again, finished or out: the fire runs anew.
+        for status in [TaskStatus::Completed, TaskStatus::Running] {
+            assert!(matches!(rearm(Ok(with(status)), before), Rearm::Again));
+        }
+        // Waiting still, or made after the schedule was set: this fire's own task.
+        assert!(matches!(
+            rearm(Ok(with(TaskStatus::Queued)), before),
+            Rearm::Taken
+        ));
+        assert!(matches!(
+            rearm(Ok(with(TaskStatus::Completed)), after),
+            Rearm::Taken
+        ));
+        // Unreadable: the fire waits with its deadline kept, rather than being taken as done
+        // (a one-off recipe would lose its deadline for good).
+        let Rearm::Wait(e) = rearm(
+            Err(QueueError::Unavailable("pool timed out".into())),
+            before,
+        ) else {
+            panic!("an unreadable task must leave the fire waiting");
+        };
+        let next = Some(before + chrono::Duration::days(1));
+        let (fate, then) = pushed(fire, Err(e), next);
+        assert_eq!(
+            (fate.outcome(), fate.reason(), then),
+            (
+                FireOutcome::Waiting,
+                Some(FireReason::QueueUnavailable),
+                Then::Keep
+            )
+        );
     }
 
     #[test]
