@@ -66,6 +66,7 @@ pub fn run(settings: &Settings, opts: &Options, clock: &dyn Clock) -> anyhow::Re
             storage::redact(&opts.from)
         ),
     }
+    mula::snapshot(&mut source)?;
     let target = DbTarget::parse(&settings.database.uri)?
         .with_connect_timeout(settings.database.connect_timeout_secs);
     let (_lock, mut conn) = if opts.dry_run {

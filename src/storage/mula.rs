@@ -106,6 +106,17 @@ pub fn open(uri: &str) -> Result<PgConnection, StorageError> {
     Ok(conn)
 }
 
+/// Holds the session in one snapshot of mula's database from here on, until it closes: a
+/// read-only `REPEATABLE READ` transaction, left open. The import reads page after page; were
+/// mula (or anything) still writing, a row changed behind the cursor would be missed and a task
+/// could name a schedule made after the schedules were read. In one snapshot, the counts, the
+/// schedules and the tasks are one state of mula's tables. Nothing else opens a transaction on
+/// this session.
+pub fn snapshot(conn: &mut PgConnection) -> Result<(), StorageError> {
+    conn.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .map_err(StorageError::MulaSession)
+}
+
 #[derive(QueryableByName)]
 struct Revision {
     #[diesel(sql_type = Nullable<Text>)]

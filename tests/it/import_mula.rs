@@ -939,6 +939,53 @@ async fn a_dry_run_into_a_file_that_does_not_exist_creates_nothing() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// The import reads mula's tables in one snapshot: a row written after it began (mula left
+/// running, say) is not half seen, between a count and the pages or between the schedules and
+/// the tasks that name them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mula_s_tables_are_read_in_one_snapshot() {
+    use kat_scheduler::storage::mula::{self, MulaTable};
+    let Some(db) = MulaDb::create().await else {
+        return;
+    };
+    let uri = db.db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut session = mula::open(&uri).unwrap();
+        mula::snapshot(&mut session).unwrap();
+        let before = mula::count(&mut session, MulaTable::Tasks).unwrap();
+        let mut writer = PgConnection::establish(&uri).unwrap();
+        writer
+            .batch_execute(&task_sql(
+                "b0000000-0000-4000-8000-0000000000ff",
+                "boefje",
+                None,
+                1,
+                &boefje(
+                    "b0000000-0000-4000-8000-0000000000ff",
+                    "nmap",
+                    "IPAddressV4|internet|10.0.0.99",
+                ),
+                "QUEUED",
+                "2026-01-01 00:00:00+00",
+                "2026-01-01 00:00:00+00",
+            ))
+            .unwrap();
+        assert_eq!(
+            mula::count(&mut session, MulaTable::Tasks).unwrap(),
+            before,
+            "the session's snapshot"
+        );
+        let mut fresh = mula::open(&uri).unwrap();
+        assert_eq!(
+            mula::count(&mut fresh, MulaTable::Tasks).unwrap(),
+            before + 1,
+            "the row is there"
+        );
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_is_not_mula_s_is_refused_by_name() {
     let Some(not_mula) = TestDb::create(Backend::Postgres).await else {
