@@ -46,11 +46,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::clients::http::ClientError;
-use crate::clients::octopoes::{ObjectPage, Octopoes};
+use crate::clients::octopoes::{ObjectFilter, ObjectPage, Octopoes};
 use crate::clock::SharedClock;
 use crate::config;
 use crate::domain::SchedulerId;
-use crate::domain::event::{ObjectEvent, ObjectState};
+use crate::domain::event::{ObjectEvent, ObjectState, Operation};
+use crate::domain::plugin::{Plugin, PluginType};
 use crate::frontier::Frontier;
 use crate::frontier::lookup::Known;
 use crate::ownership::Ownership;
@@ -130,6 +131,9 @@ pub struct ColdStartFigures {
     pub objects_gone: u64,
     /// Rounds completed since start.
     pub rounds: u64,
+    /// Tasks planned since start for boefjes enabled after ColdStart first saw their
+    /// organisation, on objects no event announced.
+    pub tasks_planned_for_new_boefjes: u64,
     /// Organisations that failed, with the last error.
     pub failures: Vec<String>,
     /// When the current (or last) round began.
@@ -144,9 +148,12 @@ pub struct ColdStartStatus {
     known: AtomicU64,
     planned: AtomicU64,
     gone: AtomicU64,
+    new_boefjes: AtomicU64,
     round_began: Mutex<Option<Instant>>,
     /// Rounds completed; tests wait on it.
     rounds: watch::Sender<u64>,
+    /// Times the process looked (a round asked for, whether or not anything was due).
+    looks: watch::Sender<u64>,
     /// Starts a round (the cron entry).
     wake: Notify,
     /// Since when Octopoes calls have failed with no success in between, if they have.
@@ -164,8 +171,10 @@ impl Default for ColdStartStatus {
             known: AtomicU64::new(0),
             planned: AtomicU64::new(0),
             gone: AtomicU64::new(0),
+            new_boefjes: AtomicU64::new(0),
             round_began: Mutex::new(None),
             rounds: watch::channel(0).0,
+            looks: watch::channel(0).0,
             wake: Notify::new(),
             failing_since: Mutex::new(None),
         }
@@ -198,6 +207,7 @@ impl ColdStartStatus {
         f.objects_known = self.known.load(Ordering::Relaxed);
         f.tasks_planned = self.planned.load(Ordering::Relaxed);
         f.objects_gone = self.gone.load(Ordering::Relaxed);
+        f.tasks_planned_for_new_boefjes = self.new_boefjes.load(Ordering::Relaxed);
         if let Some(began) = *lock(&self.round_began) {
             let secs = began.elapsed().as_secs_f64();
             if secs > 0.0 {
@@ -224,6 +234,13 @@ impl ColdStartStatus {
     /// Waits until `n` rounds have completed since start (a test signal).
     pub async fn wait_rounds(&self, n: u64) {
         let mut rx = self.rounds.subscribe();
+        let _ = rx.wait_for(|r| *r >= n).await;
+    }
+
+    /// Waits until the process has looked `n` times since start, a round or not (a test
+    /// signal).
+    pub async fn wait_looks(&self, n: u64) {
+        let mut rx = self.looks.subscribe();
         let _ = rx.wait_for(|r| *r >= n).await;
     }
 
@@ -329,6 +346,7 @@ impl ColdStart {
                 () = token.cancelled() => break,
                 () = self.round(&token) => {}
             }
+            self.status.looks.send_modify(|n| *n += 1);
         }
         lock(&self.status.figures).state = "off".into();
         info!("ColdStart stopped");
@@ -343,6 +361,7 @@ impl ColdStart {
                 return;
             }
         };
+        self.new_boefjes(&organisations, token).await;
         let progress: HashMap<String, Progress> = match self.frontier.progress().await {
             Ok(p) => p.into_iter().map(|p| (p.organisation.clone(), p)).collect(),
             Err(e) => {
@@ -411,6 +430,149 @@ impl ColdStart {
             "ColdStart round ended"
         );
         self.status.end_round();
+    }
+
+    /// Boefjes enabled since ColdStart last looked (mula's `process_new_boefjes`), planned on
+    /// the objects of each that Octopoes holds at a level it may scan. No event announces them:
+    /// Octopoes publishes a change of scan profile only, and a boefje enabled in Rocky (after
+    /// onboarding sets clearance on the first object, say) found nothing to plan when its events
+    /// came. What each organisation has enabled is kept in `enabled_boefjes`; an organisation
+    /// seen for the first time is recorded as it is (its objects are new to the frontier, so
+    /// its first pass plans them whole). An organisation's record moves on only once every new
+    /// boefje of it is planned, so one Octopoes or the queue could not take is tried again at
+    /// the next round.
+    async fn new_boefjes(&self, organisations: &[String], token: &CancellationToken) {
+        if !self.owns_boefje() {
+            return;
+        }
+        let recorded = match self.frontier.enabled_boefjes().await {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(error = %e, "ColdStart: the boefjes enabled before are unreadable; new ones are looked for later");
+                return;
+            }
+        };
+        for org in organisations {
+            if token.is_cancelled() {
+                return;
+            }
+            // Katalogus' answer of now (a copy kept while it fails may be old; the planner then
+            // reads the list fetched here). Not answering for it: looked at again next round.
+            let Ok(plugins) = self.planner.catalogue.plugins_confirmed(org).await else {
+                continue;
+            };
+            let enabled: std::collections::BTreeSet<String> = plugins
+                .iter()
+                .filter(|p| p.plugin_type == PluginType::Boefje && p.enabled)
+                .map(|p| p.id.clone())
+                .collect();
+            let before = recorded.get(org);
+            if before == Some(&enabled) {
+                continue;
+            }
+            let new = before.map_or_else(Vec::new, |b| {
+                plugins
+                    .iter()
+                    .filter(|p| enabled.contains(&p.id) && !b.contains(&p.id))
+                    .collect()
+            });
+            let mut planned_all = true;
+            for plugin in new {
+                match self.plan_boefje(org, plugin, token).await {
+                    Ok(n) => {
+                        info!(organisation = %org, boefje = %plugin.id, tasks = n, "ColdStart: a boefje enabled since the last round is planned on the objects it may scan");
+                    }
+                    Err(e) => {
+                        warn!(organisation = %org, boefje = %plugin.id, error = %e, "ColdStart: a newly enabled boefje could not be planned; tried again next round");
+                        planned_all = false;
+                        break;
+                    }
+                }
+            }
+            if planned_all
+                && let Err(e) = self
+                    .frontier
+                    .record_enabled_boefjes(org, enabled, self.clock.now().naive_utc())
+                    .await
+            {
+                warn!(organisation = %org, error = %e, "ColdStart: the enabled boefjes could not be recorded; looked at again next round");
+            }
+        }
+    }
+
+    /// Plans `plugin` on every object of `org` Octopoes holds of a type it consumes, at a level
+    /// it may scan, page by page; answers the tasks planned.
+    async fn plan_boefje(
+        &self,
+        org: &str,
+        plugin: &Plugin,
+        token: &CancellationToken,
+    ) -> Result<u64, ColdStartError> {
+        let Some(level) = plugin.scan_level.and_then(|l| u8::try_from(l).ok()) else {
+            return Ok(0);
+        };
+        if plugin.consumes.is_empty() || level > 4 {
+            return Ok(0);
+        }
+        let filter = ObjectFilter {
+            types: plugin.consumes.clone(),
+            scan_levels: (level..=4).collect(),
+        };
+        let valid_time = self.clock.now();
+        let (mut offset, mut planned) = (0u64, 0u64);
+        loop {
+            let what = format!("the objects of boefje {} at offset {offset}", plugin.id);
+            let page = match self
+                .retried(org, &what, token, || async {
+                    Ok(self
+                        .octopoes
+                        .objects_matching(org, &filter, offset, self.config.page_size, valid_time)
+                        .await?)
+                })
+                .await
+            {
+                Ok(page) => page,
+                Err(PassEnd::Failed { error, .. }) => return Err(error),
+                Err(_) => return Ok(planned),
+            };
+            let read = (page.items.len() + page.rejected.len()) as u64;
+            let events: Vec<ObjectEvent> = page
+                .items
+                .into_iter()
+                .map(|o| ObjectEvent {
+                    operation: Operation::Create,
+                    organisation: org.to_owned(),
+                    reference: o.reference,
+                    object: Some(ObjectState {
+                        object_type: o.object_type,
+                        scan_level: o.scan_level,
+                        scan_profile_type: o.scan_profile_type,
+                    }),
+                })
+                .collect();
+            let refs: Vec<&ObjectEvent> = events.iter().collect();
+            let mut page_planned = 0u64;
+            for (event, result) in refs
+                .iter()
+                .zip(self.planner.objects_for_boefje(&refs, &plugin.id).await)
+            {
+                match result {
+                    Ok(n) => page_planned += n as u64,
+                    Err(e @ PlanError::Passing(_)) => return Err(e.into()),
+                    Err(PlanError::Refused(why)) => {
+                        warn!(organisation = %org, object = %event.reference, boefje = %plugin.id, reason = %why, "ColdStart: work for an object refused; skipped");
+                    }
+                }
+            }
+            self.status
+                .new_boefjes
+                .fetch_add(page_planned, Ordering::Relaxed);
+            planned += page_planned;
+            if read < self.config.page_size {
+                return Ok(planned);
+            }
+            offset += read;
+        }
     }
 
     /// Whether this instance may page: always when it runs alone.

@@ -305,6 +305,32 @@ impl Frontier {
         self.write(|c| Ok(frontier::progress_all(c)?)).await
     }
 
+    /// The boefjes each organisation had enabled when last recorded.
+    pub async fn enabled_boefjes(
+        &self,
+    ) -> Result<HashMap<String, std::collections::BTreeSet<String>>, StorageError> {
+        self.write(|c| Ok(frontier::enabled_boefjes_all(c)?)).await
+    }
+
+    /// Records the boefjes `organisation` has enabled now.
+    pub async fn record_enabled_boefjes(
+        &self,
+        organisation: &str,
+        boefjes: std::collections::BTreeSet<String>,
+        now: NaiveDateTime,
+    ) -> Result<(), StorageError> {
+        let organisation = organisation.to_owned();
+        self.write(move |c| {
+            Ok(frontier::enabled_boefjes_save(
+                c,
+                &organisation,
+                &boefjes,
+                now,
+            )?)
+        })
+        .await
+    }
+
     /// The frontier rows of `reference` in these organisations (not gone).
     pub async fn holders(
         &self,

@@ -166,6 +166,16 @@ impl Planner {
     /// Plans the boefje tasks of object events (creates and updates; a delete plans nothing) and
     /// pushes them all at once; answers, per event, how many tasks it created.
     pub async fn objects(&self, events: &[&ObjectEvent]) -> Vec<Planned> {
+        self.objects_of(events, None).await
+    }
+
+    /// [`Self::objects`] for one boefje alone: the work a boefje enabled since it was last
+    /// looked at asks for on objects no event announces (ColdStart's new boefjes).
+    pub async fn objects_for_boefje(&self, events: &[&ObjectEvent], boefje: &str) -> Vec<Planned> {
+        self.objects_of(events, Some(boefje)).await
+    }
+
+    async fn objects_of(&self, events: &[&ObjectEvent], only: Option<&str>) -> Vec<Planned> {
         let priority = self.clock.now().timestamp();
         let mut results: Vec<Planned> = vec![Ok(0); events.len()];
         let mut requests = Vec::new();
@@ -187,7 +197,10 @@ impl Planner {
                 }
             };
             let mut planned = Vec::new();
-            for mut task in rules::boefje_tasks(event, &plugins, priority) {
+            let runs = rules::boefje_tasks(event, &plugins, priority)
+                .into_iter()
+                .filter(|t| only.is_none_or(|id| t.data["boefje"]["id"] == id));
+            for mut task in runs {
                 match self.siblings(&mut task, event, &plugins).await {
                     Ok(siblings) => {
                         planned.push(task);

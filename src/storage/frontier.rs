@@ -388,6 +388,60 @@ pub fn progress_save(
     Ok(())
 }
 
+#[derive(QueryableByName)]
+struct EnabledRow {
+    #[diesel(sql_type = Text)]
+    organisation: String,
+    #[diesel(sql_type = Text)]
+    boefjes: String,
+}
+
+/// The boefjes each organisation had enabled when ColdStart last recorded them, by
+/// organisation. A row whose list cannot be read counts as none recorded.
+pub fn enabled_boefjes_all(
+    conn: &mut AnyConnection,
+) -> QueryResult<std::collections::HashMap<String, std::collections::BTreeSet<String>>> {
+    let rows: Vec<EnabledRow> = sql(
+        conn,
+        "SELECT organisation, boefjes FROM enabled_boefjes ORDER BY organisation",
+    )
+    .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            serde_json::from_str(&r.boefjes)
+                .ok()
+                .map(|set| (r.organisation, set))
+        })
+        .collect())
+}
+
+/// Records the boefjes `organisation` has enabled now.
+pub fn enabled_boefjes_save(
+    conn: &mut AnyConnection,
+    organisation: &str,
+    boefjes: &std::collections::BTreeSet<String>,
+    now: NaiveDateTime,
+) -> QueryResult<()> {
+    let list = serde_json::to_string(boefjes)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+    let mut q = sql(
+        conn,
+        "INSERT INTO enabled_boefjes (organisation, boefjes, modified_at) VALUES (",
+    );
+    q.bind(organisation)
+        .push(", ")
+        .bind(list.as_str())
+        .push(", ")
+        .bind(now)
+        .push(
+            ") ON CONFLICT (organisation) DO UPDATE SET boefjes = excluded.boefjes, \
+             modified_at = excluded.modified_at",
+        );
+    q.execute(conn)?;
+    Ok(())
+}
+
 /// Marks an object gone (once: a second delete changes nothing). Returns whether it changed.
 ///
 /// An object the frontier never held gets a row marked gone too: the delete is Octopoes' word,

@@ -42,6 +42,13 @@ struct Setup {
 
 impl Setup {
     async fn new(backend: Backend) -> Option<Setup> {
+        Self::with(backend, |_| {}).await
+    }
+
+    async fn with(
+        backend: Backend,
+        tweak: impl FnOnce(&mut kat_scheduler::config::Settings) + Send + 'static,
+    ) -> Option<Setup> {
         let dir = tempfile::tempdir().unwrap();
         let catalogue = dir.path().join("catalogue.toml");
         std::fs::write(&catalogue, CATALOGUE).unwrap();
@@ -57,6 +64,7 @@ impl Setup {
             s.coldstart.attempts = 2;
             s.coldstart.backoff_ms = 10;
             s.coldstart.interval_secs = 3600;
+            tweak(s);
         })
         .await?;
         Some(Setup {
@@ -163,6 +171,43 @@ impl Setup {
             out.sort();
         }
         out
+    }
+
+    /// Ticks the boefje table a minute or more after the last, and waits until ColdStart has
+    /// looked `n` times since start (a round or, with nothing due, only its new boefjes).
+    async fn looks(&self, n: u64) {
+        self.app.advance(chrono::Duration::minutes(2));
+        let report = self.app.tick(SchedulerId::Boefje).await;
+        assert!(report.entries["coldstart"].ran, "{report:?}");
+        tokio::time::timeout(Duration::from_secs(30), self.app.coldstart.wait_looks(n))
+            .await
+            .expect("ColdStart looks");
+    }
+
+    /// The boefje of each of `org`'s queued tasks, with its object, sorted.
+    async fn work(&self, org: &str) -> Vec<(String, String)> {
+        let page: Value = self
+            .app
+            .get(&format!(
+                "/tasks?scheduler_id=boefje&organisation={org}&status=queued&limit=1000"
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let mut work: Vec<(String, String)> = page["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["data"]["boefje"]["id"].as_str().unwrap().to_owned(),
+                    t["data"]["input_ooi"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        work.sort();
+        work
     }
 
     async fn coldstart_health(&self) -> Value {
@@ -688,7 +733,96 @@ async fn an_object_octopoes_cannot_list_fails_only_itself(backend: Backend) {
     s.nothing_gone("org2", 7).await;
 }
 
+/// A boefje enabled in Katalogus after ColdStart first saw its organisation (Rocky's onboarding
+/// sets clearance on the first object, then enables the boefjes): no event announces the objects
+/// it may now scan, as Octopoes publishes a change of scan profile only. At its next look
+/// ColdStart plans it, as mula's `process_new_boefjes` does, on every object Octopoes holds of
+/// a type it consumes at a level it may scan; with Octopoes failing it waits for the next look,
+/// and once planned it is not planned again.
+async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoes_holds(
+    backend: Backend,
+) {
+    let katalogus = KatalogusState::default();
+    let dns = katalogus_boefje("dns-records", &["Hostname"], 1, false);
+    let nmap = |enabled: bool| {
+        let mut p = katalogus_boefje("nmap", &["IPAddressV4"], 2, false);
+        p["enabled"] = serde_json::json!(enabled);
+        p
+    };
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert("org1".into(), vec![dns.clone(), nmap(false)]);
+    let k = katalogus.serve();
+    let url = k.url.clone();
+    let Some(s) = Setup::with(backend, move |c| {
+        c.catalogue.file = String::new();
+        c.clients.katalogus_api = url;
+        c.catalogue.ttl_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    let ip = |n: u8, level| {
+        octopoes_object(
+            &format!("IPAddressV4|internet|10.0.0.{n}"),
+            "IPAddressV4",
+            level,
+        )
+    };
+    let mut objects = hostnames("org1", 2);
+    objects.extend([ip(1, 2), ip(2, 3), ip(3, 1)]);
+    s.octopoes.set("org1", objects);
+    s.rounds(1).await;
+    let dns_work = vec![
+        (
+            "dns-records".to_owned(),
+            "Hostname|internet|org1-h0.nl".to_owned(),
+        ),
+        (
+            "dns-records".to_owned(),
+            "Hostname|internet|org1-h1.nl".to_owned(),
+        ),
+    ];
+    assert_eq!(s.work("org1").await, dns_work);
+
+    // nmap is enabled while Octopoes fails: nothing yet, and it stays new.
+    katalogus
+        .plugins
+        .lock()
+        .unwrap()
+        .insert("org1".into(), vec![dns.clone(), nmap(true)]);
+    s.octopoes.fail_from("org1", Some(0));
+    s.looks(2).await;
+    assert_eq!(s.work("org1").await, dns_work);
+
+    s.octopoes.fail_from("org1", None);
+    s.looks(3).await;
+    let mut expected = dns_work.clone();
+    for n in [1, 2] {
+        expected.push((
+            "nmap".to_owned(),
+            format!("IPAddressV4|internet|10.0.0.{n}"),
+        ));
+    }
+    expected.sort();
+    assert_eq!(s.work("org1").await, expected, "level 1 is below nmap's 2");
+    assert_eq!(
+        s.coldstart_health().await["tasks_planned_for_new_boefjes"],
+        2
+    );
+
+    s.looks(4).await;
+    assert_eq!(
+        s.coldstart_health().await["tasks_planned_for_new_boefjes"],
+        2
+    );
+}
+
 crate::backend_tests!(
+    a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoes_holds,
     an_object_octopoes_cannot_list_fails_only_itself,
     an_organisation_octopoes_has_no_node_for_is_paged_as_empty,
     a_pass_does_not_write_its_snapshot_over_what_events_changed_since,

@@ -27,6 +27,15 @@ impl Seen {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+
+    /// Every value of a repeated parameter (`types=A&types=B`).
+    pub fn params(&self, key: &str) -> Vec<&str> {
+        self.query
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
 }
 
 /// What a stub answers: a status, a JSON body, after a delay.
@@ -303,9 +312,18 @@ impl OctopoesState {
                             r#"{"detail": "1 validation error for Hostname\nname\n  Field required [type=missing, input_value={'user_id': None}, input_type=dict]"}"#,
                         );
                     }
-                    let Some(all) = state.objects.lock().unwrap().get(*org).cloned() else {
+                    let Some(mut all) = state.objects.lock().unwrap().get(*org).cloned() else {
                         return Reply::status(404, r#"{"detail": "Node not found"}"#);
                     };
+                    // Octopoes' filters: repeated `types` and `scan_level`, none meaning all.
+                    let (types, levels) = (seen.params("types"), seen.params("scan_level"));
+                    all.retain(|o| {
+                        (types.is_empty() || types.iter().any(|t| o["object_type"] == *t))
+                            && (levels.is_empty()
+                                || levels.iter().any(|l| {
+                                    l.parse::<i64>().ok() == o["scan_profile"]["level"].as_i64()
+                                }))
+                    });
                     let items: Vec<Value> = all
                         .iter()
                         .skip(offset as usize)

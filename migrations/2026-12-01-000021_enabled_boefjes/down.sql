@@ -1,0 +1,1 @@
+DROP TABLE enabled_boefjes;
