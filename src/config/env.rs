@@ -289,7 +289,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_DISPATCH_TIMEOUT",
         "queue.dispatch_timeout_secs",
-        "seconds a popped task may stay dispatched (default 1800)",
+        "seconds a popped task may stay dispatched (default 86400)",
     ),
     (
         "SCHEDULER_RUN_TIMEOUT",
@@ -494,6 +494,22 @@ pub const IGNORED_MULA_VARS: &[(&str, &str)] = &[
     (
         "SCHEDULER_DEBUG",
         "SCHEDULER_LOG_LEVEL (e.g. debug) sets what is logged",
+    ),
+    (
+        "SCHEDULER_LOG_CFG",
+        "mula's logging configuration file: SCHEDULER_LOG_LEVEL and SCHEDULER_LOGGING_FORMAT set logging",
+    ),
+    (
+        "SCHEDULER_DB",
+        "a part OpenKAT's .env builds SCHEDULER_DB_URI from, read by neither mula nor this service",
+    ),
+    (
+        "SCHEDULER_DB_USER",
+        "a part OpenKAT's .env builds SCHEDULER_DB_URI from, read by neither mula nor this service",
+    ),
+    (
+        "SCHEDULER_DB_PASSWORD",
+        "a part OpenKAT's .env builds SCHEDULER_DB_URI from, read by neither mula nor this service",
     ),
     (
         "SCHEDULER_COLLECT_METRICS",

@@ -252,10 +252,15 @@ impl SchedulerOverrides {
                 ("maxsize", o.maxsize.is_some(), limits.maxsize == 0),
             ] {
                 if zero {
-                    return Err(ConfigError::setting(
-                        &key(field, overridden),
-                        "must be at least 1",
-                    ));
+                    let why = if field == "maxsize" {
+                        // mula's 0 means an unbounded queue in memory.
+                        "must be at least 1: the heap in memory is bounded, and tasks beyond it \
+                         wait in the database (`pending`), never refused unless `when_full` is \
+                         `reject`; for mula's 0 (unbounded), leave it unset"
+                    } else {
+                        "must be at least 1"
+                    };
+                    return Err(ConfigError::setting(&key(field, overridden), why));
                 }
             }
         }
@@ -309,7 +314,8 @@ mod tests {
     fn a_zero_maxsize_is_refused() {
         let err = load(&[("SCHEDULER_PQ_MAXSIZE", "0")]).unwrap_err().0;
         assert!(
-            err.starts_with("queue.maxsize (from SCHEDULER_PQ_MAXSIZE)"),
+            err.starts_with("queue.maxsize (from SCHEDULER_PQ_MAXSIZE): must be at least 1")
+                && err.contains("for mula's 0 (unbounded), leave it unset"),
             "{err}"
         );
     }

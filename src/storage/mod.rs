@@ -126,6 +126,11 @@ pub enum StorageError {
     /// A migration failed to apply.
     #[error("migration failed: {0}")]
     Migration(MigrationError),
+    /// The database is mula's (OpenKAT's stock `.env` names it in `SCHEDULER_DB_URI`).
+    #[error(
+        "the database is mula's (alembic revision {0}): kat-scheduler keeps its own tables in a database of its own. Create one (e.g. `createdb kat_scheduler`), point SCHEDULER_DB_URI at it, and bring mula's schedules and tasks over with `kat-scheduler import-mula --from <mula's database URI>` (docs/OPERATIONS.md, \"Switching from mula\")"
+    )]
+    MulasDatabase(String),
     /// The PostgreSQL storage parameters ([`POSTGRES_TABLE_OPTIONS`]) could not be read or set.
     #[error("cannot set storage parameters: {0}")]
     TableOptions(diesel::result::Error),
@@ -837,16 +842,69 @@ pub fn ping(conn: &mut AnyConnection) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Applies every pending migration; returns the names of those applied.
+/// Applies every pending migration; returns the names of those applied. On PostgreSQL under an
+/// advisory lock ([`MIGRATION_LOCK`]): instances started together on an empty or outdated
+/// database (`docker compose up --scale scheduler=3`, a rolling upgrade) apply them one after
+/// another, the later ones finding nothing pending, instead of racing to create the same tables.
 pub fn run_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, StorageError> {
+    refuse_mulas_database(conn)?;
+    if Backend::of(conn) != Backend::Postgres {
+        return conn
+            .run_pending_migrations(MIGRATIONS)
+            .map(|versions| versions.iter().map(ToString::to_string).collect())
+            .map_err(StorageError::Migration);
+    }
+    conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))?;
     let applied = conn
         .run_pending_migrations(MIGRATIONS)
-        .map(|versions| versions.iter().map(ToString::to_string).collect())
-        .map_err(StorageError::Migration)?;
-    if Backend::of(conn) == Backend::Postgres {
-        tune_postgres(conn).map_err(StorageError::TableOptions)?;
-    }
+        .map(|versions| versions.iter().map(ToString::to_string).collect::<Vec<_>>())
+        .map_err(StorageError::Migration)
+        .and_then(|applied| {
+            tune_postgres(conn).map_err(StorageError::TableOptions)?;
+            Ok(applied)
+        });
+    // Released with the session too, should this fail.
+    let unlocked = conn.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"));
+    let applied = applied?;
+    unlocked?;
     Ok(applied)
+}
+
+/// The advisory lock migrations run under on PostgreSQL (the bytes of `katmigra`).
+pub const MIGRATION_LOCK: i64 = 0x6b61_746d_6967_7261;
+
+/// Refuses a database that holds mula's schema (its `alembic_version` table): OpenKAT's stock
+/// `.env` sets `SCHEDULER_DB_URI` to mula's database, and migrating it failed on mula's `tasks`
+/// and `schedules` with a bare "relation already exists", the container restarting for ever.
+pub fn refuse_mulas_database(conn: &mut AnyConnection) -> Result<(), StorageError> {
+    if Backend::of(conn) != Backend::Postgres {
+        return Ok(());
+    }
+    #[derive(diesel::QueryableByName)]
+    struct Alembic {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        version: Option<String>,
+    }
+    let exists: Vec<Alembic> = sql::Sql::new(
+        Backend::Postgres,
+        "SELECT CAST(to_regclass('alembic_version') AS text) AS version",
+    )
+    .load(conn)?;
+    if exists.first().is_none_or(|a| a.version.is_none()) {
+        return Ok(());
+    }
+    let revision: Vec<Alembic> = sql::Sql::new(
+        Backend::Postgres,
+        "SELECT version_num AS version FROM alembic_version LIMIT 1",
+    )
+    .load(conn)?;
+    Err(StorageError::MulasDatabase(
+        revision
+            .into_iter()
+            .next()
+            .and_then(|r| r.version)
+            .unwrap_or_else(|| "unknown".into()),
+    ))
 }
 
 /// PostgreSQL storage parameters, which the portable migrations cannot say (SQLite has no such
@@ -899,6 +957,7 @@ pub fn has_schema(conn: &mut AnyConnection) -> bool {
 
 /// The migrations not yet applied.
 pub fn pending_migrations(conn: &mut AnyConnection) -> Result<Vec<String>, StorageError> {
+    refuse_mulas_database(conn)?;
     conn.pending_migrations(MIGRATIONS)
         .map(|list| list.iter().map(|m| m.name().to_string()).collect())
         .map_err(StorageError::MigrationState)

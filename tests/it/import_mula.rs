@@ -939,6 +939,53 @@ async fn a_dry_run_into_a_file_that_does_not_exist_creates_nothing() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// OpenKAT's stock `.env` names mula's database in `SCHEDULER_DB_URI`. Started on it, the
+/// service and `migrate` refuse at once, saying what to do, and change nothing in it; before,
+/// the first migration failed on mula's `tasks` with "relation already exists".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_refuses_mula_s_own_database_saying_what_to_do() {
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&[][..], &["migrate"][..]] {
+        let out = Command::new(binary())
+            .args(args)
+            .current_dir(dir.path())
+            .env("SCHEDULER_DB_URI", &mula.db.uri)
+            .env("SCHEDULER_API_PORT", "0")
+            .env("SCHEDULER_LOGGING_FORMAT", "text")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("the database is mula's (alembic revision 0010)")
+                && err.contains("kat-scheduler import-mula --from"),
+            "{args:?}: {err}"
+        );
+    }
+    let uri = mula.db.uri.clone();
+    let diesel_table = tokio::task::spawn_blocking(move || {
+        use diesel::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct T {
+            #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+            t: Option<String>,
+        }
+        diesel::sql_query("SELECT CAST(to_regclass('__diesel_schema_migrations') AS text) AS t")
+            .load::<T>(&mut PgConnection::establish(&uri).unwrap())
+            .unwrap()
+            .pop()
+            .unwrap()
+            .t
+    })
+    .await
+    .unwrap();
+    assert_eq!(diesel_table, None, "nothing written to mula's database");
+}
+
 /// The import reads mula's tables in one snapshot: a row written after it began (mula left
 /// running, say) is not half seen, between a count and the pages or between the schedules and
 /// the tasks that name them.

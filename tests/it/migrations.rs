@@ -349,3 +349,32 @@ crate::backend_tests!(
     waiting_tasks_written_before_the_deduplication_key_column_are_served_as_groups,
     tasks_written_before_the_queue_table_are_served_after_the_upgrade,
 );
+
+/// Instances started together on an empty PostgreSQL (`docker compose up --scale scheduler=3`)
+/// each migrate at start: one applies the migrations, the others wait and find none pending,
+/// rather than racing to create the same tables and failing on "already exists".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_migrating_one_database_together_all_start() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let (uri, barrier) = (db.uri.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut conn = open(&uri);
+                barrier.wait();
+                storage::run_migrations(&mut conn).map(|applied| applied.len())
+            })
+        })
+        .collect();
+    let mut applied: Vec<usize> = runs
+        .into_iter()
+        .map(|r| r.join().unwrap().expect("every instance migrates"))
+        .collect();
+    applied.sort_unstable();
+    let all = applied[3];
+    assert!(all > 0);
+    assert_eq!(applied, [0, 0, 0, all], "one applied them all");
+}
