@@ -9,8 +9,11 @@ pub const DEFAULT_TICK_SECS: u64 = 1;
 /// Default seconds before a boefje schedule without cron runs again, when its plugin names no
 /// interval (mula's `SCHEDULER_PQ_GRACE_PERIOD`).
 pub const DEFAULT_GRACE_PERIOD_SECS: u64 = 86_400;
-/// Default jitter added to a schedule's next run: none.
-pub const DEFAULT_JITTER_SECS: u64 = 0;
+/// Default jitter added to a schedule's next run: up to 5 hours, mula's range
+/// (`calculate_default_deadline` adds a random 0–5 h to every boefje schedule's next deadline).
+/// Without it, the work one ColdStart planned within minutes came due within the same minutes
+/// every day, for good, where mula spread it over hours.
+pub const DEFAULT_JITTER_SECS: u64 = 5 * 60 * 60;
 /// Default days a finished task is kept: 0, forever.
 pub const DEFAULT_TASK_RETENTION_DAYS: u64 = 0;
 /// The default of [`CronSettings::rescore_secs`], which no longer does anything.

@@ -121,4 +121,31 @@ mod tests {
         );
         assert_eq!(cadence.next("k", None, None, now), None);
     }
+
+    #[test]
+    fn work_planned_together_comes_due_spread_over_the_jitter_the_same_each_time() {
+        let jitter =
+            std::time::Duration::from_secs(crate::config::CronSettings::default().jitter_secs);
+        assert_eq!(jitter.as_secs(), 5 * 3600, "mula's 0-5 h");
+        let cadence = Cadence {
+            grace: std::time::Duration::from_secs(86_400),
+            jitter,
+        };
+        let now = at(2026, 11, 23, 12, 0);
+        let day = now + chrono::Duration::days(1);
+        let spreads: Vec<i64> = (0..1000)
+            .map(|i| {
+                let key = format!("Hostname|internet|h{i}.nl-dns-records-org1");
+                let next = cadence.next(&key, None, Some(None), now).unwrap();
+                assert_eq!(cadence.next(&key, None, Some(None), now), Some(next));
+                (next - day).num_seconds()
+            })
+            .collect();
+        assert!(spreads.iter().all(|s| (0..5 * 3600).contains(s)));
+        // Over the whole range, each hour of it holding about a fifth.
+        for hour in 0..5 {
+            let n = spreads.iter().filter(|s| **s / 3600 == hour).count();
+            assert!((150..250).contains(&n), "hour {hour}: {n}");
+        }
+    }
 }

@@ -227,6 +227,9 @@ pub fn test_settings(uri: &str) -> Settings {
     // Tests run sweeps and ticks themselves, on the manual clock.
     s.queue.watchdog_interval_secs = 0;
     s.cron.tick_secs = 0;
+    // Deadlines to the second: the spread over schedules (5 h by default) is the unit tests'
+    // (`domain::schedule`).
+    s.cron.jitter_secs = 0;
     s
 }
 
