@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use crate::domain::event::{ObjectEvent, Operation};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -91,6 +92,9 @@ enum Decision {
         task: Uuid,
         request: Box<PushRequest>,
         next: Option<NaiveDateTime>,
+        /// The same work for the organisations that share the boefje's runs (de-duplication),
+        /// led by this fire.
+        siblings: Vec<PushRequest>,
     },
     /// Not pushed: the fire's fate, and what its schedule does.
     Hold { fate: Fate, then: Then },
@@ -541,7 +545,16 @@ impl Reschedule {
                             scan_level: object.and_then(|o| o.scan_level),
                             grace_secs: self.wait(Some(p)).num_seconds(),
                         };
-                        self.fire(row, data, Some(p), &input, tick)
+                        let mut decision = self.fire(row, data, Some(p), &input, tick);
+                        if let Decision::Fire {
+                            request, siblings, ..
+                        } = &mut decision
+                        {
+                            *siblings = self
+                                .siblings(request, org, reference.unwrap_or_default(), &plugins)
+                                .await;
+                        }
+                        decision
                     }
                 });
             }
@@ -721,6 +734,38 @@ impl Reschedule {
                 ..PushRequest::default()
             }),
             next: self.next(row, plugin, tick.at),
+            siblings: Vec::new(),
+        }
+    }
+
+    /// A boefje fire's de-duplication siblings (mula's `push_boefje_task` asks
+    /// `is_boefje_in_other_orgs` on every push, a schedule's fire included): the same work for
+    /// every other organisation that runs the boefje with the same settings and holds the
+    /// object, the fire their leader. Each then finds its own schedule's fire a duplicate of
+    /// work waiting, or within the grace period of its run, so the target is scanned once for
+    /// all of them, not once per organisation. When they cannot be known now (Katalogus or the
+    /// lookup failing), the fire goes alone, as before.
+    async fn siblings(
+        &self,
+        request: &mut PushRequest,
+        organisation: &str,
+        reference: &str,
+        plugins: &[Plugin],
+    ) -> Vec<PushRequest> {
+        let event = ObjectEvent {
+            operation: Operation::Create,
+            organisation: organisation.to_owned(),
+            reference: reference.to_owned(),
+            object: None,
+        };
+        match crate::planner::siblings(&self.catalogue, &self.lookup, request, &event, plugins)
+            .await
+        {
+            Ok(siblings) => siblings,
+            Err(e) => {
+                tracing::debug!(organisation, object = reference, error = %e, "rescheduling: the fire's de-duplication siblings are unknown now; it goes alone");
+                Vec::new()
+            }
         }
     }
 
@@ -746,9 +791,11 @@ impl Reschedule {
                     task,
                     request,
                     next,
+                    siblings,
                 } => {
                     p.requests.push(*request);
                     p.fired.push((due, task, next));
+                    p.siblings.push(siblings);
                 }
                 Decision::Hold { fate, then } => {
                     p.held.decide(due, fate, then, false, now, self.period);
@@ -765,6 +812,7 @@ impl Reschedule {
             requests,
             mut fired,
             held: mut out,
+            siblings,
         } = p;
         if requests.is_empty() {
             return Ok(out);
@@ -773,6 +821,28 @@ impl Reschedule {
         let mut results = self.broker.push_many(tick.component, requests).await?;
         self.push_rearmed(&mut fired, &mut results, sent, tick)
             .await?;
+        let siblings: Vec<PushRequest> = siblings
+            .into_iter()
+            .zip(fired.iter().zip(&results))
+            .filter(|(_, ((_, task, _), r))| matches!(r, Ok(o) if o.created && o.task.id == *task))
+            .flat_map(|(s, _)| s)
+            .collect();
+        if !siblings.is_empty() {
+            // Planned work: one that waits or runs already is refused and changes nothing.
+            let n = siblings.len();
+            let created = self
+                .broker
+                .push_many(tick.component, siblings)
+                .await?
+                .iter()
+                .filter(|r| matches!(r, Ok(o) if o.created))
+                .count();
+            tracing::debug!(
+                siblings = n,
+                created,
+                "rescheduling: de-duplication siblings of the page's fires"
+            );
+        }
         let now = tick.at.naive_utc();
         for ((due, task, next), r) in fired.into_iter().zip(results) {
             let created = matches!(&r, Ok(o) if o.created);
@@ -897,6 +967,9 @@ struct Prepared {
     fired: Vec<(Due, Uuid, Option<NaiveDateTime>)>,
     /// The fires decided without a push (skipped, disabled, waiting).
     held: Settlement,
+    /// Per fire, in the same order: its de-duplication siblings, pushed after it when it made
+    /// its task under its own id (they name it as their group's leader).
+    siblings: Vec<Vec<PushRequest>>,
 }
 
 /// What a page's schedules' rows and the ledger need once its fires are decided.

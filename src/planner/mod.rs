@@ -413,49 +413,7 @@ impl Planner {
         event: &ObjectEvent,
         plugins: &[Plugin],
     ) -> Result<Vec<PushRequest>, PlanError> {
-        let boefje = task
-            .data
-            .get("boefje")
-            .and_then(|b| b.get("id"))
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        if !plugins.iter().any(|p| p.id == boefje && p.deduplicate) {
-            return Ok(Vec::new());
-        }
-        let others = self
-            .catalogue
-            .duplicates(&event.organisation, &boefje)
-            .await
-            .map_err(|e| PlanError::Passing(e.to_string()))?;
-        if others.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows = self
-            .objects
-            .holders(&event.reference, &others)
-            .await
-            .map_err(|e| PlanError::Passing(e.to_string()))?;
-        let mut their_plugins: Vec<Arc<[Plugin]>> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            their_plugins.push(
-                self.catalogue
-                    .plugins(&row.organisation)
-                    .await
-                    .map_err(|e| PlanError::Passing(e.to_string()))?,
-            );
-        }
-        let holders: Vec<rules::Holder<'_>> = rows
-            .iter()
-            .zip(&their_plugins)
-            .map(|(row, plugins)| rules::Holder {
-                organisation: &row.organisation,
-                object_type: &row.object_type,
-                scan_level: row.scan_level,
-                plugins,
-            })
-            .collect();
-        Ok(rules::siblings(task, event.operation, &holders))
+        siblings(&self.catalogue, &self.objects, task, event, plugins).await
     }
 
     /// Pushes `requests` in one command; each result counts for the event `owners` names.
@@ -503,6 +461,60 @@ impl Planner {
         }
         waiting
     }
+}
+
+/// De-duplication siblings of `task` when its boefje shares runs across organisations: one per
+/// organisation that runs it with the same settings and holds the object; `task` becomes their
+/// leader. The planner's, and rescheduling's for a fire (mula's `push_boefje_task` asks
+/// `is_boefje_in_other_orgs` on every push, a schedule's included).
+pub(crate) async fn siblings(
+    catalogue: &Catalogue,
+    objects: &ObjectLookup,
+    task: &mut PushRequest,
+    event: &ObjectEvent,
+    plugins: &[Plugin],
+) -> Result<Vec<PushRequest>, PlanError> {
+    let boefje = task
+        .data
+        .get("boefje")
+        .and_then(|b| b.get("id"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if !plugins.iter().any(|p| p.id == boefje && p.deduplicate) {
+        return Ok(Vec::new());
+    }
+    let others = catalogue
+        .duplicates(&event.organisation, &boefje)
+        .await
+        .map_err(|e| PlanError::Passing(e.to_string()))?;
+    if others.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = objects
+        .holders(&event.reference, &others)
+        .await
+        .map_err(|e| PlanError::Passing(e.to_string()))?;
+    let mut their_plugins: Vec<Arc<[Plugin]>> = Vec::with_capacity(rows.len());
+    for row in &rows {
+        their_plugins.push(
+            catalogue
+                .plugins(&row.organisation)
+                .await
+                .map_err(|e| PlanError::Passing(e.to_string()))?,
+        );
+    }
+    let holders: Vec<rules::Holder<'_>> = rows
+        .iter()
+        .zip(&their_plugins)
+        .map(|(row, plugins)| rules::Holder {
+            organisation: &row.organisation,
+            object_type: &row.object_type,
+            scan_level: row.scan_level,
+            plugins,
+        })
+        .collect();
+    Ok(rules::siblings(task, event.operation, &holders))
 }
 
 #[cfg(test)]

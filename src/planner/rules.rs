@@ -87,7 +87,9 @@ pub fn siblings(
     else {
         return Vec::new();
     };
-    let leader = Uuid::new_v4();
+    // A task that has its id already (a schedule's fire, whose id is its fire's) leads under
+    // it; a planned one gets one.
+    let leader = task.id.unwrap_or_else(Uuid::new_v4);
     let key = Value::String(leader.hyphenated().to_string());
     let out: Vec<PushRequest> = holders
         .iter()

@@ -2,7 +2,8 @@
 //! object: its scan level or types) only on Katalogus' answer of now. Between refreshes the rescheduler plans from the catalogue's copy,
 //! and that copy is kept while Katalogus fails: it may predate the plugin's re-enabling. A
 //! schedule that copy would disable is confirmed with Katalogus first, and waits while Katalogus
-//! cannot answer (here: it no longer lists the organisation).
+//! cannot answer (here: it no longer lists the organisation). And a fire of a boefje Katalogus
+//! marks for de-duplication brings the same work of the organisations that share its runs.
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use kat_scheduler::domain::SchedulerId;
@@ -325,7 +326,89 @@ async fn organisations_never_fetched_are_asked_for_together(backend: Backend) {
     assert_eq!(asked, 3, "each organisation asked once");
 }
 
+/// Three organisations share `dns-records`' runs (Katalogus' `/v1/configs` duplicates) and hold
+/// the same object, each with its schedule. mula asks `is_boefje_in_other_orgs` on every push,
+/// a schedule's fire included: the first fire brings the other two organisations' work along in
+/// one group, and their own schedules then find that work run within the grace period. The
+/// target is scanned once a cycle, not once per organisation.
+async fn a_fire_of_a_shared_boefje_runs_once_for_every_organisation_that_shares_it(
+    backend: Backend,
+) {
+    let orgs = ["org1", "org2", "org3"];
+    let Some(s) = Setup::with(backend, &orgs, |k| {
+        for org in orgs {
+            k.plugins.lock().unwrap().insert(
+                org.into(),
+                vec![katalogus_boefje("dns-records", &["Hostname"], 1, true)],
+            );
+            let others = orgs.iter().filter(|o| **o != org).map(|o| (*o).to_owned());
+            k.duplicates
+                .lock()
+                .unwrap()
+                .insert((org.into(), "dns-records".into()), others.collect());
+        }
+    })
+    .await
+    else {
+        return;
+    };
+    let app = &s.app;
+    let first = schedule(
+        app,
+        "org1",
+        "dns-records",
+        midnight() - Duration::minutes(1),
+    )
+    .await;
+    for org in ["org2", "org3"] {
+        schedule(app, org, "dns-records", midnight() + Duration::minutes(2)).await;
+    }
+    assert_eq!(
+        reschedule(app).await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    // The tick also woke ColdStart (Octopoes is configured): its first pass plans the same
+    // work from the objects, and is let end before the runners take the work.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        app.coldstart.wait_rounds(1),
+    )
+    .await
+    .unwrap();
+    let group = app.pop_ok("boefje", 10, None).await;
+    let mut popped: Vec<&str> = group
+        .iter()
+        .map(|t| t["organisation"].as_str().unwrap())
+        .collect();
+    popped.sort_unstable();
+    assert_eq!(popped, orgs, "one group");
+    let leader = group
+        .iter()
+        .find(|t| t["schedule_id"] == first.as_str())
+        .unwrap();
+    assert!(
+        group
+            .iter()
+            .all(|t| t["data"]["deduplication_key"] == leader["id"]),
+        "{group:?}"
+    );
+    for t in &group {
+        let id = id_of(t);
+        app.patch_task(&id, &json!({"status": "running"})).await;
+        app.patch_task(&id, &json!({"status": "completed"})).await;
+    }
+    app.clock.set(midnight() + Duration::minutes(3));
+    assert_eq!(
+        reschedule(app).await,
+        "fired 0, skipped 2, disabled 0, waiting 0",
+        "their work ran with the first"
+    );
+    let left = app.pop_ok("boefje", 10, None).await;
+    assert!(left.is_empty(), "{left:?}");
+}
+
 crate::backend_tests!(
+    a_fire_of_a_shared_boefje_runs_once_for_every_organisation_that_shares_it,
     organisations_never_fetched_are_asked_for_together,
     a_plugin_disabled_in_a_stale_copy_disables_nothing_until_katalogus_confirms,
     a_hung_katalogus_is_asked_to_confirm_once_a_page,
