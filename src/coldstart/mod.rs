@@ -452,13 +452,21 @@ impl ColdStart {
                 return;
             }
         };
-        for org in organisations {
+        // The catalogue's copies (refreshed in the background), every organisation's at once:
+        // one never fetched waits for Katalogus, and a Katalogus that hangs must cost the look
+        // one wait, not one per organisation. A copy older than a boefje's enabling finds it at a
+        // later look; one Katalogus could not give is looked at again then.
+        let lists = futures_util::future::join_all(
+            organisations
+                .iter()
+                .map(|org| self.planner.catalogue.plugins(org)),
+        )
+        .await;
+        for (org, plugins) in organisations.iter().zip(lists) {
             if token.is_cancelled() {
                 return;
             }
-            // Katalogus' answer of now (a copy kept while it fails may be old; the planner then
-            // reads the list fetched here). Not answering for it: looked at again next round.
-            let Ok(plugins) = self.planner.catalogue.plugins_confirmed(org).await else {
+            let Ok(plugins) = plugins else {
                 continue;
             };
             let enabled: std::collections::BTreeSet<String> = plugins

@@ -32,7 +32,7 @@
 //! without its record. A fire pushed before a restart that lost the schedule's update is
 //! recorded `fired` when the next tick meets its task.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
@@ -462,6 +462,21 @@ impl Reschedule {
             let (plugins, unconfirmed) = self
                 .confirm_plugins(org, plugins, gone_or_disabled, &mut katalogus_hung)
                 .await;
+            // The organisations sharing each de-duplicated boefje's runs, asked for at once
+            // (Katalogus' `/v1/configs`, cached): each fire below reads its siblings from them,
+            // and a page's fires must not wait for Katalogus one after another.
+            let shared: BTreeSet<&str> = data
+                .iter()
+                .filter_map(|d| plugin_of(&plugins, d))
+                .filter(|p| p.enabled && p.deduplicate)
+                .map(|p| p.id.as_str())
+                .collect();
+            if katalogus_hung.is_none() {
+                futures_util::future::join_all(
+                    shared.iter().map(|b| self.catalogue.duplicates(org, b)),
+                )
+                .await;
+            }
             // Only the objects of schedules that may fire are looked up (Octopoes calls are
             // bounded per tick; a schedule whose plugin is gone is disabled without one).
             let refs: Vec<String> = data
@@ -546,9 +561,11 @@ impl Reschedule {
                             grace_secs: self.wait(Some(p)).num_seconds(),
                         };
                         let mut decision = self.fire(row, data, Some(p), &input, tick);
+                        // With Katalogus hung this page, the fire goes alone rather than wait.
                         if let Decision::Fire {
                             request, siblings, ..
                         } = &mut decision
+                            && katalogus_hung.is_none()
                         {
                             *siblings = self
                                 .siblings(request, org, reference.unwrap_or_default(), &plugins)

@@ -795,6 +795,7 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
         .unwrap()
         .insert("org1".into(), vec![dns.clone(), nmap(true)]);
     s.octopoes.fail_from("org1", Some(0));
+    s.app.catalogue.refresh().await;
     s.looks(2).await;
     assert_eq!(s.work("org1").await, dns_work);
 

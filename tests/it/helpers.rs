@@ -244,6 +244,8 @@ pub struct TestApp {
     pub listener: Arc<kat_scheduler::listener::ListenerStatus>,
     pub coldstart: Arc<kat_scheduler::coldstart::ColdStartStatus>,
     pub cron: kat_scheduler::cron::Cron,
+    /// The plugin catalogue (a test refreshes it as the background refresh would).
+    pub catalogue: kat_scheduler::clients::catalogue::Catalogue,
     token: CancellationToken,
     join: Option<JoinHandle<anyhow::Result<()>>>,
     pub db: TestDb,
@@ -302,6 +304,7 @@ impl TestApp {
         let listener = app.listener_status();
         let coldstart = app.coldstart_status();
         let cron = app.cron();
+        let catalogue = app.planner().catalogue;
         let token = CancellationToken::new();
         let join = tokio::spawn(app.run_until_stopped(token.clone()));
         TestApp {
@@ -318,6 +321,7 @@ impl TestApp {
             listener,
             coldstart,
             cron,
+            catalogue,
             token,
             join: Some(join),
             db,
