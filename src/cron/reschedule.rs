@@ -568,7 +568,13 @@ impl Reschedule {
                             && katalogus_hung.is_none()
                         {
                             *siblings = self
-                                .siblings(request, org, reference.unwrap_or_default(), &plugins)
+                                .siblings(
+                                    request,
+                                    org,
+                                    reference.unwrap_or_default(),
+                                    &plugins,
+                                    budget,
+                                )
                                 .await;
                         }
                         decision
@@ -760,14 +766,16 @@ impl Reschedule {
     /// every other organisation that runs the boefje with the same settings and holds the
     /// object, the fire their leader. Each then finds its own schedule's fire a duplicate of
     /// work waiting, or within the grace period of its run, so the target is scanned once for
-    /// all of them, not once per organisation. When they cannot be known now (Katalogus or the
-    /// lookup failing), the fire goes alone, as before.
+    /// all of them, not once per organisation. Holders the frontier lacks are asked of Octopoes
+    /// within the tick's budget of calls, beyond it left to their own schedules. When they cannot
+    /// be known now (Katalogus or the lookup failing), the fire goes alone.
     async fn siblings(
         &self,
         request: &mut PushRequest,
         organisation: &str,
         reference: &str,
         plugins: &[Plugin],
+        budget: &AtomicUsize,
     ) -> Vec<PushRequest> {
         let event = ObjectEvent {
             operation: Operation::Create,
@@ -775,9 +783,16 @@ impl Reschedule {
             reference: reference.to_owned(),
             object: None,
         };
-        match crate::planner::siblings(&self.catalogue, &self.lookup, request, &event, plugins)
-            .await
-        {
+        let found = crate::planner::siblings(
+            &self.catalogue,
+            &self.lookup,
+            Some(budget),
+            request,
+            &event,
+            plugins,
+        )
+        .await;
+        match found {
             Ok(siblings) => siblings,
             Err(e) => {
                 tracing::debug!(organisation, object = reference, error = %e, "rescheduling: the fire's de-duplication siblings are unknown now; it goes alone");

@@ -258,12 +258,14 @@ impl ObjectLookup {
     /// Which of `organisations` hold `reference` (not gone): the frontier's rows, and for the
     /// organisations it has no row of, Octopoes' answer (`/object-clients`), recorded in the
     /// frontier. Best effort beyond the frontier: when Octopoes is not configured or cannot
-    /// answer, the frontier's rows alone (a holder left out only plans its own task later, from
-    /// its own event, instead of sharing this run).
+    /// answer, or the caller's `budget` of Octopoes calls is spent (one call takes one; `None`:
+    /// no bound), the frontier's rows alone (a holder left out only plans its own task later,
+    /// from its own event or schedule, instead of sharing this run).
     pub async fn holders(
         &self,
         reference: &str,
         organisations: &[String],
+        budget: Option<&AtomicUsize>,
     ) -> Result<Vec<FrontierRow>, StorageError> {
         let mut rows = self.frontier.holders(reference, organisations).await?;
         let missing: Vec<String> = organisations
@@ -276,6 +278,14 @@ impl ObjectLookup {
             return Ok(rows);
         };
         if missing.is_empty() || self.backing_off(SERVICE_WIDE, now) {
+            return Ok(rows);
+        }
+        let took = budget.is_none_or(|b| {
+            b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+        });
+        if !took {
+            self.metrics.object_lookups(LookupOutcome::Deferred, 1);
             return Ok(rows);
         }
         let asked =

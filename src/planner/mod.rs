@@ -413,7 +413,7 @@ impl Planner {
         event: &ObjectEvent,
         plugins: &[Plugin],
     ) -> Result<Vec<PushRequest>, PlanError> {
-        siblings(&self.catalogue, &self.objects, task, event, plugins).await
+        siblings(&self.catalogue, &self.objects, None, task, event, plugins).await
     }
 
     /// Pushes `requests` in one command; each result counts for the event `owners` names.
@@ -466,10 +466,12 @@ impl Planner {
 /// De-duplication siblings of `task` when its boefje shares runs across organisations: one per
 /// organisation that runs it with the same settings and holds the object; `task` becomes their
 /// leader. The planner's, and rescheduling's for a fire (mula's `push_boefje_task` asks
-/// `is_boefje_in_other_orgs` on every push, a schedule's included).
+/// `is_boefje_in_other_orgs` on every push, a schedule's included), whose Octopoes calls come
+/// out of its tick's `budget` ([`ObjectLookup::holders`]).
 pub(crate) async fn siblings(
     catalogue: &Catalogue,
     objects: &ObjectLookup,
+    budget: Option<&std::sync::atomic::AtomicUsize>,
     task: &mut PushRequest,
     event: &ObjectEvent,
     plugins: &[Plugin],
@@ -492,7 +494,7 @@ pub(crate) async fn siblings(
         return Ok(Vec::new());
     }
     let rows = objects
-        .holders(&event.reference, &others)
+        .holders(&event.reference, &others, budget)
         .await
         .map_err(|e| PlanError::Passing(e.to_string()))?;
     let mut their_plugins: Vec<Arc<[Plugin]>> = Vec::with_capacity(rows.len());

@@ -518,7 +518,54 @@ async fn coldstart_plans_an_object_first_recorded_by_a_lookup(backend: Backend) 
     assert_eq!(work[1].0, "low", "planned by ColdStart");
 }
 
+/// Who else holds an object (a fire's de-duplication siblings) is asked of Octopoes for the
+/// organisations the frontier has no row of, each call out of the caller's budget (a tick's):
+/// with the budget spent, the frontier's rows alone answer and Octopoes is not asked.
+async fn holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget(backend: Backend) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let reference = "Hostname|internet|shared.example.nl";
+    let octopoes = OctopoesState::default();
+    octopoes.set("org2", vec![octopoes_object(reference, "Hostname", 2)]);
+    let stub = octopoes.serve();
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let clock: kat_scheduler::clock::SharedClock = app.clock.clone();
+    let lookup = kat_scheduler::frontier::lookup::ObjectLookup::new(
+        app.frontier(),
+        Some(
+            kat_scheduler::clients::octopoes::Octopoes::new(
+                &stub.url,
+                std::time::Duration::from_secs(5),
+            )
+            .unwrap(),
+        ),
+        clock,
+        app.broker.metrics().clone(),
+    );
+    let orgs = vec!["org2".to_owned()];
+    let asked = || {
+        stub.seen()
+            .iter()
+            .filter(|s| s.path == "/object-clients")
+            .count()
+    };
+    let spent = AtomicUsize::new(0);
+    let rows = lookup
+        .holders(reference, &orgs, Some(&spent))
+        .await
+        .unwrap();
+    assert!(rows.is_empty(), "the frontier has none");
+    assert_eq!(asked(), 0, "no call left in the budget");
+    let one = AtomicUsize::new(1);
+    let rows = lookup.holders(reference, &orgs, Some(&one)).await.unwrap();
+    let holders: Vec<&str> = rows.iter().map(|r| r.organisation.as_str()).collect();
+    assert_eq!(holders, ["org2"]);
+    assert_eq!((asked(), one.load(Ordering::Relaxed)), (1, 0));
+}
+
 crate::backend_tests!(
+    holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget,
     coldstart_plans_an_object_first_recorded_by_a_lookup,
     a_users_edit_made_while_a_tick_decides_is_not_overwritten,
     a_scan_level_too_low_in_the_frontier_is_asked_of_octopoes_before_a_schedule_is_disabled,
