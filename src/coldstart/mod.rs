@@ -300,6 +300,9 @@ pub enum ColdStartError {
     /// The page's work could not be planned now (the catalogue or the queue cannot take it).
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The service is stopping: what was begun is not finished.
+    #[error("stopped")]
+    Stopped,
 }
 
 /// Single objects a page's halving may find failing one after the other, with no answer in
@@ -490,6 +493,8 @@ impl ColdStart {
                     Ok(n) => {
                         info!(organisation = %org, boefje = %plugin.id, tasks = n, "ColdStart: a boefje enabled since the last round is planned on the objects it may scan");
                     }
+                    // Stopping: not recorded, so the next start plans it whole.
+                    Err(ColdStartError::Stopped) => return,
                     Err(e) => {
                         warn!(organisation = %org, boefje = %plugin.id, error = %e, "ColdStart: a newly enabled boefje could not be planned; tried again next round");
                         planned_all = false;
@@ -529,19 +534,11 @@ impl ColdStart {
         let valid_time = self.clock.now();
         let (mut offset, mut planned) = (0u64, 0u64);
         loop {
-            let what = format!("the objects of boefje {} at offset {offset}", plugin.id);
-            let page = match self
-                .retried(org, &what, token, || async {
-                    Ok(self
-                        .octopoes
-                        .objects_matching(org, &filter, offset, self.config.page_size, valid_time)
-                        .await?)
-                })
-                .await
-            {
+            // As a pass's page: tried again, and read around an object Octopoes cannot list.
+            let page = match self.page(org, &filter, offset, valid_time, token).await {
                 Ok(page) => page,
                 Err(PassEnd::Failed { error, .. }) => return Err(error),
-                Err(_) => return Ok(planned),
+                Err(_) => return Err(ColdStartError::Stopped),
             };
             let read = (page.items.len() + page.rejected.len()) as u64;
             let events: Vec<ObjectEvent> = page
@@ -638,7 +635,13 @@ impl ColdStart {
             }
             let offset = u64::try_from(progress.next_offset).unwrap_or(0);
             let page = match self
-                .page(org, offset, progress.valid_time.and_utc(), token)
+                .page(
+                    org,
+                    &ObjectFilter::default(),
+                    offset,
+                    progress.valid_time.and_utc(),
+                    token,
+                )
                 .await
             {
                 Ok(page) => page,
@@ -849,6 +852,7 @@ impl ColdStart {
     async fn page(
         &self,
         org: &str,
+        filter: &ObjectFilter,
         offset: u64,
         valid_time: DateTime<Utc>,
         token: &CancellationToken,
@@ -858,7 +862,7 @@ impl ColdStart {
             .retried(org, &what, token, || async {
                 Ok(self
                     .octopoes
-                    .objects(org, offset, self.config.page_size, valid_time)
+                    .objects_matching(org, filter, offset, self.config.page_size, valid_time)
                     .await?)
             })
             .await
@@ -880,7 +884,7 @@ impl ColdStart {
             return Err(failed);
         }
         match self
-            .halves(org, offset, self.config.page_size, valid_time)
+            .halves(org, filter, offset, self.config.page_size, valid_time)
             .await
         {
             Ok(page) => {
@@ -903,6 +907,7 @@ impl ColdStart {
     async fn halves(
         &self,
         org: &str,
+        filter: &ObjectFilter,
         offset: u64,
         limit: u64,
         valid_time: DateTime<Utc>,
@@ -920,7 +925,11 @@ impl ColdStart {
         let mut failed: Vec<crate::clients::octopoes::Rejected> = Vec::new();
         let mut last_error = None;
         while let Some((at, n)) = parts.pop() {
-            match self.octopoes.objects(org, at, n, valid_time).await {
+            match self
+                .octopoes
+                .objects_matching(org, filter, at, n, valid_time)
+                .await
+            {
                 Ok(page) => {
                     let short = ((page.items.len() + page.rejected.len()) as u64) < n;
                     out.count = page.count;

@@ -738,7 +738,7 @@ async fn an_object_octopoes_cannot_list_fails_only_itself(backend: Backend) {
 /// it may now scan, as Octopoes publishes a change of scan profile only. At its next look
 /// ColdStart plans it, as mula's `process_new_boefjes` does, on every object Octopoes holds of
 /// a type it consumes at a level it may scan; with Octopoes failing it waits for the next look,
-/// and once planned it is not planned again.
+/// an object Octopoes cannot list is read around, and once planned it is not planned again.
 async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoes_holds(
     backend: Backend,
 ) {
@@ -773,7 +773,7 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
         )
     };
     let mut objects = hostnames("org1", 2);
-    objects.extend([ip(1, 2), ip(2, 3), ip(3, 1)]);
+    objects.extend([ip(1, 2), ip(2, 3), ip(3, 1), ip(4, 4)]);
     s.octopoes.set("org1", objects);
     s.rounds(1).await;
     let dns_work = vec![
@@ -799,17 +799,28 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
     s.looks(2).await;
     assert_eq!(s.work("org1").await, dns_work);
 
+    // Octopoes answers, but cannot list 10.0.0.2 (the second of nmap's listing): it fails every
+    // page that holds it, and the rest of the page is read around it, as a pass's page is.
     s.octopoes.fail_from("org1", None);
+    s.octopoes
+        .broken
+        .lock()
+        .unwrap()
+        .insert("org1".into(), vec![1]);
     s.looks(3).await;
     let mut expected = dns_work.clone();
-    for n in [1, 2] {
+    for n in [1, 4] {
         expected.push((
             "nmap".to_owned(),
             format!("IPAddressV4|internet|10.0.0.{n}"),
         ));
     }
     expected.sort();
-    assert_eq!(s.work("org1").await, expected, "level 1 is below nmap's 2");
+    assert_eq!(
+        s.work("org1").await,
+        expected,
+        "level 1 is below nmap's 2; 10.0.0.2 is not listed"
+    );
     assert_eq!(
         s.coldstart_health().await["tasks_planned_for_new_boefjes"],
         2

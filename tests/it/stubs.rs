@@ -168,8 +168,8 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
 pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     pub fail_from: Arc<Mutex<HashMap<String, u64>>>,
-    /// Per organisation, the places in its listing of objects Octopoes cannot read: any page
-    /// that holds one fails with a 400, as Octopoes fails a listing over a record its model
+    /// Per organisation, the places in its listing of objects (as each request filters it)
+    /// Octopoes cannot read: any page that holds one fails with a 400, as Octopoes fails a listing over a record its model
     /// refuses (its `ValueError` handler answers a pydantic `ValidationError` so).
     pub broken: Arc<Mutex<HashMap<String, Vec<u64>>>>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
