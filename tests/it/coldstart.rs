@@ -86,18 +86,10 @@ impl Setup {
     }
 
     async fn references(&self, org: &str, status: &str) -> Vec<String> {
-        let page: Value = self
+        let mut refs: Vec<String> = self
             .app
-            .get(&format!(
-                "/tasks?scheduler_id=boefje&organisation={org}&status={status}&limit=1000"
-            ))
+            .boefje_tasks(org, status)
             .await
-            .json()
-            .await
-            .unwrap();
-        let mut refs: Vec<String> = page["results"]
-            .as_array()
-            .unwrap()
             .iter()
             .map(|t| t["data"]["input_ooi"].as_str().unwrap().to_owned())
             .collect();
@@ -186,18 +178,10 @@ impl Setup {
 
     /// The boefje of each of `org`'s queued tasks, with its object, sorted.
     async fn work(&self, org: &str) -> Vec<(String, String)> {
-        let page: Value = self
+        let mut work: Vec<(String, String)> = self
             .app
-            .get(&format!(
-                "/tasks?scheduler_id=boefje&organisation={org}&status=queued&limit=1000"
-            ))
+            .boefje_tasks(org, "queued")
             .await
-            .json()
-            .await
-            .unwrap();
-        let mut work: Vec<(String, String)> = page["results"]
-            .as_array()
-            .unwrap()
             .iter()
             .map(|t| {
                 (

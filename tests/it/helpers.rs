@@ -377,6 +377,19 @@ impl TestApp {
         self.clock.advance(by);
     }
 
+    /// `org`'s boefje tasks in `status`, as `GET /tasks` lists them (at most 1,000).
+    pub async fn boefje_tasks(&self, org: &str, status: &str) -> Vec<Value> {
+        let page: Value = self
+            .get(&format!(
+                "/tasks?scheduler_id=boefje&organisation={org}&status={status}&limit=1000"
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        page["results"].as_array().unwrap().clone()
+    }
+
     /// The app's frontier, read and written on a connection pool of the test's own.
     pub fn frontier(&self) -> kat_scheduler::frontier::Frontier {
         let target = kat_scheduler::storage::DbTarget::parse(&self.db.uri).unwrap();

@@ -293,26 +293,22 @@ fn seed_sql() -> String {
     );
     // Rows of mula's scheduler per organisation (before OpenKAT 1.19): its history, and work it
     // left waiting that mula has not served since.
-    s += &task_sql(
-        LEGACY_DONE,
-        "boefje-org1",
-        None,
-        3,
-        &boefje(LEGACY_DONE, "nmap", "IPAddressV4|internet|10.0.0.14"),
-        "COMPLETED",
-        "2024-10-01 00:00:00+00",
-        "2024-10-01 00:10:00+00",
-    );
-    s += &task_sql(
-        LEGACY_QUEUED,
-        "boefje-org1",
-        None,
-        3,
-        &boefje(LEGACY_QUEUED, "nmap", "IPAddressV4|internet|10.0.0.15"),
-        "QUEUED",
-        "2024-10-01 00:00:00+00",
-        "2024-10-01 00:00:00+00",
-    );
+    let legacy = |id: &str, ip: u8, status: &str, modified: &str| {
+        let ooi = format!("IPAddressV4|internet|10.0.0.{ip}");
+        let data = boefje(id, "nmap", &ooi);
+        task_sql(
+            id,
+            "boefje-org1",
+            None,
+            3,
+            &data,
+            status,
+            "2024-10-01 00:00:00+00",
+            modified,
+        )
+    };
+    s += &legacy(LEGACY_DONE, 14, "COMPLETED", "2024-10-01 00:10:00+00");
+    s += &legacy(LEGACY_QUEUED, 15, "QUEUED", "2024-10-01 00:00:00+00");
     // Rows kat-scheduler refuses: a scheduler it has not, a payload without its boefje.
     s += &task_sql(
         UNKNOWN_SCHEDULER,

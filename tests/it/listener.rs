@@ -167,18 +167,10 @@ impl Setup {
     }
 
     async fn boefje_ids(&self, org: &str) -> Vec<String> {
-        let page: Value = self
+        let mut ids: Vec<String> = self
             .app
-            .get(&format!(
-                "/tasks?scheduler_id=boefje&organisation={org}&status=queued&limit=1000"
-            ))
+            .boefje_tasks(org, "queued")
             .await
-            .json()
-            .await
-            .unwrap();
-        let mut ids: Vec<String> = page["results"]
-            .as_array()
-            .unwrap()
             .iter()
             .map(|t| t["data"]["boefje"]["id"].as_str().unwrap().to_owned())
             .collect();
