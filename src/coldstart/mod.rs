@@ -573,7 +573,9 @@ impl ColdStart {
                 .new_boefjes
                 .fetch_add(page_planned, Ordering::Relaxed);
             planned += page_planned;
-            if read < self.config.page_size {
+            // As a pass ends: only the count says whether more follow (Octopoes may answer
+            // fewer than asked before the end); an empty page ends it too.
+            if read == 0 || offset + read >= page.count {
                 return Ok(planned);
             }
             offset += read;

@@ -784,8 +784,10 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
     assert_eq!(s.work("org1").await, dns_work);
 
     // Octopoes answers, but cannot list 10.0.0.2 (the second of nmap's listing): it fails every
-    // page that holds it, and the rest of the page is read around it, as a pass's page is.
+    // page that holds it, and the rest of the page is read around it, as a pass's page is. And
+    // it answers one object a page where two are asked: its count says more follow.
     s.octopoes.fail_from("org1", None);
+    *s.octopoes.page_cap.lock().unwrap() = Some(1);
     s.octopoes
         .broken
         .lock()
