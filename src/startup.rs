@@ -33,8 +33,8 @@ use crate::frontier::Frontier;
 use crate::frontier::lookup::ObjectLookup;
 use crate::listener::{Listener, ListenerConfig, ListenerStatus};
 use crate::ownership::{Ownership, OwnershipConfig, OwnershipHandle, SqliteLock};
-use crate::planner::Planner;
 use crate::planner::PushLinker;
+use crate::planner::{BytesRuns, Planner};
 use crate::processes::Processes;
 use crate::queue::forward::Peers;
 use crate::queue::{Broker, Cluster, EngineHandle};
@@ -413,6 +413,14 @@ impl Application {
             clock_for_cron.clone(),
             broker.metrics().clone(),
         );
+        // Bytes' runs are asked once each: the next event or pass is the retry.
+        let runs = clients.bytes().map_err(|e| anyhow!(e))?.map(|b| {
+            let b = b.with_backoff(Backoff {
+                attempts: 1,
+                ..Backoff::default()
+            });
+            BytesRuns::new(b, broker.metrics().clone())
+        });
         let planner = Planner {
             broker: broker.clone(),
             objects: lookup.clone(),
@@ -420,6 +428,7 @@ impl Application {
             clock: clock_for_listener,
             schedules: Some((schedules.clone(), cadence)),
             scorer: scorer.clone(),
+            runs,
         };
         let l = &settings.listener;
         let listener_status = Arc::new(ListenerStatus::new(&l.mutations_queue, &l.raw_files_queue));

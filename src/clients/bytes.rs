@@ -30,6 +30,16 @@ pub struct BoefjeMeta {
     /// When it ended; absent while it runs.
     #[serde(default, deserialize_with = "utc_or_naive")]
     pub ended_at: Option<DateTime<Utc>>,
+    /// The boefje that ran.
+    #[serde(default)]
+    pub boefje: Option<BoefjeRef>,
+}
+
+/// The boefje of a run, as Bytes records it (`{"id": "dns-records", "version": null}`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct BoefjeRef {
+    /// The boefje's id.
+    pub id: String,
 }
 
 /// The Bytes client.
@@ -88,22 +98,41 @@ impl Bytes {
         input_ooi: Option<&str>,
         organization: &str,
     ) -> Result<Option<BoefjeMeta>, ClientError> {
-        let mut query = vec![("boefje_id", boefje_id)];
+        let runs = self
+            .boefje_metas(organization, input_ooi, Some(boefje_id), 1)
+            .await?;
+        Ok(runs.into_iter().next())
+    }
+
+    /// The latest `limit` runs on `input_ooi` for `organization`, of `boefje_id` or of every
+    /// boefje when it is `None`, newest start first (Bytes orders by `started_at`). A 404 is
+    /// no run.
+    pub async fn boefje_metas(
+        &self,
+        organization: &str,
+        input_ooi: Option<&str>,
+        boefje_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<BoefjeMeta>, ClientError> {
+        let limit = limit.to_string();
+        let mut query = Vec::with_capacity(5);
+        if let Some(boefje) = boefje_id {
+            query.push(("boefje_id", boefje));
+        }
         if let Some(ooi) = input_ooi {
             query.push(("input_ooi", ooi));
         }
         query.extend([
             ("organization", organization),
-            ("limit", "1"),
+            ("limit", limit.as_str()),
             ("descending", "true"),
         ]);
         let url = self.http.url(&["bytes", "boefje_meta"], &query);
         let body = match self.authorized_get(&url).await {
-            Err(ClientError::NotFound { .. }) => return Ok(None),
+            Err(ClientError::NotFound { .. }) => return Ok(Vec::new()),
             other => other?,
         };
-        let metas: Vec<BoefjeMeta> = self.http.decode(&url, &body)?;
-        Ok(metas.into_iter().next())
+        self.http.decode(&url, &body)
     }
 
     /// Whether Bytes answers `GET /health` with 2xx and, if it says, `healthy: true`.
@@ -246,6 +275,9 @@ mod tests {
                         + chrono::Duration::microseconds(123_456)
                 ),
                 ended_at: Some(Utc.with_ymd_and_hms(2025, 1, 2, 3, 5, 0).unwrap()),
+                boefje: Some(BoefjeRef {
+                    id: "dns-records".into()
+                }),
             }
         );
         let seen = stub.seen();

@@ -68,13 +68,19 @@ impl Plugin {
         scan_level: Option<i64>,
         operation: Operation,
     ) -> bool {
-        self.plugin_type == PluginType::Boefje
-            && self.enabled
-            && self.permits(object_type, scan_level).is_ok()
+        self.may_scan(object_type, scan_level)
             && self
                 .run_on
                 .as_ref()
                 .is_none_or(|ops| ops.iter().any(|o| o == operation.as_str()))
+    }
+
+    /// Whether this is an enabled boefje that may scan an object of `object_type` at
+    /// `scan_level`, whatever happened to the object ([`Self::runs_on`] without `run_on`).
+    pub fn may_scan(&self, object_type: &str, scan_level: Option<i64>) -> bool {
+        self.plugin_type == PluginType::Boefje
+            && self.enabled
+            && self.permits(object_type, scan_level).is_ok()
     }
 
     /// Whether this plugin may run on an object of `object_type` at `scan_level`, whatever

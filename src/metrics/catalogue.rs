@@ -303,6 +303,12 @@ pub const CATALOGUE: &[Family] = &[
         "Objects asked of Octopoes because the frontier lacked them: found, not_found, failed (no answer that says anything) or deferred (backing off, or the run's budget spent).",
     ),
     family(
+        "scheduler_run_lookups_total",
+        Kind::Counter,
+        "outcome",
+        "Planned boefje work the table has no finished run of, asked of Bytes (when did the boefje last run on the object?): ran, none, failed (no answer that says anything; the work is planned as the table says) or deferred (Bytes backing off after failures).",
+    ),
+    family(
         "scheduler_schedule_fires_total",
         Kind::Counter,
         "scheduler_id,outcome,reason",

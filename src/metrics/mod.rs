@@ -148,6 +148,39 @@ impl LookupOutcome {
     }
 }
 
+/// What Bytes said of one piece of planned work the table has no finished run of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunLookupOutcome {
+    /// Bytes has a run of the boefje on the object.
+    Ran = 0,
+    /// Bytes has none.
+    None = 1,
+    /// No answer that says anything: unreachable, slow, an error status, an unreadable body.
+    Failed = 2,
+    /// Not asked: Bytes is backing off after failures.
+    Deferred = 3,
+}
+
+impl RunLookupOutcome {
+    /// All of them, in label order.
+    pub const ALL: [RunLookupOutcome; 4] = [
+        RunLookupOutcome::Ran,
+        RunLookupOutcome::None,
+        RunLookupOutcome::Failed,
+        RunLookupOutcome::Deferred,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunLookupOutcome::Ran => "ran",
+            RunLookupOutcome::None => "none",
+            RunLookupOutcome::Failed => "failed",
+            RunLookupOutcome::Deferred => "deferred",
+        }
+    }
+}
+
 /// How the queue answered one operation: a success, a refusal the caller caused (normal in a
 /// busy system: a duplicate push, a full queue, an unknown task, an illegal transition, bad
 /// input), or an error of the service (unavailable, busy, shed, internal). Only the last is
@@ -210,6 +243,8 @@ pub struct Metrics {
     cron_lag: Labelled<Labels<2>, Gauge<f64, AtomicU64>>,
     /// Objects asked of Octopoes because the frontier lacked them, by [`LookupOutcome`].
     object_lookups: [Counter; LookupOutcome::ALL.len()],
+    /// Planned work without a finished run in the table, asked of Bytes, by [`RunLookupOutcome`].
+    run_lookups: [Counter; RunLookupOutcome::ALL.len()],
     /// Answers of the HTTP API by status class (1xx … 5xx).
     http_responses: [Counter; STATUS_CLASSES.len()],
     /// Schedules' due fires decided: fired on time, fired late, then skipped by reason (in
@@ -229,6 +264,7 @@ impl Default for Metrics {
         let lease_expiries = Counters::<2>::default();
         let batch_sizes = Histograms::<1>::new_with_constructor(|| Histogram::new(BATCH_BUCKETS));
         let object_lookups = Counters::<1>::default();
+        let run_lookups = Counters::<1>::default();
         let http_responses = Counters::<1>::default();
         let schedule_fires = Counters::<3>::default();
         // Every series of the fixed label sets is made here, so the page shows each from the
@@ -274,6 +310,8 @@ impl Default for Metrics {
             object_lookups: LookupOutcome::ALL.map(|outcome| {
                 object_lookups.get_or_create_owned(&[("outcome", outcome.as_str())])
             }),
+            run_lookups: RunLookupOutcome::ALL
+                .map(|outcome| run_lookups.get_or_create_owned(&[("outcome", outcome.as_str())])),
             http_responses: STATUS_CLASSES
                 .map(|class| http_responses.get_or_create_owned(&[("status_class", class)])),
             schedule_fires: PerScheduler::from_fn(|s| {
@@ -320,6 +358,7 @@ impl Default for Metrics {
             metrics.cron_lag.clone(),
         );
         register(registry, "scheduler_object_lookups_total", object_lookups);
+        register(registry, "scheduler_run_lookups_total", run_lookups);
         register(registry, "scheduler_http_responses_total", http_responses);
         register(registry, "scheduler_schedule_fires_total", schedule_fires);
         register(
@@ -367,6 +406,11 @@ impl Metrics {
     /// Records `n` object lookups that ended as `outcome`.
     pub fn object_lookups(&self, outcome: LookupOutcome, n: u64) {
         self.object_lookups[outcome as usize].inc_by(n);
+    }
+
+    /// Records `n` pieces of planned work whose last run Bytes was asked for, ended as `outcome`.
+    pub fn run_lookups(&self, outcome: RunLookupOutcome, n: u64) {
+        self.run_lookups[outcome as usize].inc_by(n);
     }
 
     /// Records one due fire of a schedule decided and committed: fired (`skipped` is `None`) or

@@ -11,13 +11,16 @@
 //! strategy reads (`rescore`). Whatever the strategy, work that ran less than its plugin's
 //! interval (else the grace period) ago is not planned again (mula's gate; `within_grace`).
 
+mod bytes_runs;
 mod post_push;
 mod rescore;
 pub mod rules;
 
+pub use bytes_runs::BytesRuns;
+
 pub use post_push::PushLinker;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::clients::catalogue::{Catalogue, CatalogueError};
@@ -88,6 +91,18 @@ pub struct Planner {
     pub schedules: Option<(Schedules, Cadence)>,
     /// Each scheduler's CalculateScore strategy.
     pub scorer: Arc<Scorer>,
+    /// Bytes, asked when work the table has no finished run of last ran (mula's check before
+    /// every push); none: the table's word alone.
+    pub runs: Option<BytesRuns>,
+}
+
+/// Planned work held back by its grace period that may have no schedule yet.
+struct Held {
+    request: PushRequest,
+    cron: Option<String>,
+    interval: Option<chrono::Duration>,
+    /// When it last ran, if known.
+    ran: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// What schedule a planned boefje task gets: its plugin's cron expression and interval, or none
@@ -197,9 +212,10 @@ impl Planner {
                 }
             };
             let mut planned = Vec::new();
-            let runs = rules::boefje_tasks(event, &plugins, priority)
-                .into_iter()
-                .filter(|t| only.is_none_or(|id| t.data["boefje"]["id"] == id));
+            let runs = match only {
+                None => rules::boefje_tasks(event, &plugins, priority),
+                Some(id) => rules::enabled_boefje_tasks(event, &plugins, id, priority),
+            };
             for mut task in runs {
                 match self.siblings(&mut task, event, &plugins).await {
                     Ok(siblings) => {
@@ -268,11 +284,14 @@ impl Planner {
             .map(|r| hash_for(SchedulerId::Boefje, &r.data).unwrap_or_default())
             .collect();
         // Read whatever the strategy: the grace gate below needs the last runs too.
-        let history = self
+        let mut history = self
             .broker
             .last_runs(hashes.clone())
             .await
             .map_err(|e| PlanError::Passing(e.to_string()))?;
+        let known: HashSet<String> = history.keys().cloned().collect();
+        self.runs_in_bytes(requests, &hashes, &mut history, now)
+            .await;
         let waits: Vec<chrono::Duration> = plans
             .iter()
             .map(|plan| {
@@ -286,8 +305,23 @@ impl Planner {
         let within = within_grace(requests, &hashes, &history, &waits, now);
         let mut keep = Vec::with_capacity(requests.len());
         let mut inputs = Vec::with_capacity(requests.len());
+        let mut unscheduled = Vec::new();
         for (i, r) in requests.iter_mut().enumerate() {
             if within[i] {
+                // Work that ran where the table does not show it (Bytes said so) has no
+                // schedule yet: it gets one, due when its wait ends, or it would not come
+                // back until its object changes.
+                if !known.contains(&hashes[i])
+                    && let Some((cron, interval)) = &plans[i]
+                {
+                    let ran = history.get(&hashes[i]).map(|(t, _)| t.and_utc());
+                    unscheduled.push(Held {
+                        request: r.clone(),
+                        cron: cron.clone(),
+                        interval: *interval,
+                        ran,
+                    });
+                }
                 keep.push(false);
                 continue;
             }
@@ -319,7 +353,98 @@ impl Planner {
         owners.retain(|_| *k.next().unwrap_or(&true));
         let mut k = keep.iter();
         plans.retain(|_| *k.next().unwrap_or(&true));
+        self.schedule_alone(unscheduled).await?;
         Ok(inputs)
+    }
+
+    /// Adds to `history` when Bytes says the boefje of each request the table has no run of
+    /// last ran on its object (see [`BytesRuns`]); nothing without Bytes.
+    async fn runs_in_bytes(
+        &self,
+        requests: &[PushRequest],
+        hashes: &[String],
+        history: &mut HashMap<String, (chrono::NaiveDateTime, bool)>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) {
+        let Some(runs) = &self.runs else {
+            return;
+        };
+        let mut at = Vec::new();
+        let mut asks = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            if history.contains_key(&hashes[i]) || hashes[i].is_empty() {
+                continue;
+            }
+            let boefje = r.data.get("boefje").and_then(|b| b.get("id"));
+            let ooi = r.data.get("input_ooi");
+            if let (Some(boefje), Some(ooi)) = (
+                boefje.and_then(serde_json::Value::as_str),
+                ooi.and_then(serde_json::Value::as_str),
+            ) {
+                at.push(i);
+                asks.push(bytes_runs::Ask {
+                    organisation: &r.organisation,
+                    input_ooi: ooi,
+                    boefje,
+                });
+            }
+        }
+        let found = runs.last_runs(&asks, now).await;
+        for (i, ran) in at.into_iter().zip(found) {
+            if let Some(t) = ran {
+                // Bytes does not say whether a run failed.
+                history.insert(hashes[i].clone(), (t.naive_utc(), false));
+            }
+        }
+    }
+
+    /// Writes a schedule for work held back by its grace period that has none (mula's
+    /// `post_push` would have written it when the work was pushed): due when its wait after the
+    /// run ends, or at its cron's next fire. A schedule its hash has already is kept.
+    async fn schedule_alone(&self, work: Vec<Held>) -> Result<(), PlanError> {
+        let Some((schedules, cadence)) = &self.schedules else {
+            return Ok(());
+        };
+        if work.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let rows: Vec<_> = work
+            .into_iter()
+            .filter_map(|h| {
+                let from = if h.cron.is_some() {
+                    now
+                } else {
+                    h.ran.unwrap_or(now)
+                };
+                self.seed_row(schedules, cadence, &h.request, h.cron, h.interval, from)
+            })
+            .collect();
+        schedules
+            .ensure(rows)
+            .await
+            .map_err(|e| PlanError::Passing(e.to_string()))
+    }
+
+    /// The schedule `r`'s hash gets when it has none: its cron's next fire after `from`, else
+    /// `from` + its wait + the key's spread.
+    fn seed_row(
+        &self,
+        schedules: &Schedules,
+        cadence: &Cadence,
+        r: &PushRequest,
+        cron: Option<String>,
+        interval: Option<chrono::Duration>,
+        from: chrono::DateTime<chrono::Utc>,
+    ) -> Option<crate::storage::schedules::ScheduleRow> {
+        let key = serde_json::Value::Object(r.data.clone()).to_string();
+        let seed = Seed {
+            organisation: r.organisation.clone(),
+            data: r.data.clone(),
+            deadline_at: cadence.next(&key, cron.as_deref(), Some(interval), from),
+            cron,
+        };
+        schedules.link_row(SchedulerId::Boefje, seed)
     }
 
     /// Gives each task the schedule its hash gets if it has none, due next (`None` in `plans`: a
@@ -338,14 +463,7 @@ impl Planner {
             let Some((cron, interval)) = plan else {
                 continue;
             };
-            let key = serde_json::Value::Object(r.data.clone()).to_string();
-            let seed = Seed {
-                organisation: r.organisation.clone(),
-                data: r.data.clone(),
-                deadline_at: cadence.next(&key, cron.as_deref(), Some(interval), now),
-                cron,
-            };
-            r.link = schedules.link_row(SchedulerId::Boefje, seed);
+            r.link = self.seed_row(schedules, cadence, r, cron, interval, now);
         }
     }
 

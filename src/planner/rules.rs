@@ -31,6 +31,32 @@ pub fn boefje_tasks(event: &ObjectEvent, plugins: &[Plugin], priority: i64) -> V
         .collect()
 }
 
+/// The task of one boefje newly enabled in the event's organisation, if it may scan the object:
+/// whatever operations its `run_on` names, as mula's `process_new_boefjes` plans every boefje it
+/// finds enabled (an event-only boefje enabled later otherwise waits for the object to change).
+pub fn enabled_boefje_tasks(
+    event: &ObjectEvent,
+    plugins: &[Plugin],
+    boefje: &str,
+    priority: i64,
+) -> Vec<PushRequest> {
+    let Some(object) = &event.object else {
+        return Vec::new();
+    };
+    plugins
+        .iter()
+        .filter(|p| p.id == boefje)
+        .filter(|p| p.may_scan(&object.object_type, object.scan_level))
+        .map(|p| {
+            push(
+                &event.organisation,
+                priority,
+                boefje_data(p, &event.reference, &event.organisation),
+            )
+        })
+        .collect()
+}
+
 /// A boefje task's payload (mula's `BoefjeTask`).
 pub fn boefje_data(p: &Plugin, reference: &str, organisation: &str) -> Value {
     json!({
@@ -221,6 +247,47 @@ mod tests {
             ..event
         };
         assert!(boefje_tasks(&delete, &plugins, 7).is_empty());
+    }
+
+    #[test]
+    fn a_boefje_enabled_later_runs_on_what_it_may_scan_whatever_its_run_on() {
+        let on_update = Plugin {
+            run_on: Some(vec!["update".into()]),
+            ..plugin("cert-check", PluginType::Boefje, &["Hostname"], Some(1))
+        };
+        let plugins = vec![
+            on_update.clone(),
+            plugin("dns-records", PluginType::Boefje, &["Hostname"], Some(1)),
+            plugin("intrusive", PluginType::Boefje, &["Hostname"], Some(3)),
+        ];
+        let event = ObjectEvent {
+            operation: Operation::Create,
+            organisation: "org1".into(),
+            reference: "Hostname|internet|a.nl".into(),
+            object: Some(ObjectState {
+                object_type: "Hostname".into(),
+                scan_level: Some(2),
+                scan_profile_type: None,
+            }),
+        };
+        // An event plans it only on the operations it names.
+        let ids = |tasks: Vec<PushRequest>| -> Vec<String> {
+            tasks
+                .iter()
+                .map(|t| t.data["boefje"]["id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(ids(boefje_tasks(&event, &plugins, 7)), ["dns-records"]);
+        assert_eq!(
+            ids(enabled_boefje_tasks(&event, &plugins, "cert-check", 7)),
+            ["cert-check"]
+        );
+        assert!(enabled_boefje_tasks(&event, &plugins, "intrusive", 7).is_empty());
+        let disabled = vec![Plugin {
+            enabled: false,
+            ..on_update
+        }];
+        assert!(enabled_boefje_tasks(&event, &disabled, "cert-check", 7).is_empty());
     }
 
     #[test]

@@ -347,6 +347,20 @@ impl Schedules {
         })
     }
 
+    /// Writes each of `rows` whose hash has no schedule yet; a hash's schedule is kept as it is.
+    pub async fn ensure(&self, rows: Vec<ScheduleRow>) -> Result<(), ScheduleError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // No transaction: a schedule written is written whatever becomes of the rest, and
+        // writing again keeps it.
+        self.db(move |c| {
+            schedules::ensure(c, &rows)?;
+            Ok(())
+        })
+        .await
+    }
+
     /// A page of `scheduler`'s due schedules (`enabled`, `deadline_at <= now`), oldest due first,
     /// after `(deadline, id)` when given: what rescheduling fires.
     pub async fn due(

@@ -4,9 +4,12 @@
 //! from a later pass marked gone and their tasks cancelled, and nothing found gone that Octopoes
 //! still holds (short pages, unreadable objects, a listing short of its count).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use kat_scheduler::domain::SchedulerId;
 use serde_json::Value;
 
@@ -733,11 +736,19 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
         p["enabled"] = serde_json::json!(enabled);
         p
     };
+    // A boefje that runs only on updates: enabled later, it is planned on what it may scan all
+    // the same, as mula plans every boefje it finds enabled.
+    let ports = |enabled: bool| {
+        let mut p = katalogus_boefje("port-check", &["IPAddressV4"], 2, false);
+        p["enabled"] = serde_json::json!(enabled);
+        p["run_on"] = serde_json::json!(["update"]);
+        p
+    };
     katalogus
         .plugins
         .lock()
         .unwrap()
-        .insert("org1".into(), vec![dns.clone(), nmap(false)]);
+        .insert("org1".into(), vec![dns.clone(), nmap(false), ports(false)]);
     let k = katalogus.serve();
     let url = k.url.clone();
     let Some(s) = Setup::with(backend, move |c| {
@@ -777,7 +788,7 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
         .plugins
         .lock()
         .unwrap()
-        .insert("org1".into(), vec![dns.clone(), nmap(true)]);
+        .insert("org1".into(), vec![dns.clone(), nmap(true), ports(true)]);
     s.octopoes.fail_from("org1", Some(0));
     s.app.catalogue.refresh().await;
     s.looks(2).await;
@@ -795,31 +806,219 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
         .insert("org1".into(), vec![1]);
     s.looks(3).await;
     let mut expected = dns_work.clone();
-    for n in [1, 4] {
-        expected.push((
-            "nmap".to_owned(),
-            format!("IPAddressV4|internet|10.0.0.{n}"),
-        ));
+    for boefje in ["nmap", "port-check"] {
+        for n in [1, 4] {
+            expected.push((
+                boefje.to_owned(),
+                format!("IPAddressV4|internet|10.0.0.{n}"),
+            ));
+        }
     }
     expected.sort();
     assert_eq!(
         s.work("org1").await,
         expected,
-        "level 1 is below nmap's 2; 10.0.0.2 is not listed"
+        "level 1 is below the boefjes' 2; 10.0.0.2 is not listed"
     );
     assert_eq!(
         s.coldstart_health().await["tasks_planned_for_new_boefjes"],
-        2
+        4
     );
 
     s.looks(4).await;
     assert_eq!(
         s.coldstart_health().await["tasks_planned_for_new_boefjes"],
-        2
+        4
     );
 }
 
+/// A boefje run as Bytes keeps it: the boefje, when it started, when it ended.
+type BoefjeRun = (String, DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// Bytes as the scheduler's client meets it: a token at `POST /token`, and each object's boefje
+/// runs at `GET /bytes/boefje_meta`, newest start first, `limit` of them, of one boefje when
+/// `boefje_id` is given. `runs` maps an object to its runs (boefje, started, ended); `failing`
+/// answers every listing with a 500.
+struct BytesState {
+    runs: Arc<Mutex<HashMap<String, Vec<BoefjeRun>>>>,
+    failing: Arc<AtomicBool>,
+}
+
+impl BytesState {
+    fn serve(&self) -> Stub {
+        let (runs, failing) = (self.runs.clone(), self.failing.clone());
+        Stub::start(move |seen| match seen.path.as_str() {
+            "/token" => {
+                Reply::json(serde_json::json!({"access_token": "t1", "token_type": "bearer"}))
+            }
+            "/bytes/boefje_meta" if failing.load(Ordering::SeqCst) => {
+                Reply::status(500, r#"{"detail":"Internal Server Error"}"#)
+            }
+            "/bytes/boefje_meta" => {
+                let ooi = seen.param("input_ooi").unwrap_or_default();
+                let limit: usize = seen.param("limit").unwrap().parse().unwrap();
+                let mut of: Vec<_> = runs
+                    .lock()
+                    .unwrap()
+                    .get(ooi)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(b, _, _)| seen.param("boefje_id").is_none_or(|id| id == b))
+                    .collect();
+                of.sort_by_key(|(_, started, _)| std::cmp::Reverse(*started));
+                let metas: Vec<Value> = of
+                    .into_iter()
+                    .take(limit)
+                    .map(|(boefje, started, ended)| {
+                        serde_json::json!({
+                            "id": uuid::Uuid::new_v4(), "boefje": {"id": boefje, "version": null},
+                            "input_ooi": ooi, "arguments": {}, "organization": seen.param("organization"),
+                            "runnable_hash": null, "environment": {},
+                            "started_at": started.to_rfc3339(), "ended_at": ended.map(|e| e.to_rfc3339()),
+                        })
+                    })
+                    .collect();
+                Reply::json(Value::Array(metas))
+            }
+            _ => Reply::status(404, r#"{"detail":"Not Found"}"#),
+        })
+    }
+}
+
+async fn work_bytes_saw_run_within_its_grace_period_waits_for_its_schedule(backend: Backend) {
+    let bytes = BytesState {
+        runs: Arc::default(),
+        failing: Arc::default(),
+    };
+    let stub = bytes.serve();
+    let url = stub.url.clone();
+    let Some(s) = Setup::with(backend, move |c| {
+        c.clients.bytes_api = url;
+        c.clients.bytes_username = "scheduler".into();
+        c.clients.bytes_password = "secret".into();
+    })
+    .await
+    else {
+        return;
+    };
+    let now = s.app.now();
+    let host = |n: usize| format!("Hostname|internet|org1-h{n}.nl");
+    let hours = chrono::Duration::hours;
+    {
+        let mut runs = bytes.runs.lock().unwrap();
+        let dns = |started, ended| ("dns-records".to_owned(), started, ended);
+        // h0 ran an hour ago, within the grace period of a day; h1 two days ago.
+        runs.insert(host(0), vec![dns(now - hours(2), Some(now - hours(1)))]);
+        runs.insert(host(1), vec![dns(now - hours(49), Some(now - hours(48)))]);
+        // h2 never ran. h3 is running, started ten minutes ago.
+        runs.insert(
+            host(3),
+            vec![dns(now - chrono::Duration::minutes(10), None)],
+        );
+        // h4 ran three hours ago, behind a full page of other boefjes' later runs.
+        let mut h4 = vec![dns(now - hours(4), Some(now - hours(3)))];
+        for i in 0..50 {
+            let t = now - chrono::Duration::minutes(i);
+            h4.push((format!("other-{i}"), t, Some(t)));
+        }
+        runs.insert(host(4), h4);
+    }
+    s.rounds(1).await;
+    let dns = |n: usize| ("dns-records".to_owned(), host(n));
+    assert_eq!(s.work("org1").await, vec![dns(1), dns(2)]);
+    assert_eq!(
+        s.work("org2").await.len(),
+        7,
+        "Bytes has no run of org2's work"
+    );
+    assert_eq!(
+        s.app
+            .metric("scheduler_run_lookups_total{outcome=\"ran\"}")
+            .await,
+        4.0
+    );
+    assert_eq!(
+        s.app
+            .metric("scheduler_run_lookups_total{outcome=\"none\"}")
+            .await,
+        8.0
+    );
+    // The work held back has its schedule, due a grace period after its run.
+    let page: Value = s
+        .app
+        .get("/schedules?scheduler_id=boefje&organisation=org1&limit=100")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut deadlines: Vec<(String, String)> = page["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["data"]["input_ooi"].as_str().unwrap().to_owned(),
+                s["deadline_at"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    deadlines.sort();
+    let due = |t: DateTime<Utc>| {
+        (t + chrono::Duration::days(1))
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let at = |d: &str| d.get(..19).unwrap().to_owned();
+    let deadlines: Vec<(String, String)> =
+        deadlines.into_iter().map(|(o, d)| (o, at(&d))).collect();
+    assert_eq!(
+        deadlines,
+        vec![
+            (host(0), due(now - hours(1))),
+            (host(1), due(now)),
+            (host(2), due(now)),
+            (host(3), due(now - chrono::Duration::minutes(10))),
+            (host(4), due(now - hours(3))),
+        ]
+    );
+
+    // Bytes fails: new objects are planned as the table says, not held.
+    bytes.failing.store(true, Ordering::SeqCst);
+    let mut objects = hostnames("org1", 7);
+    s.octopoes.set("org1", objects.clone());
+    bytes
+        .runs
+        .lock()
+        .unwrap()
+        .insert(host(5), vec![("dns-records".to_owned(), now, Some(now))]);
+    s.app.advance(hours(2));
+    s.rounds(2).await;
+    assert_eq!(s.work("org1").await, vec![dns(1), dns(2), dns(5), dns(6)]);
+    assert!(
+        s.app
+            .metric("scheduler_run_lookups_total{outcome=\"failed\"}")
+            .await
+            >= 1.0
+    );
+
+    // Bytes answers again, after its backoff: a new object's recent run holds its work back.
+    bytes.failing.store(false, Ordering::SeqCst);
+    objects.extend(hostnames("org1", 8).into_iter().skip(7));
+    s.octopoes.set("org1", objects);
+    let later = s.app.now();
+    bytes.runs.lock().unwrap().insert(
+        host(7),
+        vec![("dns-records".to_owned(), later, Some(later))],
+    );
+    s.app.advance(hours(2));
+    s.rounds(3).await;
+    assert_eq!(s.work("org1").await, vec![dns(1), dns(2), dns(5), dns(6)]);
+    drop(stub);
+}
+
 crate::backend_tests!(
+    work_bytes_saw_run_within_its_grace_period_waits_for_its_schedule,
     a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoes_holds,
     an_object_octopoes_cannot_list_fails_only_itself,
     an_organisation_octopoes_has_no_node_for_is_paged_as_empty,
