@@ -218,3 +218,79 @@ async fn object(
 fn when(meta: &BoefjeMeta) -> Option<DateTime<Utc>> {
     meta.ended_at.or(meta.started_at)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::clients::http::Backoff as Retries;
+    use crate::clients::http::stub::Stub;
+
+    /// Bytes answering `org1`'s object runs, or 500 while `failing`.
+    fn stub(failing: Arc<AtomicBool>) -> Stub {
+        Stub::start(move |s| match s.path.as_str() {
+            "/token" => (200, r#"{"access_token":"t1"}"#.into()),
+            _ if failing.load(Ordering::SeqCst) => (500, r#"{"detail":"boom"}"#.into()),
+            _ => (
+                200,
+                r#"[{"id": "6f1a3f5e-9b4c-4d8e-8a57-0f6b2a1c9d10", "boefje": {"id": "dns-records"},
+                     "started_at": "2026-01-01T10:00:00", "ended_at": null}]"#
+                    .into(),
+            ),
+        })
+    }
+
+    fn runs(stub: &Stub) -> BytesRuns {
+        let bytes = Bytes::new(&stub.base, "u", "p", Duration::from_secs(5))
+            .unwrap()
+            .with_backoff(Retries {
+                attempts: 1,
+                ..Retries::default()
+            });
+        BytesRuns::new(bytes, Arc::new(Metrics::default()))
+    }
+
+    fn listings(stub: &Stub) -> usize {
+        stub.seen()
+            .iter()
+            .filter(|s| s.path == "/bytes/boefje_meta")
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_failing_bytes_answers_nothing_and_is_asked_again_only_after_its_backoff() {
+        let failing = Arc::new(AtomicBool::new(true));
+        let stub = stub(failing.clone());
+        let runs = runs(&stub);
+        let asks = [
+            Ask {
+                organisation: "org1",
+                input_ooi: "Hostname|internet|a.nl",
+                boefje: "dns-records",
+            },
+            Ask {
+                organisation: "org1",
+                input_ooi: "Hostname|internet|a.nl",
+                boefje: "nmap",
+            },
+        ];
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+        assert_eq!(runs.last_runs(&asks, t0).await, [None, None]);
+        assert_eq!(listings(&stub), 1, "one call for the object's two boefjes");
+
+        // Within the backoff Bytes is not asked, even once it would answer.
+        failing.store(false, Ordering::SeqCst);
+        let t1 = t0 + chrono::Duration::seconds(4);
+        assert_eq!(runs.last_runs(&asks, t1).await, [None, None]);
+        assert_eq!(listings(&stub), 1);
+
+        // After it, Bytes' word counts: dns-records runs still, started at ten.
+        let t2 = t0 + chrono::Duration::seconds(6);
+        let started = Utc.with_ymd_and_hms(2026, 1, 1, 10, 0, 0).unwrap();
+        assert_eq!(runs.last_runs(&asks, t2).await, [Some(started), None]);
+        assert_eq!(listings(&stub), 2);
+    }
+}
