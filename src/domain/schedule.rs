@@ -75,7 +75,9 @@ pub struct Schedule {
     pub created_at: DateTime<Utc>,
     /// When it last changed.
     pub modified_at: DateTime<Utc>,
-    /// Why the scheduler disabled it (its plugin or object is gone, or no longer permitted).
+    /// Why the scheduler disabled it (its plugin or object is gone, or no longer permitted);
+    /// such a schedule is enabled again when its work is planned again. Null for a schedule a
+    /// client disabled.
     pub disabled_reason: Option<String>,
 }
 

@@ -10,8 +10,8 @@
 //! again), else the event's, which is Octopoes' own. A boefje's level is Katalogus' of now; while
 //! Katalogus cannot answer, the catalogue's last copy's. A plugin's scan level is part of its
 //! definition, which changes only with a new version of it, and erring on the copy's side errs
-//! towards not scanning; the cancelled work comes back with its schedule's next fire once the
-//! level allows it again.
+//! towards not scanning; the cancelled work is planned again by the event that raises the level,
+//! and its schedule, if a fire disabled it meanwhile, is enabled again then.
 //!
 //! Updates are looked at, and deletes Octopoes contradicts (the object was created again since
 //! the delete, and its earlier life's work waits; weighed at Octopoes' level of now, and left

@@ -303,6 +303,14 @@ impl Planner {
             })
             .collect();
         let within = within_grace(requests, &hashes, &history, &waits, now);
+        // Work planned, held back or not, is work its plugin and object permit now: a schedule
+        // a fire disabled for what no longer holds is enabled again.
+        let revive: Vec<String> = hashes
+            .iter()
+            .zip(plans.iter())
+            .filter(|(h, plan)| plan.is_some() && !h.is_empty())
+            .map(|(h, _)| h.clone())
+            .collect();
         let mut keep = Vec::with_capacity(requests.len());
         let mut inputs = Vec::with_capacity(requests.len());
         let mut unscheduled = Vec::new();
@@ -354,7 +362,28 @@ impl Planner {
         let mut k = keep.iter();
         plans.retain(|_| *k.next().unwrap_or(&true));
         self.schedule_alone(unscheduled).await?;
+        self.revive(revive).await?;
         Ok(inputs)
+    }
+
+    /// Enables again the schedules of `hashes` a fire disabled (a plugin gone or disabled, an
+    /// object gone or its level too low, then back), as mula does not: there a clearance lowered
+    /// for a day, or a host deleted and created again, ends its recurring scans for good.
+    async fn revive(&self, hashes: Vec<String>) -> Result<(), PlanError> {
+        let Some((schedules, _)) = &self.schedules else {
+            return Ok(());
+        };
+        match schedules.revive(hashes).await {
+            Ok(0) => Ok(()),
+            Ok(n) => {
+                tracing::info!(
+                    schedules = n,
+                    "schedules disabled by a fire enabled again: their work is planned again"
+                );
+                Ok(())
+            }
+            Err(e) => Err(PlanError::Passing(e.to_string())),
+        }
     }
 
     /// Adds to `history` when Bytes says the boefje of each request the table has no run of

@@ -361,6 +361,18 @@ impl Schedules {
         .await
     }
 
+    /// Enables again the schedules of `hashes` that a fire disabled (see
+    /// [`schedules::revive`]): work planned again is work its plugin and object permit now.
+    /// Answers how many.
+    pub async fn revive(&self, hashes: Vec<String>) -> Result<usize, ScheduleError> {
+        if hashes.is_empty() {
+            return Ok(0);
+        }
+        let now = self.clock.now().naive_utc();
+        self.db(move |c| Ok(schedules::revive(c, &hashes, now)?))
+            .await
+    }
+
     /// A page of `scheduler`'s due schedules (`enabled`, `deadline_at <= now`), oldest due first,
     /// after `(deadline, id)` when given: what rescheduling fires.
     pub async fn due(

@@ -227,10 +227,11 @@ fn change_in(conn: &mut AnyConnection, id: &str, change: &ScheduleChange) -> Que
             .bind(data.as_str());
     }
     if let Some(enabled) = change.enabled {
-        q.push(", enabled = ").bind(Bind::Bool(enabled));
-        if enabled {
-            q.push(", disabled_reason = NULL");
-        }
+        // Either way the state is now the client's: a schedule it disabled has no reason of the
+        // service's, so nothing the service plans enables it again ([`revive`]).
+        q.push(", enabled = ")
+            .bind(Bind::Bool(enabled))
+            .push(", disabled_reason = NULL");
     }
     if let Some(schedule) = &change.schedule {
         q.push(", schedule = ")
@@ -456,6 +457,40 @@ pub fn disable(conn: &mut AnyConnection, d: &Disable, now: NaiveDateTime) -> Que
         .push(" AND enabled AND modified_at = ")
         .bind(d.read);
     Ok(q.execute(conn)? == 1)
+}
+
+/// Hashes [`revive`] names in one statement at most.
+const REVIVE_CHUNK: usize = 500;
+
+/// Enables again the schedules of `hashes` that the service disabled (`disabled_reason` set: a
+/// fire found the plugin gone or disabled, the object gone or its scan level too low), due no
+/// earlier than `now`; a schedule a client disabled (no reason) is left alone. Answers how many.
+pub fn revive(
+    conn: &mut AnyConnection,
+    hashes: &[String],
+    now: NaiveDateTime,
+) -> QueryResult<usize> {
+    let mut revived = 0;
+    for chunk in hashes.chunks(REVIVE_CHUNK) {
+        let mut q = sql(conn, "UPDATE schedules SET enabled = ");
+        q.bind(Bind::Bool(true))
+            .push(", disabled_reason = NULL, modified_at = ")
+            .bind(now)
+            .push(", deadline_at = CASE WHEN deadline_at < ")
+            .bind(now)
+            .push(" THEN ")
+            .bind(now)
+            .push(" ELSE deadline_at END WHERE hash IN (");
+        for (i, h) in chunk.iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
+            }
+            q.bind(h.as_str());
+        }
+        q.push(") AND NOT enabled AND disabled_reason IS NOT NULL");
+        revived += q.execute(conn)?;
+    }
+    Ok(revived)
 }
 
 /// Schedule rows [`ensure`] writes with one statement at most.

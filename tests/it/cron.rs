@@ -1002,7 +1002,140 @@ async fn only_finished_tasks_unchanged_for_the_retention_are_pruned(backend: Bac
     );
 }
 
+/// An object event for `reference` of org1, a hostname at `level` (none: a delete).
+fn hostname_event(
+    operation: kat_scheduler::domain::event::Operation,
+    reference: &str,
+    level: Option<i64>,
+) -> kat_scheduler::domain::event::ObjectEvent {
+    kat_scheduler::domain::event::ObjectEvent {
+        operation,
+        organisation: "org1".into(),
+        reference: reference.into(),
+        object: level.map(|l| kat_scheduler::domain::event::ObjectState {
+            object_type: "Hostname".into(),
+            scan_level: Some(l),
+            scan_profile_type: None,
+        }),
+    }
+}
+
+async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_again(
+    backend: Backend,
+) {
+    use kat_scheduler::domain::event::Operation;
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(&catalogue, CATALOGUE).unwrap();
+    let c = catalogue.to_string_lossy().into_owned();
+    let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = c).await else {
+        return;
+    };
+    app.clock.set(midnight());
+    // low.nl's clearance is lowered to 0, deleted.nl deleted; user.nl may be scanned, but a
+    // user disabled its schedule; kept.nl's level is 0 too, and after the fire disabled its
+    // schedule the user disabled it as well.
+    let frontier = app.frontier();
+    let low = "Hostname|internet|low.nl";
+    let deleted = "Hostname|internet|deleted.nl";
+    let user = "Hostname|internet|user.nl";
+    let kept = "Hostname|internet|kept.nl";
+    for event in [
+        hostname_event(Operation::Create, low, Some(0)),
+        hostname_event(Operation::Create, kept, Some(0)),
+        hostname_event(Operation::Delete, deleted, None),
+        hostname_event(Operation::Create, user, Some(2)),
+    ] {
+        frontier
+            .apply_objects(&[&event], midnight().naive_utc())
+            .await
+            .unwrap();
+    }
+    let mut ids = HashMap::new();
+    for ooi in [low, deleted, user, kept] {
+        let body = json!({"scheduler_id": "boefje", "organisation": "org1",
+            "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+            "data": {"boefje": {"id": "dns-records"}, "input_ooi": ooi, "organization": "org1"}});
+        let s = create_schedule(&app, body).await;
+        ids.insert(ooi, s["id"].as_str().unwrap().to_owned());
+    }
+    let resp = app
+        .patch(
+            &format!("/schedules/{}", ids[user]),
+            &json!({"enabled": false}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 0, skipped 0, disabled 3, waiting 0"
+    );
+    let resp = app
+        .patch(
+            &format!("/schedules/{}", ids[kept]),
+            &json!({"enabled": false}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let state = |ooi: &'static str| {
+        let path = format!("/schedules/{}", ids[ooi]);
+        let app = &app;
+        async move {
+            let s: Value = app.get(&path).await.json().await.unwrap();
+            (
+                s["enabled"].as_bool().unwrap(),
+                s["disabled_reason"].clone(),
+            )
+        }
+    };
+    assert!(!state(low).await.0);
+    assert!(!state(deleted).await.0);
+
+    // The clearance is raised again, the host created again, and user.nl changes: each plans
+    // its work, and the schedules the fire disabled come back, due now; the user's does not.
+    app.advance(Duration::minutes(5));
+    let events = [
+        hostname_event(Operation::Update, low, Some(1)),
+        hostname_event(Operation::Create, deleted, Some(1)),
+        hostname_event(Operation::Update, user, Some(2)),
+        hostname_event(Operation::Update, kept, Some(1)),
+    ];
+    let refs: Vec<_> = events.iter().collect();
+    frontier
+        .apply_objects(&refs, app.now().naive_utc())
+        .await
+        .unwrap();
+    let planned = app.planner.objects(&refs).await;
+    assert_eq!(planned, vec![Ok(1), Ok(1), Ok(1), Ok(1)]);
+    assert_eq!(state(low).await, (true, Value::Null));
+    assert_eq!(state(deleted).await, (true, Value::Null));
+    assert_eq!(state(user).await, (false, Value::Null));
+    assert_eq!(state(kept).await, (false, Value::Null));
+    let s: Value = app
+        .get(&format!("/schedules/{}", ids[low]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        s["deadline_at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
+        app.now()
+    );
+    // Their next fire finds the work planned and moves on: nothing runs twice.
+    let report = app.tick(SchedulerId::Boefje).await;
+    assert_eq!(
+        report.entries["reschedule"].summary,
+        "fired 0, skipped 2, disabled 0, waiting 0"
+    );
+}
+
 crate::backend_tests!(
+    a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_again,
     a_recipe_edited_while_its_run_is_running_runs_again_after_it,
     work_run_by_hand_before_its_deadline_waits_out_its_interval,
     grace_period_work_waits_by_its_due_moment_and_is_explained_as_of_the_time_asked,

@@ -246,6 +246,8 @@ pub struct TestApp {
     pub cron: kat_scheduler::cron::Cron,
     /// The plugin catalogue (a test refreshes it as the background refresh would).
     pub catalogue: kat_scheduler::clients::catalogue::Catalogue,
+    /// The planner, handed events as the listener hands them.
+    pub planner: kat_scheduler::planner::Planner,
     token: CancellationToken,
     join: Option<JoinHandle<anyhow::Result<()>>>,
     pub db: TestDb,
@@ -304,7 +306,8 @@ impl TestApp {
         let listener = app.listener_status();
         let coldstart = app.coldstart_status();
         let cron = app.cron();
-        let catalogue = app.planner().catalogue;
+        let planner = app.planner();
+        let catalogue = planner.catalogue.clone();
         let token = CancellationToken::new();
         let join = tokio::spawn(app.run_until_stopped(token.clone()));
         TestApp {
@@ -322,6 +325,7 @@ impl TestApp {
             coldstart,
             cron,
             catalogue,
+            planner,
             token,
             join: Some(join),
             db,
