@@ -491,21 +491,17 @@ impl Reschedule {
             let hashes: Vec<String> = idx.iter().filter_map(|&i| rows[i].hash.clone()).collect();
             // Read whatever the strategy: the grace gate below needs the last runs too.
             let history = self.broker.last_runs(hashes).await.unwrap_or_default();
-            // The objects, and the plugins to decide by where one refuses its schedule's object
-            // (which disables the schedule for good too: confirmed with Octopoes, the object's
-            // level, and Katalogus, the plugin's).
+            // The objects as Octopoes holds them now, not as the frontier's rows say: a fire
+            // runs a scan, which cannot be undone, and a row may lag a clearance lowered or an
+            // object deleted (an event still queued or dead-lettered, a listener that was
+            // down); mula asks Octopoes on every fire too. Then the plugins to decide by where
+            // one refuses its schedule's object (which disables the schedule for good:
+            // confirmed with Katalogus, the plugin's level and types).
             let known = async {
-                let mut objects = self.lookup.objects(org, &refs, budget).await?;
+                let objects = self.lookup.confirmed(org, &refs, budget).await?;
                 let confirmed = self
-                    .confirm_refusals(
-                        org,
-                        plugins,
-                        &data,
-                        &mut objects,
-                        budget,
-                        &mut katalogus_hung,
-                    )
-                    .await?;
+                    .confirm_refusals(org, plugins, &data, &objects, &mut katalogus_hung)
+                    .await;
                 Ok::<_, StorageError>((objects, confirmed))
             }
             .await;
@@ -623,57 +619,22 @@ impl Reschedule {
 
     /// The plugins to decide `data`'s schedules by where one would be disabled as not
     /// permitted, and why they are unconfirmed. A refusal disables for good, so it stands only on
-    /// the word of now of both sides: the objects' levels are asked of Octopoes first
-    /// ([`Self::confirm_levels`]); a plugin that still refuses its object has the list confirmed
-    /// with Katalogus ([`Self::confirm_plugins`]), since the plugin's level and types in a copy
-    /// kept while Katalogus fails may predate Katalogus' own, and a list that came back changed
-    /// has its refusals' levels asked again.
+    /// the word of now of both sides: `objects` are Octopoes' (asked for every fire); a plugin
+    /// that refuses its object has the list confirmed with Katalogus
+    /// ([`Self::confirm_plugins`]), since the plugin's level and types in a copy kept while
+    /// Katalogus fails may predate Katalogus' own.
     async fn confirm_refusals(
         &self,
         org: &str,
         plugins: Arc<[Plugin]>,
         data: &[Map<String, Value>],
-        objects: &mut HashMap<String, Known>,
-        budget: &AtomicUsize,
+        objects: &HashMap<String, Known>,
         hung: &mut Option<String>,
-    ) -> Result<(Arc<[Plugin]>, Option<String>), StorageError> {
-        self.confirm_levels(org, &plugins, data, objects, budget)
-            .await?;
+    ) -> (Arc<[Plugin]>, Option<String>) {
         if !data.iter().any(|d| refuses(&plugins, d, objects)) {
-            return Ok((plugins, None));
+            return (plugins, None);
         }
-        let before = plugins.clone();
-        let (plugins, why) = self.confirm_plugins(org, plugins, true, hung).await;
-        if !Arc::ptr_eq(&before, &plugins) {
-            self.confirm_levels(org, &plugins, data, objects, budget)
-                .await?;
-        }
-        Ok((plugins, why))
-    }
-
-    /// Asks Octopoes again about the objects `objects` holds as present at a scan level too
-    /// low for their schedule's plugin, and takes its answers in. A level too low disables the
-    /// schedule for good, so that is decided on Octopoes' word of now: the frontier's row may lag
-    /// it (a raised clearance whose event is still queued, or was dead-lettered, until the next
-    /// ColdStart pass). An object Octopoes cannot answer for now waits.
-    async fn confirm_levels(
-        &self,
-        org: &str,
-        plugins: &[Plugin],
-        data: &[Map<String, Value>],
-        objects: &mut HashMap<String, Known>,
-        budget: &AtomicUsize,
-    ) -> Result<(), StorageError> {
-        let too_low: Vec<String> = data
-            .iter()
-            .filter(|d| refuses(plugins, d, objects))
-            .filter_map(|d| d.get("input_ooi").and_then(Value::as_str))
-            .map(str::to_owned)
-            .collect();
-        if !too_low.is_empty() {
-            objects.extend(self.lookup.confirmed(org, &too_low, budget).await?);
-        }
-        Ok(())
+        self.confirm_plugins(org, plugins, true, hung).await
     }
 
     /// The wait of a boefje schedule without cron: its plugin's interval, else the grace period.

@@ -1,11 +1,12 @@
 //! What is known of objects the frontier is asked about: the frontier is a mirror of Octopoes
 //! fed by events and ColdStart, never the verdict. It lacks objects of organisations Katalogus
 //! does not list, objects created while the listener was down or before it started, everything
-//! while the first ColdStart runs and everything right after a switch from mula. So an object
-//! the frontier lacks is asked of Octopoes (mula's `GET /{org}/object`), the answer recorded in
-//! the frontier, and only Octopoes' own "not found" says gone. A row marked gone is asked again
-//! too (the object may have come back with no event announcing it); only with no Octopoes to ask
-//! does the row's word stand.
+//! while the first ColdStart runs and everything right after a switch from mula; and its rows
+//! lag Octopoes by an event's delivery, or for good when an event was dead-lettered. So an
+//! object a decision that cannot be undone rests on (a fire, a disable, a cancel) is asked of
+//! Octopoes (mula's `GET /{org}/object`, which mula asks on every fire), the answer recorded in
+//! the frontier, and only Octopoes' own "not found" says gone. Only with no Octopoes to ask does
+//! a row's word stand.
 //!
 //! Octopoes unreachable, slow or erroring leaves the object [`Known::Unavailable`]: the caller
 //! waits rather than decides. Calls are bounded (a budget per caller's run, a few at a time) and
@@ -97,57 +98,28 @@ impl ObjectLookup {
         self.octopoes.is_some()
     }
 
-    /// What is known of `references` of `organisation`. Objects the frontier lacks are asked of
-    /// Octopoes while `budget` lasts (each call takes one); Octopoes' answers are recorded in
-    /// the frontier before they are returned. A storage error is the caller's to handle (it
-    /// knows nothing then).
-    pub async fn objects(
-        &self,
-        organisation: &str,
-        references: &[String],
-        budget: &AtomicUsize,
-    ) -> Result<HashMap<String, Known>, StorageError> {
-        self.known(organisation, references, budget, false).await
-    }
-
     /// What Octopoes says now of `references` of `organisation`, whatever the frontier holds:
-    /// for a decision that cannot be undone on what the frontier's row says of a present
-    /// object (a scan level too low disables a schedule), since that row may lag Octopoes (an
-    /// event not yet delivered, or dead-lettered; ColdStart passes daily). Asked and recorded
-    /// as [`Self::objects`] asks what the frontier lacks, within the same budget and backoff;
-    /// with no Octopoes to ask, the frontier's rows are the best word there is.
+    /// for decisions that cannot be undone (a fire runs its scan; a scan level too low or an
+    /// object gone disables a schedule), since a frontier row may lag Octopoes (an event not yet
+    /// delivered, or dead-lettered; ColdStart passes daily) and a row marked gone may have come
+    /// back with no event announcing it. Octopoes is asked within `budget` (each call takes one)
+    /// and the organisation's backoff, and its answers recorded in the frontier before they are
+    /// returned; with no Octopoes to ask, the frontier's rows are the best word there is. A
+    /// storage error is the caller's to handle (it knows nothing then).
     pub async fn confirmed(
         &self,
         organisation: &str,
         references: &[String],
         budget: &AtomicUsize,
     ) -> Result<HashMap<String, Known>, StorageError> {
-        self.known(organisation, references, budget, true).await
-    }
-
-    /// [`Self::objects`], and with `ask_present` the objects the frontier holds as present
-    /// asked of Octopoes too ([`Self::confirmed`]).
-    async fn known(
-        &self,
-        organisation: &str,
-        references: &[String],
-        budget: &AtomicUsize,
-        ask_present: bool,
-    ) -> Result<HashMap<String, Known>, StorageError> {
-        let rows = self.frontier.objects(organisation, references).await?;
-        // A row marked gone is a mirror too: the object may have come back while no event
-        // announced it. With Octopoes to ask, only its "not found" says gone; without, the row
-        // is the best word there is.
-        let ask = self.octopoes.is_some();
-        let mut out: HashMap<String, Known> = rows
-            .into_iter()
-            .filter_map(|r| match r.gone_at {
-                Some(_) if ask => None,
-                Some(_) => Some((r.reference, Known::Gone)),
-                None if ask && ask_present => None,
-                None => Some((r.reference.clone(), Known::Present(r))),
-            })
-            .collect();
+        let mut out: HashMap<String, Known> = HashMap::new();
+        if self.octopoes.is_none() {
+            let rows = self.frontier.objects(organisation, references).await?;
+            out.extend(rows.into_iter().map(|r| match r.gone_at {
+                Some(_) => (r.reference, Known::Gone),
+                None => (r.reference.clone(), Known::Present(r)),
+            }));
+        }
         let mut missing: Vec<String> = references
             .iter()
             .filter(|r| !out.contains_key(*r))

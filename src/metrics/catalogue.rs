@@ -300,7 +300,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_object_lookups_total",
         Kind::Counter,
         "outcome",
-        "Objects asked of Octopoes because the frontier lacked them: found, not_found, failed (no answer that says anything) or deferred (backing off, or the run's budget spent).",
+        "Objects asked of Octopoes before a decision that cannot be undone (a schedule's fire or disable, a cancel; the frontier is a mirror): found, not_found, failed (no answer that says anything) or deferred (backing off, or the run's budget spent).",
     ),
     family(
         "scheduler_run_lookups_total",

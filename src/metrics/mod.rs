@@ -115,7 +115,7 @@ impl Op {
     }
 }
 
-/// How one object lookup in Octopoes ended (the frontier lacked the object).
+/// How one object lookup in Octopoes ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LookupOutcome {
     /// Octopoes holds it.
@@ -241,7 +241,7 @@ pub struct Metrics {
     cron_failures: Counters<2>,
     /// How late each entry's last run started after the time of its tick, in seconds.
     cron_lag: Labelled<Labels<2>, Gauge<f64, AtomicU64>>,
-    /// Objects asked of Octopoes because the frontier lacked them, by [`LookupOutcome`].
+    /// Objects asked of Octopoes before a decision that cannot be undone, by [`LookupOutcome`].
     object_lookups: [Counter; LookupOutcome::ALL.len()],
     /// Planned work without a finished run in the table, asked of Bytes, by [`RunLookupOutcome`].
     run_lookups: [Counter; RunLookupOutcome::ALL.len()],

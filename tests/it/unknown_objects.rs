@@ -2,7 +2,8 @@
 //! schedule whose object the frontier lacks (an organisation Katalogus does not list, so
 //! ColdStart never paged it, and no event announced the object) is asked of Octopoes: fired when
 //! Octopoes holds the object, disabled only on Octopoes' own "not found", and left waiting (its
-//! deadline kept) while Octopoes cannot answer, to fire once when it can.
+//! deadline kept) while Octopoes cannot answer, to fire once when it can. One whose object the
+//! frontier holds is asked too: a fire scans only what Octopoes permits now.
 
 use std::collections::HashMap;
 
@@ -191,7 +192,6 @@ async fn a_due_schedule_whose_object_only_octopoes_holds_fires_and_only_octopoes
     );
     assert_eq!(deadline(&n), midnight() - Duration::minutes(1));
 
-    // The frontier learnt Octopoes' answers: the next fires ask Octopoes nothing for them.
     let asked = s.object_calls();
     assert_eq!(asked, 302);
     for t in &tasks {
@@ -202,17 +202,64 @@ async fn a_due_schedule_whose_object_only_octopoes_holds_fires_and_only_octopoes
     s.app.clock.advance(Duration::minutes(61));
     let summary = s.reschedule().await;
     assert!(summary.starts_with("fired 300,"), "{summary}");
-    assert_eq!(
-        s.object_calls(),
-        asked + 1,
-        "only the organisation Octopoes has no node for is asked again"
-    );
+    // The frontier learnt Octopoes' answers, yet every fire asks again: a fire runs the scan,
+    // and the row may lag a clearance lowered or an object deleted.
+    assert_eq!(s.object_calls(), asked + 301);
     let metrics = s.app.get("/metrics").await.text().await.unwrap();
     assert!(
-        metrics.contains("scheduler_object_lookups_total{outcome=\"found\"} 300"),
+        metrics.contains("scheduler_object_lookups_total{outcome=\"found\"} 600"),
         "{metrics}"
     );
     assert!(metrics.contains("scheduler_object_lookups_total{outcome=\"not_found\"} 1"));
+}
+
+/// The frontier's row says the object may be scanned, but Octopoes has since lowered its
+/// clearance, or deleted it, and no event told the service (a listener down, an event
+/// dead-lettered): a fire asks Octopoes and scans nothing it may not.
+async fn a_fire_scans_only_what_octopoes_permits_now_whatever_the_frontier_s_row_says(
+    backend: Backend,
+) {
+    let Some(s) = Setup::new(backend, 3).await else {
+        return;
+    };
+    let ids: Vec<String> = futures_util::future::join_all((0..3).map(|i| {
+        let s = &s;
+        async move { s.schedule(ORG, &host(i)).await }
+    }))
+    .await;
+    assert_eq!(
+        s.reschedule().await,
+        "fired 3, skipped 0, disabled 0, waiting 0"
+    );
+    for t in s.pop_all().await {
+        s.app
+            .patch_task(&id_of(&t), &json!({"status": "completed"}))
+            .await;
+    }
+    // The frontier now holds the three at level 2. Octopoes lowers h0 to 1, below
+    // dns-records' 2, and deletes h1; nothing announces either.
+    s.octopoes.set(
+        ORG,
+        vec![
+            octopoes_object(&host(0), "Hostname", 1),
+            octopoes_object(&host(2), "Hostname", 2),
+        ],
+    );
+    s.app.clock.advance(Duration::minutes(61));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 2, waiting 0"
+    );
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["data"]["input_ooi"], host(2));
+    let reason = |i: usize| {
+        let s = &s;
+        let id = ids[i].clone();
+        async move { s.get_schedule(&id).await["disabled_reason"].clone() }
+    };
+    assert!(reason(0).await.as_str().unwrap().contains("scan level"));
+    assert!(reason(1).await.as_str().unwrap().contains("is gone"));
 }
 
 async fn octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back(
@@ -565,6 +612,7 @@ async fn holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget(back
 }
 
 crate::backend_tests!(
+    a_fire_scans_only_what_octopoes_permits_now_whatever_the_frontier_s_row_says,
     holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget,
     coldstart_plans_an_object_first_recorded_by_a_lookup,
     a_users_edit_made_while_a_tick_decides_is_not_overwritten,
