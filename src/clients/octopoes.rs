@@ -72,6 +72,9 @@ pub enum Lookup {
     /// A 404 that says nothing of the object (no node for the organisation, not Octopoes'
     /// JSON); why.
     Unanswered(String),
+    /// A 400: Octopoes cannot read this object (its model refuses the stored record, or the
+    /// reference), which says nothing of the others; why.
+    Refused(String),
 }
 
 /// The Octopoes client.
@@ -227,6 +230,15 @@ impl Octopoes {
                     "octopoes /{organisation}/object answered 404 without its JSON detail"
                 )),
             }),
+            // Octopoes' `ValueError` handler: a pydantic `ValidationError` or `TypeNotFound` of
+            // this object's record, or a reference it cannot parse. Octopoes itself is fine.
+            Err(ClientError::Status {
+                status: 400,
+                excerpt,
+                ..
+            }) => Ok(Lookup::Refused(format!(
+                "octopoes cannot read object {reference} of {organisation} (400: {excerpt})"
+            ))),
             Err(e) => Err(e),
         }
     }

@@ -41,6 +41,8 @@ const BACKOFF_CAP_SECS: i64 = 300;
 pub const DEFAULT_BUDGET: usize = 500;
 /// Longest one lookup waits for Octopoes' answers; the unanswered wait for a later try.
 const WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+/// Objects refused by Octopoes that are logged once each; past these, they are not logged.
+const REFUSALS_REMEMBERED: usize = 10_000;
 /// The backoff key of failures of Octopoes itself (unreachable, an error status): they hold
 /// every organisation's lookups back. No organisation id is empty.
 const SERVICE_WIDE: &str = "";
@@ -74,6 +76,8 @@ pub struct ObjectLookup {
     clock: SharedClock,
     metrics: Arc<Metrics>,
     backoff: Arc<Mutex<HashMap<String, Backoff>>>,
+    /// Objects Octopoes refused to read (400), logged once each.
+    refused: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl ObjectLookup {
@@ -90,6 +94,7 @@ impl ObjectLookup {
             clock,
             metrics,
             backoff: Arc::default(),
+            refused: Arc::default(),
         }
     }
 
@@ -193,6 +198,12 @@ impl ObjectLookup {
                     out.insert(reference.clone(), Known::Gone);
                     events.push(event(organisation, &reference, None));
                 }
+                Ok(Lookup::Refused(why)) => {
+                    // This object alone: it waits, and the others are asked as before.
+                    self.metrics.object_lookups(LookupOutcome::Failed, 1);
+                    self.refused_once(organisation, &reference, &why);
+                    out.insert(reference, Known::Unavailable);
+                }
                 Ok(Lookup::Unanswered(why)) => {
                     self.metrics.object_lookups(LookupOutcome::Failed, 1);
                     out.insert(reference, Known::Unavailable);
@@ -291,6 +302,19 @@ impl ObjectLookup {
         }
         rows.extend(held.iter().map(|(org, o)| row(org, reference, o, now)));
         Ok(rows)
+    }
+
+    /// Logs an object Octopoes refused to read the first time it does (it is asked again at
+    /// every tick its schedule is due, and waits meanwhile).
+    fn refused_once(&self, organisation: &str, reference: &str, why: &str) {
+        let mut refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = format!("{organisation}\u{0}{reference}");
+        if refused.len() < REFUSALS_REMEMBERED && refused.insert(key) {
+            warn!(organisation, reference, error = %why, "Octopoes cannot read an object: what rests on it (a schedule's fire) waits until it can; the other objects are asked as before");
+        }
     }
 
     fn backing_off(&self, organisation: &str, now: DateTime<Utc>) -> bool {

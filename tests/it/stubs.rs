@@ -164,6 +164,9 @@ pub fn octopoes_object(reference: &str, object_type: &str, level: i64) -> Value 
 /// The next request for one object can be held until the test lets it go ([`OctopoesState::hold`]),
 /// and requests for one object made to fail (500) while the listing answers
 /// ([`OctopoesState::fail_lookups`]).
+/// Octopoes' 400 for a record its model refuses (its `ValueError` handler on a pydantic error).
+const REFUSED_RECORD: &str = r#"{"detail": "1 validation error for Hostname\nname\n  Field required [type=missing, input_value={'user_id': None}, input_type=dict]"}"#;
+
 #[derive(Clone, Default)]
 pub struct OctopoesState {
     pub objects: Arc<Mutex<HashMap<String, Vec<Value>>>>,
@@ -174,6 +177,9 @@ pub struct OctopoesState {
     pub broken: Arc<Mutex<HashMap<String, Vec<u64>>>>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
     lookups_fail: Arc<std::sync::atomic::AtomicBool>,
+    /// References whose lookup (`GET /{org}/object`) Octopoes answers with a 400, as its model
+    /// refuses the stored record.
+    pub unreadable: Arc<Mutex<HashSet<String>>>,
     pub page_cap: Arc<Mutex<Option<u64>>>,
     pub count_extra: Arc<Mutex<usize>>,
     held: Arc<Mutex<Option<Hold>>>,
@@ -277,6 +283,9 @@ impl OctopoesState {
                         return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
                     }
                     let reference = seen.param("reference").unwrap_or_default();
+                    if state.unreadable.lock().unwrap().contains(reference) {
+                        return Reply::status(400, REFUSED_RECORD);
+                    }
                     let objects = state.objects.lock().unwrap();
                     let Some(all) = objects.get(*org) else {
                         return Reply::status(404, r#"{"detail": "Node not found"}"#);
@@ -307,10 +316,7 @@ impl OctopoesState {
                         at.iter()
                             .any(|&i| i >= offset && i < offset.saturating_add(limit))
                     }) {
-                        return Reply::status(
-                            400,
-                            r#"{"detail": "1 validation error for Hostname\nname\n  Field required [type=missing, input_value={'user_id': None}, input_type=dict]"}"#,
-                        );
+                        return Reply::status(400, REFUSED_RECORD);
                     }
                     let Some(mut all) = state.objects.lock().unwrap().get(*org).cloned() else {
                         return Reply::status(404, r#"{"detail": "Node not found"}"#);

@@ -262,6 +262,41 @@ async fn a_fire_scans_only_what_octopoes_permits_now_whatever_the_frontier_s_row
     assert!(reason(1).await.as_str().unwrap().contains("is gone"));
 }
 
+/// Octopoes answers 400 for one object its model cannot read: that schedule waits, and the
+/// other objects are asked and fire as before (the 400 says nothing of Octopoes itself).
+async fn an_object_octopoes_cannot_read_holds_up_only_its_own_schedule(backend: Backend) {
+    let Some(s) = Setup::new(backend, 3).await else {
+        return;
+    };
+    s.octopoes.unreadable.lock().unwrap().insert(host(0));
+    let broken = s.schedule(ORG, &host(0)).await;
+    s.schedule(ORG, &host(1)).await;
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 1"
+    );
+    // A schedule come due a second later is asked, as Octopoes answers.
+    s.schedule(ORG, &host(2)).await;
+    s.app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 1"
+    );
+    let sch = s.get_schedule(&broken).await;
+    assert_eq!(
+        (sch["enabled"].clone(), deadline(&sch)),
+        (json!(true), midnight() - Duration::minutes(1)),
+        "waits, its deadline kept"
+    );
+    // Once Octopoes can read it, it fires.
+    s.octopoes.unreadable.lock().unwrap().clear();
+    s.app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+}
+
 async fn octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back(
     backend: Backend,
 ) {
@@ -612,6 +647,7 @@ async fn holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget(back
 }
 
 crate::backend_tests!(
+    an_object_octopoes_cannot_read_holds_up_only_its_own_schedule,
     a_fire_scans_only_what_octopoes_permits_now_whatever_the_frontier_s_row_says,
     holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget,
     coldstart_plans_an_object_first_recorded_by_a_lookup,
