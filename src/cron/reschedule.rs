@@ -354,6 +354,14 @@ fn verdict<'a>(
     }
 }
 
+/// The object a schedule's data names (`data.input_ooi`); empty is none, as mula reads it (and
+/// as the work's hash does).
+fn input_ooi(data: &Map<String, Value>) -> Option<&str> {
+    data.get("input_ooi")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+}
+
 /// The boefje a schedule's data names (`data.boefje.id`).
 fn boefje_id(data: &Map<String, Value>) -> &str {
     data.get("boefje")
@@ -372,7 +380,7 @@ fn refuses(
     let Some(p) = plugin_of(plugins, data).filter(|p| p.enabled) else {
         return false;
     };
-    let reference = data.get("input_ooi").and_then(Value::as_str);
+    let reference = input_ooi(data);
     matches!(
         reference.and_then(|r| objects.get(r)),
         Some(Known::Present(o)) if p.permits(&o.object_type, o.scan_level).is_err()
@@ -482,11 +490,7 @@ impl Reschedule {
             let refs: Vec<String> = data
                 .iter()
                 .filter(|d| plugin_of(&plugins, d).is_some_and(|p| p.enabled))
-                .filter_map(|d| {
-                    d.get("input_ooi")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                })
+                .filter_map(|d| input_ooi(d).map(str::to_owned))
                 .collect();
             let hashes: Vec<String> = idx.iter().filter_map(|&i| rows[i].hash.clone()).collect();
             // Read whatever the strategy: the grace gate below needs the last runs too.
@@ -535,12 +539,16 @@ impl Reschedule {
                     ));
                     continue;
                 }
-                let reference = d.get("input_ooi").and_then(Value::as_str);
+                let reference = input_ooi(&d);
                 let known = reference.and_then(|r| objects.get(r));
                 out[i] = Some(match verdict(boefje, plugin, reference, known).split() {
                     Err((fate, then)) => Decision::Hold { fate, then },
                     Ok((p, object)) => 'decided: {
-                        let data = boefje_data(p, reference.unwrap_or_default(), org);
+                        let mut data = boefje_data(p, reference.unwrap_or_default(), org);
+                        if reference.is_none() {
+                            // A boefje without an object: null, as mula's `BoefjeTask` has it.
+                            data["input_ooi"] = Value::Null;
+                        }
                         let last = row.hash.as_ref().and_then(|h| history.get(h));
                         if let Some(held) = self.within_grace(row, p, last, tick.at) {
                             break 'decided held;

@@ -297,6 +297,24 @@ async fn an_object_octopoes_cannot_read_holds_up_only_its_own_schedule(backend: 
     );
 }
 
+/// A schedule whose `input_ooi` is empty names no object, as mula reads it: it fires with
+/// none, and Octopoes is not asked for an object named "".
+async fn a_schedule_with_an_empty_object_fires_without_one(backend: Backend) {
+    let Some(s) = Setup::new(backend, 1).await else {
+        return;
+    };
+    let id = s.schedule(ORG, "").await;
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 0"
+    );
+    assert_eq!(s.object_calls(), 0);
+    let tasks = s.pop_all().await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["schedule_id"].as_str().unwrap(), id);
+    assert_eq!(tasks[0]["data"]["input_ooi"], Value::Null);
+}
+
 async fn octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back(
     backend: Backend,
 ) {
@@ -647,6 +665,7 @@ async fn holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget(back
 }
 
 crate::backend_tests!(
+    a_schedule_with_an_empty_object_fires_without_one,
     an_object_octopoes_cannot_read_holds_up_only_its_own_schedule,
     a_fire_scans_only_what_octopoes_permits_now_whatever_the_frontier_s_row_says,
     holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget,
