@@ -51,6 +51,9 @@ const REFRESH_CONCURRENCY: usize = 8;
 /// still fills the cache when it comes; the caller is told to try again, so an organisation
 /// Katalogus is slow on delays only its own events.
 pub const MISS_WAIT: Duration = Duration::from_secs(2);
+/// How long an organisation Katalogus does not list keeps its cached plugins after it was last
+/// asked for.
+const UNLISTED_KEPT: chrono::Duration = chrono::Duration::hours(1);
 
 /// Why the catalogue cannot answer (for now): the caller retries later.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -199,8 +202,12 @@ struct Inner {
     organisations: Mutex<Option<Cached<Arc<[String]>>>>,
     duplicates: Mutex<HashMap<(String, String), CachedList>>,
     /// One fetch at a time per organisation: a burst of events for an organisation the cache
-    /// has not seen costs one Katalogus call.
+    /// has not seen costs one Katalogus call. An entry lives while a fetch runs or waits.
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// When each organisation Katalogus does not list was last asked for: its cached plugins
+    /// are kept (and refreshed) only while it is asked for, so organisations deleted from
+    /// Katalogus, or made up in pushes, do not pile up over an uptime.
+    asked: Mutex<HashMap<String, DateTime<Utc>>>,
     status: Mutex<CatalogueStatus>,
 }
 
@@ -225,6 +232,7 @@ impl Catalogue {
                 organisations: Mutex::default(),
                 duplicates: Mutex::default(),
                 fetching: Mutex::default(),
+                asked: Mutex::default(),
                 status: Mutex::new(CatalogueStatus {
                     source: name.to_owned(),
                     ..CatalogueStatus::default()
@@ -314,6 +322,16 @@ impl Catalogue {
         if let Source::File(f) = &self.inner.source {
             return Ok(f.plugins(organisation).into());
         }
+        {
+            let now = self.inner.clock.now();
+            let mut asked = lock(&self.inner.asked);
+            match asked.get_mut(organisation) {
+                Some(t) => *t = now,
+                None => {
+                    asked.insert(organisation.to_owned(), now);
+                }
+            }
+        }
         let cached = lock(&self.inner.plugins)
             .get(organisation)
             .map(|c| self.fresh(c).ok_or_else(|| c.value.clone()));
@@ -359,13 +377,23 @@ impl Catalogue {
             // Fetched while this call waited its turn.
             return Ok(v);
         }
-        match client.plugins(organisation).await {
+        let result = match client.plugins(organisation).await {
             Ok(plugins) => Ok(self.store_plugins(organisation, plugins)),
             Err(e) => {
                 self.failed(organisation, &e);
                 Err(CatalogueError::Failed(e.to_string()))
             }
+        };
+        // The gate goes with the last fetch that held it (the map's and this call's own are the
+        // only handles left): a later fetch makes a new one.
+        let mut fetching = lock(&self.inner.fetching);
+        if fetching
+            .get(organisation)
+            .is_some_and(|g| Arc::ptr_eq(g, &gate) && Arc::strong_count(g) <= 2)
+        {
+            fetching.remove(organisation);
         }
+        result
     }
 
     fn store_plugins(&self, organisation: &str, plugins: Vec<Plugin>) -> Arc<[Plugin]> {
@@ -458,16 +486,28 @@ impl Catalogue {
         let Source::Katalogus(client) = &self.inner.source else {
             return 0;
         };
-        let mut orgs: BTreeSet<String> = lock(&self.inner.plugins).keys().cloned().collect();
         // Organisations are read fresh: a new one is fetched before its first event.
         lock(&self.inner.organisations).take();
         let mut failed = 0;
-        match self.organisations().await {
-            Ok(all) => orgs.extend(all.iter().cloned()),
+        let listed: Option<BTreeSet<String>> = match self.organisations().await {
+            Ok(all) => Some(all.iter().cloned().collect()),
             Err(e) => {
                 failed += 1;
                 warn!(error = %e, "catalogue refresh: organisations unavailable");
+                None
             }
+        };
+        let now = self.inner.clock.now();
+        let mut orgs: BTreeSet<String> = lock(&self.inner.plugins).keys().cloned().collect();
+        if let Some(listed) = &listed {
+            // An organisation Katalogus no longer lists is kept while it is asked for (its
+            // objects' events, pushes); else forgotten, so deleted ones do not pile up.
+            let mut asked = lock(&self.inner.asked);
+            asked.retain(|_, at| now - *at < UNLISTED_KEPT);
+            let keep = |org: &String| listed.contains(org) || asked.contains_key(org);
+            orgs.retain(keep);
+            lock(&self.inner.plugins).retain(|org, _| keep(org));
+            orgs.extend(listed.iter().cloned());
         }
         let results: Vec<(String, Result<Vec<Plugin>, _>)> = futures_util::stream::iter(orgs)
             .map(|org| async move {
@@ -668,5 +708,42 @@ organisations = ["org1", "org2"]
         up.store(true, Ordering::SeqCst);
         assert_eq!(c.refresh().await, 0);
         assert_eq!(c.failing_for(), None, "a complete refresh ends it");
+    }
+
+    #[tokio::test]
+    async fn organisations_katalogus_no_longer_lists_are_forgotten_once_nothing_asks_for_them() {
+        use super::super::http::stub::Stub;
+        let stub = Stub::start(|s| match s.path.as_str() {
+            "/v1/organisations" => (200, r#"{"org1": {"id": "org1", "name": "org1"}}"#.into()),
+            _ => (200, "[]".into()),
+        });
+        let clock = Arc::new(crate::clock::ManualClock::new(Utc::now()));
+        let c =
+            Catalogue::from_katalogus(tried_once(&stub), Duration::from_secs(60), clock.clone());
+        // Asked for: a listed organisation, a deleted one and one made up in a push.
+        for org in ["org1", "deleted", "made-up"] {
+            c.plugins(org).await.unwrap();
+        }
+        assert!(
+            lock(&c.inner.fetching).is_empty(),
+            "no gate outlives its fetch"
+        );
+        c.refresh().await;
+        assert_eq!(lock(&c.inner.plugins).len(), 3, "asked for within the hour");
+        // `deleted` is still asked for (its objects' events); `made-up` is not.
+        clock.advance(chrono::Duration::minutes(50));
+        c.plugins("deleted").await.unwrap();
+        clock.advance(chrono::Duration::minutes(20));
+        let before = stub.seen().len();
+        c.refresh().await;
+        let mut kept: Vec<String> = lock(&c.inner.plugins).keys().cloned().collect();
+        kept.sort();
+        assert_eq!(kept, ["deleted", "org1"]);
+        assert!(
+            !stub.seen()[before..]
+                .iter()
+                .any(|s| s.path.contains("made-up")),
+            "a forgotten organisation is not asked of Katalogus"
+        );
     }
 }

@@ -270,7 +270,12 @@ pub struct Throttle {
     held: HashMap<(usize, String), VecDeque<Uuid>>,
     /// Per task in flight: the (rule, value) slots it holds.
     slots: HashMap<Uuid, Vec<(usize, String)>>,
+    /// `sent`'s size that makes the next dispatch forget the values whose span has passed.
+    sweep_at: usize,
 }
+
+/// `sent` entries kept at least before a sweep: the sweep is amortised over as many dispatches.
+const SWEEP_FLOOR: usize = 1024;
 
 impl Throttle {
     /// Limits by these rules.
@@ -399,6 +404,17 @@ impl Throttle {
         }
         if !slots.is_empty() {
             self.slots.insert(id, slots);
+        }
+        // A `*` rule counts every value it ever met (each object, each host): the values whose
+        // span has passed count nothing and are forgotten, once the map has doubled since the
+        // last sweep, so a long uptime's values do not pile up and a sweep costs O(1) a dispatch.
+        if self.sent.len() > self.sweep_at.max(SWEEP_FLOOR) {
+            let rules = &self.rules;
+            self.sent.retain(|(i, _), times| match rules[*i].limit {
+                Limit::Rate { per, .. } => times.back().is_some_and(|t| *t > at - per),
+                Limit::Concurrency { .. } => false,
+            });
+            self.sweep_at = self.sent.len().saturating_mul(2);
         }
     }
 
@@ -591,6 +607,37 @@ mod tests {
                 ("input_ooi=*:1".into(), "Hostname|internet|three".into(), 1)
             ]
         );
+    }
+
+    #[test]
+    fn values_whose_span_has_passed_are_forgotten_as_values_pile_up() {
+        let mut th = Throttle::new(parse_rates("input_ooi=*:2/60").unwrap());
+        for i in 0..3000 {
+            let ooi = format!("Hostname|internet|h{i}.nl");
+            th.dispatched(Uuid::new_v4(), &boefje("dns", &ooi), t(0), false);
+        }
+        assert_eq!(th.sent.len(), 3000, "each value still in its span counts");
+        // A minute later the earlier values count nothing: the next sweep forgets them, and a
+        // value still in its span keeps its count.
+        let recent = "Hostname|internet|recent.nl";
+        th.dispatched(Uuid::new_v4(), &boefje("dns", recent), t(59), false);
+        th.dispatched(Uuid::new_v4(), &boefje("dns", recent), t(59), false);
+        for i in 0..3000 {
+            let ooi = format!("Hostname|internet|later{i}.nl");
+            th.dispatched(Uuid::new_v4(), &boefje("dns", &ooi), t(61), false);
+        }
+        assert!(
+            !th.sent
+                .keys()
+                .any(|(_, v)| v.starts_with("Hostname|internet|h")),
+            "the first minute's values are forgotten"
+        );
+        assert_eq!(th.sent.len(), 3001);
+        assert!(
+            !th.admits(&boefje("dns", recent), t(62)),
+            "still 2 in its minute"
+        );
+        assert!(th.admits(&boefje("dns", recent), t(120)));
     }
 
     #[test]

@@ -333,6 +333,11 @@ impl ObjectLookup {
             .backoff
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A scope not asked again since its backoff passed long ago (an organisation deleted,
+        // never looked up again) is forgotten: its streak is stale, and it would keep the map
+        // from ever being empty, so no outage would be logged as starting again.
+        let stale = now - chrono::Duration::seconds(BACKOFF_CAP_SECS);
+        backoff.retain(|_, b| b.retry_at > stale);
         let first_of_outage = backoff.is_empty();
         let b = backoff.entry(scope.to_owned()).or_insert(Backoff {
             failures: 0,

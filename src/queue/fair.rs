@@ -85,13 +85,18 @@ impl Weights {
     }
 }
 
+/// Passes of organisations that left kept at least before a sweep.
+const SWEEP_FLOOR: usize = 1024;
+
 /// One scheduler's rotation of organisations.
 #[derive(Debug, Default)]
 pub struct FairShare {
     on: bool,
     weights: Weights,
-    /// Every organisation seen since the rotation was built, with its pass. Organisations are
-    /// few (hundreds), so forgetting none is cheaper than deciding when to.
+    /// The organisations with a pass that still counts: those with queued work, and those that
+    /// left ahead of the rotation's time (served more than their turn), which rejoin where they
+    /// left. One that left at or behind it rejoins at the rotation's time whatever its pass,
+    /// so it is forgotten: organisations deleted, or made up in pushes, do not pile up.
     pass: HashMap<Arc<str>, u64>,
     /// The organisations with queued work, by pass (then name, so the order is total).
     active: BTreeSet<(u64, Arc<str>)>,
@@ -127,8 +132,18 @@ impl FairShare {
 
     /// An organisation's queued work ran out: it leaves the rotation.
     pub fn leave(&mut self, org: &Arc<str>) {
-        if let Some(pass) = self.pass.get(org) {
-            self.active.remove(&(*pass, org.clone()));
+        if let Some(&pass) = self.pass.get(org) {
+            self.active.remove(&(pass, org.clone()));
+            if pass <= self.now {
+                self.pass.remove(org);
+            }
+        }
+        // Those that left ahead are forgotten once the rotation's time has passed them, swept
+        // when they outnumber the active ones (so a sweep costs O(1) a leave).
+        if self.pass.len() > 2 * self.active.len() + SWEEP_FLOOR {
+            let (now, active) = (self.now, &self.active);
+            self.pass
+                .retain(|org, pass| *pass > now || active.contains(&(*pass, org.clone())));
         }
     }
 
@@ -247,6 +262,28 @@ mod tests {
         let served = serve(&mut fair, &mut backlog, 20);
         let a = served.iter().filter(|o| &***o == "a").count();
         assert!((9..=11).contains(&a), "{a} of 20");
+    }
+
+    #[test]
+    fn organisations_that_came_and_went_are_forgotten() {
+        let mut fair = FairShare::new(Fairness::Organisation, Weights::default());
+        let mut backlog: HashMap<Arc<str>, usize> = HashMap::new();
+        backlog.insert(org("steady"), 100_000);
+        fair.join(&org("steady"));
+        // Five thousand organisations each bring one task, one after another.
+        for i in 0..5_000 {
+            let o = org(&format!("once{i}"));
+            backlog.insert(o.clone(), 1);
+            fair.join(&o);
+            serve(&mut fair, &mut backlog, 2);
+        }
+        assert!(
+            fair.pass.len() <= 2 + SWEEP_FLOOR + 1,
+            "{}",
+            fair.pass.len()
+        );
+        // The one still here keeps its place.
+        assert_eq!(fair.turn_of("steady"), Some(0));
     }
 
     #[test]
