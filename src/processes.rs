@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// The running background processes, in stop order.
 #[derive(Default)]
@@ -25,12 +25,20 @@ struct Running {
 
 impl Processes {
     /// Starts `run` with a token of its own; the process stops after those registered before it.
-    pub fn spawn<F>(&mut self, name: &'static str, run: impl FnOnce(CancellationToken) -> F)
-    where
+    /// A process that panics, or returns while its token is not cancelled, is started again
+    /// after a pause (1 s doubling to a minute), logged as an error: a background process that
+    /// died would otherwise leave its work undone (events unconsumed, nothing rescheduled) in a
+    /// service that still answers, until someone restarts it. What it held is safe to start
+    /// again from, as after an abort (see [`Self::stop`]).
+    pub fn spawn<F>(
+        &mut self,
+        name: &'static str,
+        run: impl Fn(CancellationToken) -> F + Send + 'static,
+    ) where
         F: Future<Output = ()> + Send + 'static,
     {
         let token = CancellationToken::new();
-        let join = tokio::spawn(run(token.clone()));
+        let join = tokio::spawn(supervise(name, run, token.clone()));
         info!(process = name, "started");
         self.running.push(Running { name, token, join });
     }
@@ -69,6 +77,74 @@ impl Processes {
     }
 }
 
+/// First pause before a process that died is started again; it doubles per death in a row.
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+/// Longest pause between two starts of a process that keeps dying.
+const RESTART_CAP: Duration = Duration::from_secs(60);
+
+/// Aborts the task it holds when dropped: a supervisor aborted at the stop deadline takes its
+/// process with it.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `run` until `token` is cancelled, starting it again whenever it dies before that.
+async fn supervise<F>(
+    name: &'static str,
+    run: impl Fn(CancellationToken) -> F,
+    token: CancellationToken,
+) where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut pause = RESTART_FIRST;
+    loop {
+        let mut task = AbortOnDrop(tokio::spawn(run(token.clone())));
+        let ended = (&mut task.0).await;
+        if token.is_cancelled() {
+            if let Err(e) = ended
+                && e.is_panic()
+            {
+                warn!(process = name, panic = %panic_text(e), "panicked while stopping");
+            }
+            return;
+        }
+        match ended {
+            Ok(()) => {
+                error!(
+                    process = name,
+                    restart_in_secs = pause.as_secs(),
+                    "ended on its own; starting it again"
+                );
+            }
+            Err(e) => {
+                error!(process = name, panic = %panic_text(e), restart_in_secs = pause.as_secs(), "panicked; starting it again");
+            }
+        }
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(RESTART_CAP);
+    }
+}
+
+/// What a task that ended abnormally said: its panic's message, if it was a panic with one.
+fn panic_text(e: tokio::task::JoinError) -> String {
+    if !e.is_panic() {
+        return e.to_string();
+    }
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,16 +158,22 @@ mod tests {
         let second_told = CancellationToken::new();
         let mut ps = Processes::default();
         let (d, told) = (done.clone(), second_told.clone());
-        ps.spawn("listener", move |token| async move {
-            token.cancelled().await;
-            told.cancelled().await;
-            d.lock().unwrap().push("listener");
+        ps.spawn("listener", move |token| {
+            let (d, told) = (d.clone(), told.clone());
+            async move {
+                token.cancelled().await;
+                told.cancelled().await;
+                d.lock().unwrap().push("listener");
+            }
         });
         let (d, told) = (done.clone(), second_told.clone());
-        ps.spawn("ticks", move |token| async move {
-            token.cancelled().await;
-            told.cancel();
-            d.lock().unwrap().push("ticks");
+        ps.spawn("ticks", move |token| {
+            let (d, told) = (d.clone(), told.clone());
+            async move {
+                token.cancelled().await;
+                told.cancel();
+                d.lock().unwrap().push("ticks");
+            }
         });
         assert_eq!(ps.names(), vec!["listener", "ticks"]);
         ps.stop(Duration::from_secs(30)).await;
@@ -111,5 +193,68 @@ mod tests {
         let started = std::time::Instant::now();
         ps.stop(Duration::from_millis(50)).await;
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_that_panics_is_started_again_until_it_is_told_to_stop() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let starts = Arc::new(AtomicUsize::new(0));
+        let (second, mut started_again) = tokio::sync::mpsc::unbounded_channel();
+        let mut ps = Processes::default();
+        let n = starts.clone();
+        ps.spawn("listener", move |token| {
+            let (n, second) = (n.clone(), second.clone());
+            async move {
+                if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                    panic!("a bug in the first session");
+                }
+                let _ = second.send(());
+                token.cancelled().await;
+            }
+        });
+        // Virtual time: the restart's pause passes at once, and so would this bound.
+        tokio::time::timeout(Duration::from_secs(600), started_again.recv())
+            .await
+            .expect("started again within the pause")
+            .expect("the process' sender lives");
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+        ps.stop(Duration::from_secs(30)).await;
+        assert_eq!(
+            starts.load(Ordering::SeqCst),
+            2,
+            "not started again once told to stop"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_aborted_process_is_dropped_with_its_supervisor() {
+        struct Dropped(Arc<Mutex<bool>>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                *self.0.lock().unwrap() = true;
+            }
+        }
+        let dropped = Arc::new(Mutex::new(false));
+        let mut ps = Processes::default();
+        let d = dropped.clone();
+        ps.spawn("stuck", move |_token| {
+            let guard = Dropped(d.clone());
+            async move {
+                let _guard = guard;
+                std::future::pending::<()>().await;
+            }
+        });
+        ps.stop(Duration::from_millis(50)).await;
+        // The abort reaches the process' own task as it is dropped, on the runtime's time.
+        for _ in 0..100 {
+            if *dropped.lock().unwrap() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            *dropped.lock().unwrap(),
+            "the process' task was aborted too"
+        );
     }
 }

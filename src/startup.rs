@@ -608,19 +608,21 @@ impl Application {
         // The listener stops first: unacked messages go back to RabbitMQ before the engines
         // finish.
         if let Some(l) = listener {
-            processes.spawn("AMQP listener", move |token| l.run(token));
+            let l = Arc::new(l);
+            processes.spawn("AMQP listener", move |token| l.clone().run(token));
         }
         if let Some(c) = coldstart {
-            processes.spawn("ColdStart", move |token| c.run(token));
+            let c = Arc::new(c);
+            processes.spawn("ColdStart", move |token| c.clone().run(token));
         }
         if catalogue.is_remote() {
             processes.spawn("catalogue refresh", move |token| {
-                catalogue.run_refresh(token)
+                catalogue.clone().run_refresh(token)
             });
         }
         if !tick.is_zero() {
             processes.spawn("cron ticks", move |token| {
-                crate::cron::ticks::run(cron, clock, tick, owned, token)
+                crate::cron::ticks::run(cron.clone(), clock.clone(), tick, owned.clone(), token)
             });
         }
         shutdown.cancelled().await;

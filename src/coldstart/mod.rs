@@ -331,7 +331,7 @@ enum PassEnd {
 
 impl ColdStart {
     /// Runs a round whenever woken (by the cron entry), until `token` is cancelled.
-    pub async fn run(self, token: CancellationToken) {
+    pub async fn run(self: Arc<Self>, token: CancellationToken) {
         lock(&self.status.figures).state = "idle".into();
         info!(
             interval_secs = self.config.interval.as_secs(),

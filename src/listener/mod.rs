@@ -234,7 +234,7 @@ pub struct Listener {
 
 impl Listener {
     /// Listens until `token` is cancelled, reconnecting whenever the connection is lost.
-    pub async fn run(self, token: CancellationToken) {
+    pub async fn run(self: Arc<Self>, token: CancellationToken) {
         let mut backoff = Backoff::default();
         info!(uri = %redact(&self.config.uri), "AMQP listener starting");
         while !token.is_cancelled() {
