@@ -89,8 +89,17 @@ impl InFlight {
         }
     }
 
-    /// Forgets every row (after a failed batch, the table is read again).
-    pub fn clear(&mut self) {
+    /// Forgets every row (after a failed batch, a rebuild or a lost ownership, the table is read
+    /// again), and their routes: tasks no longer known here would otherwise keep their route
+    /// for good (they finish under another instance, or with a read of the table).
+    pub fn clear(&mut self, routes: &Routes) {
+        let mut shared = routes
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in self.rows.keys() {
+            shared.remove(id);
+        }
         self.rows.clear();
     }
 }
@@ -116,5 +125,25 @@ mod tests {
         assert_eq!(routes.get(&id), None);
         let mut ids = vec![id.to_string()];
         assert!(cache.take_known(&mut ids).is_empty());
+    }
+
+    #[test]
+    fn rows_forgotten_take_their_routes_with_them() {
+        let routes = Routes::default();
+        let mut cache = InFlight::default();
+        let (id, mut r) = row(5, 1);
+        r.status = TaskStatus::Running;
+        cache.record([(&id, &r)].into_iter(), &routes, SchedulerId::Boefje);
+        // Another engine's task keeps its route.
+        let (other, mut o) = row(6, 1);
+        o.status = TaskStatus::Dispatched;
+        o.scheduler_id = SchedulerId::Normalizer.as_str().into();
+        let mut theirs = InFlight::default();
+        theirs.record([(&other, &o)].into_iter(), &routes, SchedulerId::Normalizer);
+        // Ownership lost, or a rebuild: the task may finish elsewhere, never seen here again.
+        cache.clear(&routes);
+        assert_eq!(routes.get(&id), None);
+        assert_eq!(routes.get(&other), Some(SchedulerId::Normalizer));
+        assert!(!cache.knows(&id));
     }
 }

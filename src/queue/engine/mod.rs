@@ -666,7 +666,7 @@ impl Engine {
             if now == 0 {
                 let s = self.scheduler();
                 self.state = QueueState::new(s, self.state.limits.clone());
-                self.in_flight.clear();
+                self.in_flight.clear(&self.routes);
                 self.undelivered.clear();
                 self.publish();
                 info!(scheduler.id = %s, "heap dropped: another instance owns this scheduler");
@@ -735,7 +735,7 @@ impl Engine {
             }
             rebuild::rebuild(c, state, now)
         });
-        self.in_flight.clear();
+        self.in_flight.clear(&self.routes);
         if let Err(e) = result {
             self.dirty = true;
             if let StorageError::Fenced(s) = &e {
