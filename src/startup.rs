@@ -413,14 +413,35 @@ impl Application {
             clock_for_cron.clone(),
             broker.metrics().clone(),
         );
-        // Bytes' runs are asked once each: the next event or pass is the retry.
-        let runs = clients.bytes().map_err(|e| anyhow!(e))?.map(|b| {
-            let b = b.with_backoff(Backoff {
-                attempts: 1,
-                ..Backoff::default()
-            });
-            BytesRuns::new(b, broker.metrics().clone())
-        });
+        let runs = match clients.bytes().map_err(|e| anyhow!(e))? {
+            None => None,
+            Some(b) => {
+                // The history the tasks table holds begins at its oldest task, or now when it
+                // holds none (work from now on runs through it).
+                let earliest = storage::run(&pool, |c| {
+                    Ok::<_, storage::StorageError>(storage::tasks::earliest(c)?)
+                })
+                .await
+                .map_err(|e| anyhow!("reading the oldest task: {e}"))?;
+                let start = clock_for_listener.now();
+                let since = earliest.map_or(start, |t| t.and_utc().min(start));
+                let retention = settings.cron.task_retention_days;
+                let retention = (retention > 0)
+                    .then(|| chrono::Duration::try_days(i64::try_from(retention).ok()?))
+                    .flatten();
+                // Bytes' runs are asked once each: the next event or pass is the retry.
+                let b = b.with_backoff(Backoff {
+                    attempts: 1,
+                    ..Backoff::default()
+                });
+                Some(BytesRuns::new(
+                    b,
+                    since,
+                    retention,
+                    broker.metrics().clone(),
+                ))
+            }
+        };
         let planner = Planner {
             broker: broker.clone(),
             objects: lookup.clone(),

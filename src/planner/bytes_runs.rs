@@ -1,37 +1,31 @@
 //! When planned work last ran, as Bytes recorded it. mula asks Bytes before every boefje push
 //! whether the boefje ran on the object within its grace period, or is running still. Here the
-//! `tasks` table answers for the work this service handed out; Bytes is asked only for work the
-//! table has no finished run of: after a switch from mula without `import-mula`, after history
-//! was pruned (`SCHEDULER_TASK_RETENTION_DAYS`), after a database was started afresh. Without
-//! it, the first ColdStart of such a deployment runs every boefje on every object again at once,
-//! whatever ran an hour before.
+//! `tasks` table answers for the work handed out since its history begins; Bytes is asked only
+//! for work whose wait reaches back before that (the history's horizon): after a switch from
+//! mula without `import-mula`, or a database started afresh, for a grace period (a plugin's
+//! interval, if longer); and where tasks older than `SCHEDULER_TASK_RETENTION_DAYS` are pruned,
+//! for work whose wait is longer. Without it, the first ColdStart of such a deployment runs every
+//! boefje on every object again at once, whatever ran an hour before. Once the history covers
+//! the waits, Bytes is not asked at all, so planning costs it nothing.
 //!
-//! Bytes lists an object's runs newest first, so one call per object and organisation answers
-//! for all its boefjes (a boefje missing from a full page is asked alone). Calls go a few at a
-//! time within a window. Bytes down, slow or refusing never holds work up: what it did not answer
-//! is planned as the table says, as it would be with no Bytes configured, and Bytes is not asked
-//! again before its backoff has passed; the outage is logged once when it starts and once when
-//! it ends, and every piece of work asked about is counted (`scheduler_run_lookups_total`).
+//! Each piece of work is one call, mula's (`boefje_id`, `input_ooi`, `organization`, `limit=1`,
+//! which Bytes' index on organisation and boefje serves), a few at a time. Bytes down, slow or
+//! refusing never holds work up: what it did not answer is planned as the table says, as with no
+//! Bytes configured, and Bytes is not asked again before its backoff has passed (5 s doubling to
+//! 5 min); the outage is logged once when it starts and once when it ends, and every piece of
+//! work asked about is counted (`scheduler_run_lookups_total`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use tracing::{info, warn};
 
-use crate::clients::ClientError;
 use crate::clients::bytes::{BoefjeMeta, Bytes};
 use crate::metrics::{Metrics, RunLookupOutcome};
 
 /// Bytes calls in flight at once.
 const CONCURRENCY: usize = 8;
-/// Runs read per object in one call: an object's boefjes, with room for their reruns.
-const PAGE: usize = 50;
-/// Longest one planning step waits for Bytes; what it has not answered by then is planned as the
-/// table says.
-const WINDOW: Duration = Duration::from_secs(5);
 /// First wait before Bytes is asked again after a failure; it doubles per failure in a row.
 const BACKOFF_FIRST_SECS: i64 = 5;
 /// Longest wait between two tries while Bytes keeps failing.
@@ -61,15 +55,36 @@ pub struct BytesRuns {
     bytes: Arc<Bytes>,
     metrics: Arc<Metrics>,
     backoff: Arc<Mutex<Option<Backoff>>>,
+    /// Since when every run is in the tasks table: its oldest task's creation, or the service's
+    /// start when it was empty (work since ran through it).
+    since: DateTime<Utc>,
+    /// Tasks finished longer ago than this are pruned (`SCHEDULER_TASK_RETENTION_DAYS`).
+    retention: Option<chrono::Duration>,
 }
 
 impl BytesRuns {
-    /// Asks `bytes`; counts into `metrics`.
-    pub fn new(bytes: Bytes, metrics: Arc<Metrics>) -> Self {
+    /// Asks `bytes`; the tasks table holds every run since `since`, and those of the last
+    /// `retention` when it prunes; counts into `metrics`.
+    pub fn new(
+        bytes: Bytes,
+        since: DateTime<Utc>,
+        retention: Option<chrono::Duration>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             bytes: Arc::new(bytes),
             metrics,
             backoff: Arc::default(),
+            since,
+            retention,
+        }
+    }
+
+    /// The moment before which the tasks table may lack runs, at `now`.
+    pub fn horizon(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        match self.retention {
+            Some(kept) => self.since.max(now - kept),
+            None => self.since,
         }
     }
 
@@ -81,67 +96,53 @@ impl BytesRuns {
         asks: &[Ask<'_>],
         now: DateTime<Utc>,
     ) -> Vec<Option<DateTime<Utc>>> {
-        let mut out = vec![None; asks.len()];
         if asks.is_empty() {
-            return out;
-        }
-        if self.backing_off(now) {
-            self.metrics
-                .run_lookups(RunLookupOutcome::Deferred, asks.len() as u64);
-            return out;
+            return Vec::new();
         }
         // Owned, so the calls' futures borrow nothing but the client.
-        let mut objects: HashMap<(String, String), Vec<(usize, String)>> = HashMap::new();
-        for (i, a) in asks.iter().enumerate() {
-            objects
-                .entry((a.organisation.to_owned(), a.input_ooi.to_owned()))
-                .or_default()
-                .push((i, a.boefje.to_owned()));
-        }
-        let bytes = self.bytes.clone();
-        let calls = objects.into_iter().map(move |((org, ooi), boefjes)| {
-            let bytes = bytes.clone();
-            async move {
-                let answer = object(&bytes, &org, &ooi, &boefjes).await;
-                (boefjes, answer)
+        let owned: Vec<(String, String, String)> = asks
+            .iter()
+            .map(|a| {
+                (
+                    a.organisation.to_owned(),
+                    a.input_ooi.to_owned(),
+                    a.boefje.to_owned(),
+                )
+            })
+            .collect();
+        let calls = owned.into_iter().map(|(org, ooi, boefje)| async move {
+            // Once a call failed, the rest wait for the backoff: a hung Bytes costs one call's
+            // timeout a backoff, not one per piece of work.
+            if self.backing_off(now) {
+                self.metrics.run_lookups(RunLookupOutcome::Deferred, 1);
+                return None;
+            }
+            match self
+                .bytes
+                .boefje_metas(&org, Some(&ooi), Some(&boefje), 1)
+                .await
+            {
+                Ok(runs) => {
+                    let ran = runs.first().and_then(when);
+                    let outcome = match ran {
+                        Some(_) => RunLookupOutcome::Ran,
+                        None => RunLookupOutcome::None,
+                    };
+                    self.metrics.run_lookups(outcome, 1);
+                    self.answered();
+                    ran
+                }
+                Err(e) => {
+                    self.metrics.run_lookups(RunLookupOutcome::Failed, 1);
+                    self.failed(now, &e.to_string());
+                    None
+                }
             }
         });
-        let mut answers = futures_util::stream::iter(calls).buffer_unordered(CONCURRENCY);
-        let deadline = tokio::time::Instant::now() + WINDOW;
-        let mut failure = None;
-        let mut asked = 0_usize;
-        loop {
-            match tokio::time::timeout_at(deadline, answers.next()).await {
-                Ok(Some((at, Ok(runs)))) => {
-                    asked += at.len();
-                    let ran = runs.iter().filter(|r| r.is_some()).count() as u64;
-                    self.metrics.run_lookups(RunLookupOutcome::Ran, ran);
-                    self.metrics
-                        .run_lookups(RunLookupOutcome::None, at.len() as u64 - ran);
-                    for ((i, _), run) in at.into_iter().zip(runs) {
-                        out[i] = run;
-                    }
-                }
-                Ok(Some((at, Err(e)))) => {
-                    asked += at.len();
-                    self.metrics
-                        .run_lookups(RunLookupOutcome::Failed, at.len() as u64);
-                    failure.get_or_insert(e.to_string());
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    let left = asks.len().saturating_sub(asked) as u64;
-                    self.metrics.run_lookups(RunLookupOutcome::Failed, left);
-                    failure.get_or_insert(format!("no answer within {} s", WINDOW.as_secs()));
-                    break;
-                }
-            }
-        }
-        match failure {
-            Some(why) => self.failed(now, &why),
-            None => self.answered(),
-        }
-        out
+        futures_util::stream::iter(calls)
+            .buffered(CONCURRENCY)
+            .collect()
+            .await
     }
 
     fn backing_off(&self, now: DateTime<Utc>) -> bool {
@@ -156,6 +157,10 @@ impl BytesRuns {
             .backoff
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Calls in flight together fail together: one failure a backoff counts.
+        if backoff.is_some_and(|b| now < b.retry_at) {
+            return;
+        }
         let first_of_outage = backoff.is_none();
         let failures = backoff.map_or(0, |b| b.failures).saturating_add(1);
         let wait = BACKOFF_FIRST_SECS
@@ -183,37 +188,6 @@ impl BytesRuns {
     }
 }
 
-/// The last runs of `boefjes` (each with its ask's index) on one object.
-async fn object(
-    bytes: &Bytes,
-    organisation: &str,
-    input_ooi: &str,
-    boefjes: &[(usize, String)],
-) -> Result<Vec<Option<DateTime<Utc>>>, ClientError> {
-    let page = bytes
-        .boefje_metas(organisation, Some(input_ooi), None, PAGE)
-        .await?;
-    let full = page.len() >= PAGE;
-    let mut out = Vec::with_capacity(boefjes.len());
-    for (_, boefje) in boefjes {
-        // Newest first: the first run of the boefje is its last.
-        let mut run = page
-            .iter()
-            .find(|m| m.boefje.as_ref().is_some_and(|b| &b.id == boefje))
-            .and_then(when);
-        if run.is_none() && full {
-            // The page holds other boefjes' runs only; this one may have run before them.
-            run = bytes
-                .boefje_metas(organisation, Some(input_ooi), Some(boefje), 1)
-                .await?
-                .first()
-                .and_then(when);
-        }
-        out.push(run);
-    }
-    Ok(out)
-}
-
 /// When a run counts as the last: when it ended, else (still running) when it started.
 fn when(meta: &BoefjeMeta) -> Option<DateTime<Utc>> {
     meta.ended_at.or(meta.started_at)
@@ -222,6 +196,7 @@ fn when(meta: &BoefjeMeta) -> Option<DateTime<Utc>> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
 
     use chrono::TimeZone;
 
@@ -234,6 +209,7 @@ mod tests {
         Stub::start(move |s| match s.path.as_str() {
             "/token" => (200, r#"{"access_token":"t1"}"#.into()),
             _ if failing.load(Ordering::SeqCst) => (500, r#"{"detail":"boom"}"#.into()),
+            _ if !s.query.contains("boefje_id=dns-records") => (200, "[]".into()),
             _ => (
                 200,
                 r#"[{"id": "6f1a3f5e-9b4c-4d8e-8a57-0f6b2a1c9d10", "boefje": {"id": "dns-records"},
@@ -250,7 +226,8 @@ mod tests {
                 attempts: 1,
                 ..Retries::default()
             });
-        BytesRuns::new(bytes, Arc::new(Metrics::default()))
+        let since = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        BytesRuns::new(bytes, since, None, Arc::new(Metrics::default()))
     }
 
     fn listings(stub: &Stub) -> usize {
@@ -279,18 +256,54 @@ mod tests {
         ];
         let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
         assert_eq!(runs.last_runs(&asks, t0).await, [None, None]);
-        assert_eq!(listings(&stub), 1, "one call for the object's two boefjes");
+        let failed = listings(&stub);
+        assert!(
+            (1..=2).contains(&failed),
+            "{failed}: those in flight together"
+        );
 
         // Within the backoff Bytes is not asked, even once it would answer.
         failing.store(false, Ordering::SeqCst);
         let t1 = t0 + chrono::Duration::seconds(4);
         assert_eq!(runs.last_runs(&asks, t1).await, [None, None]);
-        assert_eq!(listings(&stub), 1);
+        assert_eq!(listings(&stub), failed);
 
         // After it, Bytes' word counts: dns-records runs still, started at ten.
         let t2 = t0 + chrono::Duration::seconds(6);
         let started = Utc.with_ymd_and_hms(2026, 1, 1, 10, 0, 0).unwrap();
         assert_eq!(runs.last_runs(&asks, t2).await, [Some(started), None]);
-        assert_eq!(listings(&stub), 2);
+        assert_eq!(
+            listings(&stub),
+            failed + 2,
+            "one call for each piece of work"
+        );
+        let asked: Vec<Vec<(String, String)>> = stub
+            .seen()
+            .iter()
+            .filter(|s| s.path == "/bytes/boefje_meta")
+            .map(|s| s.query_pairs())
+            .collect();
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert!(asked.contains(&vec![
+            pair("boefje_id", "nmap"),
+            pair("input_ooi", "Hostname|internet|a.nl"),
+            pair("organization", "org1"),
+            pair("limit", "1"),
+            pair("descending", "true"),
+        ]));
+    }
+
+    #[test]
+    fn the_tables_history_begins_at_its_oldest_task_or_where_pruning_cuts_it() {
+        let since = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        // Never called: the horizon is arithmetic.
+        let bytes = || Bytes::new("http://127.0.0.1:9", "u", "p", Duration::from_secs(5)).unwrap();
+        let metrics = || Arc::new(Metrics::default());
+        let kept = BytesRuns::new(bytes(), since, None, metrics());
+        let later = since + chrono::Duration::days(400);
+        assert_eq!(kept.horizon(later), since);
+        let pruned = BytesRuns::new(bytes(), since, Some(chrono::Duration::days(30)), metrics());
+        assert_eq!(pruned.horizon(later), later - chrono::Duration::days(30));
+        assert_eq!(pruned.horizon(since + chrono::Duration::days(1)), since);
     }
 }

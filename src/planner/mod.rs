@@ -290,8 +290,6 @@ impl Planner {
             .await
             .map_err(|e| PlanError::Passing(e.to_string()))?;
         let known: HashSet<String> = history.keys().cloned().collect();
-        self.runs_in_bytes(requests, &hashes, &mut history, now)
-            .await;
         let waits: Vec<chrono::Duration> = plans
             .iter()
             .map(|plan| {
@@ -302,6 +300,8 @@ impl Planner {
                     })
             })
             .collect();
+        self.runs_in_bytes(requests, &hashes, &waits, &mut history, now)
+            .await;
         let within = within_grace(requests, &hashes, &history, &waits, now);
         // Work planned, held back or not, is work its plugin and object permit now: a schedule
         // a fire disabled for what no longer holds is enabled again.
@@ -387,21 +387,28 @@ impl Planner {
     }
 
     /// Adds to `history` when Bytes says the boefje of each request the table has no run of
-    /// last ran on its object (see [`BytesRuns`]); nothing without Bytes.
+    /// last ran on its object, for the requests whose wait reaches back before the table's
+    /// history (see [`BytesRuns`]); nothing without Bytes.
     async fn runs_in_bytes(
         &self,
         requests: &[PushRequest],
         hashes: &[String],
+        waits: &[chrono::Duration],
         history: &mut HashMap<String, (chrono::NaiveDateTime, bool)>,
         now: chrono::DateTime<chrono::Utc>,
     ) {
         let Some(runs) = &self.runs else {
             return;
         };
+        let horizon = runs.horizon(now);
         let mut at = Vec::new();
         let mut asks = Vec::new();
         for (i, r) in requests.iter().enumerate() {
             if history.contains_key(&hashes[i]) || hashes[i].is_empty() {
+                continue;
+            }
+            // A run within the wait would be in the table: nothing to ask.
+            if now - waits[i] >= horizon {
                 continue;
             }
             let boefje = r.data.get("boefje").and_then(|b| b.get("id"));

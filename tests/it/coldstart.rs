@@ -1014,6 +1014,21 @@ async fn work_bytes_saw_run_within_its_grace_period_waits_for_its_schedule(backe
     s.app.advance(hours(2));
     s.rounds(3).await;
     assert_eq!(s.work("org1").await, vec![dns(1), dns(2), dns(5), dns(6)]);
+
+    // A day after the service started, its tasks table holds every run within the grace
+    // period: Bytes is not asked any more, whatever it says.
+    s.octopoes.set("org1", hostnames("org1", 9));
+    let at = s.app.now();
+    bytes
+        .runs
+        .lock()
+        .unwrap()
+        .insert(host(8), vec![("dns-records".to_owned(), at, Some(at))]);
+    s.app.advance(hours(25));
+    let asked = stub.seen().len();
+    s.rounds(4).await;
+    assert!(s.work("org1").await.contains(&dns(8)));
+    assert_eq!(stub.seen().len(), asked, "Bytes is not asked");
     drop(stub);
 }
 

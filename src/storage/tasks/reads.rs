@@ -18,6 +18,18 @@ pub fn scheduler_of(conn: &mut AnyConnection, id: &str) -> QueryResult<Option<St
         .map(|r| r.scheduler_id))
 }
 
+/// When the oldest task the table holds was created, if it holds any: the start of the history
+/// the table can tell of (`ix_tasks_created_at`).
+pub fn earliest(conn: &mut AnyConnection) -> QueryResult<Option<NaiveDateTime>> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamp>)]
+        at: Option<NaiveDateTime>,
+    }
+    let q = sql(conn, "SELECT MIN(created_at) AS at FROM tasks");
+    Ok(q.load::<Row>(conn)?.into_iter().next().and_then(|r| r.at))
+}
+
 /// The last finished run (completed or failed) of each of these hashes, the latest created as
 /// mula's `get_latest_task_by_hash` reads it: when it finished, and whether it failed.
 ///
