@@ -306,7 +306,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_run_lookups_total",
         Kind::Counter,
         "outcome",
-        "Planned boefje work the table has no finished run of, asked of Bytes (when did the boefje last run on the object?): ran, none, failed (no answer that says anything; the work is planned as the table says) or deferred (Bytes backing off after failures).",
+        "Planned boefje work the table has no finished run of, asked of Bytes (when did the boefje last run on the object?): ran, none, failed (no answer that says anything; the work is planned as the table says) or deferred (Bytes backing off after failures, or the planning step's 30 s spent).",
     ),
     family(
         "scheduler_schedule_fires_total",

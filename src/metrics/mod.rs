@@ -157,7 +157,7 @@ pub enum RunLookupOutcome {
     None = 1,
     /// No answer that says anything: unreachable, slow, an error status, an unreadable body.
     Failed = 2,
-    /// Not asked: Bytes is backing off after failures.
+    /// Not asked: Bytes is backing off after failures, or the planning step's time is spent.
     Deferred = 3,
 }
 

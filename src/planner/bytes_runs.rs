@@ -9,7 +9,8 @@
 //! the waits, Bytes is not asked at all, so planning costs it nothing.
 //!
 //! Each piece of work is one call, mula's (`boefje_id`, `input_ooi`, `organization`, `limit=1`,
-//! which Bytes' index on organisation and boefje serves), a few at a time. Bytes down, slow or
+//! which Bytes' index on organisation and boefje serves), a few at a time, for 30 s at most a
+//! planning step. Bytes down, slow or
 //! refusing never holds work up: what it did not answer is planned as the table says, as with no
 //! Bytes configured, and Bytes is not asked again before its backoff has passed (5 s doubling to
 //! 5 min); the outage is logged once when it starts and once when it ends, and every piece of
@@ -26,6 +27,9 @@ use crate::metrics::{Metrics, RunLookupOutcome};
 
 /// Bytes calls in flight at once.
 const CONCURRENCY: usize = 8;
+/// Longest one planning step goes on asking Bytes: work whose call has not started by then is
+/// planned as the table says (a slow Bytes delays planning by this at most, plus a call).
+const WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 /// First wait before Bytes is asked again after a failure; it doubles per failure in a row.
 const BACKOFF_FIRST_SECS: i64 = 5;
 /// Longest wait between two tries while Bytes keeps failing.
@@ -110,10 +114,11 @@ impl BytesRuns {
                 )
             })
             .collect();
+        let deadline = tokio::time::Instant::now() + WINDOW;
         let calls = owned.into_iter().map(|(org, ooi, boefje)| async move {
             // Once a call failed, the rest wait for the backoff: a hung Bytes costs one call's
             // timeout a backoff, not one per piece of work.
-            if self.backing_off(now) {
+            if self.backing_off(now) || tokio::time::Instant::now() >= deadline {
                 self.metrics.run_lookups(RunLookupOutcome::Deferred, 1);
                 return None;
             }
