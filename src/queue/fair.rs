@@ -93,10 +93,12 @@ const SWEEP_FLOOR: usize = 1024;
 pub struct FairShare {
     on: bool,
     weights: Weights,
-    /// The organisations with a pass that still counts: those with queued work, and those that
-    /// left ahead of the rotation's time (served more than their turn), which rejoin where they
-    /// left. One that left at or behind it rejoins at the rotation's time whatever its pass,
-    /// so it is forgotten: organisations deleted, or made up in pushes, do not pile up.
+    /// Every organisation seen whose pass may still count: those with queued work, and those
+    /// that left ahead of the rotation's time (served more than their turn), which rejoin where
+    /// they left. One that left at or behind it rejoins at the rotation's time whatever its
+    /// pass, so it is forgotten by the sweep at a join: organisations deleted, or made up in
+    /// pushes, do not pile up. (Not at a leave: a pop takes the task out, which may leave, and
+    /// then charges the organisation's pass.)
     pass: HashMap<Arc<str>, u64>,
     /// The organisations with queued work, by pass (then name, so the order is total).
     active: BTreeSet<(u64, Arc<str>)>,
@@ -125,6 +127,13 @@ impl FairShare {
             return;
         }
         let now = self.now;
+        // Those that left at or behind the rotation's time would rejoin at it whatever their
+        // pass: forgotten once they outnumber the active ones (so a sweep costs O(1) a join).
+        if self.pass.len() > 2 * self.active.len() + SWEEP_FLOOR {
+            let active = &self.active;
+            self.pass
+                .retain(|org, pass| *pass > now || active.contains(&(*pass, org.clone())));
+        }
         let pass = self.pass.entry(org.clone()).or_insert(now);
         *pass = (*pass).max(now);
         self.active.insert((*pass, org.clone()));
@@ -132,18 +141,8 @@ impl FairShare {
 
     /// An organisation's queued work ran out: it leaves the rotation.
     pub fn leave(&mut self, org: &Arc<str>) {
-        if let Some(&pass) = self.pass.get(org) {
-            self.active.remove(&(pass, org.clone()));
-            if pass <= self.now {
-                self.pass.remove(org);
-            }
-        }
-        // Those that left ahead are forgotten once the rotation's time has passed them, swept
-        // when they outnumber the active ones (so a sweep costs O(1) a leave).
-        if self.pass.len() > 2 * self.active.len() + SWEEP_FLOOR {
-            let (now, active) = (self.now, &self.active);
-            self.pass
-                .retain(|org, pass| *pass > now || active.contains(&(*pass, org.clone())));
+        if let Some(pass) = self.pass.get(org) {
+            self.active.remove(&(*pass, org.clone()));
         }
     }
 
@@ -270,20 +269,57 @@ mod tests {
         let mut backlog: HashMap<Arc<str>, usize> = HashMap::new();
         backlog.insert(org("steady"), 100_000);
         fair.join(&org("steady"));
-        // Five thousand organisations each bring one task, one after another.
+        // Five thousand organisations each bring one task, one after another; each pop takes
+        // the task out (its organisation leaves) and then charges it, as the heap does.
         for i in 0..5_000 {
             let o = org(&format!("once{i}"));
             backlog.insert(o.clone(), 1);
             fair.join(&o);
-            serve(&mut fair, &mut backlog, 2);
+            for _ in 0..2 {
+                let next = fair.order().next().unwrap().clone();
+                let left = backlog.get_mut(&next).unwrap();
+                *left -= 1;
+                if *left == 0 {
+                    fair.leave(&next);
+                }
+                fair.charge(&next);
+            }
         }
         assert!(
-            fair.pass.len() <= 2 + SWEEP_FLOOR + 1,
+            fair.pass.len() <= 2 * 2 + SWEEP_FLOOR + 1,
             "{}",
             fair.pass.len()
         );
         // The one still here keeps its place.
         assert_eq!(fair.turn_of("steady"), Some(0));
+    }
+
+    #[test]
+    fn an_organisation_served_its_last_task_rejoins_behind_as_it_was_charged() {
+        // One task at a time from `once`, a backlog from `big`: they take turns, in the heap's
+        // order of a pop (the task taken out, its organisation leaving, then charged).
+        let mut fair = FairShare::new(Fairness::Organisation, Weights::default());
+        fair.join(&org("big"));
+        let mut served = Vec::new();
+        for _ in 0..20 {
+            fair.join(&org("once"));
+            loop {
+                let next = fair.order().next().unwrap().clone();
+                if &*next == "once" {
+                    fair.leave(&next);
+                }
+                fair.charge(&next);
+                served.push(next.clone());
+                if &*next == "once" {
+                    break;
+                }
+            }
+        }
+        let big = served.iter().filter(|o| &***o == "big").count();
+        assert!(
+            big >= 18,
+            "{big} of big's between once's 20: they take turns"
+        );
     }
 
     #[test]
