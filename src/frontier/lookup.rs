@@ -41,8 +41,10 @@ const BACKOFF_CAP_SECS: i64 = 300;
 pub const DEFAULT_BUDGET: usize = 500;
 /// Longest one lookup waits for Octopoes' answers; the unanswered wait for a later try.
 const WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
-/// Objects refused by Octopoes that are logged once each; past these, they are not logged.
+/// Objects refused by Octopoes remembered at most (past these, they are asked at every run).
 const REFUSALS_REMEMBERED: usize = 10_000;
+/// How long an object Octopoes refused to read waits before it is asked again.
+const REFUSED_WAIT_SECS: i64 = 300;
 /// The backoff key of failures of Octopoes itself (unreachable, an error status): they hold
 /// every organisation's lookups back. No organisation id is empty.
 const SERVICE_WIDE: &str = "";
@@ -76,8 +78,10 @@ pub struct ObjectLookup {
     clock: SharedClock,
     metrics: Arc<Metrics>,
     backoff: Arc<Mutex<HashMap<String, Backoff>>>,
-    /// Objects Octopoes refused to read (400), logged once each.
-    refused: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Objects Octopoes refused to read (400), each with when to ask again: an object its model
+    /// cannot read stays so until Octopoes changes, and asking again every tick would spend the
+    /// tick's budget of calls on it.
+    refused: Arc<Mutex<HashMap<String, DateTime<Utc>>>>,
 }
 
 impl ObjectLookup {
@@ -118,12 +122,20 @@ impl ObjectLookup {
         budget: &AtomicUsize,
     ) -> Result<HashMap<String, Known>, StorageError> {
         let mut out: HashMap<String, Known> = HashMap::new();
+        let rows = self.frontier.objects(organisation, references).await?;
+        // With Octopoes to ask, the rows only say since when an object is as it is.
+        let mut mirrored: HashMap<String, FrontierRow> = HashMap::new();
         if self.octopoes.is_none() {
-            let rows = self.frontier.objects(organisation, references).await?;
             out.extend(rows.into_iter().map(|r| match r.gone_at {
                 Some(_) => (r.reference, Known::Gone),
                 None => (r.reference.clone(), Known::Present(r)),
             }));
+        } else {
+            mirrored.extend(
+                rows.into_iter()
+                    .filter(|r| r.gone_at.is_none())
+                    .map(|r| (r.reference.clone(), r)),
+            );
         }
         let mut missing: Vec<String> = references
             .iter()
@@ -148,6 +160,12 @@ impl ObjectLookup {
         }
         let mut asked = Vec::new();
         for r in missing {
+            // An object Octopoes could not read waits out its own backoff, costing no call.
+            if self.refused_lately(organisation, &r, now) {
+                self.metrics.object_lookups(LookupOutcome::Deferred, 1);
+                out.insert(r, Known::Unavailable);
+                continue;
+            }
             let took = budget
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
                 .is_ok();
@@ -180,16 +198,33 @@ impl ObjectLookup {
         let mut service_failure: Option<String> = None;
         let mut organisation_failure: Option<String> = None;
         if !unanswered.is_empty() {
-            self.metrics
-                .object_lookups(LookupOutcome::Failed, unanswered.len() as u64);
-            service_failure = Some(format!("no answer within {} s", WINDOW.as_secs()));
+            // Nothing answered: Octopoes is down or hung. Some answered: it is slow for this
+            // many objects, and the rest wait for the next run, without holding anyone back.
+            if answers.is_empty() {
+                self.metrics
+                    .object_lookups(LookupOutcome::Failed, unanswered.len() as u64);
+                service_failure = Some(format!("no answer within {} s", WINDOW.as_secs()));
+            } else {
+                self.metrics
+                    .object_lookups(LookupOutcome::Deferred, unanswered.len() as u64);
+            }
             out.extend(unanswered.into_iter().map(|r| (r, Known::Unavailable)));
         }
         for (reference, answer) in answers {
             match answer {
                 Ok(Lookup::Found(o)) => {
                     self.metrics.object_lookups(LookupOutcome::Found, 1);
-                    let row = row(organisation, &reference, &o, now);
+                    let mut row = row(organisation, &reference, &o, now);
+                    // As the frontier holds it: the object is as it was since then (a change
+                    // of it is what a strategy weighs, not that it was asked about).
+                    if let Some(m) = mirrored.get(&reference).filter(|m| {
+                        (&m.object_type, m.scan_level, &m.scan_profile_type)
+                            == (&row.object_type, row.scan_level, &row.scan_profile_type)
+                    }) {
+                        row.first_seen = m.first_seen;
+                        row.last_seen = m.last_seen;
+                        row.planned = m.planned;
+                    }
                     out.insert(reference.clone(), Known::Present(row));
                     events.push(event(organisation, &reference, Some(&o)));
                 }
@@ -201,7 +236,7 @@ impl ObjectLookup {
                 Ok(Lookup::Refused(why)) => {
                     // This object alone: it waits, and the others are asked as before.
                     self.metrics.object_lookups(LookupOutcome::Failed, 1);
-                    self.refused_once(organisation, &reference, &why);
+                    self.refused_once(organisation, &reference, &why, now);
                     out.insert(reference, Known::Unavailable);
                 }
                 Ok(Lookup::Unanswered(why)) => {
@@ -304,17 +339,35 @@ impl ObjectLookup {
         Ok(rows)
     }
 
-    /// Logs an object Octopoes refused to read the first time it does (it is asked again at
-    /// every tick its schedule is due, and waits meanwhile).
-    fn refused_once(&self, organisation: &str, reference: &str, why: &str) {
+    /// Records an object Octopoes refused to read: it is not asked again for
+    /// [`REFUSED_WAIT_SECS`], and logged the first time.
+    fn refused_once(&self, organisation: &str, reference: &str, why: &str, now: DateTime<Utc>) {
         let mut refused = self
             .refused
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = format!("{organisation}\u{0}{reference}");
-        if refused.len() < REFUSALS_REMEMBERED && refused.insert(key) {
-            warn!(organisation, reference, error = %why, "Octopoes cannot read an object: what rests on it (a schedule's fire) waits until it can; the other objects are asked as before");
+        if refused.len() >= REFUSALS_REMEMBERED {
+            refused.retain(|_, at| *at > now);
         }
+        if refused.len() >= REFUSALS_REMEMBERED {
+            return;
+        }
+        let key = format!("{organisation}\u{0}{reference}");
+        let again = now + chrono::Duration::seconds(REFUSED_WAIT_SECS);
+        if refused.insert(key, again).is_none() {
+            warn!(organisation, reference, error = %why, retry_in_secs = REFUSED_WAIT_SECS, "Octopoes cannot read an object: what rests on it (a schedule's fire) waits until it can; the other objects are asked as before");
+        }
+    }
+
+    /// Whether Octopoes refused to read this object lately (its wait has not passed).
+    fn refused_lately(&self, organisation: &str, reference: &str, now: DateTime<Utc>) -> bool {
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        refused
+            .get(&format!("{organisation}\u{0}{reference}"))
+            .is_some_and(|at| now < *at)
     }
 
     fn backing_off(&self, organisation: &str, now: DateTime<Utc>) -> bool {

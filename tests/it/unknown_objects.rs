@@ -253,6 +253,15 @@ async fn a_fire_scans_only_what_octopoes_permits_now_whatever_the_frontier_s_row
     let tasks = s.pop_all().await;
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks[0]["data"]["input_ooi"], host(2));
+    // Asked of Octopoes, h2 is as it was when it last ran: not a changed object to a strategy.
+    let why: Value = s
+        .app
+        .get(&format!("/tasks/{}/explain", id_of(&tasks[0])))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(why["inputs"]["findings_changed"], false, "{why}");
     let reason = |i: usize| {
         let s = &s;
         let id = ids[i].clone();
@@ -288,9 +297,18 @@ async fn an_object_octopoes_cannot_read_holds_up_only_its_own_schedule(backend: 
         (json!(true), midnight() - Duration::minutes(1)),
         "waits, its deadline kept"
     );
-    // Once Octopoes can read it, it fires.
+    // Octopoes can read it again, but it waits out five minutes before it is asked: an object
+    // Octopoes refuses stays refused until Octopoes changes, and asking every tick would spend
+    // the tick's budget of calls on it.
     s.octopoes.unreadable.lock().unwrap().clear();
+    let calls = s.object_calls();
     s.app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 0, skipped 0, disabled 0, waiting 1"
+    );
+    assert_eq!(s.object_calls(), calls, "not asked within its wait");
+    s.app.clock.advance(Duration::minutes(5));
     assert_eq!(
         s.reschedule().await,
         "fired 1, skipped 0, disabled 0, waiting 0"
@@ -313,6 +331,36 @@ async fn a_schedule_with_an_empty_object_fires_without_one(backend: Backend) {
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks[0]["schedule_id"].as_str().unwrap(), id);
     assert_eq!(tasks[0]["data"]["input_ooi"], Value::Null);
+}
+
+/// Octopoes answers some of a tick's objects within the lookup's window and is slow on the
+/// others: those wait for the next tick, and nobody is held back as if Octopoes were down.
+async fn objects_octopoes_is_slow_on_wait_for_the_next_tick_without_a_backoff(backend: Backend) {
+    let Some(s) = Setup::new(backend, 2).await else {
+        return;
+    };
+    s.schedule(ORG, &host(0)).await;
+    s.schedule(ORG, &host(1)).await;
+    // One lookup hangs past the window (5 s); the other is answered.
+    let mut held = s.octopoes.hold();
+    let release = async {
+        held.arrived().await;
+        held
+    };
+    let (summary, held) = tokio::join!(s.reschedule(), release);
+    assert_eq!(summary, "fired 1, skipped 0, disabled 0, waiting 1");
+    held.release();
+    s.app.clock.advance(Duration::seconds(1));
+    assert_eq!(
+        s.reschedule().await,
+        "fired 1, skipped 0, disabled 0, waiting 0",
+        "asked again at once: no backoff"
+    );
+    let metrics = s.app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("scheduler_object_lookups_total{outcome=\"failed\"} 0"),
+        "{metrics}"
+    );
 }
 
 async fn octopoes_down_during_a_tick_leaves_the_schedule_waiting_and_it_fires_once_when_back(
@@ -665,6 +713,7 @@ async fn holders_the_frontier_lacks_are_asked_of_octopoes_within_the_budget(back
 }
 
 crate::backend_tests!(
+    objects_octopoes_is_slow_on_wait_for_the_next_tick_without_a_backoff,
     a_schedule_with_an_empty_object_fires_without_one,
     an_object_octopoes_cannot_read_holds_up_only_its_own_schedule,
     a_fire_scans_only_what_octopoes_permits_now_whatever_the_frontier_s_row_says,
