@@ -102,8 +102,13 @@ async fn supervise<F>(
 {
     let mut pause = RESTART_FIRST;
     loop {
+        let started = tokio::time::Instant::now();
         let mut task = AbortOnDrop(tokio::spawn(run(token.clone())));
         let ended = (&mut task.0).await;
+        // Deaths "in a row": one that ran a while since the last starts the pauses over.
+        if started.elapsed() >= RESTART_CAP {
+            pause = RESTART_FIRST;
+        }
         if token.is_cancelled() {
             if let Err(e) = ended
                 && e.is_panic()
@@ -256,5 +261,39 @@ mod tests {
             *dropped.lock().unwrap(),
             "the process' task was aborted too"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pause_before_a_restart_starts_over_after_a_process_ran_a_while() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+        let n = Arc::new(AtomicUsize::new(0));
+        let mut ps = Processes::default();
+        let count = n.clone();
+        ps.spawn("listener", move |token| {
+            let (count, started) = (count.clone(), started.clone());
+            async move {
+                let i = count.fetch_add(1, Ordering::SeqCst);
+                let _ = started.send(tokio::time::Instant::now());
+                match i {
+                    // Dies at once three times, then runs two minutes and dies, then stays.
+                    0..=2 => {}
+                    3 => tokio::time::sleep(Duration::from_secs(120)).await,
+                    _ => token.cancelled().await,
+                }
+            }
+        });
+        let mut at = Vec::new();
+        for _ in 0..5 {
+            let t = tokio::time::timeout(Duration::from_secs(3600), starts.recv())
+                .await
+                .expect("started")
+                .expect("sender lives");
+            at.push(t);
+        }
+        let gaps: Vec<u64> = at.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
+        // 1, 2, 4 s after quick deaths; after two minutes' run, 1 s again.
+        assert_eq!(gaps, [1, 2, 4, 121]);
+        ps.stop(Duration::from_secs(30)).await;
     }
 }

@@ -369,21 +369,22 @@ impl Catalogue {
             .entry(organisation.to_owned())
             .or_default()
             .clone();
-        let _turn = gate.lock().await;
-        if let Some(v) = lock(&self.inner.plugins)
+        let turn = gate.lock().await;
+        let fresh = lock(&self.inner.plugins)
             .get(organisation)
-            .and_then(|c| self.fresh(c))
-        {
+            .and_then(|c| self.fresh(c));
+        let result = match fresh {
             // Fetched while this call waited its turn.
-            return Ok(v);
-        }
-        let result = match client.plugins(organisation).await {
-            Ok(plugins) => Ok(self.store_plugins(organisation, plugins)),
-            Err(e) => {
-                self.failed(organisation, &e);
-                Err(CatalogueError::Failed(e.to_string()))
-            }
+            Some(v) => Ok(v),
+            None => match client.plugins(organisation).await {
+                Ok(plugins) => Ok(self.store_plugins(organisation, plugins)),
+                Err(e) => {
+                    self.failed(organisation, &e);
+                    Err(CatalogueError::Failed(e.to_string()))
+                }
+            },
         };
+        drop(turn);
         // The gate goes with the last fetch that held it (the map's and this call's own are the
         // only handles left): a later fetch makes a new one.
         let mut fetching = lock(&self.inner.fetching);

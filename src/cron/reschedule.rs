@@ -303,7 +303,7 @@ fn pushed(
             Then::Keep,
         ),
         Err(e) => {
-            let why = format!("its task is refused: {e}");
+            let why = format!("{}: {e}", crate::domain::fire::TASK_REFUSED);
             (
                 Fate::Skipped {
                     reason: FireReason::TaskRefused,
@@ -565,20 +565,16 @@ impl Reschedule {
                             grace_secs: self.wait(Some(p)).num_seconds(),
                         };
                         let mut decision = self.fire(row, data, Some(p), &input, tick);
-                        // With Katalogus hung this page, the fire goes alone rather than wait.
+                        // With Katalogus hung this page, the fire goes alone rather than wait;
+                        // work without an object has no holders to share it with.
                         if let Decision::Fire {
                             request, siblings, ..
                         } = &mut decision
                             && katalogus_hung.is_none()
+                            && let Some(reference) = reference
                         {
                             *siblings = self
-                                .siblings(
-                                    request,
-                                    org,
-                                    reference.unwrap_or_default(),
-                                    &plugins,
-                                    budget,
-                                )
+                                .siblings(request, org, reference, &plugins, budget)
                                 .await;
                         }
                         decision

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{error, info};
 
 use std::sync::Arc;
 
@@ -50,6 +50,14 @@ pub async fn run(
         tokio::select! {
             () = token.cancelled() => break,
             _ = interval.tick() => {}
+            // A table ends only when its channel closes below, so one ending here panicked:
+            // the ticks end too (the others aborted with the set), to be started again whole
+            // by the process' supervisor, rather than go on without that table.
+            Some(ended) = runners.join_next() => {
+                let why = ended.err().map_or_else(|| "ended".to_owned(), |e| e.to_string());
+                error!(error = %why, "a cron table stopped; the cron ticks stop to be started again");
+                return;
+            }
         }
         let at = clock.now();
         for (component, tx) in &senders {

@@ -86,8 +86,8 @@ impl BytesRuns {
 
     /// The moment before which the tasks table may lack runs, at `now`.
     pub fn horizon(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        match self.retention {
-            Some(kept) => self.since.max(now - kept),
+        match self.retention.and_then(|kept| now.checked_sub_signed(kept)) {
+            Some(cut) => self.since.max(cut),
             None => self.since,
         }
     }

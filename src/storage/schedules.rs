@@ -464,29 +464,54 @@ const REVIVE_CHUNK: usize = 500;
 
 /// Enables again the schedules of `hashes` that the service disabled (`disabled_reason` set: a
 /// fire found the plugin gone or disabled, the object gone or its scan level too low), due no
-/// earlier than `now`; a schedule a client disabled (no reason) is left alone. Answers how many.
+/// earlier than `now`; a schedule a client disabled (no reason) is left alone, and so is one
+/// whose task was refused ([`crate::domain::fire::TASK_REFUSED`]: its data would be again).
+/// Read first, so that the common case (none) writes nothing (on SQLite, an `UPDATE` takes the
+/// database's one write lock whatever it matches). Answers how many.
 pub fn revive(
     conn: &mut AnyConnection,
     hashes: &[String],
     now: NaiveDateTime,
 ) -> QueryResult<usize> {
+    let refused = format!("{}%", crate::domain::fire::TASK_REFUSED);
     let mut revived = 0;
     for chunk in hashes.chunks(REVIVE_CHUNK) {
+        #[derive(QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = Text)]
+            id: String,
+        }
+        let mut read = sql(conn, "SELECT id FROM schedules WHERE hash IN (");
+        for (i, h) in chunk.iter().enumerate() {
+            if i > 0 {
+                read.push(", ");
+            }
+            read.bind(h.as_str());
+        }
+        read.push(
+            ") AND NOT enabled AND disabled_reason IS NOT NULL AND disabled_reason NOT LIKE ",
+        )
+        .bind(refused.as_str());
+        let ids: Vec<String> = read.load::<Id>(conn)?.into_iter().map(|r| r.id).collect();
+        if ids.is_empty() {
+            continue;
+        }
         let mut q = sql(conn, "UPDATE schedules SET enabled = ");
         q.bind(Bind::Bool(true))
             .push(", disabled_reason = NULL, modified_at = ")
             .bind(now)
-            .push(", deadline_at = CASE WHEN deadline_at < ")
+            .push(", deadline_at = CASE WHEN deadline_at IS NULL OR deadline_at < ")
             .bind(now)
             .push(" THEN ")
             .bind(now)
-            .push(" ELSE deadline_at END WHERE hash IN (");
-        for (i, h) in chunk.iter().enumerate() {
+            .push(" ELSE deadline_at END WHERE id IN (");
+        for (i, id) in ids.iter().enumerate() {
             if i > 0 {
                 q.push(", ");
             }
-            q.bind(h.as_str());
+            q.bind(id.as_str());
         }
+        // Still disabled by the service: a client's edit since the read stands.
         q.push(") AND NOT enabled AND disabled_reason IS NOT NULL");
         revived += q.execute(conn)?;
     }

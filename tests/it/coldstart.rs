@@ -916,7 +916,7 @@ async fn work_bytes_saw_run_within_its_grace_period_waits_for_its_schedule(backe
             host(3),
             vec![dns(now - chrono::Duration::minutes(10), None)],
         );
-        // h4 ran three hours ago, behind a full page of other boefjes' later runs.
+        // h4 ran three hours ago, and other boefjes ran on it later.
         let mut h4 = vec![dns(now - hours(4), Some(now - hours(3)))];
         for i in 0..50 {
             let t = now - chrono::Duration::minutes(i);

@@ -1040,9 +1040,11 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
     let deleted = "Hostname|internet|deleted.nl";
     let user = "Hostname|internet|user.nl";
     let kept = "Hostname|internet|kept.nl";
+    let refused = "Hostname|internet|refused.nl";
     for event in [
         hostname_event(Operation::Create, low, Some(0)),
         hostname_event(Operation::Create, kept, Some(0)),
+        hostname_event(Operation::Create, refused, Some(2)),
         hostname_event(Operation::Delete, deleted, None),
         hostname_event(Operation::Create, user, Some(2)),
     ] {
@@ -1052,7 +1054,7 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
             .unwrap();
     }
     let mut ids = HashMap::new();
-    for ooi in [low, deleted, user, kept] {
+    for ooi in [low, deleted, user, kept, refused] {
         let body = json!({"scheduler_id": "boefje", "organisation": "org1",
             "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
             "data": {"boefje": {"id": "dns-records"}, "input_ooi": ooi, "organization": "org1"}});
@@ -1066,6 +1068,17 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
         )
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
+    // refused.nl's earlier fire had its task refused (its data), as no fire of this catalogue
+    // would: written behind the app's back.
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "UPDATE schedules SET enabled = FALSE, \
+             disabled_reason = 'its task is refused: malformed data' WHERE id = '{}'",
+            ids[refused]
+        ),
+    );
     let report = app.tick(SchedulerId::Boefje).await;
     assert_eq!(
         report.entries["reschedule"].summary,
@@ -1078,6 +1091,15 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
         )
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
+    // deleted.nl's schedule has lost its deadline (behind the app's back).
+    behind_its_back(
+        backend,
+        &app.db.uri,
+        &format!(
+            "UPDATE schedules SET deadline_at = NULL WHERE id = '{}'",
+            ids[deleted]
+        ),
+    );
     let state = |ooi: &'static str| {
         let path = format!("/schedules/{}", ids[ooi]);
         let app = &app;
@@ -1100,6 +1122,7 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
         hostname_event(Operation::Create, deleted, Some(1)),
         hostname_event(Operation::Update, user, Some(2)),
         hostname_event(Operation::Update, kept, Some(1)),
+        hostname_event(Operation::Update, refused, Some(2)),
     ];
     let refs: Vec<_> = events.iter().collect();
     frontier
@@ -1107,11 +1130,12 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
         .await
         .unwrap();
     let planned = app.planner.objects(&refs).await;
-    assert_eq!(planned, vec![Ok(1), Ok(1), Ok(1), Ok(1)]);
+    assert_eq!(planned, vec![Ok(1), Ok(1), Ok(1), Ok(1), Ok(1)]);
     assert_eq!(state(low).await, (true, Value::Null));
     assert_eq!(state(deleted).await, (true, Value::Null));
     assert_eq!(state(user).await, (false, Value::Null));
     assert_eq!(state(kept).await, (false, Value::Null));
+    assert!(!state(refused).await.0, "its data would be refused again");
     let s: Value = app
         .get(&format!("/schedules/{}", ids[low]))
         .await
@@ -1125,6 +1149,21 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
             .parse::<DateTime<Utc>>()
             .unwrap(),
         app.now()
+    );
+    let s: Value = app
+        .get(&format!("/schedules/{}", ids[deleted]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        s["deadline_at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
+        app.now(),
+        "a schedule without a deadline comes due now"
     );
     // Their next fire finds the work planned and moves on: nothing runs twice.
     let report = app.tick(SchedulerId::Boefje).await;
