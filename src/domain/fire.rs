@@ -13,11 +13,11 @@ use uuid::Uuid;
 
 use super::SchedulerId;
 
-/// What became of a due fire, in one word.
 /// How a schedule's `disabled_reason` begins when its fire's task was refused (its data): the
 /// work planned again does not enable such a schedule, as its data would be refused again.
 pub const TASK_REFUSED: &str = "its task is refused";
 
+/// What became of a due fire, in one word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FireOutcome {
