@@ -243,10 +243,29 @@ impl Planner {
                 return results;
             }
         };
+        // The hashes of the work with a schedule, to enable again the schedules a fire disabled
+        // once a push made their task; work that already waits (most updates) needs no read.
+        let scheduled: Vec<Option<String>> = requests
+            .iter()
+            .zip(&cadences)
+            .map(|(r, plan)| {
+                plan.as_ref()
+                    .and_then(|_| hash_for(SchedulerId::Boefje, &r.data).ok())
+            })
+            .collect();
         self.link(&mut requests, cadences);
         let waiting = self
             .push(SchedulerId::Boefje, requests, &owners, &mut results)
             .await;
+        let created: Vec<String> = scheduled
+            .into_iter()
+            .zip(&waiting)
+            .filter_map(|(h, w)| if w.is_none() { h } else { None })
+            .collect();
+        if let Err(e) = self.revive(created).await {
+            // The tasks are made; the schedules come back with the work's next planning.
+            tracing::warn!(error = %e, "schedules a fire disabled could not be enabled again now");
+        }
         // The work that already waits: re-scored if this event changed what its strategy reads.
         let mut rescore = Vec::new();
         let mut rescore_owners = Vec::new();
@@ -303,19 +322,17 @@ impl Planner {
         self.runs_in_bytes(requests, &hashes, &waits, &mut history, now)
             .await;
         let within = within_grace(requests, &hashes, &history, &waits, now);
-        // Work planned, held back or not, is work its plugin and object permit now: a schedule
-        // a fire disabled for what no longer holds is enabled again.
-        let revive: Vec<String> = hashes
-            .iter()
-            .zip(plans.iter())
-            .filter(|(h, plan)| plan.is_some() && !h.is_empty())
-            .map(|(h, _)| h.clone())
-            .collect();
+        // Work held back is work its plugin and object permit now: a schedule a fire disabled
+        // for what no longer holds is enabled again (the work pushed, once its push made a task).
+        let mut revive: Vec<String> = Vec::new();
         let mut keep = Vec::with_capacity(requests.len());
         let mut inputs = Vec::with_capacity(requests.len());
         let mut unscheduled = Vec::new();
         for (i, r) in requests.iter_mut().enumerate() {
             if within[i] {
+                if plans[i].is_some() && !hashes[i].is_empty() {
+                    revive.push(hashes[i].clone());
+                }
                 // Work that ran where the table does not show it (Bytes said so) has no
                 // schedule yet: it gets one, due when its wait ends, or it would not come
                 // back until its object changes.
