@@ -89,7 +89,20 @@ impl Default for Backoff {
     }
 }
 
+/// How long a dependency that failed (Octopoes' lookups, Bytes' runs) is left alone before it
+/// is asked again: 5 s after the first failure in a row, doubling to 5 min.
+pub const OUTAGE: Backoff = Backoff {
+    attempts: 1,
+    base: Duration::from_secs(5),
+    cap: Duration::from_secs(300),
+};
+
 impl Backoff {
+    /// [`Self::delay`] as a span of calendar time, for a retry time on the service's clock.
+    pub fn wait(&self, failed: u32) -> chrono::Duration {
+        chrono::Duration::from_std(self.delay(failed)).unwrap_or(chrono::Duration::MAX)
+    }
+
     /// The wait after failed try number `failed` (1-based): `base × 2^(failed-1)`, at most `cap`.
     pub fn delay(&self, failed: u32) -> Duration {
         let factor = 2u32.saturating_pow(failed.saturating_sub(1));

@@ -24,6 +24,7 @@ use tracing::{info, warn};
 
 use super::Frontier;
 use crate::clients::ClientError;
+use crate::clients::http::OUTAGE;
 use crate::clients::octopoes::{Lookup, Octopoes, OctopoesObject};
 use crate::clock::SharedClock;
 use crate::domain::event::{ObjectEvent, ObjectState, Operation};
@@ -33,10 +34,6 @@ use crate::storage::frontier::FrontierRow;
 
 /// Octopoes calls in flight at once per lookup.
 const CONCURRENCY: usize = 8;
-/// First wait before an organisation whose lookups failed is asked again; it doubles per failure.
-const BACKOFF_FIRST_SECS: i64 = 5;
-/// Longest wait between two tries of an organisation whose lookups keep failing.
-const BACKOFF_CAP_SECS: i64 = 300;
 /// Default Octopoes calls one cron run may make (the rest wait for the next tick).
 pub const DEFAULT_BUDGET: usize = 500;
 /// Longest one lookup waits for Octopoes' answers; the unanswered wait for a later try.
@@ -389,7 +386,7 @@ impl ObjectLookup {
         // A scope not asked again since its backoff passed long ago (an organisation deleted,
         // never looked up again) is forgotten: its streak is stale, and it would keep the map
         // from ever being empty, so no outage would be logged as starting again.
-        let stale = now - chrono::Duration::seconds(BACKOFF_CAP_SECS);
+        let stale = now - OUTAGE.wait(u32::MAX);
         backoff.retain(|_, b| b.retry_at > stale);
         let first_of_outage = backoff.is_empty();
         let b = backoff.entry(scope.to_owned()).or_insert(Backoff {
@@ -397,17 +394,15 @@ impl ObjectLookup {
             retry_at: now,
         });
         b.failures = b.failures.saturating_add(1);
-        let wait = BACKOFF_FIRST_SECS
-            .saturating_mul(1_i64 << b.failures.saturating_sub(1).min(16))
-            .min(BACKOFF_CAP_SECS);
-        b.retry_at = now + chrono::Duration::seconds(wait);
+        let wait = OUTAGE.wait(b.failures);
+        b.retry_at = now + wait;
         if first_of_outage {
             let scope = if scope == SERVICE_WIDE {
                 "all organisations"
             } else {
                 scope
             };
-            warn!(scope = %scope, error = %why, retry_in_secs = wait, "Octopoes cannot say whether objects the frontier lacks exist; their due schedules wait until it answers");
+            warn!(scope = %scope, error = %why, retry_in_secs = wait.num_seconds(), "Octopoes cannot say whether objects the frontier lacks exist; their due schedules wait until it answers");
         }
     }
 

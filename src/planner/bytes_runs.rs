@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 use tracing::{info, warn};
 
 use crate::clients::bytes::{BoefjeMeta, Bytes};
+use crate::clients::http::OUTAGE;
 use crate::metrics::{Metrics, RunLookupOutcome};
 
 /// Bytes calls in flight at once.
@@ -30,10 +31,6 @@ const CONCURRENCY: usize = 8;
 /// Longest one planning step goes on asking Bytes: work whose call has not started by then is
 /// planned as the table says (a slow Bytes delays planning by this at most, plus a call).
 const WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
-/// First wait before Bytes is asked again after a failure; it doubles per failure in a row.
-const BACKOFF_FIRST_SECS: i64 = 5;
-/// Longest wait between two tries while Bytes keeps failing.
-const BACKOFF_CAP_SECS: i64 = 300;
 
 /// One piece of planned work to ask about: a boefje on an object of an organisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,15 +165,13 @@ impl BytesRuns {
         }
         let first_of_outage = backoff.is_none();
         let failures = backoff.map_or(0, |b| b.failures).saturating_add(1);
-        let wait = BACKOFF_FIRST_SECS
-            .saturating_mul(1_i64 << failures.saturating_sub(1).min(16))
-            .min(BACKOFF_CAP_SECS);
+        let wait = OUTAGE.wait(failures);
         *backoff = Some(Backoff {
             failures,
-            retry_at: now + chrono::Duration::seconds(wait),
+            retry_at: now + wait,
         });
         if first_of_outage {
-            warn!(error = %why, retry_in_secs = wait, "Bytes cannot say when work the tasks table has no run of last ran; it is planned as the table says until Bytes answers");
+            warn!(error = %why, retry_in_secs = wait.num_seconds(), "Bytes cannot say when work the tasks table has no run of last ran; it is planned as the table says until Bytes answers");
         }
     }
 

@@ -231,11 +231,11 @@ impl Planner {
             levels.extend(std::iter::repeat_n(level, planned.len()));
             requests.extend(planned);
         }
-        let inputs = match self
+        let (inputs, hashes) = match self
             .score(&mut requests, &mut owners, &mut cadences, &levels)
             .await
         {
-            Ok(inputs) => inputs,
+            Ok(scored) => scored,
             Err(e) => {
                 for &i in &owners {
                     merge(&mut results[i], e.clone());
@@ -245,13 +245,10 @@ impl Planner {
         };
         // The hashes of the work with a schedule, to enable again the schedules a fire disabled
         // once a push made their task; work that already waits (most updates) needs no read.
-        let scheduled: Vec<Option<String>> = requests
-            .iter()
+        let scheduled: Vec<Option<String>> = hashes
+            .into_iter()
             .zip(&cadences)
-            .map(|(r, plan)| {
-                plan.as_ref()
-                    .and_then(|_| hash_for(SchedulerId::Boefje, &r.data).ok())
-            })
+            .map(|(h, plan)| (plan.is_some() && !h.is_empty()).then_some(h))
             .collect();
         self.link(&mut requests, cadences);
         let waiting = self
@@ -286,19 +283,19 @@ impl Planner {
 
     /// Ranks planned boefje work by the boefje scheduler's strategy: sets each task's priority
     /// and the explanation stored with it, and drops the work the strategy does not schedule now
-    /// (inside its grace period). Answers the kept work's inputs, in order.
+    /// (inside its grace period). Answers the kept work's inputs and hashes, in order.
     async fn score(
         &self,
         requests: &mut Vec<PushRequest>,
         owners: &mut Vec<usize>,
         plans: &mut Vec<Option<(Option<String>, Option<chrono::Duration>)>>,
         levels: &[Option<i64>],
-    ) -> Result<Vec<ScoreInput>, PlanError> {
+    ) -> Result<(Vec<ScoreInput>, Vec<String>), PlanError> {
         let now = self.clock.now();
         let grace = self.schedules.as_ref().map(|(_, c)| c.grace).unwrap_or(
             std::time::Duration::from_secs(crate::config::DEFAULT_GRACE_PERIOD_SECS),
         );
-        let hashes: Vec<String> = requests
+        let mut hashes: Vec<String> = requests
             .iter()
             .map(|r| hash_for(SchedulerId::Boefje, &r.data).unwrap_or_default())
             .collect();
@@ -378,9 +375,11 @@ impl Planner {
         owners.retain(|_| *k.next().unwrap_or(&true));
         let mut k = keep.iter();
         plans.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        hashes.retain(|_| *k.next().unwrap_or(&true));
         self.schedule_alone(unscheduled).await?;
         self.revive(revive).await?;
-        Ok(inputs)
+        Ok((inputs, hashes))
     }
 
     /// Enables again the schedules of `hashes` a fire disabled (a plugin gone or disabled, an

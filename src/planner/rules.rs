@@ -18,9 +18,19 @@ pub fn boefje_tasks(event: &ObjectEvent, plugins: &[Plugin], priority: i64) -> V
     let Some(object) = &event.object else {
         return Vec::new();
     };
-    plugins
+    let runs = plugins
         .iter()
-        .filter(|p| p.runs_on(&object.object_type, object.scan_level, event.operation))
+        .filter(|p| p.runs_on(&object.object_type, object.scan_level, event.operation));
+    tasks_of(event, runs, priority)
+}
+
+/// A boefje task of `event`'s object for each of `boefjes`, with `priority`.
+fn tasks_of<'a>(
+    event: &ObjectEvent,
+    boefjes: impl Iterator<Item = &'a Plugin>,
+    priority: i64,
+) -> Vec<PushRequest> {
+    boefjes
         .map(|p| {
             push(
                 &event.organisation,
@@ -43,18 +53,10 @@ pub fn enabled_boefje_tasks(
     let Some(object) = &event.object else {
         return Vec::new();
     };
-    plugins
+    let runs = plugins
         .iter()
-        .filter(|p| p.id == boefje)
-        .filter(|p| p.may_scan(&object.object_type, object.scan_level))
-        .map(|p| {
-            push(
-                &event.organisation,
-                priority,
-                boefje_data(p, &event.reference, &event.organisation),
-            )
-        })
-        .collect()
+        .filter(|p| p.id == boefje && p.may_scan(&object.object_type, object.scan_level));
+    tasks_of(event, runs, priority)
 }
 
 /// A boefje task's payload (mula's `BoefjeTask`).

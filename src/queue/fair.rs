@@ -201,12 +201,14 @@ mod tests {
             let Some(next) = fair.order().next().cloned() else {
                 break;
             };
+            // In the heap's order of a pop: the task taken out (its organisation leaving with its
+            // last one), then its organisation charged.
             let left = backlog.get_mut(&next).unwrap();
             *left -= 1;
-            fair.charge(&next);
             if *left == 0 {
                 fair.leave(&next);
             }
+            fair.charge(&next);
             out.push(next);
         }
         out
@@ -269,21 +271,12 @@ mod tests {
         let mut backlog: HashMap<Arc<str>, usize> = HashMap::new();
         backlog.insert(org("steady"), 100_000);
         fair.join(&org("steady"));
-        // Five thousand organisations each bring one task, one after another; each pop takes
-        // the task out (its organisation leaves) and then charges it, as the heap does.
+        // Five thousand organisations each bring one task, one after another.
         for i in 0..5_000 {
             let o = org(&format!("once{i}"));
             backlog.insert(o.clone(), 1);
             fair.join(&o);
-            for _ in 0..2 {
-                let next = fair.order().next().unwrap().clone();
-                let left = backlog.get_mut(&next).unwrap();
-                *left -= 1;
-                if *left == 0 {
-                    fair.leave(&next);
-                }
-                fair.charge(&next);
-            }
+            serve(&mut fair, &mut backlog, 2);
         }
         assert!(
             fair.pass.len() <= 2 * 2 + SWEEP_FLOOR + 1,
@@ -296,23 +289,17 @@ mod tests {
 
     #[test]
     fn an_organisation_served_its_last_task_rejoins_behind_as_it_was_charged() {
-        // One task at a time from `once`, a backlog from `big`: they take turns, in the heap's
-        // order of a pop (the task taken out, its organisation leaving, then charged).
+        // One task at a time from `once`, a backlog from `big`: they take turns.
         let mut fair = FairShare::new(Fairness::Organisation, Weights::default());
+        let mut backlog: HashMap<Arc<str>, usize> = HashMap::new();
+        backlog.insert(org("big"), 1_000);
         fair.join(&org("big"));
         let mut served = Vec::new();
         for _ in 0..20 {
+            backlog.insert(org("once"), 1);
             fair.join(&org("once"));
-            loop {
-                let next = fair.order().next().unwrap().clone();
-                if &*next == "once" {
-                    fair.leave(&next);
-                }
-                fair.charge(&next);
-                served.push(next.clone());
-                if &*next == "once" {
-                    break;
-                }
+            while backlog[&org("once")] > 0 {
+                served.extend(serve(&mut fair, &mut backlog, 1));
             }
         }
         let big = served.iter().filter(|o| &***o == "big").count();

@@ -481,17 +481,10 @@ pub fn revive(
             #[diesel(sql_type = Text)]
             id: String,
         }
-        let mut read = sql(conn, "SELECT id FROM schedules WHERE hash IN (");
-        for (i, h) in chunk.iter().enumerate() {
-            if i > 0 {
-                read.push(", ");
-            }
-            read.bind(h.as_str());
-        }
-        read.push(
-            ") AND NOT enabled AND disabled_reason IS NOT NULL AND disabled_reason NOT LIKE ",
-        )
-        .bind(refused.as_str());
+        let mut read = sql(conn, "SELECT id FROM schedules WHERE hash IN ");
+        read.bind_list(chunk.iter().map(String::as_str))
+            .push(" AND NOT enabled AND disabled_reason IS NOT NULL AND disabled_reason NOT LIKE ")
+            .bind(refused.as_str());
         let ids: Vec<String> = read.load::<Id>(conn)?.into_iter().map(|r| r.id).collect();
         if ids.is_empty() {
             continue;
@@ -504,15 +497,10 @@ pub fn revive(
             .bind(now)
             .push(" THEN ")
             .bind(now)
-            .push(" ELSE deadline_at END WHERE id IN (");
-        for (i, id) in ids.iter().enumerate() {
-            if i > 0 {
-                q.push(", ");
-            }
-            q.bind(id.as_str());
-        }
-        // Still disabled by the service: a client's edit since the read stands.
-        q.push(") AND NOT enabled AND disabled_reason IS NOT NULL");
+            .push(" ELSE deadline_at END WHERE id IN ")
+            .bind_list(ids.iter().map(String::as_str))
+            // Still disabled by the service: a client's edit since the read stands.
+            .push(" AND NOT enabled AND disabled_reason IS NOT NULL");
         revived += q.execute(conn)?;
     }
     Ok(revived)

@@ -217,54 +217,43 @@ scan_level = 1
 enabled = false
 "#;
 
-async fn boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason(
-    backend: Backend,
-) {
+/// The app on [`CATALOGUE`] (with the directory holding its file), its clock at midnight.
+async fn app_with_catalogue(backend: Backend) -> Option<(TestApp, tempfile::TempDir)> {
     let dir = tempfile::tempdir().unwrap();
     let catalogue = dir.path().join("catalogue.toml");
     std::fs::write(&catalogue, CATALOGUE).unwrap();
     let c = catalogue.to_string_lossy().into_owned();
-    let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = c).await else {
+    let app = spawn_app_with(backend, move |s| s.catalogue.file = c).await?;
+    app.clock.set(midnight());
+    Some((app, dir))
+}
+
+/// A boefje schedule of org1 for `plugin` on `ooi`, due a minute before midnight.
+fn boefje_schedule(plugin: &str, ooi: &str) -> Value {
+    json!({"scheduler_id": "boefje", "organisation": "org1",
+           "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
+           "data": {"boefje": {"id": plugin}, "input_ooi": ooi, "organization": "org1"}})
+}
+
+async fn boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reason(
+    backend: Backend,
+) {
+    let Some((app, _dir)) = app_with_catalogue(backend).await else {
         return;
     };
-    app.clock.set(midnight());
     // The frontier holds one object at level 2, one at level 0 and one deleted; it lacks
     // missing.nl, and no Octopoes is configured to ask about it.
     let frontier = app.frontier();
-    for (reference, level) in [
-        ("Hostname|internet|a.nl", 2),
-        ("Hostname|internet|low.nl", 0),
-    ] {
-        let event = kat_scheduler::domain::event::ObjectEvent {
-            operation: kat_scheduler::domain::event::Operation::Create,
-            organisation: "org1".into(),
-            reference: reference.into(),
-            object: Some(kat_scheduler::domain::event::ObjectState {
-                object_type: "Hostname".into(),
-                scan_level: Some(level),
-                scan_profile_type: None,
-            }),
-        };
-        frontier
-            .apply_objects(&[&event], midnight().naive_utc())
-            .await
-            .unwrap();
-    }
-    let deleted = kat_scheduler::domain::event::ObjectEvent {
-        operation: kat_scheduler::domain::event::Operation::Delete,
-        organisation: "org1".into(),
-        reference: "Hostname|internet|deleted.nl".into(),
-        object: None,
-    };
+    use kat_scheduler::domain::event::Operation;
+    let events = [
+        hostname_event(Operation::Create, "Hostname|internet|a.nl", Some(2)),
+        hostname_event(Operation::Create, "Hostname|internet|low.nl", Some(0)),
+        hostname_event(Operation::Delete, "Hostname|internet|deleted.nl", None),
+    ];
     frontier
-        .apply_objects(&[&deleted], midnight().naive_utc())
+        .apply_objects(&events.iter().collect::<Vec<_>>(), midnight().naive_utc())
         .await
         .unwrap();
-    let boefje = |plugin: &str, ooi: &str| {
-        json!({"scheduler_id": "boefje", "organisation": "org1",
-               "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
-               "data": {"boefje": {"id": plugin}, "input_ooi": ooi, "organization": "org1"}})
-    };
     let mut ids = HashMap::new();
     for (name, plugin, ooi) in [
         ("fires", "dns-records", "Hostname|internet|a.nl"),
@@ -278,7 +267,7 @@ async fn boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reaso
         ),
         ("too low", "dns-records", "Hostname|internet|low.nl"),
     ] {
-        let s = create_schedule(&app, boefje(plugin, ooi)).await;
+        let s = create_schedule(&app, boefje_schedule(plugin, ooi)).await;
         ids.insert(name, s["id"].as_str().unwrap().to_owned());
     }
     let report = app.tick(SchedulerId::Boefje).await;
@@ -345,28 +334,19 @@ async fn boefje_schedules_fire_from_the_catalogue_or_are_disabled_with_the_reaso
 /// grace gate on rescheduling, whatever the strategy), then runs. A schedule with a cron
 /// expression keeps its times.
 async fn work_run_by_hand_before_its_deadline_waits_out_its_interval(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let catalogue = dir.path().join("catalogue.toml");
-    std::fs::write(&catalogue, CATALOGUE).unwrap();
-    let c = catalogue.to_string_lossy().into_owned();
-    let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = c).await else {
+    let Some((app, _dir)) = app_with_catalogue(backend).await else {
         return;
     };
-    app.clock.set(midnight());
     let frontier = app.frontier();
-    let mut events = Vec::new();
-    for host in ["a.nl", "b.nl"] {
-        events.push(kat_scheduler::domain::event::ObjectEvent {
-            operation: kat_scheduler::domain::event::Operation::Create,
-            organisation: "org1".into(),
-            reference: format!("Hostname|internet|{host}"),
-            object: Some(kat_scheduler::domain::event::ObjectState {
-                object_type: "Hostname".into(),
-                scan_level: Some(2),
-                scan_profile_type: None,
-            }),
-        });
-    }
+    let events: Vec<_> = ["a.nl", "b.nl"]
+        .map(|host| {
+            hostname_event(
+                kat_scheduler::domain::event::Operation::Create,
+                &format!("Hostname|internet|{host}"),
+                Some(2),
+            )
+        })
+        .into();
     frontier
         .apply_objects(&events.iter().collect::<Vec<_>>(), midnight().naive_utc())
         .await
@@ -1024,14 +1004,9 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
     backend: Backend,
 ) {
     use kat_scheduler::domain::event::Operation;
-    let dir = tempfile::tempdir().unwrap();
-    let catalogue = dir.path().join("catalogue.toml");
-    std::fs::write(&catalogue, CATALOGUE).unwrap();
-    let c = catalogue.to_string_lossy().into_owned();
-    let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = c).await else {
+    let Some((app, _dir)) = app_with_catalogue(backend).await else {
         return;
     };
-    app.clock.set(midnight());
     // low.nl's clearance is lowered to 0, deleted.nl deleted; user.nl may be scanned, but a
     // user disabled its schedule; kept.nl's level is 0 too, and after the fire disabled its
     // schedule the user disabled it as well.
@@ -1041,24 +1016,20 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
     let user = "Hostname|internet|user.nl";
     let kept = "Hostname|internet|kept.nl";
     let refused = "Hostname|internet|refused.nl";
-    for event in [
+    let events = [
         hostname_event(Operation::Create, low, Some(0)),
         hostname_event(Operation::Create, kept, Some(0)),
         hostname_event(Operation::Create, refused, Some(2)),
         hostname_event(Operation::Delete, deleted, None),
         hostname_event(Operation::Create, user, Some(2)),
-    ] {
-        frontier
-            .apply_objects(&[&event], midnight().naive_utc())
-            .await
-            .unwrap();
-    }
+    ];
+    frontier
+        .apply_objects(&events.iter().collect::<Vec<_>>(), midnight().naive_utc())
+        .await
+        .unwrap();
     let mut ids = HashMap::new();
     for ooi in [low, deleted, user, kept, refused] {
-        let body = json!({"scheduler_id": "boefje", "organisation": "org1",
-            "deadline_at": (midnight() - Duration::minutes(1)).to_rfc3339(),
-            "data": {"boefje": {"id": "dns-records"}, "input_ooi": ooi, "organization": "org1"}});
-        let s = create_schedule(&app, body).await;
+        let s = create_schedule(&app, boefje_schedule("dns-records", ooi)).await;
         ids.insert(ooi, s["id"].as_str().unwrap().to_owned());
     }
     let resp = app
