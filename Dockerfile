@@ -19,15 +19,16 @@ RUN apt-get update && apt-get install -y --no-install-recommends libpq5 ca-certi
 COPY --from=build /src/target/release/kat-scheduler /usr/local/bin/kat-scheduler
 USER kat
 WORKDIR /var/lib/kat-scheduler
-ENV SCHEDULER_API_HOST=0.0.0.0 \
-    SCHEDULER_API_PORT=8000
 VOLUME ["/var/lib/kat-scheduler"]
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s \
     CMD curl -fsS "http://127.0.0.1:${SCHEDULER_API_PORT:-8000}/health" || exit 1
-# With neither SCHEDULER_DB_URI nor mula's older SCHEDULER_DB_DSN set, the service keeps an
-# SQLite file in the volume. Set here rather than by ENV: an ENV SCHEDULER_DB_URI would win over
-# a deployment's SCHEDULER_DB_DSN (the newer name wins), and the service would start on an empty
-# file instead of its PostgreSQL.
-ENTRYPOINT ["/bin/sh", "-c", "SCHEDULER_DB_URI=\"${SCHEDULER_DB_URI:-${SCHEDULER_DB_DSN:-sqlite:///var/lib/kat-scheduler/scheduler.db}}\" exec kat-scheduler \"$@\"", "kat-scheduler"]
+# The service listens on 0.0.0.0:8000 by default; no ENV sets it here, since the environment wins
+# over a --config file and would hide the file's [api] settings.
+# With neither SCHEDULER_DB_URI nor mula's older SCHEDULER_DB_DSN set, and no --config file, the
+# service keeps an SQLite file in the volume. Set here rather than by ENV: an ENV SCHEDULER_DB_URI
+# would win over a deployment's SCHEDULER_DB_DSN (the newer name wins) and over a --config file's
+# [database] uri, and the service would start on an empty file instead of its PostgreSQL. (With a
+# --config file that names no database, the file is data/scheduler.db in the volume.)
+ENTRYPOINT ["/bin/sh", "-c", "case \" $* \" in *' --config'*) ;; *) SCHEDULER_DB_URI=\"${SCHEDULER_DB_URI:-${SCHEDULER_DB_DSN:-sqlite:///var/lib/kat-scheduler/scheduler.db}}\"; export SCHEDULER_DB_URI ;; esac; exec kat-scheduler \"$@\"", "kat-scheduler"]
 CMD ["serve"]

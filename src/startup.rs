@@ -341,6 +341,11 @@ impl Application {
                     }),
                 )?;
                 let token = Some(settings.cluster.peer_token.clone()).filter(|t| !t.is_empty());
+                if token.is_none() && settings.auth.tokens().is_ok_and(|t| t.enabled()) {
+                    warn!(
+                        "tokens are required and cluster.peer_token (SCHEDULER_PEER_TOKEN) is not set: requests forwarded between instances sharing this database will be refused (503); set it when more than one instance runs"
+                    );
+                }
                 let peers = Peers::new(
                     Duration::from_secs(settings.queue.shed_after_secs + FORWARD_MARGIN_SECS),
                     token,

@@ -22,16 +22,21 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::config::{LogFormat, LoggingSettings};
+use crate::config::{LogFormat, LoggingSettings, filter_of};
 
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(logging: &LoggingSettings) {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .filter(|f| !f.is_empty())
-        .and_then(|f| EnvFilter::try_new(with_quiet_libraries(&f)).ok())
-        .or_else(|| EnvFilter::try_new(with_quiet_libraries(&logging.level)).ok())
-        .unwrap_or_else(|| EnvFilter::new(with_quiet_libraries("info")));
+    let rust_log = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
+    let from_env = rust_log.as_deref().map(filter_of);
+    let filter = match &from_env {
+        Some(Ok(f)) => EnvFilter::try_new(with_quiet_libraries(f)).ok(),
+        _ => None,
+    }
+    .or_else(|| {
+        let level = filter_of(&logging.level).ok()?;
+        EnvFilter::try_new(with_quiet_libraries(&level)).ok()
+    })
+    .unwrap_or_else(|| EnvFilter::new(with_quiet_libraries("info")));
     let colour = use_colour(
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
         std::env::var_os("NO_COLOR").as_deref(),
@@ -58,6 +63,11 @@ pub fn init(logging: &LoggingSettings) {
             )
             .try_init(),
     };
+    // Said once logging runs: RUST_LOG is not the service's own setting, so a wrong one does not
+    // stop it, but it must not be ignored unsaid.
+    if let Some(Err(why)) = from_env {
+        tracing::warn!("RUST_LOG is ignored: {why}; logging.level (SCHEDULER_LOG_LEVEL) is used");
+    }
 }
 
 /// `text` on one line: its lines trimmed, the empty ones dropped, the rest joined by a space.

@@ -246,7 +246,8 @@ pub struct ServiceHealth {
 pub struct Health {
     /// Always `scheduler`.
     pub service: String,
-    /// False when the database does not answer (then the status is 503).
+    /// False when the database does not answer, or a scheduler is served by no instance (one
+    /// changing owner); then the status is 503.
     pub healthy: bool,
     /// This build's version.
     pub version: String,

@@ -48,7 +48,8 @@ impl Default for ColdStartSettings {
 }
 
 impl ColdStartSettings {
-    /// Refuses a zero interval, concurrency or number of tries, and a page size out of range.
+    /// Refuses a zero interval, concurrency, number of tries or backoff, and a page size out of
+    /// range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         ConfigError::at_least_one("coldstart.interval_secs", self.interval_secs)?;
         if !(1..=MAX_COLDSTART_PAGE_SIZE).contains(&self.page_size) {
@@ -61,6 +62,8 @@ impl ColdStartSettings {
             ));
         }
         ConfigError::at_least_one("coldstart.concurrency", self.concurrency)?;
-        ConfigError::at_least_one("coldstart.attempts", self.attempts)
+        ConfigError::at_least_one("coldstart.attempts", self.attempts)?;
+        // The wait between tries doubles from this: zero would retry back to back.
+        ConfigError::at_least_one("coldstart.backoff_ms", self.backoff_ms)
     }
 }

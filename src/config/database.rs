@@ -70,6 +70,7 @@ impl DatabaseSettings {
         if let Err(why) = DbTarget::parse(&self.uri) {
             return Err(ConfigError::setting("database.uri", why));
         }
+        ConfigError::at_least_one("database.connect_timeout_secs", self.connect_timeout_secs)?;
         let min = self.pool_min();
         if self.pool_size < min {
             let barrier = match self.flush_barrier() {

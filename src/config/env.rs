@@ -108,7 +108,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_RESCHEDULE_JITTER",
         "cron.jitter_secs",
-        "up to this many seconds more per schedule (default 0)",
+        "up to this many seconds more per schedule (default 18000)",
     ),
     (
         "SCHEDULER_RESCORE_INTERVAL",

@@ -11,6 +11,10 @@ use super::ConfigError;
 pub const MAX_STRING_CHARS_CEILING: usize = 600;
 /// `limits.max_filter_depth` at most.
 pub const MAX_FILTER_DEPTH_CEILING: usize = 64;
+/// Highest `max_json_depth`: the JSON parser stops at 128 levels, and a payload sits a few
+/// levels inside the request's body (past this, a deep payload met the parser's limit first and
+/// was answered 422 without naming the setting).
+pub const MAX_JSON_DEPTH_CEILING: usize = 100;
 /// `limits.max_in_values` at most: a list is bound value by value, and PostgreSQL takes at most
 /// 65,535 bound values in one statement.
 pub const MAX_IN_VALUES_CEILING: usize = 30_000;
@@ -38,6 +42,14 @@ pub fn validate_limits(l: &Limits) -> Result<(), ConfigError> {
         return Err(ConfigError::setting(
             "limits.max_filter_depth",
             format!("at most {MAX_FILTER_DEPTH_CEILING}: the JSON parser stops at 128 levels"),
+        ));
+    }
+    if l.max_json_depth > MAX_JSON_DEPTH_CEILING {
+        return Err(ConfigError::setting(
+            "limits.max_json_depth",
+            format!(
+                "at most {MAX_JSON_DEPTH_CEILING}: the JSON parser stops at 128 levels, and a payload sits inside the request's body"
+            ),
         ));
     }
     if l.max_in_values > MAX_IN_VALUES_CEILING {

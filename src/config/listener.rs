@@ -45,6 +45,17 @@ impl ListenerSettings {
                 "expected amqp://USER:PASS@HOST:PORT/VHOST (amqps is not built in)",
             ));
         }
+        // Read as the connection will read it: a URI that cannot be (a port out of range) would
+        // otherwise be found only at each connection attempt, with the service up and taking
+        // no events.
+        if !self.uri.is_empty()
+            && let Err(why) = self.uri.parse::<lapin::uri::AMQPUri>()
+        {
+            return Err(ConfigError::setting(
+                "listener.uri",
+                format!("is not an AMQP URI: {why}"),
+            ));
+        }
         ConfigError::at_least_one("listener.prefetch", self.prefetch)?;
         for (key, q) in [
             ("listener.mutations_queue", &self.mutations_queue),

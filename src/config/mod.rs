@@ -188,9 +188,49 @@ impl Settings {
         self.coldstart.validate()?;
         self.cron.validate()?;
         self.auth.validate()?;
+        self.validate_peer_token()?;
         validate_limits(&self.limits)?;
         self.schedulers.validate(&self.queue)?;
         self.logging.validate()
+    }
+
+    /// Refuses a peer token the instances would refuse: with tokens required, a forwarded
+    /// push, pop or patch carries it, and one it does not allow was found only as a 503 on
+    /// the first request another instance forwarded.
+    fn validate_peer_token(&self) -> Result<(), ConfigError> {
+        use crate::domain::auth::Action;
+        let peer = &self.cluster.peer_token;
+        let Ok(tokens) = self.auth.tokens() else {
+            return Ok(());
+        };
+        if peer.is_empty() || !tokens.enabled() {
+            return Ok(());
+        }
+        let Some(grant) = tokens.grant(peer) else {
+            return Err(ConfigError::setting(
+                "cluster.peer_token",
+                "is none of the configured tokens (auth), so every instance would refuse the requests it forwards",
+            ));
+        };
+        for s in crate::domain::SchedulerId::ALL {
+            for (action, what) in [
+                (Action::Push, "push"),
+                (Action::Pop, "pop"),
+                (Action::Patch, "patch"),
+            ] {
+                if !grant.allows(action, Some(s)) {
+                    return Err(ConfigError::setting(
+                        "cluster.peer_token",
+                        format!(
+                            "must allow push, pop and patch on every scheduler (it is forwarded with them), but token '{}' does not allow {what} on {}",
+                            grant.name,
+                            s.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether the engines answer after a shared flush barrier: as configured, else on for
@@ -248,6 +288,69 @@ mod tests {
         );
         let err = load(&[("SCHEDULER_PQ_WHEN_FULL", "drop")]).unwrap_err().0;
         assert!(err.contains("queue.when_full"), "{err}");
+    }
+    #[test]
+    fn values_that_would_fail_later_are_refused_at_start_naming_their_variable() {
+        for (var, value, says) in [
+            ("SCHEDULER_DB_CONNECT_TIMEOUT", "0", "at least 1"),
+            (
+                "QUEUE_URI",
+                "amqp://guest:guest@rabbit:99999/%2f",
+                "not an AMQP URI",
+            ),
+            ("SCHEDULER_LIMIT_JSON_DEPTH", "200", "at most 100"),
+            ("SCHEDULER_COLDSTART_BACKOFF_MS", "0", "at least 1"),
+            ("SCHEDULER_LOG_LEVEL", "WARNINGS", "no level"),
+        ] {
+            let err = load(&[(var, value)]).unwrap_err().0;
+            assert!(
+                err.contains(var) && err.contains(says),
+                "{var}={value}: {err}"
+            );
+        }
+        for (var, value) in [
+            ("QUEUE_URI", "amqp://guest:guest@rabbit:5672/%2f"),
+            ("SCHEDULER_LIMIT_JSON_DEPTH", "100"),
+            ("SCHEDULER_LOG_LEVEL", "WARNING"),
+        ] {
+            assert!(load(&[(var, value)]).is_ok(), "{var}={value}");
+        }
+    }
+    #[test]
+    fn a_peer_token_the_instances_would_refuse_is_refused_at_start() {
+        let tokens = "admin=s3cret-admin-token;runner@boefje=s3cret-runner-token";
+        let err = load(&[
+            ("SCHEDULER_API_TOKENS", tokens),
+            ("SCHEDULER_PEER_TOKEN", "unknown-token-value"),
+        ])
+        .unwrap_err()
+        .0;
+        assert!(
+            err.contains("SCHEDULER_PEER_TOKEN") && err.contains("none of the configured"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("unknown-token-value"),
+            "the secret is not logged: {err}"
+        );
+        let err = load(&[
+            ("SCHEDULER_API_TOKENS", tokens),
+            ("SCHEDULER_PEER_TOKEN", "s3cret-runner-token"),
+        ])
+        .unwrap_err()
+        .0;
+        assert!(err.contains("does not allow push on boefje"), "{err}");
+        assert!(
+            load(&[
+                ("SCHEDULER_API_TOKENS", tokens),
+                ("SCHEDULER_PEER_TOKEN", "s3cret-admin-token"),
+            ])
+            .is_ok()
+        );
+        assert!(
+            load(&[("SCHEDULER_PEER_TOKEN", "anything")]).is_ok(),
+            "no tokens required"
+        );
     }
     #[test]
     fn unknown_keys_in_a_file_are_refused() {

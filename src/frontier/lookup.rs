@@ -67,6 +67,43 @@ struct Backoff {
     retry_at: DateTime<Utc>,
 }
 
+/// The backoffs of the scopes whose lookups failed (organisations, and [`SERVICE_WIDE`]).
+#[derive(Debug, Default)]
+struct Backoffs(HashMap<String, Backoff>);
+
+impl Backoffs {
+    /// Whether `organisation`'s lookups wait (its own backoff, or Octopoes' as a whole).
+    fn backing_off(&self, organisation: &str, now: DateTime<Utc>) -> bool {
+        [SERVICE_WIDE, organisation]
+            .iter()
+            .any(|k| self.0.get(*k).is_some_and(|b| now < b.retry_at))
+    }
+
+    /// Records a failure of `scope`: answers its wait, and whether it starts an outage (no
+    /// other scope was backing off).
+    fn failed(&mut self, scope: &str, now: DateTime<Utc>) -> (chrono::Duration, bool) {
+        // A scope not asked again since its backoff passed long ago (an organisation deleted,
+        // never looked up again) is forgotten: its streak is stale, and it would keep the map
+        // from ever being empty, so no outage would be logged as starting again.
+        let stale = now - OUTAGE.wait(u32::MAX);
+        self.0.retain(|_, b| b.retry_at > stale);
+        let first_of_outage = self.0.is_empty();
+        let b = self.0.entry(scope.to_owned()).or_insert(Backoff {
+            failures: 0,
+            retry_at: now,
+        });
+        b.failures = b.failures.saturating_add(1);
+        let wait = OUTAGE.wait(b.failures);
+        b.retry_at = now + wait;
+        (wait, first_of_outage)
+    }
+
+    /// `scope` answered: answers whether that ends the outage (no scope backs off any more).
+    fn answered(&mut self, scope: &str) -> bool {
+        self.0.remove(scope).is_some() && self.0.is_empty()
+    }
+}
+
 /// Looks objects up: the frontier first, Octopoes for what it lacks.
 #[derive(Clone)]
 pub struct ObjectLookup {
@@ -74,7 +111,7 @@ pub struct ObjectLookup {
     octopoes: Option<Octopoes>,
     clock: SharedClock,
     metrics: Arc<Metrics>,
-    backoff: Arc<Mutex<HashMap<String, Backoff>>>,
+    backoff: Arc<Mutex<Backoffs>>,
     /// Objects Octopoes refused to read (400), each with when to ask again: an object its model
     /// cannot read stays so until Octopoes changes, and asking again every tick would spend the
     /// tick's budget of calls on it.
@@ -368,34 +405,19 @@ impl ObjectLookup {
     }
 
     fn backing_off(&self, organisation: &str, now: DateTime<Utc>) -> bool {
-        let backoff = self
-            .backoff
+        self.backoff
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        [SERVICE_WIDE, organisation]
-            .iter()
-            .any(|k| backoff.get(*k).is_some_and(|b| now < b.retry_at))
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .backing_off(organisation, now)
     }
 
     /// Records a failure of `scope` (an organisation, or [`SERVICE_WIDE`]): its next try waits.
     fn failed(&self, scope: &str, now: DateTime<Utc>, why: &str) {
-        let mut backoff = self
+        let (wait, first_of_outage) = self
             .backoff
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // A scope not asked again since its backoff passed long ago (an organisation deleted,
-        // never looked up again) is forgotten: its streak is stale, and it would keep the map
-        // from ever being empty, so no outage would be logged as starting again.
-        let stale = now - OUTAGE.wait(u32::MAX);
-        backoff.retain(|_, b| b.retry_at > stale);
-        let first_of_outage = backoff.is_empty();
-        let b = backoff.entry(scope.to_owned()).or_insert(Backoff {
-            failures: 0,
-            retry_at: now,
-        });
-        b.failures = b.failures.saturating_add(1);
-        let wait = OUTAGE.wait(b.failures);
-        b.retry_at = now + wait;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .failed(scope, now);
         if first_of_outage {
             let scope = if scope == SERVICE_WIDE {
                 "all organisations"
@@ -407,11 +429,12 @@ impl ObjectLookup {
     }
 
     fn answered(&self, scope: &str) {
-        let mut backoff = self
+        let ended = self
             .backoff
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if backoff.remove(scope).is_some() && backoff.is_empty() {
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .answered(scope);
+        if ended {
             info!("Octopoes answers object lookups again");
         }
     }
@@ -447,5 +470,49 @@ fn event(organisation: &str, reference: &str, o: Option<&OctopoesObject>) -> Obj
             scan_level: o.scan_level,
             scan_profile_type: o.scan_profile_type.clone(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
+    }
+
+    #[test]
+    fn a_scope_failing_waits_doubling_and_octopoes_failing_holds_every_organisation() {
+        let mut b = Backoffs::default();
+        let (first, starts) = b.failed("org1", at(0));
+        assert!(starts);
+        assert!(b.backing_off("org1", at(0)) && !b.backing_off("org2", at(0)));
+        assert!(!b.backing_off("org1", at(0) + first));
+        let (second, starts) = b.failed("org1", at(0) + first);
+        assert_eq!((second, starts), (first * 2, false));
+        b.failed(SERVICE_WIDE, at(1));
+        assert!(b.backing_off("org2", at(1)));
+        assert!(!b.answered("org1"), "Octopoes itself still backs off");
+        assert!(
+            b.answered(SERVICE_WIDE),
+            "the last scope answering ends the outage"
+        );
+    }
+
+    #[test]
+    fn a_scope_never_asked_again_is_forgotten_so_the_next_outage_is_logged_and_starts_afresh() {
+        let mut b = Backoffs::default();
+        for i in 0..6 {
+            b.failed("deleted-org", at(i));
+        }
+        let later = at(5) + OUTAGE.wait(u32::MAX) * 3;
+        let (wait, starts) = b.failed("org2", later);
+        assert!(
+            starts,
+            "the deleted organisation's old streak hid the new outage"
+        );
+        assert_eq!(b.0.len(), 1, "the stale scope stays: {:?}", b.0);
+        let (again, _) = b.failed("deleted-org", later);
+        assert_eq!(again, wait, "a fresh streak starts at the first wait");
     }
 }

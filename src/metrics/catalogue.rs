@@ -138,7 +138,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_requests_total",
         Kind::Counter,
         "scheduler_id,op,outcome",
-        "Pushes, pops and patches the queue answered, by outcome: ok, refused (what the request asked cannot be done: a duplicate, a full queue, an unknown task, an illegal transition, bad input; a 4xx answer) or error (the service could not serve it: unavailable, busy, shed, internal; a 5xx answer); a request refused before it reaches the queue (a malformed body) is not counted, and a forwarded one is counted by the owner that applied it.",
+        "Pushes, pops and patches the queue answered, by outcome: ok, refused (what the request asked cannot be done: a duplicate, a full queue, an unknown task, an illegal transition, bad input; a 4xx answer) or error (the service could not serve it: unavailable, busy, shed, internal; a 5xx answer, but 429 for a shed push); a request refused before it reaches the queue (a malformed body) is not counted, and a forwarded one is counted by the owner that applied it.",
     ),
     family(
         "scheduler_request_duration_seconds",
