@@ -1,5 +1,5 @@
 //! `import-mula`: switching from mula without losing a schedule. Copies mula's `schedules` and
-//! `tasks` (from its PostgreSQL database, alembic head `0010`) into kat-scheduler's database,
+//! `tasks` (from its PostgreSQL database, alembic revision `0010` or `0011`) into kat-scheduler's database,
 //! either backend, in batches: keyset pages by id from mula, one transaction of set statements
 //! per batch here. Owns the run (target checks, paging, progress, the summary); the conversion
 //! rules are pure ([`rules`]); every statement is in `storage` (`storage::mula` reads mula).
@@ -55,12 +55,11 @@ pub fn run(settings: &Settings, opts: &Options, clock: &dyn Clock) -> anyhow::Re
     let batch = opts.batch.max(1);
     let mut source = mula::open(&opts.from)?;
     match mula::revision(&mut source).context("cannot read mula's alembic revision")? {
-        Some(r) if r == mula::HEAD_REVISION => {}
-        Some(r) => bail!(
-            "mula's database is at alembic revision {r}; import-mula reads revision {}: \
-             upgrade mula's database first",
-            mula::HEAD_REVISION
-        ),
+        Some(r) => {
+            if let Some(why) = mula::unreadable_revision(&r) {
+                bail!(why)
+            }
+        }
         None => bail!(
             "{} is not mula's database: it has no alembic_version table",
             storage::redact(&opts.from)

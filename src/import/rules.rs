@@ -148,6 +148,17 @@ fn keys(
     Ok(keys)
 }
 
+/// The reason an imported schedule carries for being disabled. mula's rescheduling disables a
+/// boefje schedule itself when its plugin is gone or disabled, its object gone or its clearance
+/// too low, and the webapp disables report schedules only: so a disabled boefje schedule is
+/// taken as mula's doing, and is enabled again when its work is planned again, as the
+/// service's own disables are. A report schedule disabled was a user's, and stays so.
+pub const DISABLED_IN_MULA: &str = "disabled in mula (its plugin, object or clearance at the time); enabled again when its work is planned again";
+
+fn disabled_by_mula(s: SchedulerId, enabled: bool) -> Option<String> {
+    (!enabled && s == SchedulerId::Boefje).then(|| DISABLED_IN_MULA.to_owned())
+}
+
 /// A schedule of mula's as kat-scheduler stores it: the same id, data, cron, deadline, times
 /// and enabled flag; the hash is the payload's (kat-scheduler's de-duplication key).
 pub fn schedule(m: MulaSchedule, limits: &Limits) -> Result<Converted<ScheduleRow>, Refusal> {
@@ -178,7 +189,7 @@ pub fn schedule(m: MulaSchedule, limits: &Limits) -> Result<Converted<ScheduleRo
             deadline_at: m.deadline_at,
             created_at: m.created_at,
             modified_at: m.modified_at,
-            disabled_reason: None,
+            disabled_reason: disabled_by_mula(s, m.enabled),
         },
         rehashed,
         stalled: false,

@@ -168,16 +168,53 @@ impl fmt::Display for Summary {
         self.schedules.write(f, "schedules")?;
         self.tasks.write(f, "tasks")?;
         if self.nothing_new() {
-            let present = self.schedules.present + self.tasks.present;
-            if present > 0 {
-                writeln!(
-                    f,
+            let here = self.schedules.present
+                + self.tasks.present
+                + self.schedules.hash_taken.len() as u64;
+            let refused = self.schedules.refused_total() + self.tasks.refused_total();
+            let line = match (here > 0, refused > 0) {
+                (true, false) => {
                     "nothing new: every row of mula's that can be imported is here already"
-                )?;
-            } else {
-                writeln!(f, "nothing new: mula's database holds nothing to import")?;
-            }
+                }
+                (true, true) => {
+                    "nothing new: the rows of mula's that can be imported are here already, and the rest were refused (above)"
+                }
+                (false, true) => "nothing imported: every row of mula's was refused (above)",
+                (false, false) => "nothing new: mula's database holds nothing to import",
+            };
+            writeln!(f, "{line}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import::rules::Refusal;
+
+    fn last_line(s: &Summary) -> String {
+        s.to_string().lines().last().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn a_run_that_imports_nothing_says_whether_rows_were_refused_or_there_already() {
+        let mut s = Summary::default();
+        assert!(last_line(&s).contains("holds nothing to import"));
+        s.tasks.read = 1;
+        s.tasks.refuse(&Refusal {
+            id: "t1".into(),
+            rule: "scheduler",
+            detail: "scheduler_id 'scanner'".into(),
+        });
+        assert_eq!(
+            last_line(&s),
+            "nothing imported: every row of mula's was refused (above)"
+        );
+        s.schedules.read = 1;
+        s.schedules.present = 1;
+        assert!(last_line(&s).contains("the rest were refused"), "{s}");
+        s.tasks.refused.clear();
+        assert!(last_line(&s).contains("is here already"), "{s}");
     }
 }

@@ -2,7 +2,7 @@
 //! its alembic revision, and its `schedules` and `tasks` tables in keyset pages by id. Read only;
 //! nothing here writes to mula's database.
 //!
-//! mula's columns (alembic head `0010`): ids and `schedule_id` are `uuid`, `data` is `jsonb`,
+//! mula's columns (alembic revisions `0010` and `0011`): ids and `schedule_id` are `uuid`, `data` is `jsonb`,
 //! `status` is the enum `taskstatus` with uppercase labels, timestamps are `timestamptz`. Each is
 //! read as text or as a UTC timestamp, so the rows decode without knowing mula's types.
 
@@ -13,8 +13,32 @@ use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamp};
 
 use super::StorageError;
 
-/// The alembic revision these statements are written against.
-pub const HEAD_REVISION: &str = "0010";
+/// The alembic revisions whose `schedules` and `tasks` columns these statements read, oldest
+/// first: `0010`, and `0011`, which adds indexes only.
+pub const REVISIONS: [&str; 2] = ["0010", "0011"];
+
+/// Why mula's database at `revision` cannot be read, or `None` when it can: one older than the
+/// revisions read is upgraded by mula first; one newer may have changed the columns read.
+pub fn unreadable_revision(revision: &str) -> Option<String> {
+    if REVISIONS.contains(&revision) {
+        return None;
+    }
+    let known = REVISIONS.join(" and ");
+    // mula's revisions are numbered: a number below the first is an older schema.
+    let older = matches!(
+        (revision.parse::<u32>(), REVISIONS[0].parse::<u32>()),
+        (Ok(r), Ok(first)) if r < first
+    );
+    Some(if older {
+        format!(
+            "mula's database is at alembic revision {revision}, older than the revisions import-mula reads ({known}): upgrade mula's database first (mula's own migrations, `alembic upgrade head`)"
+        )
+    } else {
+        format!(
+            "mula's database is at alembic revision {revision}, which import-mula does not know (it reads {known}): its tables may differ from what it reads; use a release of kat-scheduler that reads it"
+        )
+    })
+}
 
 /// A `schedules` row of mula's.
 #[derive(Debug, Clone, PartialEq, QueryableByName)]
@@ -222,5 +246,29 @@ fn page<R: QueryableByName<diesel::pg::Pg> + 'static>(
         .bind::<Text, _>(id)
         .bind::<BigInt, _>(limit)
         .load(conn),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_read_pass_an_older_one_is_told_to_upgrade_and_a_newer_one_is_not() {
+        assert_eq!(unreadable_revision("0010"), None);
+        assert_eq!(unreadable_revision("0011"), None);
+        let older = unreadable_revision("0009").unwrap();
+        assert!(
+            older.contains("older") && older.contains("upgrade"),
+            "{older}"
+        );
+        for newer in ["0012", "abc123"] {
+            let why = unreadable_revision(newer).unwrap();
+            assert!(!why.contains("upgrade mula"), "{why}");
+            assert!(
+                why.contains("does not know") && why.contains("0010 and 0011"),
+                "{why}"
+            );
+        }
     }
 }

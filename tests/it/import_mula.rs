@@ -1048,7 +1048,117 @@ async fn a_database_that_is_not_mula_s_is_refused_by_name() {
     );
 }
 
+/// mula's newest revision, `0011`, adds indexes only: its database imports as at `0010`. Its
+/// boefje schedules mula's rescheduling disabled (their plugin off, object gone or clearance too
+/// low at the time: the webapp disables report schedules only) come back when their work is
+/// planned again, as the service's own disables do; a report schedule disabled stays so.
+async fn schedules_mula_disabled_come_back_with_their_work_at_mula_s_newest_revision(
+    backend: Backend,
+) {
+    use kat_scheduler::domain::event::{ObjectEvent, ObjectState, Operation};
+    let Some(mula) = MulaDb::create().await else {
+        return;
+    };
+    let Some(target) = TestDb::create(backend).await else {
+        return;
+    };
+    const S_OFF: &str = "a0000000-0000-4000-8000-0000000000f1";
+    const S_REPORT_OFF: &str = "a0000000-0000-4000-8000-0000000000f2";
+    let ooi = "Hostname|internet|b.example";
+    let mut rows = schedule_sql(
+        S_OFF,
+        "boefje",
+        &boefje(S_OFF, "dns-records", ooi),
+        None,
+        Some("2025-06-01 00:00:00+00"),
+    );
+    rows += &schedule_sql(
+        S_REPORT_OFF,
+        "report",
+        &report("e0000000-0000-4000-8000-0000000000f2"),
+        Some("0 6 * * 1"),
+        Some("2025-06-02 06:00:00+00"),
+    );
+    rows += &format!(
+        "UPDATE schedules SET enabled = false WHERE id IN ('{S_OFF}', '{S_REPORT_OFF}');
+         UPDATE alembic_version SET version_num = '0011';
+         CREATE INDEX ix_schedules_enabled ON schedules (enabled);
+         CREATE INDEX ix_schedules_hash ON schedules (hash);
+         CREATE INDEX ix_schedules_scheduler_id ON schedules (scheduler_id);
+         CREATE UNIQUE INDEX ix_tasks_active_per_schedule ON tasks (schedule_id)
+             WHERE status IN ('PENDING', 'QUEUED', 'DISPATCHED', 'RUNNING');
+         CREATE INDEX ix_tasks_status ON tasks (status);
+         CREATE INDEX ix_tasks_type ON tasks (type);"
+    );
+    let uri = mula.db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        PgConnection::establish(&uri)
+            .unwrap()
+            .batch_execute(&rows)
+            .unwrap();
+    })
+    .await
+    .unwrap();
+
+    let summary = import_ok(&mula, &target.uri, &[]).await;
+    assert!(
+        summary.contains("schedules: read 7, imported 6"),
+        "{summary}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(
+        &catalogue,
+        "[[plugins]]\nid = \"dns-records\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\n\
+         scan_level = 1\nenabled = true\n",
+    )
+    .unwrap();
+    let c = catalogue.to_string_lossy().into_owned();
+    let app = spawn_app_on(target, backend, move |s| s.catalogue.file = c).await;
+    let state = |id: &'static str| {
+        let app = &app;
+        async move {
+            let s: Value = app
+                .get(&format!("/schedules/{id}"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            (s["enabled"].as_bool().unwrap(), s["deadline_at"].clone())
+        }
+    };
+    assert!(!state(S_OFF).await.0);
+    assert!(!state(S_REPORT_OFF).await.0);
+
+    // The host is created again at a level the boefje may scan: its work is planned.
+    let event = ObjectEvent {
+        operation: Operation::Create,
+        organisation: "org1".into(),
+        reference: ooi.into(),
+        object: Some(ObjectState {
+            object_type: "Hostname".into(),
+            scan_level: Some(2),
+            scan_profile_type: None,
+        }),
+    };
+    app.frontier()
+        .apply_objects(&[&event], app.now().naive_utc())
+        .await
+        .unwrap();
+    assert_eq!(app.planner.objects(&[&event]).await, vec![Ok(1)]);
+    let (enabled, deadline) = state(S_OFF).await;
+    assert!(
+        enabled,
+        "mula's disable of the boefje schedule did not give way"
+    );
+    assert!(time(&deadline) >= app.now(), "{deadline}");
+    assert!(!state(S_REPORT_OFF).await.0, "a user's disable stands");
+    stop(app).await;
+}
+
 crate::backend_tests!(
+    schedules_mula_disabled_come_back_with_their_work_at_mula_s_newest_revision,
     mula_s_schedules_and_tasks_arrive_and_queued_work_pops_in_priority_order,
     an_import_into_a_database_with_work_leaves_that_work_as_it_was,
     mula_s_more_urgent_copy_of_waiting_work_moves_the_kept_one_forward,
