@@ -644,6 +644,20 @@ async fn a_runner_hanging_up_before_its_pop_is_answered_loses_no_task_without_it
 /// requeue a dispatched task, as a proxy or a failover cutting the engine's connection would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_whose_batch_lost_its_connection_is_tried_again() {
+    give_back_tried_again("PERFORM pg_terminate_backend(pg_backend_pid())", 3).await;
+}
+
+/// The same when the database refuses the give-back's batch (rolled back, so nothing was given
+/// back: a deadlock, a lock timeout, a statement refused), here once: it goes with a later
+/// batch. It was left to its lease, a day later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_whose_batch_the_database_refused_is_tried_again() {
+    give_back_tried_again("RAISE EXCEPTION 'refused by the test''s trigger'", 1).await;
+}
+
+/// A hung-up pop given back while the server does `action` to the first `times` statements
+/// that requeue a dispatched task.
+async fn give_back_tried_again(action: &'static str, times: i64) {
     let Some(app) = spawn_app_with(Backend::Postgres, leases).await else {
         return;
     };
@@ -666,20 +680,20 @@ async fn a_give_back_whose_batch_lost_its_connection_is_tried_again() {
         // Created while the pop waits, committed with the lock's release: the pop's own write
         // (queued to dispatched) passes; the give-back's (dispatched to queued) is cut three
         // times, so every attempt of its batch on a fresh connection is cut too.
-        c.batch_execute(
+        c.batch_execute(&format!(
             "CREATE SEQUENCE cut_give_back; \
              CREATE FUNCTION cut_give_back() RETURNS trigger LANGUAGE plpgsql AS $$ \
              BEGIN \
                  IF OLD.status = 'dispatched' AND NEW.status = 'queued' \
-                     AND nextval('cut_give_back') <= 3 THEN \
-                     PERFORM pg_terminate_backend(pg_backend_pid()); \
+                     AND nextval('cut_give_back') <= {times} THEN \
+                     {action}; \
                  END IF; \
                  RETURN NEW; \
              END $$; \
              CREATE TRIGGER cut_give_back BEFORE UPDATE ON tasks \
                  FOR EACH ROW EXECUTE FUNCTION cut_give_back(); \
              COMMIT",
-        )
+        ))
         .expect("trigger, unlock");
     });
     locked_rx.recv().unwrap();
@@ -726,7 +740,7 @@ async fn a_give_back_whose_batch_lost_its_connection_is_tried_again() {
     })
     .await
     .unwrap();
-    assert!(cuts >= 3, "the give-back's batch was cut: {cuts}");
+    assert!(cuts >= times, "the give-back's batch was cut: {cuts}");
     assert_eq!(
         task["status"], "queued",
         "given back after the cuts: {task}"

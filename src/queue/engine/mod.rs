@@ -183,6 +183,10 @@ fn read_named(
     )
 }
 
+/// Batches in a row the database may refuse while giving back the same undelivered pops before
+/// they are left to their leases.
+const GIVE_BACK_REFUSALS: u32 = 3;
+
 /// How often an engine with nothing to do looks for tasks whose pop answers went undelivered
 /// after a flush barrier.
 const GIVE_BACK_POLL: Duration = Duration::from_millis(100);
@@ -264,6 +268,7 @@ pub(crate) fn start_all(
             giving_back: Vec::new(),
             popping: Vec::new(),
             give_back_failed: false,
+            give_back_refusals: 0,
             broken_session: None,
             flush: flush.clone(),
             given_back: Arc::default(),
@@ -366,6 +371,9 @@ struct Engine {
     popping: Vec<Uuid>,
     /// A batch that gave tasks back failed: the next try waits a moment rather than spinning.
     give_back_failed: bool,
+    /// Batches in a row that the database refused while they gave tasks back: past
+    /// [`GIVE_BACK_REFUSALS`], the give-backs are left to their leases.
+    give_back_refusals: u32,
     /// The server session of a connection a batch broke on, to end before the next.
     broken_session: Option<storage::Session>,
     /// The flush barrier the answers wait for (with `database.flush_barrier`).
@@ -1245,6 +1253,9 @@ impl Engine {
                 backlog,
             }) => {
                 self.conn = Some(conn);
+                if !self.giving_back.is_empty() {
+                    self.give_back_refusals = 0;
+                }
                 self.stale_queue_rows.extend(skipped_pending);
                 counters.batches.fetch_add(1, Ordering::Relaxed);
                 counters
@@ -1356,8 +1367,21 @@ impl Engine {
                         }
                     }
                     self.give_back_failed = !self.undelivered.is_empty();
-                } else if !self.giving_back.is_empty() {
-                    warn!(scheduler.id = %self.scheduler(), tasks = self.giving_back.len(), "the batch giving back undelivered pops failed in the database; their leases will requeue them");
+                }
+                // A batch the database refused was rolled back, so nothing was given back: the
+                // give-backs go with a later batch (after a pause), not with their leases a day
+                // later; after its commands are retried one by one, so that a give-back the
+                // database refuses fails none of them. One it keeps refusing is left to its lease.
+                let mut refused = Vec::new();
+                if !unknown && !self.giving_back.is_empty() {
+                    self.give_back_refusals += 1;
+                    if self.give_back_refusals < GIVE_BACK_REFUSALS {
+                        warn!(scheduler.id = %self.scheduler(), tasks = self.giving_back.len(), error = %e, "the batch giving back undelivered pops failed in the database; they are given back with a later batch");
+                        refused = std::mem::take(&mut self.giving_back);
+                    } else {
+                        warn!(scheduler.id = %self.scheduler(), tasks = self.giving_back.len(), error = %e, "the database refused the give-back of undelivered pops again; their leases will requeue them");
+                        self.give_back_refusals = 0;
+                    }
                 }
                 if !storage::reachable(&self.pool) {
                     self.unavailable(batch, &e, "batch");
@@ -1375,6 +1399,14 @@ impl Engine {
                 } else {
                     error!(scheduler.id = %self.scheduler(), error = %e, "command failed in the database");
                     batch.fail(&QueueError::from(e));
+                }
+                if !refused.is_empty() {
+                    for id in refused {
+                        if !self.undelivered.contains(&id) {
+                            self.undelivered.push(id);
+                        }
+                    }
+                    self.give_back_failed = true;
                 }
             }
         }
