@@ -160,6 +160,11 @@ impl Ownership {
         self.stopping.store(true, Ordering::Release);
     }
 
+    /// How long a lease runs without renewal.
+    pub fn lease(&self) -> std::time::Duration {
+        self.config.lease
+    }
+
     /// This instance's name.
     pub fn instance(&self) -> &str {
         &self.config.instance

@@ -99,6 +99,9 @@ pub enum ForwardError {
     Client(reqwest::Error),
 }
 
+/// Longest wait for a peer to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The client instances forward with.
 #[derive(Debug, Clone)]
 pub struct Peers {
@@ -112,6 +115,9 @@ impl Peers {
     pub fn new(timeout: Duration, token: Option<String>) -> Result<Peers, ForwardError> {
         let client = reqwest::Client::builder()
             .timeout(timeout)
+            // A peer is on the same network: one that does not accept within this is gone (a
+            // killed container's address), and the command waits for the scheduler's next owner.
+            .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(crate::clients::http::USER_AGENT)
             .build()
             .map_err(ForwardError::Client)?;
@@ -132,7 +138,16 @@ impl Peers {
         }
         let response = request.send().await.map_err(|e| {
             debug!(scheduler.id = %s, %url, error = %e, "owner unreachable");
-            QueueError::Moving(s)
+            if e.is_connect() {
+                // Never reached the owner, so not applied: the caller may send it where the
+                // scheduler is once its owner changes.
+                QueueError::Moving(s)
+            } else {
+                // Sent, with no answer: it may have been applied, and is not sent again.
+                QueueError::Unavailable(format!(
+                    "the instance owning scheduler {s} did not answer a forwarded request: {e}"
+                ))
+            }
         })?;
         let status = response.status();
         if !status.is_success() {

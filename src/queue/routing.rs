@@ -1,7 +1,8 @@
 //! Routing: where a scheduler's commands go when several instances share the database. Each
 //! scheduler is owned by one instance (its heap, its engine); a command for a scheduler owned
 //! here goes to the local engine, one owned elsewhere is forwarded to its owner
-//! ([`super::forward`]), and one whose owner is changing is answered 503 with `Retry-After`.
+//! ([`super::forward`]), and one whose owner is changing waits for the new owner, a few seconds
+//! at most, before it is answered 503 with `Retry-After`.
 
 use std::sync::Arc;
 
@@ -11,6 +12,12 @@ use super::forward::{Answered, Forward, Peers};
 use super::types::QueueError;
 use crate::domain::SchedulerId;
 use crate::ownership::{Ownership, Route};
+
+/// How often a command waiting for a scheduler's new owner looks again.
+const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
+/// Longest a command waits for a scheduler's new owner (a long `cluster.lease_ms` is not
+/// waited out whole; the client is answered 503 with `Retry-After`).
+const MAX_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How the queue works with other instances on the same database.
 #[derive(Clone, Default)]
@@ -64,25 +71,57 @@ impl Broker {
     /// Runs a command where `s`'s heap is: `here` on this instance's engine, or the command
     /// `there` makes from the same payload, forwarded to the owner. Requests are counted in the
     /// metrics by the instance that applies them (`here`), so sums over instances count each once.
+    ///
+    /// While the scheduler changes owner (its owner killed and its lease not yet lapsed, or an
+    /// instance taking it over) the command waits for the new owner, up to [`Self::settle_wait`],
+    /// rather than being answered 503 at once: OpenKAT's runners never retry a `PATCH`, so a
+    /// 503 to one lost a task's `running` or `completed`. A forward the owner did not take (it
+    /// could not be reached, or no longer owns the scheduler) was not applied, and is sent again
+    /// where the scheduler is then; a forwarded command is never waited for or sent on again
+    /// here (its sender waits).
     pub(super) async fn routed<P, T, F>(
         &self,
         s: SchedulerId,
         payload: P,
         here: impl FnOnce(P) -> F,
-        there: impl FnOnce(P) -> Forward,
+        there: impl Fn(P) -> Forward,
     ) -> Result<T, QueueError>
     where
+        P: Clone,
         F: std::future::Future<Output = Result<T, QueueError>>,
         T: Answered,
     {
-        match self.route(s) {
-            Route::Local(_) => here(payload).await,
-            Route::Moving => Err(QueueError::Moving(s)),
-            Route::Remote(address) => match &self.inner.cluster.peers {
-                Some(peers) => peers.forward(&address, s, &there(payload)).await,
-                None => Err(QueueError::Moving(s)),
-            },
+        let deadline = tokio::time::Instant::now() + self.settle_wait();
+        loop {
+            match self.route(s) {
+                Route::Local(_) => return here(payload).await,
+                Route::Moving => {}
+                Route::Remote(address) => {
+                    if let Some(peers) = &self.inner.cluster.peers {
+                        match peers.forward(&address, s, &there(payload.clone())).await {
+                            Err(QueueError::Moving(_)) => {}
+                            answered => return answered,
+                        }
+                    }
+                }
+            }
+            if self.local_only || tokio::time::Instant::now() >= deadline {
+                return Err(QueueError::Moving(s));
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
         }
+    }
+
+    /// How long a command waits for a scheduler changing owner: twice the lease, within which a
+    /// killed owner's lease lapses and another instance takes it (about 4/3 of the lease).
+    fn settle_wait(&self) -> std::time::Duration {
+        self.inner
+            .cluster
+            .ownership
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |own| {
+                (own.lease() * 2).min(MAX_SETTLE_WAIT)
+            })
     }
 
     /// Wakes `s`'s engine after its ownership changed, so it rebuilds or drops its heap now.

@@ -1062,3 +1062,71 @@ async fn the_owner_killed_mid_load_is_replaced_and_nothing_is_lost_or_popped_twi
         );
     }
 }
+
+/// OpenKAT's runners never retry a `PATCH`: one sent the moment the scheduler's owner is
+/// killed (its lease not yet lapsed, the instance gone) waits for the new owner and is applied,
+/// where it was answered 503 and the task's `running` or `completed` was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_sent_as_the_owner_is_killed_waits_for_the_new_owner() {
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let c = client();
+    let mut apps = vec![start_async(&db.uri).await, start_async(&db.uri).await];
+    let owner = loop {
+        let mut found = None;
+        for (i, app) in apps.iter().enumerate() {
+            let o = samples(&c, &app.address, "scheduler_ownership_owned").await;
+            if o.iter().any(|(l, v)| l.contains("boefje") && *v == 1.0) {
+                found = Some(i);
+            }
+        }
+        if let Some(i) = found {
+            break i;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling, not a wait for a state
+    };
+    let survivor = apps[1 - owner].address.clone();
+    let body = boefje_push("org1", "dns-records", Some("Hostname|internet|k.nl"), 3);
+    let pushed: Value = c
+        .post(format!("{survivor}/schedulers/boefje/push"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = id_of(&pushed);
+    let popped: Value = c
+        .post(format!("{survivor}/schedulers/boefje/pop?limit=1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(popped["results"][0]["id"], id.as_str(), "{popped}");
+
+    let victim = apps.remove(owner);
+    tokio::task::spawn_blocking(move || victim.kill_9())
+        .await
+        .unwrap();
+    for status in ["running", "completed"] {
+        let resp = c
+            .patch(format!("{survivor}/tasks/{id}"))
+            .json(&json!({"status": status}))
+            .send()
+            .await
+            .unwrap();
+        let code = resp.status();
+        assert_eq!(code, 200, "{status}: {}", resp.text().await.unwrap());
+    }
+    let task: Value = get_json(&c, &format!("{survivor}/tasks/{id}")).await;
+    assert_eq!(task["status"], "completed", "{task}");
+    for app in apps {
+        tokio::task::spawn_blocking(move || app.terminate())
+            .await
+            .unwrap();
+    }
+}
