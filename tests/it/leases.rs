@@ -318,6 +318,34 @@ async fn a_late_word_after_the_task_was_handed_out_again_and_failed_is_refused(b
     );
 }
 
+/// A runtime stopping gives back the tasks of its local queue, which it never started: one
+/// that sat there past its dispatch lease was handed out again, and another runner runs it now.
+/// That runner keeps it: the stale copy is refused (409), and nobody else is handed the task,
+/// where it went back to the queue and ran twice at once.
+async fn a_stale_give_back_of_a_task_another_runner_runs_is_refused(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+        return;
+    };
+    app.push_ok("boefje", &boefje_push("org1", "a", None, 3))
+        .await;
+    let stale = app.pop_ok("boefje", 1, None).await.remove(0);
+    let id = id_of(&stale);
+    app.advance(Duration::seconds(61));
+    assert_eq!(app.sweep().await.requeued.len(), 1);
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
+    assert_eq!(patch_running(&app, &id).await["status"], "running");
+
+    let resp = app.push("boefje", &stale).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let why = resp.text().await.unwrap();
+    assert!(why.contains("is running"), "{why}");
+    assert_eq!(app.task(&id).await["status"], "running");
+    assert!(
+        app.pop_ids("boefje", 1).await.is_empty(),
+        "handed out twice"
+    );
+}
+
 /// Rows of tasks out deleted behind the engine's back (an operator clearing stuck work in SQL)
 /// leave nothing to expire: the sweep forgets them, instead of meeting them first every time
 /// (their leases ended longest ago) and, a sweep's thousand of them, never reaching a real one.
@@ -490,6 +518,7 @@ async fn a_lease_lengthened_behind_the_engines_back_stands(backend: Backend) {
 }
 
 crate::backend_tests!(
+    a_stale_give_back_of_a_task_another_runner_runs_is_refused,
     a_task_waiting_in_a_runners_local_queue_behind_long_scans_is_not_handed_out_again,
     a_lease_lengthened_behind_the_engines_back_stands,
     leases_left_by_the_last_process_end_under_the_next,

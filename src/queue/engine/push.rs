@@ -75,7 +75,14 @@ pub(crate) fn push(
             TaskStatus::Queued | TaskStatus::Pending => {
                 boost_or_conflict(st, rows, task.id, task.priority, now)
             }
-            TaskStatus::Dispatched | TaskStatus::Running => requeue(st, rows, task, now),
+            TaskStatus::Dispatched => requeue(st, rows, task, now),
+            // OpenKAT's runtimes give back, as they stop, only tasks they have not started: a
+            // running one is another runner's now (this copy's dispatch lease ended and the
+            // task was handed out again). Taken back, it would run twice at once.
+            TaskStatus::Running => Err(QueueError::Conflict(format!(
+                "task {} is running; a runner started it, so this copy is not given back (a give-back is of a task not started, and this one was handed out again after its dispatch lease ended)",
+                task.id
+            ))),
             finished => Err(QueueError::Conflict(format!(
                 "task {} is {finished}; a finished task is not pushed again (push it without an id to run the work again)",
                 task.id
@@ -227,6 +234,15 @@ mod tests {
         back.id = id;
         back.id_given = true;
         back.hash = hash;
+        // Running: another runner's now, not given back.
+        assert!(matches!(
+            push(&mut st, &mut rows, &back, now()),
+            Err(QueueError::Conflict(_))
+        ));
+        assert_eq!(rows.get(&id).unwrap().status, TaskStatus::Running);
+        let mut r = rows.get(&id).unwrap().clone();
+        r.status = TaskStatus::Dispatched;
+        rows.update(id, r);
         push(&mut st, &mut rows, &back, now()).unwrap();
         let row = rows.get(&id).unwrap();
         assert_eq!((row.status, row.priority), (TaskStatus::Queued, 3));
