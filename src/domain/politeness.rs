@@ -418,6 +418,30 @@ impl Throttle {
         }
     }
 
+    /// A task in flight that holds no slots takes its concurrency slots (no rate is counted: it
+    /// was counted when it was dispatched). A task whose lease ended freed its slots; its
+    /// holder's late `running` puts it back in flight, where it counts again.
+    pub fn in_flight_again(&mut self, id: Uuid, keys: &KeyValues) {
+        if !self.is_active() || self.slots.contains_key(&id) {
+            return;
+        }
+        let applying: Vec<(usize, String)> = self.applying(keys).collect();
+        let mut slots = Vec::new();
+        for (i, value) in applying {
+            if let Limit::Concurrency { .. } = self.rules[i].limit {
+                let key = (i, value);
+                let held = self.held.entry(key.clone()).or_default();
+                if !held.contains(&id) {
+                    held.push_back(id);
+                }
+                slots.push(key);
+            }
+        }
+        if !slots.is_empty() {
+            self.slots.insert(id, slots);
+        }
+    }
+
     /// A task left flight (finished, failed, cancelled, or taken back): its slots are free.
     pub fn released(&mut self, id: &Uuid) {
         let Some(slots) = self.slots.remove(id) else {

@@ -177,7 +177,41 @@ fn bad_rules_stop_the_service_with_the_variable_named() {
     }
 }
 
+/// A task whose dispatch lease ended freed its slot and waits again; its first holder's late
+/// `running` (the holder did start it) puts it back in flight, where it holds the slot again:
+/// the object's next task waits for it, as for any running task.
+async fn a_task_started_late_by_its_first_holder_holds_its_slot_again(backend: Backend) {
+    let Some(app) = spawn_app_with(backend, |s| {
+        s.schedulers.boefje.concurrency = Some("input_ooi=*:1".into());
+        s.queue.dispatch_timeout_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    let host = "Hostname|internet|one.example";
+    let first = app
+        .push_ok("boefje", &boefje_push("org1", "dns", Some(host), 5))
+        .await;
+    let id = id_of(&first);
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
+    app.advance(chrono::Duration::seconds(61));
+    assert_eq!(app.sweep().await.requeued.len(), 1);
+    let resp = app.patch_task(&id, &json!({"status": "running"})).await;
+    assert_eq!(resp.status(), 200);
+    app.push_ok("boefje", &boefje_push("org1", "whois", Some(host), 5))
+        .await;
+    assert!(
+        app.pop_ids("boefje", 10).await.is_empty(),
+        "the object's slot is the late starter's"
+    );
+    let resp = app.patch_task(&id, &json!({"status": "completed"})).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(app.pop_ids("boefje", 10).await.len(), 1, "the slot is free");
+}
+
 crate::backend_tests!(
+    a_task_started_late_by_its_first_holder_holds_its_slot_again,
     a_rate_limited_plugin_is_held_to_its_window_while_other_work_flows,
     a_concurrency_slot_is_freed_when_its_task_finishes_and_survives_a_restart,
     a_user_scan_waits_for_a_limit_like_any_other,
