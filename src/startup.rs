@@ -342,7 +342,8 @@ impl Application {
                 )?;
                 let token = Some(settings.cluster.peer_token.clone()).filter(|t| !t.is_empty());
                 if token.is_none() && settings.auth.tokens().is_ok_and(|t| t.enabled()) {
-                    warn!(
+                    // Said, not refused: a single instance never forwards.
+                    info!(
                         "tokens are required and cluster.peer_token (SCHEDULER_PEER_TOKEN) is not set: requests forwarded between instances sharing this database will be refused (503); set it when more than one instance runs"
                     );
                 }

@@ -19,8 +19,8 @@ use crate::queue::{PushRequest, SchedulerSnapshot, StatusCounts};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskPush {
-    /// The task id (`data.id` is set to it). With the id of a task that a worker holds, the
-    /// push puts that task back in the queue.
+    /// The task id (`data.id` is set to it). With the id of a task that a worker holds and has
+    /// not started, the push puts that task back in the queue; a running task's is refused.
     pub id: Option<Uuid>,
     /// Must equal the scheduler in the path, when given.
     pub scheduler_id: Option<String>,

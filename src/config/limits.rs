@@ -14,7 +14,7 @@ pub const MAX_FILTER_DEPTH_CEILING: usize = 64;
 /// Highest `max_json_depth`: the JSON parser stops at 128 levels, and a payload sits a few
 /// levels inside the request's body (past this, a deep payload met the parser's limit first and
 /// was answered 422 without naming the setting).
-pub const MAX_JSON_DEPTH_CEILING: usize = 100;
+pub const MAX_JSON_DEPTH_CEILING: usize = 120;
 /// `limits.max_in_values` at most: a list is bound value by value, and PostgreSQL takes at most
 /// 65,535 bound values in one statement.
 pub const MAX_IN_VALUES_CEILING: usize = 30_000;

@@ -39,42 +39,56 @@ impl Default for LoggingSettings {
 }
 
 impl LoggingSettings {
-    /// Refuses a level that is no tracing filter.
+    /// Refuses a level that is no tracing filter, and one that sets no level at all: a bare
+    /// word tracing does not know as a level names a target (`WARNINGS` would log that target
+    /// alone, at every level, and nothing else).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        filter_of(&self.level)
-            .map(|_| ())
-            .map_err(|why| ConfigError::setting("logging.level", why))
+        let filter =
+            filter_of(&self.level).map_err(|why| ConfigError::setting("logging.level", why))?;
+        if !sets_a_level(&filter) {
+            return Err(ConfigError::setting(
+                "logging.level",
+                format!(
+                    "'{}' sets no level, so it would log only the targets it names: give a level (trace, debug, info, warn, error or off), as in 'info' or 'info,{}', or a target's, as in '{}=debug'",
+                    self.level,
+                    self.level.trim(),
+                    self.level.trim()
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
-/// `level` as a tracing filter. Each directive without a target (`info`) must be a level, and
-/// Python's names, which mula's operators know (`WARNING`, `CRITICAL`, `FATAL`), stand for
-/// tracing's `warn` and `error`, case aside: tracing reads a bare word that is no level as a
-/// target to log everything of, so `WARNING` would leave every other line unlogged.
+/// Levels as tracing names them.
+const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// `level` as a tracing filter. Python's level names, which mula's operators know (`WARNING`,
+/// `CRITICAL`, `FATAL`), stand for tracing's `warn` and `error`, case aside; everything else is
+/// read as tracing reads it (a bare word that is no level names a target).
 pub fn filter_of(level: &str) -> Result<String, String> {
-    let mut directives = Vec::new();
-    for d in level.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        if d.contains('=') || d.contains('[') {
-            directives.push(d.to_owned());
-            continue;
-        }
-        let word = match d.to_ascii_lowercase().as_str() {
-            l @ ("trace" | "debug" | "info" | "warn" | "error" | "off") => l.to_owned(),
-            "warning" => "warn".into(),
-            "critical" | "fatal" => "error".into(),
-            _ => {
-                return Err(format!(
-                    "'{d}' in '{level}' is no level (trace, debug, info, warn, error or off);                      a target takes one, as in '{d}=debug'"
-                ));
-            }
-        };
-        directives.push(word);
-    }
-    let filter = directives.join(",");
+    let filter = level
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| match d.to_ascii_lowercase().as_str() {
+            "warning" => "warn".to_owned(),
+            "critical" | "fatal" => "error".to_owned(),
+            _ => d.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
     match tracing_subscriber::EnvFilter::try_new(&filter) {
         Ok(_) => Ok(filter),
         Err(e) => Err(format!("'{level}' is not a log filter: {e}")),
     }
+}
+
+/// Whether a directive of `filter` sets a level: a bare level, or a target's (`lapin=debug`).
+fn sets_a_level(filter: &str) -> bool {
+    filter
+        .split(',')
+        .any(|d| d.contains('=') || LEVELS.contains(&d.to_ascii_lowercase().as_str()))
 }
 
 #[cfg(test)]
@@ -82,29 +96,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn levels_read_as_tracing_and_python_name_them_and_a_bare_word_that_is_none_is_refused() {
+    fn python_level_names_read_as_tracing_s_and_a_filter_that_sets_no_level_is_refused() {
         assert_eq!(filter_of("info").unwrap(), "info");
         assert_eq!(filter_of("WARNING").unwrap(), "warn");
         assert_eq!(
             filter_of("Critical, kat_scheduler=debug").unwrap(),
             "error,kat_scheduler=debug"
         );
-        assert_eq!(filter_of("info,lapin=debug").unwrap(), "info,lapin=debug");
-        let why = filter_of("verbose").unwrap_err();
-        assert!(
-            why.contains("'verbose'") && why.contains("no level"),
-            "{why}"
+        assert_eq!(
+            filter_of("info,kat_scheduler::queue").unwrap(),
+            "info,kat_scheduler::queue"
         );
         assert!(filter_of("kat_scheduler=loud").is_err());
-        let bad = LoggingSettings {
-            level: "WARNINGS".into(),
+        let settings = |level: &str| LoggingSettings {
+            level: level.into(),
             ..LoggingSettings::default()
         };
+        for ok in [
+            "WARNING",
+            "info,kat_scheduler::queue",
+            "kat_scheduler=debug",
+            "INFO",
+        ] {
+            assert!(settings(ok).validate().is_ok(), "{ok}");
+        }
+        let why = settings("WARNINGS").validate().unwrap_err().to_string();
         assert!(
-            bad.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("logging.level")
+            why.contains("logging.level") && why.contains("sets no level"),
+            "{why}"
         );
     }
 }

@@ -203,7 +203,13 @@ impl Settings {
         let Ok(tokens) = self.auth.tokens() else {
             return Ok(());
         };
-        if peer.is_empty() || !tokens.enabled() {
+        // Only instances on one PostgreSQL database forward to each other: elsewhere the token
+        // is never sent, and a leftover one is no reason to refuse to start.
+        let clustered = matches!(
+            crate::storage::DbTarget::parse(&self.database.uri),
+            Ok(crate::storage::DbTarget::Postgres(_))
+        );
+        if peer.is_empty() || !tokens.enabled() || !clustered {
             return Ok(());
         }
         let Some(grant) = tokens.grant(peer) else {
@@ -298,9 +304,9 @@ mod tests {
                 "amqp://guest:guest@rabbit:99999/%2f",
                 "not an AMQP URI",
             ),
-            ("SCHEDULER_LIMIT_JSON_DEPTH", "200", "at most 100"),
+            ("SCHEDULER_LIMIT_JSON_DEPTH", "200", "at most 120"),
             ("SCHEDULER_COLDSTART_BACKOFF_MS", "0", "at least 1"),
-            ("SCHEDULER_LOG_LEVEL", "WARNINGS", "no level"),
+            ("SCHEDULER_LOG_LEVEL", "WARNINGS", "sets no level"),
         ] {
             let err = load(&[(var, value)]).unwrap_err().0;
             assert!(
@@ -310,7 +316,7 @@ mod tests {
         }
         for (var, value) in [
             ("QUEUE_URI", "amqp://guest:guest@rabbit:5672/%2f"),
-            ("SCHEDULER_LIMIT_JSON_DEPTH", "100"),
+            ("SCHEDULER_LIMIT_JSON_DEPTH", "120"),
             ("SCHEDULER_LOG_LEVEL", "WARNING"),
         ] {
             assert!(load(&[(var, value)]).is_ok(), "{var}={value}");
@@ -319,7 +325,17 @@ mod tests {
     #[test]
     fn a_peer_token_the_instances_would_refuse_is_refused_at_start() {
         let tokens = "admin=s3cret-admin-token;runner@boefje=s3cret-runner-token";
+        let pg = "postgresql://postgres@db/scheduler";
+        assert!(
+            load(&[
+                ("SCHEDULER_API_TOKENS", tokens),
+                ("SCHEDULER_PEER_TOKEN", "unknown-token-value"),
+            ])
+            .is_ok(),
+            "on SQLite no instance forwards: a leftover token is never sent"
+        );
         let err = load(&[
+            ("SCHEDULER_DB_URI", pg),
             ("SCHEDULER_API_TOKENS", tokens),
             ("SCHEDULER_PEER_TOKEN", "unknown-token-value"),
         ])
@@ -334,6 +350,7 @@ mod tests {
             "the secret is not logged: {err}"
         );
         let err = load(&[
+            ("SCHEDULER_DB_URI", pg),
             ("SCHEDULER_API_TOKENS", tokens),
             ("SCHEDULER_PEER_TOKEN", "s3cret-runner-token"),
         ])
@@ -342,13 +359,18 @@ mod tests {
         assert!(err.contains("does not allow push on boefje"), "{err}");
         assert!(
             load(&[
+                ("SCHEDULER_DB_URI", pg),
                 ("SCHEDULER_API_TOKENS", tokens),
                 ("SCHEDULER_PEER_TOKEN", "s3cret-admin-token"),
             ])
             .is_ok()
         );
         assert!(
-            load(&[("SCHEDULER_PEER_TOKEN", "anything")]).is_ok(),
+            load(&[
+                ("SCHEDULER_DB_URI", pg),
+                ("SCHEDULER_PEER_TOKEN", "anything")
+            ])
+            .is_ok(),
             "no tokens required"
         );
     }

@@ -377,33 +377,21 @@ impl Throttle {
             return;
         }
         let applying: Vec<(usize, String)> = self.applying(keys).collect();
-        let mut slots = Vec::new();
-        for (i, value) in applying {
-            match self.rules[i].limit {
-                Limit::Rate { n, per } => {
-                    let sent = self.sent.entry((i, value)).or_default();
-                    let at_most = n as usize;
-                    // Kept sorted (a rebuild adds past times in any order); only the last N
-                    // matter to the window.
-                    let pos = sent.partition_point(|t| *t <= at);
-                    sent.insert(pos, at);
-                    while sent.len() > at_most || sent.front().is_some_and(|t| *t <= at - per) {
-                        sent.pop_front();
-                    }
+        for (i, value) in &applying {
+            if let Limit::Rate { n, per } = self.rules[*i].limit {
+                let sent = self.sent.entry((*i, value.clone())).or_default();
+                let at_most = n as usize;
+                // Kept sorted (a rebuild adds past times in any order); only the last N matter
+                // to the window.
+                let pos = sent.partition_point(|t| *t <= at);
+                sent.insert(pos, at);
+                while sent.len() > at_most || sent.front().is_some_and(|t| *t <= at - per) {
+                    sent.pop_front();
                 }
-                Limit::Concurrency { .. } if in_flight => {
-                    let key = (i, value);
-                    let held = self.held.entry(key.clone()).or_default();
-                    if !held.contains(&id) {
-                        held.push_back(id);
-                    }
-                    slots.push(key);
-                }
-                Limit::Concurrency { .. } => {}
             }
         }
-        if !slots.is_empty() {
-            self.slots.insert(id, slots);
+        if in_flight {
+            self.take_slots(id, &applying);
         }
         // A `*` rule counts every value it ever met (each object, each host): the values whose
         // span has passed count nothing and are forgotten, once the map has doubled since the
@@ -426,10 +414,15 @@ impl Throttle {
             return;
         }
         let applying: Vec<(usize, String)> = self.applying(keys).collect();
+        self.take_slots(id, &applying);
+    }
+
+    /// `id` holds a slot of each concurrency rule among `applying` (rule, value).
+    fn take_slots(&mut self, id: Uuid, applying: &[(usize, String)]) {
         let mut slots = Vec::new();
         for (i, value) in applying {
-            if let Limit::Concurrency { .. } = self.rules[i].limit {
-                let key = (i, value);
+            if let Limit::Concurrency { .. } = self.rules[*i].limit {
+                let key = (*i, value.clone());
                 let held = self.held.entry(key.clone()).or_default();
                 if !held.contains(&id) {
                     held.push_back(id);

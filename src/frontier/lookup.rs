@@ -511,7 +511,7 @@ mod tests {
             starts,
             "the deleted organisation's old streak hid the new outage"
         );
-        assert_eq!(b.0.len(), 1, "the stale scope stays: {:?}", b.0);
+        assert_eq!(b.0.len(), 1, "the stale scope is forgotten: {:?}", b.0);
         let (again, _) = b.failed("deleted-org", later);
         assert_eq!(again, wait, "a fresh streak starts at the first wait");
     }

@@ -104,7 +104,8 @@ pub enum Route {
     /// Another live instance owns it; forward to this address.
     Remote(String),
     /// Nobody holds it right now (an owner died and its lease has not lapsed, or one is taking
-    /// over): answer 503 with a short `Retry-After`.
+    /// over): a command waits for the next owner a few seconds, then is answered 503 with a
+    /// short `Retry-After`.
     Moving,
 }
 

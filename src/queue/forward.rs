@@ -5,8 +5,10 @@
 //! API document); the body names the command with the broker's own arguments, and the answer is
 //! the owner's `Result` as it is, errors included, so a 409 or a 429 reaches the client as the
 //! owner gave it. The owner applies a forwarded command only if it still owns the scheduler
-//! (never forwarding it again); an owner that cannot be reached is answered 503 with a short
-//! `Retry-After`, since its lease lapses within seconds and another instance takes over.
+//! (never forwarding it again). An owner that cannot be reached did not apply it: the sender
+//! waits for the scheduler's next owner (its lease lapses within seconds and another instance
+//! takes over) and sends it there ([`super::Broker::routed`]); one that took the request and
+//! did not answer may have applied it, and that is answered 503.
 
 use std::time::Duration;
 

@@ -13,8 +13,11 @@ use super::types::QueueError;
 use crate::domain::SchedulerId;
 use crate::ownership::{Ownership, Route};
 
-/// How often a command waiting for a scheduler's new owner looks again.
+/// How soon a command waiting for a scheduler's new owner looks again first; the pause doubles
+/// to [`SETTLE_POLL_MAX`].
 const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
+/// Longest pause between two looks for a scheduler's new owner.
+const SETTLE_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 /// Longest a command waits for a scheduler's new owner (a long `cluster.lease_ms` is not
 /// waited out whole; the client is answered 503 with `Retry-After`).
 const MAX_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -91,7 +94,44 @@ impl Broker {
         F: std::future::Future<Output = Result<T, QueueError>>,
         T: Answered,
     {
-        let deadline = tokio::time::Instant::now() + self.settle_wait();
+        self.routed_within(self.settle_wait(), s, payload, here, there)
+            .await
+    }
+
+    /// [`Self::routed`] for a read (a heap's counts, a task's place): answered at once while
+    /// the scheduler changes owner, since the reader has an answer without the owner (the
+    /// table's counts) or needs none.
+    pub(super) async fn routed_read<P, T, F>(
+        &self,
+        s: SchedulerId,
+        payload: P,
+        here: impl FnOnce(P) -> F,
+        there: impl Fn(P) -> Forward,
+    ) -> Result<T, QueueError>
+    where
+        P: Clone,
+        F: std::future::Future<Output = Result<T, QueueError>>,
+        T: Answered,
+    {
+        self.routed_within(std::time::Duration::ZERO, s, payload, here, there)
+            .await
+    }
+
+    async fn routed_within<P, T, F>(
+        &self,
+        wait: std::time::Duration,
+        s: SchedulerId,
+        payload: P,
+        here: impl FnOnce(P) -> F,
+        there: impl Fn(P) -> Forward,
+    ) -> Result<T, QueueError>
+    where
+        P: Clone,
+        F: std::future::Future<Output = Result<T, QueueError>>,
+        T: Answered,
+    {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = SETTLE_POLL;
         loop {
             match self.route(s) {
                 Route::Local(_) => return here(payload).await,
@@ -108,7 +148,9 @@ impl Broker {
             if self.local_only || tokio::time::Instant::now() >= deadline {
                 return Err(QueueError::Moving(s));
             }
-            tokio::time::sleep(SETTLE_POLL).await;
+            // Doubling: an owner refusing connections is not asked 40 times a second.
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(SETTLE_POLL_MAX);
         }
     }
 

@@ -124,8 +124,8 @@ pub enum QueueError {
     /// The database cannot be reached, or the service is stopping (503).
     #[error("service unavailable: {0}")]
     Unavailable(String),
-    /// The scheduler's ownership is moving between instances, or its owner cannot be reached
-    /// (503 with a short `Retry-After`).
+    /// The scheduler's ownership is moving between instances, or its owner could not be
+    /// reached: the command was not applied (503 with a short `Retry-After`).
     #[error("scheduler {0} is changing owner; retry shortly")]
     Moving(SchedulerId),
     /// A fault of ours (500); logged with its cause.

@@ -670,6 +670,7 @@ impl Engine {
             // Whatever it moved is in the table, where the next owner's rebuild reads it; pops
             // whose answers went undelivered are left to their leases there.
             self.undelivered.clear();
+            self.give_back_refusals = 0;
             self.forget_refill();
             if now == 0 {
                 let s = self.scheduler();
@@ -1364,14 +1365,11 @@ impl Engine {
                 if unknown {
                     // What it gave back and what its pops took may or may not be written: the
                     // next batch gives back those the table shows dispatched.
-                    let again = std::mem::take(&mut self.giving_back)
+                    let again: Vec<Uuid> = std::mem::take(&mut self.giving_back)
                         .into_iter()
-                        .chain(std::mem::take(&mut self.popping));
-                    for id in again {
-                        if !self.undelivered.contains(&id) {
-                            self.undelivered.push(id);
-                        }
-                    }
+                        .chain(std::mem::take(&mut self.popping))
+                        .collect();
+                    self.give_back_later(again);
                     self.give_back_failed = !self.undelivered.is_empty();
                 }
                 // A batch the database refused was rolled back, so nothing was given back: the
@@ -1379,7 +1377,8 @@ impl Engine {
                 // later; after its commands are retried one by one, so that a give-back the
                 // database refuses fails none of them. One it keeps refusing is left to its lease.
                 let mut refused = Vec::new();
-                if !unknown && !self.giving_back.is_empty() {
+                let carried_give_backs = !self.giving_back.is_empty();
+                if !unknown && carried_give_backs {
                     self.give_back_refusals += 1;
                     if self.give_back_refusals < GIVE_BACK_REFUSALS {
                         warn!(scheduler.id = %self.scheduler(), tasks = self.giving_back.len(), error = %e, "the batch giving back undelivered pops failed in the database; they are given back with a later batch");
@@ -1394,10 +1393,11 @@ impl Engine {
                 } else if e.is_unavailable() || e.is_connection_lost() {
                     warn!(scheduler.id = %self.scheduler(), operation = "batch", size = batch.len(), error = %e, "the database connection failed with the batch's outcome unknown; answering 503, the heap is rebuilt from the table");
                     batch.fail(&QueueError::Unavailable(e.client_text().into()));
-                } else if batch.commands() > 1 {
+                } else if batch.commands() > 1 || carried_give_backs {
                     // By command, not by task: one push of several tasks is one transaction
                     // whatever happens, and split it could not be (retrying it as it is would
-                    // fail again, without end).
+                    // fail again, without end). A lone command is tried again without the
+                    // give-backs it went with, which may be what the database refused.
                     warn!(scheduler.id = %self.scheduler(), error = %e, size = batch.len(), "batch failed; retrying its commands one by one");
                     for single in batch.into_singles() {
                         self.process(single);
@@ -1407,13 +1407,18 @@ impl Engine {
                     batch.fail(&QueueError::from(e));
                 }
                 if !refused.is_empty() {
-                    for id in refused {
-                        if !self.undelivered.contains(&id) {
-                            self.undelivered.push(id);
-                        }
-                    }
+                    self.give_back_later(refused);
                     self.give_back_failed = true;
                 }
+            }
+        }
+    }
+
+    /// `ids` go back to the queue with a later batch (each once).
+    fn give_back_later(&mut self, ids: Vec<Uuid>) {
+        for id in ids {
+            if !self.undelivered.contains(&id) {
+                self.undelivered.push(id);
             }
         }
     }
