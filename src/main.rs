@@ -142,6 +142,17 @@ fn main() -> ExitCode {
 
 async fn migrate(mut settings: Settings) -> anyhow::Result<()> {
     settings.database.migrate = true;
+    // A running service holds the SQLite file's lock: migrating under its engines would hold
+    // the database's one write lock through every statement, and their batches would fail.
+    let _lock = match storage::DbTarget::parse(&settings.database.uri) {
+        Ok(storage::DbTarget::Sqlite(path)) => Some(
+            tokio::task::spawn_blocking(move || {
+                kat_scheduler::ownership::SqliteLock::acquire(&path)
+            })
+            .await??,
+        ),
+        _ => None,
+    };
     let (pool, target) = open_database(&settings).await?;
     let mut conn = storage::checkout(&pool)?;
     let pending = storage::pending_migrations(&mut conn)?;

@@ -173,6 +173,14 @@ impl StorageError {
                     || m.contains("no connection to the server")
                     || m.contains("connection has been closed")
                     || m.contains("database is locked")
+                    // The database takes no writes now (a full disk, a file or server made
+                    // read-only, a failing disk, a failover to a standby): nothing the request
+                    // said is wrong, and it is answered 503 with `Retry-After`, not 500.
+                    || m.contains("database or disk is full")
+                    || m.contains("attempt to write a readonly database")
+                    || m.contains("disk I/O error")
+                    || m.contains("No space left on device")
+                    || m.contains("in a read-only transaction")
             }
             _ => false,
         }
@@ -267,6 +275,12 @@ impl DbTarget {
         } else if let Some(path) = uri.strip_prefix("sqlite://") {
             if path.is_empty() {
                 Err(StorageError::NoSqlitePath)
+            } else if path == ":memory:" || path.starts_with("file::memory:") {
+                // Each pooled connection would open a database of its own, empty: the
+                // migrations would land on one and the queue read another.
+                Err(StorageError::UnsupportedUri(format!(
+                    "{uri} (an in-memory SQLite database is one per connection; name a file)"
+                )))
             } else {
                 Ok(Self::Sqlite(PathBuf::from(path)))
             }
@@ -377,12 +391,14 @@ fn pg_session() -> String {
 }
 
 /// SQLite settings for every connection: WAL so readers never block the writer, FULL sync so an
-/// acknowledged commit survives power loss, and a busy timeout instead of instant "locked" errors.
+/// acknowledged commit survives power loss, a busy timeout instead of instant "locked" errors,
+/// and a bound on the write-ahead log's file: a burst of writes while a long read held the
+/// checkpoint back left the file at its peak size for the life of the process.
 /// The busy timeout comes first: `journal_mode` reads the database, and a connection opened
 /// while another one checkpoints failed at once with "database is locked" when it came later
 /// (seen in the SQLite benchmark's baseline).
 pub const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
-     PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;";
+     PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA journal_size_limit = 67108864;";
 
 impl ManageConnection for Manager {
     type Connection = AnyConnection;
@@ -1079,6 +1095,13 @@ mod tests {
                 .to_string()
                 .contains("not a supported database URI")
         );
+        let memory = DbTarget::parse("sqlite://:memory:")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            memory.contains("in-memory SQLite database is one per connection"),
+            "{memory}"
+        );
     }
 
     #[test]
@@ -1117,5 +1140,23 @@ mod tests {
         assert!(gone.is_unavailable() && !gone.is_request_fault());
         let bug = database_error(Unknown, "syntax error at or near \"FROM\"");
         assert!(!bug.is_request_fault() && !bug.is_unavailable());
+        // A database that takes no writes now is unavailable (503), not a fault (500).
+        for m in [
+            "database or disk is full",
+            "attempt to write a readonly database",
+            "disk I/O error",
+            "could not extend file \"base/16384/16385\": No space left on device",
+            "cannot execute UPDATE in a read-only transaction",
+        ] {
+            let e = database_error(Unknown, m);
+            assert!(e.is_unavailable() && !e.is_request_fault(), "{m}");
+            assert!(
+                matches!(
+                    crate::queue::QueueError::from(e),
+                    crate::queue::QueueError::Unavailable(_)
+                ),
+                "{m}"
+            );
+        }
     }
 }

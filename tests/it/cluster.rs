@@ -880,6 +880,24 @@ async fn a_second_instance_on_one_sqlite_file_refuses_to_start() {
         err.contains("PostgreSQL"),
         "the message says what to do: {err}"
     );
+    // Nor does `migrate` run under it: its statements would hold the file's one write lock
+    // under the service's engines.
+    let uri = app.db.uri.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(crate::child::binary())
+            .arg("migrate")
+            .env("SCHEDULER_DB_URI", uri)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "migrate ran beside the service: {said}"
+    );
+    assert!(said.contains("another kat-scheduler instance"), "{said}");
     // The first one serves on.
     app.push_ok("boefje", &boefje_push("org", "nmap", None, 3))
         .await;

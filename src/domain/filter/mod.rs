@@ -15,7 +15,7 @@
 pub mod eval;
 pub mod plan;
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::TaskStatus;
@@ -652,8 +652,15 @@ mod integer_tests {
 }
 
 /// Parses the date-times clients send: RFC 3339 (any offset, turned into UTC), a naive
-/// `YYYY-MM-DD[T ]HH:MM:SS[.f]` taken as UTC, or a bare date (midnight UTC).
+/// `YYYY-MM-DD[T ]HH:MM:SS[.f]` taken as UTC, or a bare date (midnight UTC). Years are 0 to
+/// 9999, as ISO 8601 writes them without an agreement: SQLite keeps times as text, where
+/// `+10000-01-01` sorts before `2025` (a schedule due then fired at once, and a listing up to
+/// it found nothing), so a year of five digits or a sign is refused as PostgreSQL would not.
 pub fn parse_datetime(s: &str) -> Option<NaiveDateTime> {
+    parse_any_datetime(s).filter(|t| (0..=9999).contains(&t.year()))
+}
+
+fn parse_any_datetime(s: &str) -> Option<NaiveDateTime> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Some(t.with_timezone(&Utc).naive_utc());
     }
@@ -793,5 +800,13 @@ mod tests {
             Some(want - chrono::Duration::hours(12))
         );
         assert_eq!(parse_datetime("31/01/2025"), None);
+        for far in [
+            "+10000-01-01T00:00:00",
+            "+10000-01-01",
+            "-0001-01-01T00:00:00",
+        ] {
+            assert_eq!(parse_datetime(far), None, "{far}");
+        }
+        assert!(parse_datetime("9999-12-31T23:59:59Z").is_some());
     }
 }
