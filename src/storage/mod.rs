@@ -34,6 +34,18 @@ pub enum AnyConnection {
     Sqlite(diesel::SqliteConnection),
 }
 
+/// Inside a transaction that reads before it writes, takes SQLite's write lock first (waiting
+/// out the busy timeout for another writer), as `BEGIN IMMEDIATE` would; nothing on PostgreSQL.
+/// A deferred SQLite transaction that has read cannot take the lock once another connection
+/// has committed since its read: its first write fails at once with "database is locked", and
+/// the busy timeout does not apply. A write that matches no row takes the lock all the same.
+pub fn begin_write(conn: &mut AnyConnection) -> QueryResult<()> {
+    if Backend::of(conn) == Backend::Sqlite {
+        diesel::sql_query("DELETE FROM task_queue WHERE 0 = 1").execute(conn)?;
+    }
+    Ok(())
+}
+
 /// The schema migrations, compiled into the binary.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -1114,6 +1126,42 @@ mod tests {
             redact("postgresql://kat@db/sched"),
             "postgresql://kat@db/sched"
         );
+    }
+
+    #[test]
+    fn a_transaction_that_reads_first_holds_sqlite_s_write_lock_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = DbTarget::Sqlite(dir.path().join("s.db"));
+        let mut a = open(&target).unwrap();
+        run_migrations(&mut a).unwrap();
+        let mut b = open(&target).unwrap();
+        // b does not wait: whether a holds the lock shows at once.
+        b.batch_execute("PRAGMA busy_timeout = 0").unwrap();
+        let other_write = "INSERT OR REPLACE INTO cron_state (component, entry, next_run_at) \
+                           VALUES ('boefje', 'test', '2026-01-01 00:00:00')";
+        let read_then_write = |c: &mut AnyConnection, first: bool, b: &mut AnyConnection| {
+            c.transaction::<_, diesel::result::Error, _>(|c| {
+                if first {
+                    begin_write(c)?;
+                }
+                diesel::sql_query("SELECT count(*) FROM tasks").execute(c)?;
+                let b_wrote = b.batch_execute(other_write).is_ok();
+                diesel::sql_query("DELETE FROM task_queue WHERE 1 = 0").execute(c)?;
+                Ok(b_wrote)
+            })
+        };
+        // Deferred: the other connection commits between the read and the write, which then
+        // fails at once.
+        let deferred = read_then_write(&mut a, false, &mut b);
+        assert!(
+            deferred
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("locked")),
+            "{deferred:?}"
+        );
+        // With the lock taken first, the other writer waits (here: is refused) and this one
+        // commits.
+        assert_eq!(read_then_write(&mut a, true, &mut b), Ok(false));
     }
 
     fn database_error(kind: diesel::result::DatabaseErrorKind, message: &str) -> StorageError {

@@ -733,6 +733,10 @@ impl Engine {
         let (fence, s) = (self.fence(), self.scheduler());
         let state = &mut self.state;
         let result = conn.transaction::<_, StorageError, _>(|c| {
+            // It reads the whole queue before its first write: on SQLite a write committed by
+            // another connection meanwhile (the listener's frontier, a schedule) would fail
+            // that write at once.
+            storage::begin_write(c)?;
             // A rebuild writes too (its refill settles pending rows `queued`, its demotions
             // write them back): fenced like a batch, so a former owner that has not yet heard it
             // lost the scheduler (its ownership round cannot reach the database either) does not
