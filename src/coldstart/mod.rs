@@ -487,7 +487,9 @@ impl ColdStart {
                     .filter(|p| enabled.contains(&p.id) && !b.contains(&p.id))
                     .collect()
             });
-            let mut planned_all = true;
+            // One boefje that cannot be planned (Octopoes refusing its listing) holds up neither
+            // the others nor their record: it alone is left out, and so is new again next round.
+            let mut recorded_now = enabled;
             for plugin in new {
                 match self.plan_boefje(org, plugin, token).await {
                     Ok(n) => {
@@ -497,15 +499,14 @@ impl ColdStart {
                     Err(ColdStartError::Stopped) => return,
                     Err(e) => {
                         warn!(organisation = %org, boefje = %plugin.id, error = %e, "ColdStart: a newly enabled boefje could not be planned; tried again next round");
-                        planned_all = false;
-                        break;
+                        recorded_now.remove(&plugin.id);
                     }
                 }
             }
-            if planned_all
+            if Some(&recorded_now) != before
                 && let Err(e) = self
                     .frontier
-                    .record_enabled_boefjes(org, enabled, self.clock.now().naive_utc())
+                    .record_enabled_boefjes(org, recorded_now, self.clock.now().naive_utc())
                     .await
             {
                 warn!(organisation = %org, error = %e, "ColdStart: the enabled boefjes could not be recorded; looked at again next round");

@@ -830,6 +830,47 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
         s.coldstart_health().await["tasks_planned_for_new_boefjes"],
         4
     );
+
+    // Two more are enabled: the first in Katalogus' order consumes a type Octopoes' model does
+    // not have, and Octopoes refuses its listing; the second is planned all the same (it waited
+    // behind the first for good), and the first stays new.
+    s.octopoes.broken.lock().unwrap().clear();
+    *s.octopoes.page_cap.lock().unwrap() = None;
+    s.octopoes
+        .unknown_types
+        .lock()
+        .unwrap()
+        .insert("NoSuchType".into());
+    let custom = katalogus_boefje("custom", &["NoSuchType"], 1, false);
+    let mut whois = katalogus_boefje("whois", &["Hostname"], 1, false);
+    whois["enabled"] = serde_json::json!(true);
+    let mut custom_on = custom.clone();
+    custom_on["enabled"] = serde_json::json!(true);
+    katalogus.plugins.lock().unwrap().insert(
+        "org1".into(),
+        vec![dns.clone(), nmap(true), ports(true), custom_on, whois],
+    );
+    s.app.catalogue.refresh().await;
+    s.looks(5).await;
+    let whois_work: Vec<(String, String)> = s
+        .work("org1")
+        .await
+        .into_iter()
+        .filter(|(b, _)| b == "whois")
+        .collect();
+    assert_eq!(
+        whois_work,
+        vec![
+            (
+                "whois".to_owned(),
+                "Hostname|internet|org1-h0.nl".to_owned()
+            ),
+            (
+                "whois".to_owned(),
+                "Hostname|internet|org1-h1.nl".to_owned()
+            ),
+        ]
+    );
 }
 
 /// A boefje run as Bytes keeps it: the boefje, when it started, when it ended.

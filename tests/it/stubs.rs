@@ -183,6 +183,9 @@ pub struct OctopoesState {
     pub page_cap: Arc<Mutex<Option<u64>>>,
     pub count_extra: Arc<Mutex<usize>>,
     held: Arc<Mutex<Option<Hold>>>,
+    /// Object types Octopoes' model does not have: a listing that names one is answered 400
+    /// "Type not found", as its `type_by_name` fails.
+    pub unknown_types: Arc<Mutex<HashSet<String>>>,
 }
 
 /// A held request: it says it arrived, then waits for its release.
@@ -311,6 +314,13 @@ impl OctopoesState {
                         .is_some_and(|from| offset >= *from)
                     {
                         return Reply::status(500, r#"{"detail": "Internal Server Error"}"#);
+                    }
+                    if seen
+                        .params("types")
+                        .iter()
+                        .any(|t| state.unknown_types.lock().unwrap().contains(*t))
+                    {
+                        return Reply::status(400, r#"{"detail": "Type not found"}"#);
                     }
                     if state.broken.lock().unwrap().get(*org).is_some_and(|at| {
                         at.iter()
