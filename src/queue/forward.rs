@@ -7,7 +7,7 @@
 //! owner gave it. The owner applies a forwarded command only if it still owns the scheduler
 //! (never forwarding it again). An owner that cannot be reached did not apply it: the sender
 //! waits for the scheduler's next owner (its lease lapses within seconds and another instance
-//! takes over) and sends it there ([`super::Broker::routed`]); one that took the request and
+//! takes over) and sends it there (the broker's routing); one that took the request and
 //! did not answer may have applied it, and that is answered 503.
 
 use std::time::Duration;
