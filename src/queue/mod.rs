@@ -350,7 +350,8 @@ impl Broker {
     /// Where queued task `id` of `scheduler` stands and what holds it back, as the scheduler's
     /// owner sees it; `None` if it is not in the heap.
     pub async fn wait(&self, scheduler: SchedulerId, id: Uuid) -> Result<Option<Wait>, QueueError> {
-        self.routed_read(
+        self.routed_within(
+            std::time::Duration::ZERO,
             scheduler,
             id,
             |id| self.call(scheduler, id, Command::Explain),
@@ -576,7 +577,8 @@ impl Broker {
 
     /// `(queued, pending)` of `s`, as its owner's heap and count hold them.
     pub async fn counts(&self, s: SchedulerId) -> Result<(u64, u64), QueueError> {
-        self.routed_read(
+        self.routed_within(
+            std::time::Duration::ZERO,
             s,
             (),
             |()| {

@@ -98,26 +98,10 @@ impl Broker {
             .await
     }
 
-    /// [`Self::routed`] for a read (a heap's counts, a task's place): answered at once while
-    /// the scheduler changes owner, since the reader has an answer without the owner (the
+    /// [`Self::routed`], waiting at most `wait` for a scheduler changing owner. Reads (a heap's
+    /// counts, a task's place) wait for none: the reader has an answer without the owner (the
     /// table's counts) or needs none.
-    pub(super) async fn routed_read<P, T, F>(
-        &self,
-        s: SchedulerId,
-        payload: P,
-        here: impl FnOnce(P) -> F,
-        there: impl Fn(P) -> Forward,
-    ) -> Result<T, QueueError>
-    where
-        P: Clone,
-        F: std::future::Future<Output = Result<T, QueueError>>,
-        T: Answered,
-    {
-        self.routed_within(std::time::Duration::ZERO, s, payload, here, there)
-            .await
-    }
-
-    async fn routed_within<P, T, F>(
+    pub(super) async fn routed_within<P, T, F>(
         &self,
         wait: std::time::Duration,
         s: SchedulerId,

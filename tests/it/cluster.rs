@@ -89,6 +89,19 @@ async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     client.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+/// POSTs `body` to `url`; answers the JSON answer.
+async fn post_json(client: &reqwest::Client, url: &str, body: &Value) -> Value {
+    client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 async fn start_async(uri: &str) -> ChildApp {
     let uri = uri.to_owned();
     tokio::task::spawn_blocking(move || start(&uri))
@@ -144,15 +157,12 @@ async fn instances_that_do_not_own_a_scheduler_forward_its_pushes_pops_and_patch
         "forwarded and direct answers differ"
     );
     // A filtered pop through b gets it from a's heap, dispatched.
-    let popped: Value = c
-        .post(format!("{}/schedulers/boefje/pop?limit=5", b.address))
-        .json(&json!({"filters": [{"column": "organisation", "operator": "eq", "value": "org"}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let popped = post_json(
+        &c,
+        &format!("{}/schedulers/boefje/pop?limit=5", b.address),
+        &json!({"filters": [{"column": "organisation", "operator": "eq", "value": "org"}]}),
+    )
+    .await;
     let results = popped["results"].as_array().unwrap();
     assert_eq!(results.len(), 1, "{popped}");
     assert_eq!(results[0]["id"], task["id"]);
@@ -1106,24 +1116,14 @@ async fn a_patch_sent_as_the_owner_is_killed_waits_for_the_new_owner() {
     };
     let survivor = apps[1 - owner].address.clone();
     let body = boefje_push("org1", "dns-records", Some("Hostname|internet|k.nl"), 3);
-    let pushed: Value = c
-        .post(format!("{survivor}/schedulers/boefje/push"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let pushed = post_json(&c, &format!("{survivor}/schedulers/boefje/push"), &body).await;
     let id = id_of(&pushed);
-    let popped: Value = c
-        .post(format!("{survivor}/schedulers/boefje/pop?limit=1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let popped = post_json(
+        &c,
+        &format!("{survivor}/schedulers/boefje/pop?limit=1"),
+        &Value::Null,
+    )
+    .await;
     assert_eq!(popped["results"][0]["id"], id.as_str(), "{popped}");
 
     let victim = apps.remove(owner);

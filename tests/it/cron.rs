@@ -30,13 +30,11 @@ fn report(org: &str, recipe: &str) -> Value {
 
 /// Schedule `id`'s deadline as the API answers it.
 async fn deadline_of(app: &TestApp, id: &str) -> DateTime<Utc> {
-    let s: Value = app
-        .get(&format!("/schedules/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
-    s["deadline_at"].as_str().unwrap().parse().unwrap()
+    app.schedule(id).await["deadline_at"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// Pops every queued report task and runs it to completion, as the report runner does; answers

@@ -508,6 +508,13 @@ impl TestApp {
         resp.json().await.expect("task json")
     }
 
+    /// Schedule `id` as the API answers it.
+    pub async fn schedule(&self, id: &str) -> Value {
+        let resp = self.get(&format!("/schedules/{id}")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.json().await.expect("schedule json")
+    }
+
     pub async fn patch_task(&self, id: &str, body: &Value) -> Response {
         self.client
             .patch(format!("{}/tasks/{id}", self.address))

@@ -1119,12 +1119,7 @@ async fn schedules_mula_disabled_come_back_with_their_work_at_mula_s_newest_revi
     let state = |id: &'static str| {
         let app = &app;
         async move {
-            let s: Value = app
-                .get(&format!("/schedules/{id}"))
-                .await
-                .json()
-                .await
-                .unwrap();
+            let s = app.schedule(id).await;
             (s["enabled"].as_bool().unwrap(), s["deadline_at"].clone())
         }
     };
