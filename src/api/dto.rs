@@ -92,6 +92,13 @@ impl From<TaskPush> for PushRequest {
             schedule_id: None,
             explanation: None,
             link: None,
+            // A runtime gives a task back as it popped it: that copy's time tells a copy from
+            // before the task was handed out again (see the engine's give-back).
+            copy_modified_at: p
+                .modified_at
+                .as_ref()
+                .and_then(Value::as_str)
+                .and_then(crate::domain::filter::parse_datetime),
         }
     }
 }

@@ -48,6 +48,10 @@ pub struct PushRequest {
     /// that existed). A push that creates no task (a boost, a refusal) writes no schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<ScheduleRow>,
+    /// With the id of a task that exists: the `modified_at` of the copy given back, as the
+    /// worker got it. A copy from before the task was last handed out is another holder's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_modified_at: Option<chrono::NaiveDateTime>,
 }
 
 /// A validated task, not yet placed.
@@ -73,6 +77,8 @@ pub(crate) struct NewTask {
     pub explanation: Option<String>,
     /// See [`PushRequest::link`]; none when the push names its schedule.
     pub link: Option<ScheduleRow>,
+    /// See [`PushRequest::copy_modified_at`].
+    pub copy_modified_at: Option<chrono::NaiveDateTime>,
 }
 
 /// Validates `req` for `scheduler`, within `limits`.
@@ -142,6 +148,7 @@ pub(crate) fn prepare(
         keys,
         explanation: req.explanation,
         link: req.link.filter(|_| req.schedule_id.is_none()),
+        copy_modified_at: req.copy_modified_at,
     })
 }
 

@@ -346,6 +346,36 @@ async fn a_stale_give_back_of_a_task_another_runner_runs_is_refused(backend: Bac
     );
 }
 
+/// The same while the runner it was handed out to again has not started it yet (it waits in
+/// that runtime's buffer too): the first runtime's copy is from before the second pop and is
+/// refused; the second runtime's own copy is a give-back as any, and the task waits again.
+async fn a_stale_give_back_of_a_task_handed_out_again_is_refused_and_the_new_holders_is_not(
+    backend: Backend,
+) {
+    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+        return;
+    };
+    app.push_ok("boefje", &boefje_push("org1", "a", None, 3))
+        .await;
+    let stale = app.pop_ok("boefje", 1, None).await.remove(0);
+    let id = id_of(&stale);
+    app.advance(Duration::seconds(61));
+    assert_eq!(app.sweep().await.requeued.len(), 1);
+    app.advance(Duration::seconds(1));
+    let holder = app.pop_ok("boefje", 1, None).await.remove(0);
+    assert_eq!(id_of(&holder), id);
+
+    let resp = app.push("boefje", &stale).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let why = resp.text().await.unwrap();
+    assert!(why.contains("handed out again"), "{why}");
+    assert_eq!(app.task(&id).await["status"], "dispatched");
+
+    let back: Value = app.push("boefje", &holder).await.json().await.unwrap();
+    assert_eq!(back["status"], "queued", "{back}");
+    assert_eq!(app.pop_ids("boefje", 1).await, vec![id]);
+}
+
 /// Rows of tasks out deleted behind the engine's back (an operator clearing stuck work in SQL)
 /// leave nothing to expire: the sweep forgets them, instead of meeting them first every time
 /// (their leases ended longest ago) and, a sweep's thousand of them, never reaching a real one.
@@ -518,6 +548,7 @@ async fn a_lease_lengthened_behind_the_engines_back_stands(backend: Backend) {
 }
 
 crate::backend_tests!(
+    a_stale_give_back_of_a_task_handed_out_again_is_refused_and_the_new_holders_is_not,
     a_stale_give_back_of_a_task_another_runner_runs_is_refused,
     a_task_waiting_in_a_runners_local_queue_behind_long_scans_is_not_handed_out_again,
     a_lease_lengthened_behind_the_engines_back_stands,

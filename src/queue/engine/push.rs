@@ -10,6 +10,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::batch::{BatchRows, Reads};
+use super::lease::taken_back;
 use super::place::{Admission, internal, place, placed_status};
 use super::rejoin;
 use super::state::QueueState;
@@ -74,6 +75,20 @@ pub(crate) fn push(
         return match existing.status {
             TaskStatus::Queued | TaskStatus::Pending => {
                 boost_or_conflict(st, rows, task.id, task.priority, now)
+            }
+            // Handed out again after its dispatch lease ended, and this copy is from before:
+            // the runtime that gives it back lost it then, and the task is another's now (one
+            // that has not started it yet).
+            TaskStatus::Dispatched
+                if taken_back(existing)
+                    && task
+                        .copy_modified_at
+                        .is_some_and(|m| m < existing.modified_at) =>
+            {
+                Err(QueueError::Conflict(format!(
+                    "task {} was handed out again after its dispatch lease ended; this copy is from before, so it is not given back",
+                    task.id
+                )))
             }
             TaskStatus::Dispatched => requeue(st, rows, task, now),
             // OpenKAT's runtimes give back, as they stop, only tasks they have not started: a

@@ -97,6 +97,7 @@ pub fn new_task(plugin: &str, priority: i64) -> NewTask {
         },
         explanation: None,
         link: None,
+        copy_modified_at: None,
     }
 }
 
