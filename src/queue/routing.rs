@@ -18,6 +18,8 @@ use crate::ownership::{Ownership, Route};
 const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
 /// Longest pause between two looks for a scheduler's new owner.
 const SETTLE_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(200);
+/// Shortest wait for a scheduler's new owner, whatever the lease.
+const MIN_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Longest a command waits for a scheduler's new owner (a long `cluster.lease_ms` is not
 /// waited out whole; the client is answered 503 with `Retry-After`).
 const MAX_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -139,14 +141,15 @@ impl Broker {
     }
 
     /// How long a command waits for a scheduler changing owner: twice the lease, within which a
-    /// killed owner's lease lapses and another instance takes it (about 4/3 of the lease).
+    /// killed owner's lease lapses and another instance takes it (about 4/3 of the lease), and
+    /// loads its heap (a second or so for 100,000 tasks: [`MIN_SETTLE_WAIT`] at least).
     fn settle_wait(&self) -> std::time::Duration {
         self.inner
             .cluster
             .ownership
             .as_ref()
             .map_or(std::time::Duration::ZERO, |own| {
-                (own.lease() * 2).min(MAX_SETTLE_WAIT)
+                (own.lease() * 2).clamp(MIN_SETTLE_WAIT, MAX_SETTLE_WAIT)
             })
     }
 
