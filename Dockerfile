@@ -44,9 +44,9 @@ for arg in "$@"; do
 done
 names_database() {
     [ -n "$1" ] && [ -r "$1" ] && awk '
-        /^[[:space:]]*\[/ { section = $0; gsub(/[[:space:]]/, "", section) }
-        section == "[database]" && /^[[:space:]]*uri[[:space:]]*=/ { found = 1 }
-        section == "" && /^[[:space:]]*database\.uri[[:space:]]*=/ { found = 1 }
+        /^[[:space:]]*\[/ { section = $0; sub(/#.*/, "", section); gsub(/[[:space:]"]/, "", section) }
+        section == "[database]" && /^[[:space:]]*"?uri"?[[:space:]]*=/ { found = 1 }
+        section == "" && /^[[:space:]]*"?database"?[[:space:]]*(\.[[:space:]]*"?uri"?[[:space:]]*=|=.*uri)/ { found = 1 }
         END { exit !found }' "$1"
 }
 if [ -z "$SCHEDULER_DB_URI" ] && [ -z "$SCHEDULER_DB_DSN" ] && ! names_database "$file"; then

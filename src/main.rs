@@ -149,7 +149,12 @@ async fn migrate(mut settings: Settings) -> anyhow::Result<()> {
             tokio::task::spawn_blocking(move || {
                 kat_scheduler::ownership::SqliteLock::acquire(&path)
             })
-            .await??,
+            .await?
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{e}; stop kat-scheduler before migrating (serve migrates at start unless SCHEDULER_DB_MIGRATE=false)"
+                )
+            })?,
         ),
         _ => None,
     };

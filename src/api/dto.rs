@@ -14,8 +14,8 @@ use crate::queue::{PushRequest, SchedulerSnapshot, StatusCounts};
 
 /// A task to push (mula's `TaskPush`). A worker may also push back a full task as it popped
 /// it; the task keys that are not listed here (`status`, `type`, `hash`, `schedule_id`,
-/// `created_at`, `modified_at`, `attempts`, `lease_expires_at`, `failure_reason`) are then
-/// accepted and ignored. Any other key is refused.
+/// `created_at`, `attempts`, `lease_expires_at`, `failure_reason`) are then accepted and
+/// ignored, and `modified_at` tells a stale copy. Any other key is refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskPush {
@@ -48,7 +48,8 @@ pub struct TaskPush {
     /// Ignored (accepted for re-pushes of a full task).
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<Value>,
-    /// Ignored (accepted for re-pushes of a full task).
+    /// With the id of a task handed out again after its dispatch lease ended: a copy from
+    /// before that (another runtime's, which lost it) is refused (409). Otherwise ignored.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub modified_at: Option<Value>,
     /// Ignored (accepted for re-pushes of a full task).

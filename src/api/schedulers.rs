@@ -49,7 +49,8 @@ pub async fn get_scheduler(
 
 /// Pushes a task. A duplicate (same hash, still waiting) with a strictly lower priority number
 /// boosts the waiting task (200); otherwise it is a 409. A task id that a worker holds and has
-/// not started is put back in the queue (200); a running one's is refused (409). When the heap is full an automatic push is stored as `pending`, or
+/// not started is put back in the queue (200); a running one's is refused (409), and so is a
+/// copy from before the task was handed out again. When the heap is full an automatic push is stored as `pending`, or
 /// refused with 429 if the scheduler is configured so.
 #[utoipa::path(
     tag = "schedulers",

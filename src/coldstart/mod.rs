@@ -441,9 +441,9 @@ impl ColdStart {
     /// onboarding sets clearance on the first object, say) found nothing to plan when its events
     /// came. What each organisation has enabled is kept in `enabled_boefjes`; an organisation
     /// seen for the first time is recorded as it is (its objects are new to the frontier, so
-    /// its first pass plans them whole). An organisation's record moves on only once every new
-    /// boefje of it is planned, so one Octopoes or the queue could not take is tried again at
-    /// the next round.
+    /// its first pass plans them whole). An organisation's record takes in the new boefjes that
+    /// were planned: one Octopoes or the queue could not take stays out of it, and is tried
+    /// again at the next round without holding the others up.
     async fn new_boefjes(&self, organisations: &[String], token: &CancellationToken) {
         if !self.owns_boefje() {
             return;

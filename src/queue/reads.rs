@@ -88,7 +88,12 @@ impl Broker {
                 wait: None,
             });
         explanation.wait = match task.status {
-            TaskStatus::Queued => self.wait(task.scheduler_id, id).await?,
+            // While the scheduler changes owner nobody can say where it stands; the rest of
+            // the explanation stands.
+            TaskStatus::Queued => match self.wait(task.scheduler_id, id).await {
+                Err(QueueError::Moving(_)) => None,
+                other => other?,
+            },
             TaskStatus::Pending => Some(self.pending_wait(task.scheduler_id)),
             _ => None,
         };

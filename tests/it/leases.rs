@@ -348,7 +348,8 @@ async fn a_stale_give_back_of_a_task_another_runner_runs_is_refused(backend: Bac
 
 /// The same while the runner it was handed out to again has not started it yet (it waits in
 /// that runtime's buffer too): the first runtime's copy is from before the second pop and is
-/// refused; the second runtime's own copy is a give-back as any, and the task waits again.
+/// refused; the second runtime's own copy is a give-back as any, also after a user changed the
+/// task's priority, and the task waits again.
 async fn a_stale_give_back_of_a_task_handed_out_again_is_refused_and_the_new_holders_is_not(
     backend: Backend,
 ) {
@@ -371,6 +372,11 @@ async fn a_stale_give_back_of_a_task_handed_out_again_is_refused_and_the_new_hol
     assert!(why.contains("handed out again"), "{why}");
     assert_eq!(app.task(&id).await["status"], "dispatched");
 
+    // A user makes it more urgent meanwhile: the task changed, but was not handed out again,
+    // and the holder's copy is still its own.
+    app.advance(Duration::seconds(1));
+    let resp = app.patch_task(&id, &json!({"priority": 2})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
     let back: Value = app.push("boefje", &holder).await.json().await.unwrap();
     assert_eq!(back["status"], "queued", "{back}");
     assert_eq!(app.pop_ids("boefje", 1).await, vec![id]);

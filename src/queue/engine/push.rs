@@ -80,10 +80,7 @@ pub(crate) fn push(
             // the runtime that gives it back lost it then, and the task is another's now (one
             // that has not started it yet).
             TaskStatus::Dispatched
-                if taken_back(existing)
-                    && task
-                        .copy_modified_at
-                        .is_some_and(|m| m < existing.modified_at) =>
+                if taken_back(existing) && copy_from_before(st, existing, task) =>
             {
                 Err(QueueError::Conflict(format!(
                     "task {} was handed out again after its dispatch lease ended; this copy is from before, so it is not given back",
@@ -202,6 +199,17 @@ fn boost_or_conflict(
     }
     rows.update(id, row);
     Ok((id, false))
+}
+
+/// Whether `task`, a copy given back of the dispatched `existing`, was taken before `existing`
+/// was last handed out. When that was is read from its lease (a dispatched task's is never
+/// renewed: handed out at its end less the dispatch timeout), not from its `modified_at`, which
+/// a client's change of priority moves as well.
+fn copy_from_before(st: &QueueState, existing: &TaskRow, task: &NewTask) -> bool {
+    let handed_out = chrono::Duration::from_std(st.limits.dispatch_timeout)
+        .ok()
+        .and_then(|ttl| existing.lease_expires_at?.checked_sub_signed(ttl));
+    matches!((task.copy_modified_at, handed_out), (Some(copy), Some(out)) if copy < out)
 }
 
 /// A worker gives back a task it was handed (re-push of the full task): it waits again, keeping
