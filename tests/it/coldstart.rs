@@ -871,6 +871,19 @@ async fn a_boefje_enabled_since_the_last_round_is_planned_on_the_objects_octopoe
             ),
         ]
     );
+    // The next look lists the refused boefje's type again, and not the planned one's: whois
+    // is recorded, custom is not.
+    s.stub.clear();
+    s.looks(6).await;
+    let listings = |of: &str| {
+        s.stub
+            .seen()
+            .iter()
+            .filter(|r| r.params("types") == [of])
+            .count()
+    };
+    assert!(listings("NoSuchType") > 0, "custom is tried again");
+    assert_eq!(listings("Hostname"), 0, "whois is planned once");
 }
 
 /// A boefje run as Bytes keeps it: the boefje, when it started, when it ended.
