@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use kat_scheduler::clock::SystemClock;
 use kat_scheduler::config::Settings;
-use kat_scheduler::startup::{Application, open_database};
+use kat_scheduler::startup::{Application, open_database, sqlite_lock};
 use kat_scheduler::{api, config, import, storage, telemetry};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -144,20 +144,11 @@ async fn migrate(mut settings: Settings) -> anyhow::Result<()> {
     settings.database.migrate = true;
     // A running service holds the SQLite file's lock: migrating under its engines would hold
     // the database's one write lock through every statement, and their batches would fail.
-    let _lock = match storage::DbTarget::parse(&settings.database.uri) {
-        Ok(storage::DbTarget::Sqlite(path)) => Some(
-            tokio::task::spawn_blocking(move || {
-                kat_scheduler::ownership::SqliteLock::acquire(&path)
-            })
-            .await?
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "{e}; stop kat-scheduler before migrating (serve migrates at start unless SCHEDULER_DB_MIGRATE=false)"
-                )
-            })?,
-        ),
-        _ => None,
-    };
+    let _lock = sqlite_lock(&settings).await.map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}; stop kat-scheduler before migrating (serve migrates at start unless SCHEDULER_DB_MIGRATE=false)"
+        )
+    })?;
     let (pool, target) = open_database(&settings).await?;
     let mut conn = storage::checkout(&pool)?;
     let pending = storage::pending_migrations(&mut conn)?;

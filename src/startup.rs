@@ -75,6 +75,19 @@ pub struct Application {
     planner: Planner,
 }
 
+/// The lock of the configured SQLite file ([`SqliteLock::acquire`], off the runtime: it may
+/// wait for a holder to let go); none for PostgreSQL, which instances share.
+pub async fn sqlite_lock(settings: &Settings) -> anyhow::Result<Option<SqliteLock>> {
+    match DbTarget::parse(&settings.database.uri) {
+        Ok(DbTarget::Sqlite(path)) => Ok(Some(
+            tokio::task::spawn_blocking(move || SqliteLock::acquire(&path))
+                .await
+                .context("taking the SQLite lock")??,
+        )),
+        _ => Ok(None),
+    }
+}
+
 /// Opens the pool and brings the schema up to date (or checks it is, when `migrate` is off).
 pub async fn open_database(settings: &Settings) -> anyhow::Result<(DbPool, DbTarget)> {
     let target = DbTarget::parse(&settings.database.uri)?
@@ -291,14 +304,7 @@ impl Application {
         let clock_for_listener = clock;
         // SQLite serves one instance: a second one on the same file stops here, before it
         // migrates or reads anything.
-        let sqlite_lock = match DbTarget::parse(&settings.database.uri) {
-            Ok(DbTarget::Sqlite(path)) => Some(
-                tokio::task::spawn_blocking(move || SqliteLock::acquire(&path))
-                    .await
-                    .context("taking the SQLite lock")??,
-            ),
-            _ => None,
-        };
+        let sqlite_lock = sqlite_lock(&settings).await?;
         let (pool, target) = open_database(&settings).await?;
         let backend = target.backend();
         info!(database = %target.display(), "database ready");

@@ -408,9 +408,16 @@ impl Throttle {
 
     /// A task in flight that holds no slots takes its concurrency slots (no rate is counted: it
     /// was counted when it was dispatched). A task whose lease ended freed its slots; its
-    /// holder's late `running` puts it back in flight, where it counts again.
+    /// holder's late `running` puts it back in flight, where it counts again. Asked for every
+    /// task a batch leaves in flight (each pop's among them, which took its slots already), so
+    /// the rules apply to it only when it holds none and a concurrency rule is set.
     pub fn in_flight_again(&mut self, id: Uuid, keys: &KeyValues) {
-        if !self.is_active() || self.slots.contains_key(&id) {
+        if self.slots.contains_key(&id)
+            || !self
+                .rules
+                .iter()
+                .any(|r| matches!(r.limit, Limit::Concurrency { .. }))
+        {
             return;
         }
         let applying: Vec<(usize, String)> = self.applying(keys).collect();

@@ -1105,32 +1105,9 @@ async fn a_schedule_a_fire_disabled_is_enabled_again_when_its_work_is_planned_ag
     assert_eq!(state(user).await, (false, Value::Null));
     assert_eq!(state(kept).await, (false, Value::Null));
     assert!(!state(refused).await.0, "its data would be refused again");
-    let s: Value = app
-        .get(&format!("/schedules/{}", ids[low]))
-        .await
-        .json()
-        .await
-        .unwrap();
+    assert_eq!(deadline_of(&app, &ids[low]).await, app.now());
     assert_eq!(
-        s["deadline_at"]
-            .as_str()
-            .unwrap()
-            .parse::<DateTime<Utc>>()
-            .unwrap(),
-        app.now()
-    );
-    let s: Value = app
-        .get(&format!("/schedules/{}", ids[deleted]))
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        s["deadline_at"]
-            .as_str()
-            .unwrap()
-            .parse::<DateTime<Utc>>()
-            .unwrap(),
+        deadline_of(&app, &ids[deleted]).await,
         app.now(),
         "a schedule without a deadline comes due now"
     );

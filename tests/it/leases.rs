@@ -272,16 +272,22 @@ async fn a_late_result_is_taken_and_the_copy_waiting_again_withdrawn(backend: Ba
 /// A task popped, its dispatch lease ended without a word from its holder, and popped again:
 /// the app and the task's id.
 async fn handed_out_again(backend: Backend) -> Option<(TestApp, String)> {
+    let (app, first, _) = handed_out_twice(backend).await?;
+    Some((app, id_of(&first)))
+}
+
+/// [`handed_out_again`], answering the task as each of its two pops answered it (the copies
+/// the two runtimes hold).
+async fn handed_out_twice(backend: Backend) -> Option<(TestApp, Value, Value)> {
     let app = spawn_app_with(backend, runners_defaults).await?;
-    let task = app
-        .push_ok("boefje", &boefje_push("org1", "a", None, 3))
+    app.push_ok("boefje", &boefje_push("org1", "a", None, 3))
         .await;
-    let id = id_of(&task);
-    app.pop_ok("boefje", 1, None).await;
+    let first = app.pop_ok("boefje", 1, None).await.remove(0);
     app.advance(Duration::seconds(61));
     assert_eq!(app.sweep().await.requeued.len(), 1);
-    assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
-    Some((app, id))
+    let second = app.pop_ok("boefje", 1, None).await.remove(0);
+    assert_eq!(id_of(&second), id_of(&first));
+    Some((app, first, second))
 }
 
 /// Handed out again before the first holder reports: its result completes the task, and the
@@ -323,16 +329,10 @@ async fn a_late_word_after_the_task_was_handed_out_again_and_failed_is_refused(b
 /// That runner keeps it: the stale copy is refused (409), and nobody else is handed the task,
 /// where it went back to the queue and ran twice at once.
 async fn a_stale_give_back_of_a_task_another_runner_runs_is_refused(backend: Backend) {
-    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+    let Some((app, stale, _)) = handed_out_twice(backend).await else {
         return;
     };
-    app.push_ok("boefje", &boefje_push("org1", "a", None, 3))
-        .await;
-    let stale = app.pop_ok("boefje", 1, None).await.remove(0);
     let id = id_of(&stale);
-    app.advance(Duration::seconds(61));
-    assert_eq!(app.sweep().await.requeued.len(), 1);
-    assert_eq!(app.pop_ids("boefje", 1).await, vec![id.clone()]);
     assert_eq!(patch_running(&app, &id).await["status"], "running");
 
     let resp = app.push("boefje", &stale).await;
@@ -353,18 +353,10 @@ async fn a_stale_give_back_of_a_task_another_runner_runs_is_refused(backend: Bac
 async fn a_stale_give_back_of_a_task_handed_out_again_is_refused_and_the_new_holders_is_not(
     backend: Backend,
 ) {
-    let Some(app) = spawn_app_with(backend, runners_defaults).await else {
+    let Some((app, stale, holder)) = handed_out_twice(backend).await else {
         return;
     };
-    app.push_ok("boefje", &boefje_push("org1", "a", None, 3))
-        .await;
-    let stale = app.pop_ok("boefje", 1, None).await.remove(0);
     let id = id_of(&stale);
-    app.advance(Duration::seconds(61));
-    assert_eq!(app.sweep().await.requeued.len(), 1);
-    app.advance(Duration::seconds(1));
-    let holder = app.pop_ok("boefje", 1, None).await.remove(0);
-    assert_eq!(id_of(&holder), id);
 
     let resp = app.push("boefje", &stale).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);

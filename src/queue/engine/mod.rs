@@ -1295,9 +1295,7 @@ impl Engine {
                     }
                     if !matches!(row.status, TaskStatus::Dispatched | TaskStatus::Running) {
                         self.state.throttle.released(id);
-                    } else if row.scheduler_id == self.state.scheduler.as_str()
-                        && self.state.throttle.is_active()
-                    {
+                    } else if row.scheduler_id == self.state.scheduler.as_str() {
                         // A late `running` of a task whose lease had ended (and freed its
                         // slots) puts it back in flight; a pop's took its slots already.
                         self.state.throttle.in_flight_again(*id, &row.key_values());
