@@ -22,6 +22,7 @@ use crate::clients::http::Backoff;
 use crate::coldstart::{ColdStart, ColdStartConfig, ColdStartStatus};
 use crate::cron::Cron;
 use crate::cron::coldstart::ColdStartResync;
+use crate::cron::parked::ParkedEvents;
 use crate::cron::prune::Prune;
 use crate::cron::refill::Refill;
 use crate::cron::reschedule::Reschedule;
@@ -31,7 +32,7 @@ use crate::domain::schedule::Cadence;
 use crate::domain::{PerScheduler, SchedulerId};
 use crate::frontier::Frontier;
 use crate::frontier::lookup::ObjectLookup;
-use crate::listener::{Listener, ListenerConfig, ListenerStatus};
+use crate::listener::{Listener, ListenerConfig, ListenerStatus, Source as ParkedSource};
 use crate::ownership::{Ownership, OwnershipConfig, OwnershipHandle, SqliteLock};
 use crate::planner::PushLinker;
 use crate::planner::{BytesRuns, Planner};
@@ -58,7 +59,7 @@ pub struct Application {
     /// How long each background process gets to stop.
     stop_deadline: Duration,
     /// The AMQP listener, when `QUEUE_URI` is set.
-    listener: Option<Listener>,
+    listener: Option<Arc<Listener>>,
     /// Its state (shown on `/health` also when it is off).
     listener_status: Arc<ListenerStatus>,
     /// The plugin catalogue (refreshed in the background when it comes from Katalogus).
@@ -170,12 +171,13 @@ struct CronParts<'a> {
 }
 
 /// Each component's cron table, in the order its entries run: rescheduling (boefje, report),
-/// the lease watchdog, refill, the ColdStart resync (boefje, when ColdStart is on),
-/// pruning.
+/// the lease watchdog, refill, the ColdStart resync (boefje, when ColdStart is on), parked
+/// events (boefje and normalizer, when the listener is on), pruning.
 fn build_cron(
     settings: &Settings,
     parts: CronParts<'_>,
     coldstart: Option<&Arc<ColdStartStatus>>,
+    listener: Option<&Arc<Listener>>,
     clock: SharedClock,
 ) -> Cron {
     let CronParts {
@@ -234,6 +236,15 @@ fn build_cron(
             && s == SchedulerId::Boefje
         {
             table.push(ColdStartResync::new(status.clone()));
+        }
+        // Parked object events plan boefje work, parked raw files normalizer work.
+        let parked = match s {
+            SchedulerId::Boefje => Some(ParkedSource::Mutations),
+            SchedulerId::Normalizer => Some(ParkedSource::RawFiles),
+            SchedulerId::Report => None,
+        };
+        if let (Some(l), Some(source)) = (listener, parked) {
+            table.push(ParkedEvents::new(l.clone(), source));
         }
         if c.task_retention_days > 0 || c.schedule_history_days > 0 {
             let days = |d: u64| (d > 0).then(|| Duration::from_secs(d * 86_400));
@@ -469,7 +480,7 @@ impl Application {
             info!("AMQP listener off: QUEUE_URI is not set");
             None
         } else {
-            Some(Listener {
+            Some(Arc::new(Listener {
                 config: ListenerConfig {
                     uri: l.uri.clone(),
                     mutations_queue: l.mutations_queue.clone(),
@@ -480,7 +491,8 @@ impl Application {
                 planner: planner.clone(),
                 status: listener_status.clone(),
                 holds: Default::default(),
-            })
+                parking: crate::listener::parked::Parking::new(pool.clone(), l.park_after_secs),
+            }))
         };
         let coldstart_status = Arc::new(ColdStartStatus::default());
         if octopoes.is_some() && settings.cron.tick_secs == 0 {
@@ -530,6 +542,7 @@ impl Application {
                 schedules: &schedules,
             },
             coldstart.as_ref().map(|_| &coldstart_status),
+            listener.as_ref(),
             clock_for_cron.clone(),
         );
         let app_broker = broker.clone();
@@ -641,7 +654,6 @@ impl Application {
         // The listener stops first: unacked messages go back to RabbitMQ before the engines
         // finish.
         if let Some(l) = listener {
-            let l = Arc::new(l);
             processes.spawn("AMQP listener", move |token| l.clone().run(token));
         }
         if let Some(c) = coldstart {

@@ -66,6 +66,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "unacked messages per queue (default 100)",
     ),
     (
+        "SCHEDULER_LISTENER_PARK_AFTER",
+        "listener.park_after_secs",
+        "seconds an event fails for a passing reason before it is parked in the database (default 60; 0: never)",
+    ),
+    (
         "SCHEDULER_QUEUE_MUTATIONS",
         "listener.mutations_queue",
         "Octopoes' object events (default scan_profile_mutations)",

@@ -6,6 +6,8 @@ use super::ConfigError;
 
 /// Default prefetch of the AMQP listener (mula's).
 pub const DEFAULT_PREFETCH: u16 = 100;
+/// Default seconds an event fails for a passing reason before it is parked.
+pub const DEFAULT_PARK_AFTER_SECS: u64 = 60;
 /// Default queue of Octopoes' object events (mula's).
 pub const DEFAULT_MUTATIONS_QUEUE: &str = "scan_profile_mutations";
 /// Default queue of Bytes' raw file events (mula's).
@@ -23,6 +25,9 @@ pub struct ListenerSettings {
     pub raw_files_queue: String,
     /// Unacked messages RabbitMQ hands the listener at most.
     pub prefetch: u16,
+    /// Seconds an event fails for a passing reason before it is parked in the database, off
+    /// the head of its queue (`crate::listener::parked`); 0: never, handed back for ever.
+    pub park_after_secs: u64,
 }
 
 impl Default for ListenerSettings {
@@ -32,6 +37,7 @@ impl Default for ListenerSettings {
             mutations_queue: DEFAULT_MUTATIONS_QUEUE.into(),
             raw_files_queue: DEFAULT_RAW_FILES_QUEUE.into(),
             prefetch: DEFAULT_PREFETCH,
+            park_after_secs: DEFAULT_PARK_AFTER_SECS,
         }
     }
 }

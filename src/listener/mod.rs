@@ -20,6 +20,7 @@
 
 mod clearance;
 mod mutations;
+pub mod parked;
 mod raw_files;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,8 +75,14 @@ pub(crate) enum Outcome {
     Done,
     /// It cannot be used: dead-letter it with this reason.
     Poison(String),
-    /// It failed for a passing reason: hand it back to try again.
+    /// It failed for a passing reason: hand it back to try again, or park it once it has
+    /// failed long enough ([`parked`]).
     Retry(String),
+    /// It waits behind an earlier event of its object that was handed back: hand it back too,
+    /// or park it if that one is parked with it.
+    Behind(String),
+    /// An earlier event of its object is parked: park it behind, unapplied.
+    Park(String),
 }
 
 impl Outcome {
@@ -115,6 +122,8 @@ pub struct QueueFigures {
     pub dead_lettered: u64,
     /// Messages handed back to be tried again.
     pub retried: u64,
+    /// Messages parked in the database after failing too long (acked; see [`parked`]).
+    pub parked: u64,
     /// Messages ready in the queue, not yet delivered (the listener's lag; read once a second).
     pub ready: u64,
 }
@@ -126,6 +135,7 @@ struct Counters {
     acked: AtomicU64,
     dead_lettered: AtomicU64,
     retried: AtomicU64,
+    parked: AtomicU64,
     ready: AtomicU64,
 }
 
@@ -139,6 +149,7 @@ pub struct ListenerStatus {
     counters: [Counters; 2],
     handled: tokio::sync::watch::Sender<u64>,
     retried: tokio::sync::watch::Sender<u64>,
+    parked: tokio::sync::watch::Sender<u64>,
 }
 
 impl ListenerStatus {
@@ -151,6 +162,7 @@ impl ListenerStatus {
             counters: Default::default(),
             handled: tokio::sync::watch::channel(0).0,
             retried: tokio::sync::watch::channel(0).0,
+            parked: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -188,6 +200,7 @@ impl ListenerStatus {
                 acked: c.acked.load(Ordering::Relaxed),
                 dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
                 retried: c.retried.load(Ordering::Relaxed),
+                parked: c.parked.load(Ordering::Relaxed),
                 ready: c.ready.load(Ordering::Relaxed),
             })
             .collect()
@@ -205,16 +218,34 @@ impl ListenerStatus {
         let _ = rx.wait_for(|r| *r >= n).await;
     }
 
+    /// Waits until `n` messages in all have been parked (a test signal).
+    pub async fn wait_parked(&self, n: u64) {
+        let mut rx = self.parked.subscribe();
+        let _ = rx.wait_for(|p| *p >= n).await;
+    }
+
     fn handled_n(&self, n: u64) {
         self.handled.send_modify(|h| *h += n);
     }
 }
 
 /// Which of the two queues.
-#[derive(Debug, Clone, Copy)]
-enum Source {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Octopoes' object events.
     Mutations = 0,
+    /// Bytes' raw file events.
     RawFiles = 1,
+}
+
+impl Source {
+    /// Its name in `listener_parked.source`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Mutations => "mutations",
+            Source::RawFiles => "raw_files",
+        }
+    }
 }
 
 /// The listener and what it needs.
@@ -230,6 +261,8 @@ pub struct Listener {
     /// Objects whose event was handed back: their later events wait behind it (`Holds`, in
     /// `listener/mutations.rs`).
     pub holds: mutations::Holds,
+    /// Where and when events that keep failing are set aside.
+    pub parking: parked::Parking,
 }
 
 impl Listener {
@@ -423,7 +456,7 @@ impl Listener {
             self.status.handled_n(batch.len() as u64);
             return Ok(());
         }
-        let mut retry = Vec::new();
+        let mut failed = Vec::new();
         for (delivery, outcome) in batch.into_iter().zip(outcomes) {
             match outcome {
                 Outcome::Done => {
@@ -438,7 +471,40 @@ impl Listener {
                     counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
                     self.status.handled_n(1);
                 }
-                Outcome::Retry(reason) => retry.push((delivery, reason)),
+                failure => failed.push((delivery, failure)),
+            }
+        }
+        let now = self.planner.clock.now();
+        let parked::Sorted { park, mut retry } = self.sort_out(source, failed, now);
+        if !park.is_empty() {
+            let (deliveries, rows): (Vec<_>, Vec<_>) = park
+                .into_iter()
+                .map(|(d, row, digest, reference)| {
+                    ((d, (row.organisation.clone(), reference, digest)), row)
+                })
+                .unzip();
+            let first_reason = rows[0].reason.clone();
+            match self.park(rows, now).await {
+                Ok(()) => {
+                    let n = deliveries.len() as u64;
+                    warn!(queue = %queue, messages = n, reason = %first_reason, "messages that kept failing parked: they are tried again from the database (listener_parked)");
+                    let marks: Vec<_> = deliveries.iter().map(|(_, m)| m.clone()).collect();
+                    self.after_park(&marks, now);
+                    for (delivery, _) in deliveries {
+                        delivery.ack(BasicAckOptions::default()).await?;
+                    }
+                    counters.parked.fetch_add(n, Ordering::Relaxed);
+                    self.status.handled_n(n);
+                    self.status.parked.send_modify(|p| *p += n);
+                }
+                Err(e) => {
+                    warn!(queue = %queue, error = %e, "messages could not be parked: handed back");
+                    retry.extend(
+                        deliveries
+                            .into_iter()
+                            .map(|(d, _)| (d, first_reason.clone())),
+                    );
+                }
             }
         }
         if let Some((_, reason)) = retry.first() {

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
+use super::parked::object_key;
 use super::{Listener, Outcome};
 use crate::domain::event::{ObjectEvent, ObjectState, Operation, parse_object_event};
 use crate::frontier::lookup::Known;
@@ -92,6 +93,15 @@ impl Holds {
         });
     }
 
+    /// Forgets `key`'s hold: its event was parked, and its later events now wait behind that
+    /// (see [`super::parked`]).
+    pub fn release(&self, key: &Key) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+
     /// Forgets every hold (a new connection: what was unacked is back in the queue, in order).
     pub fn clear(&self) {
         self.0
@@ -114,10 +124,35 @@ impl Listener {
     ) -> Vec<Outcome> {
         let now = self.planner.clock.now();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; bodies.len()];
+        let parsed: Vec<_> = bodies.iter().map(|b| parse_object_event(b)).collect();
+        // An object with an event parked has its later events parked behind it, unapplied.
+        let keys: HashSet<String> = parsed
+            .iter()
+            .flatten()
+            .map(|e| object_key(&e.organisation, &e.reference))
+            .collect();
+        let parked = match self
+            .parking
+            .parked_objects(keys.into_iter().collect())
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                // Whether an object's event waits parked is not known: none can be applied
+                // in order. (The database is away, so none could be applied at all.)
+                return parsed
+                    .into_iter()
+                    .map(|p| match p {
+                        Ok(_) => Outcome::Retry(e.to_string()),
+                        Err(e) => Outcome::Poison(e.0),
+                    })
+                    .collect();
+            }
+        };
         let mut run: Vec<(usize, ObjectEvent)> = Vec::new();
         let mut seen: HashSet<Key> = HashSet::new();
-        for (i, body) in bodies.iter().enumerate() {
-            match parse_object_event(body) {
+        for (i, (body, parsed)) in bodies.iter().zip(parsed).enumerate() {
+            match parsed {
                 Ok(e) => {
                     let key = (e.organisation.clone(), e.reference.clone());
                     if seen.contains(&key) {
@@ -126,8 +161,15 @@ impl Listener {
                         seen.clear();
                     }
                     let again = redelivered.get(i).copied().unwrap_or(false);
+                    if parked.contains(&object_key(&key.0, &key.1)) {
+                        outcomes[i] = Some(Outcome::Park(format!(
+                            "an earlier event about object {} is parked",
+                            key.1
+                        )));
+                        continue;
+                    }
                     if let Some(why) = self.holds.behind(&key, body, again, now) {
-                        outcomes[i] = Some(Outcome::Retry(why));
+                        outcomes[i] = Some(Outcome::Behind(why));
                         continue;
                     }
                     seen.insert(key);
@@ -163,7 +205,11 @@ impl Listener {
         }
     }
 
-    async fn apply_run(&self, run: Vec<(usize, ObjectEvent)>, outcomes: &mut [Option<Outcome>]) {
+    pub(super) async fn apply_run(
+        &self,
+        run: Vec<(usize, ObjectEvent)>,
+        outcomes: &mut [Option<Outcome>],
+    ) {
         let mut held = self.stale_deletes(&run).await;
         let (stale, run): (Vec<_>, Vec<_>) =
             run.into_iter().partition(|(i, _)| held.contains_key(i));

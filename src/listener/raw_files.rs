@@ -22,7 +22,7 @@ impl Listener {
             .collect()
     }
 
-    async fn apply_files(
+    pub(super) async fn apply_files(
         &self,
         files: Vec<(usize, RawFileEvent)>,
         outcomes: &mut [Option<Outcome>],

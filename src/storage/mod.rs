@@ -11,6 +11,7 @@ pub mod frontier;
 pub mod listing;
 pub mod mula;
 pub mod owners;
+pub mod parked;
 pub mod rows;
 pub mod schedules;
 pub mod sql;

@@ -1399,7 +1399,199 @@ async fn one_queue_waiting_on_katalogus_does_not_hold_the_other(backend: Backend
     s.cleanup().await;
 }
 
+/// Katalogus fails for one organisation alone, for good: its events fill the prefetch window,
+/// each handed back again and again, and another organisation's event waits behind them. Once
+/// they have failed for `park_after_secs` they are parked in the database and acked, and the
+/// other organisation's event is planned. A later event about a parked object is parked behind
+/// it, unapplied. From the table, the cron entry `parked` tries them again: while Katalogus
+/// still fails they stay (the delete behind its create is not tried before it), and once it
+/// answers they are applied in each object's order: the create's task, then the delete
+/// cancelling it.
+async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_others(
+    backend: Backend,
+) {
+    let katalogus = KatalogusState::default();
+    for org in ["broken", "fine"] {
+        katalogus.plugins.lock().unwrap().insert(
+            org.into(),
+            vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
+        );
+    }
+    katalogus.failing.lock().unwrap().insert("broken".into());
+    let stub = katalogus.serve();
+    let url = stub.url.clone();
+    let Some(s) = Setup::with(backend, 2, move |s| {
+        s.clients.katalogus_api = url;
+        s.listener.park_after_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    let (x, y) = ("Hostname|internet|x.nl", "Hostname|internet|y.nl");
+    s.mutation(object("create", "broken", x, "Hostname", 1))
+        .await;
+    s.mutation(object("create", "broken", y, "Hostname", 1))
+        .await;
+    s.mutation(object(
+        "create",
+        "fine",
+        "Hostname|internet|f.nl",
+        "Hostname",
+        1,
+    ))
+    .await;
+    // Two rounds of the window handed back: the fine organisation's event is not delivered.
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(4))
+        .await
+        .expect("the broken organisation's events are handed back");
+    assert!(s.boefje_ids("fine").await.is_empty(), "held behind them");
+    s.app.advance(chrono::Duration::seconds(61));
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_parked(2))
+        .await
+        .expect("the events failing for a minute are parked");
+    s.handled(3).await;
+    assert_eq!(s.boefje_ids("fine").await, vec!["dns-records"]);
+    // An event about an object with an event parked is parked behind it, unapplied.
+    s.mutation(json!({"operation": "delete", "primary_key": x, "client_id": "broken"}))
+        .await;
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_parked(3))
+        .await
+        .expect("the delete is parked behind the create");
+    let parked = |r: &Value| r["parked"].as_u64().unwrap();
+    let queues = s.app.service_health("listener").await["additional"]["queues"].clone();
+    assert_eq!(parked(&queues[0]), 3);
+    let summary =
+        |report: kat_scheduler::cron::TickReport| report.entries["parked"].summary.clone();
+    // Not due yet: parked events are first tried again after a wait.
+    let boefje = kat_scheduler::domain::SchedulerId::Boefje;
+    assert_eq!(
+        summary(s.app.tick(boefje).await),
+        "applied 0, failed again 0, refused 0"
+    );
+    s.app.advance(chrono::Duration::seconds(11));
+    assert_eq!(
+        summary(s.app.tick(boefje).await),
+        "applied 0, failed again 2, refused 0",
+        "Katalogus still fails: both creates again, the delete behind its create not tried"
+    );
+    // All failed again: the entry does not look again until they are due.
+    s.app.advance(chrono::Duration::seconds(5));
+    assert!(!s.app.tick(boefje).await.entries["parked"].ran);
+    assert!(s.boefje_ids("broken").await.is_empty());
+    katalogus.failing.lock().unwrap().clear();
+    s.app.advance(chrono::Duration::seconds(21));
+    assert_eq!(
+        summary(s.app.tick(boefje).await),
+        "applied 3, failed again 0, refused 0"
+    );
+    let tasks: Value = s
+        .app
+        .get("/tasks?scheduler_id=boefje&organisation=broken&limit=10")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut seen: Vec<(String, String)> = tasks["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["data"]["input_ooi"].as_str().unwrap().to_owned(),
+                t["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (x.to_owned(), "cancelled".to_owned()),
+            (y.to_owned(), "queued".to_owned())
+        ],
+        "the creates' tasks, x's cancelled by its delete after it: {tasks}"
+    );
+    assert_eq!(
+        summary(s.app.tick(boefje).await),
+        "applied 0, failed again 0, refused 0"
+    );
+    s.cleanup().await;
+}
+
+/// A database that refuses the park (a trigger here; a full disk, a lost connection) loses
+/// nothing: the message is acked only once its row is written, so it is handed back as before
+/// and parked once the database takes it.
+async fn an_event_the_database_refuses_to_park_is_handed_back_not_lost(backend: Backend) {
+    let katalogus = KatalogusState::default();
+    katalogus.plugins.lock().unwrap().insert(
+        "broken".into(),
+        vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
+    );
+    katalogus.failing.lock().unwrap().insert("broken".into());
+    let stub = katalogus.serve();
+    let url = stub.url.clone();
+    let Some(s) = Setup::with(backend, 10, move |s| {
+        s.clients.katalogus_api = url;
+        s.listener.park_after_secs = 60;
+    })
+    .await
+    else {
+        return;
+    };
+    let uri = s.app.db.uri.clone();
+    behind_its_back(
+        backend,
+        &uri,
+        match backend {
+            Backend::Postgres => {
+                "CREATE FUNCTION refuse_park() RETURNS trigger AS $$ BEGIN \
+                 RAISE EXCEPTION 'no room for parked events'; END $$ LANGUAGE plpgsql; \
+                 CREATE TRIGGER refuse_park BEFORE INSERT ON listener_parked \
+                 FOR EACH ROW EXECUTE FUNCTION refuse_park();"
+            }
+            Backend::Sqlite => {
+                "CREATE TRIGGER refuse_park BEFORE INSERT ON listener_parked \
+                 BEGIN SELECT RAISE(ABORT, 'no room for parked events'); END;"
+            }
+        },
+    );
+    let x = "Hostname|internet|x.nl";
+    s.mutation(object("create", "broken", x, "Hostname", 1))
+        .await;
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(1))
+        .await
+        .expect("handed back");
+    s.app.advance(chrono::Duration::seconds(61));
+    // Due to be parked, refused by the database: handed back again, twice.
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(3))
+        .await
+        .expect("handed back while the database refuses the park");
+    let queues = s.app.service_health("listener").await["additional"]["queues"].clone();
+    assert_eq!(queues[0]["parked"], 0);
+    assert_eq!(queues[0]["acked"], 0, "not acked: {queues}");
+    let drop = match backend {
+        Backend::Postgres => "DROP TRIGGER refuse_park ON listener_parked",
+        Backend::Sqlite => "DROP TRIGGER refuse_park",
+    };
+    behind_its_back(backend, &uri, drop);
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_parked(1))
+        .await
+        .expect("parked once the database takes it");
+    katalogus.failing.lock().unwrap().clear();
+    s.app.advance(chrono::Duration::seconds(11));
+    let boefje = kat_scheduler::domain::SchedulerId::Boefje;
+    assert_eq!(
+        s.app.tick(boefje).await.entries["parked"].summary,
+        "applied 1, failed again 0, refused 0"
+    );
+    assert_eq!(s.boefje_ids("broken").await, vec!["dns-records"]);
+    s.cleanup().await;
+}
+
 crate::backend_tests!(
+    an_event_the_database_refuses_to_park_is_handed_back_not_lost,
+    events_failing_for_one_organisation_are_parked_and_stop_holding_the_others,
     one_queue_waiting_on_katalogus_does_not_hold_the_other,
     events_of_an_organisation_katalogus_does_not_list_are_planned_as_it_answers,
     an_object_with_a_reference_longer_than_an_index_entry_is_planned,

@@ -1,0 +1,1 @@
+DROP TABLE listener_parked;
