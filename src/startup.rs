@@ -172,12 +172,12 @@ struct CronParts<'a> {
 
 /// Each component's cron table, in the order its entries run: rescheduling (boefje, report),
 /// the lease watchdog, refill, the ColdStart resync (boefje, when ColdStart is on), parked
-/// events (boefje and normalizer, when the listener is on), pruning.
+/// events (boefje and normalizer), pruning.
 fn build_cron(
     settings: &Settings,
     parts: CronParts<'_>,
     coldstart: Option<&Arc<ColdStartStatus>>,
-    listener: Option<&Arc<Listener>>,
+    events: &Arc<Listener>,
     clock: SharedClock,
 ) -> Cron {
     let CronParts {
@@ -243,8 +243,8 @@ fn build_cron(
             SchedulerId::Normalizer => Some(ParkedSource::RawFiles),
             SchedulerId::Report => None,
         };
-        if let (Some(l), Some(source)) = (listener, parked) {
-            table.push(ParkedEvents::new(l.clone(), source));
+        if let Some(source) = parked {
+            table.push(ParkedEvents::new(events.clone(), source));
         }
         if c.task_retention_days > 0 || c.schedule_history_days > 0 {
             let days = |d: u64| (d > 0).then(|| Duration::from_secs(d * 86_400));
@@ -476,23 +476,31 @@ impl Application {
         };
         let l = &settings.listener;
         let listener_status = Arc::new(ListenerStatus::new(&l.mutations_queue, &l.raw_files_queue));
+        // Built whether or not it listens: its code applies the events parked in the database
+        // (the cron entry `parked`), which another instance's listener may have parked.
+        let events = Arc::new(Listener {
+            config: ListenerConfig {
+                uri: l.uri.clone(),
+                mutations_queue: l.mutations_queue.clone(),
+                raw_files_queue: l.raw_files_queue.clone(),
+                prefetch: l.prefetch,
+            },
+            frontier: Frontier::new(pool.clone()),
+            planner: planner.clone(),
+            status: listener_status.clone(),
+            holds: Default::default(),
+            parking: crate::listener::parked::Parking::new(pool.clone(), l.park_after_secs),
+        });
         let listener = if l.uri.is_empty() {
             info!("AMQP listener off: QUEUE_URI is not set");
             None
         } else {
-            Some(Arc::new(Listener {
-                config: ListenerConfig {
-                    uri: l.uri.clone(),
-                    mutations_queue: l.mutations_queue.clone(),
-                    raw_files_queue: l.raw_files_queue.clone(),
-                    prefetch: l.prefetch,
-                },
-                frontier: Frontier::new(pool.clone()),
-                planner: planner.clone(),
-                status: listener_status.clone(),
-                holds: Default::default(),
-                parking: crate::listener::parked::Parking::new(pool.clone(), l.park_after_secs),
-            }))
+            if settings.cron.tick_secs == 0 && l.park_after_secs > 0 {
+                warn!(
+                    "the listener parks events that keep failing, but the cron ticks are off (SCHEDULER_CRON_TICK=0): they are applied again by the cron table's entry `parked`, so none is"
+                );
+            }
+            Some(events.clone())
         };
         let coldstart_status = Arc::new(ColdStartStatus::default());
         if octopoes.is_some() && settings.cron.tick_secs == 0 {
@@ -542,7 +550,7 @@ impl Application {
                 schedules: &schedules,
             },
             coldstart.as_ref().map(|_| &coldstart_status),
-            listener.as_ref(),
+            &events,
             clock_for_cron.clone(),
         );
         let app_broker = broker.clone();

@@ -22,6 +22,7 @@ CREATE TABLE listener_parked (
 -- claim's "first of its object".
 CREATE INDEX ix_listener_parked_object ON listener_parked (object_key, seq)
     WHERE object_key IS NOT NULL;
--- The events due to be tried again, oldest first.
-CREATE INDEX ix_listener_parked_due ON listener_parked (source, seq)
+-- The events due to be tried again, those due longest first: the claim reads only events that
+-- are due, and an event that failed again moves behind those that have not been tried since.
+CREATE INDEX ix_listener_parked_due ON listener_parked (source, next_try_at, seq)
     WHERE refused IS NULL;

@@ -175,6 +175,7 @@ fn listener(out: &mut DescriptorEncoder, observed: &Observed) -> Written {
             ("acked", f.acked),
             ("dead_lettered", f.dead_lettered),
             ("retried", f.retried),
+            ("parked", f.parked),
         ] {
             counter(&mut family, &[("queue", &f.queue), ("outcome", outcome)], n)?;
         }

@@ -8,6 +8,9 @@ use super::ConfigError;
 pub const DEFAULT_PREFETCH: u16 = 100;
 /// Default seconds an event fails for a passing reason before it is parked.
 pub const DEFAULT_PARK_AFTER_SECS: u64 = 60;
+/// The longest wait before parking that may be set: a day. An event failing that long holds its
+/// queue's head for as long; a longer wait is no safer, and 0 turns parking off.
+pub const MAX_PARK_AFTER_SECS: u64 = 86_400;
 /// Default queue of Octopoes' object events (mula's).
 pub const DEFAULT_MUTATIONS_QUEUE: &str = "scan_profile_mutations";
 /// Default queue of Bytes' raw file events (mula's).
@@ -26,7 +29,7 @@ pub struct ListenerSettings {
     /// Unacked messages RabbitMQ hands the listener at most.
     pub prefetch: u16,
     /// Seconds an event fails for a passing reason before it is parked in the database, off
-    /// the head of its queue (`crate::listener::parked`); 0: never, handed back for ever.
+    /// the head of its queue (`crate::listener::parked`); 0: never on its own failure.
     pub park_after_secs: u64,
 }
 
@@ -43,7 +46,8 @@ impl Default for ListenerSettings {
 }
 
 impl ListenerSettings {
-    /// Refuses a URI that is not `amqp://`, a zero prefetch and an empty queue name.
+    /// Refuses a URI that is not `amqp://`, a zero prefetch, a wait before parking over a day
+    /// and an empty queue name.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.uri.is_empty() && !self.uri.starts_with("amqp://") {
             return Err(ConfigError::setting(
@@ -63,6 +67,15 @@ impl ListenerSettings {
             ));
         }
         ConfigError::at_least_one("listener.prefetch", self.prefetch)?;
+        if self.park_after_secs > MAX_PARK_AFTER_SECS {
+            return Err(ConfigError::setting(
+                "listener.park_after_secs",
+                format!(
+                    "{} is more than a day ({MAX_PARK_AFTER_SECS}); 0 turns parking off",
+                    self.park_after_secs
+                ),
+            ));
+        }
         for (key, q) in [
             ("listener.mutations_queue", &self.mutations_queue),
             ("listener.raw_files_queue", &self.raw_files_queue),

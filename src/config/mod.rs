@@ -307,6 +307,11 @@ mod tests {
             ("SCHEDULER_LIMIT_JSON_DEPTH", "200", "at most 120"),
             ("SCHEDULER_COLDSTART_BACKOFF_MS", "0", "at least 1"),
             ("SCHEDULER_LOG_LEVEL", "WARNINGS", "sets no level"),
+            (
+                "SCHEDULER_LISTENER_PARK_AFTER",
+                "18446744073709551615",
+                "more than a day",
+            ),
         ] {
             let err = load(&[(var, value)]).unwrap_err().0;
             assert!(
@@ -318,6 +323,8 @@ mod tests {
             ("QUEUE_URI", "amqp://guest:guest@rabbit:5672/%2f"),
             ("SCHEDULER_LIMIT_JSON_DEPTH", "120"),
             ("SCHEDULER_LOG_LEVEL", "WARNING"),
+            ("SCHEDULER_LISTENER_PARK_AFTER", "86400"),
+            ("SCHEDULER_LISTENER_PARK_AFTER", "0"),
         ] {
             assert!(load(&[(var, value)]).is_ok(), "{var}={value}");
         }

@@ -12,7 +12,7 @@
 //! | lease watchdog | [`watchdog`] | each | re-queues or fails tasks whose lease ended |
 //! | refill | [`refill`] | each | tops the heap up from `pending` when it has room no request filled |
 //! | coldstart | [`coldstart`] | boefje (when Octopoes is configured) | asks ColdStart for a round: at the first tick, then every minute while it is idle |
-//! | parked | [`parked`] | boefje, normalizer (when the listener is on) | applies the listener's events parked after failing too long, once due, in each object's order |
+//! | parked | [`parked`] | boefje, normalizer | applies the listener's events parked after failing too long, once due, in each object's order |
 //! | prune | [`prune`] | each | deletes finished tasks and schedules' fires past their retention |
 //!
 //! There is no re-score entry: priorities do not age (see [`crate::scoring`]), so nothing is

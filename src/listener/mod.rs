@@ -479,9 +479,7 @@ impl Listener {
         if !park.is_empty() {
             let (deliveries, rows): (Vec<_>, Vec<_>) = park
                 .into_iter()
-                .map(|(d, row, digest, reference)| {
-                    ((d, (row.organisation.clone(), reference, digest)), row)
-                })
+                .map(|(d, row, mark)| ((d, mark), row))
                 .unzip();
             let first_reason = rows[0].reason.clone();
             match self.park(rows, now).await {

@@ -139,11 +139,14 @@ impl Listener {
             Ok(p) => p,
             Err(e) => {
                 // Whether an object's event waits parked is not known: none can be applied
-                // in order. (The database is away, so none could be applied at all.)
+                // in order, nor parked on its own (an earlier event of its object may be held,
+                // and would be parked behind it). Handed back as events behind another.
                 return parsed
                     .into_iter()
                     .map(|p| match p {
-                        Ok(_) => Outcome::Retry(e.to_string()),
+                        Ok(_) => {
+                            Outcome::Behind(format!("the parked events could not be read: {e}"))
+                        }
                         Err(e) => Outcome::Poison(e.0),
                     })
                     .collect();

@@ -1,30 +1,41 @@
 //! Parking: events that keep failing for a passing reason are set aside in the database, so
 //! that they stop holding the head of their queue.
 //!
-//! A message handed back (`nack`, requeue) goes back where it was in its queue. When the cause
-//! is the whole queue's (the database away, a scheduler full), that is right: nothing else could
-//! be applied either, and RabbitMQ keeps the backlog. When it is one organisation's (Katalogus
-//! failing for it alone), its events fill the prefetch window, each handed back again and again,
-//! and every other organisation's events wait behind them for as long as the failure lasts.
+//! A message handed back (`nack`, requeue) goes back where it was in its queue. For a short
+//! failure that costs a pause. For a long one it is a stall: when the cause is one
+//! organisation's (Katalogus failing for it alone), its events fill the prefetch window, each
+//! handed back again and again, and every other organisation's events wait behind them for as
+//! long as the failure lasts. When the cause is the whole queue's (Katalogus away, a scheduler
+//! full that refuses), nothing else could be applied either, and parking moves the backlog from
+//! RabbitMQ into the table, from where it is applied once the cause ends.
 //!
-//! - **When.** A message that has failed for a passing reason for `listener.park_after_secs` (the
-//!   first failure seen by this instance) is parked: written to `listener_parked` and then
-//!   acked. Once one of an organisation's events was parked, its other events that fail are
-//!   parked at their first failure for as long again, so a failing organisation's backlog moves
-//!   aside at the pace it arrives instead of one prefetch window per wait.
+//! - **When.** A message that has failed for a passing reason for `listener.park_after_secs`
+//!   (since this instance first handed it back) is parked: written to `listener_parked`, and
+//!   only then acked. For `park_after_secs` after such a park, its organisation's other events
+//!   that fail on their own are parked at their first failure, so a failing organisation's
+//!   backlog moves aside at the pace it arrives, not one prefetch window per wait. With
+//!   `park_after_secs` 0 nothing is parked on its own failure; an event about an object with
+//!   an event parked already is still parked behind it.
 //! - **Order.** An object's events apply in the order Octopoes sent them: an event about an
 //!   object with an event parked is parked behind it without being applied, and the events held
-//!   behind one handed back (`mutations::Holds`) are parked with it, in order. Raw files need no
-//!   order.
+//!   behind one handed back (`mutations::Holds`) are parked with it, in order. A row is placed
+//!   after its object's rows already parked, whatever the parking instance's clock. When the
+//!   table cannot be read, no event of the batch is parked on its own (one held may be behind
+//!   it). Raw files need no order.
 //! - **Nothing lost.** A message is acked only once its row is committed; when the write fails
-//!   (the database away) it is handed back as before.
+//!   (the database away) it is handed back as before. An ack lost after the commit brings the
+//!   message back, parked a second time behind its first copy: applying an event twice changes
+//!   nothing.
 //! - **Applied again** by the cron entry `parked` (the boefje table for object events, the
-//!   normalizer table for raw files: one instance at a time, the scheduler's owner), through the
-//!   same code as the listener: the first parked event of each object, oldest first, taken for
-//!   [`CLAIM_FOR`] so that no other instance applies it meanwhile. Applied: deleted. Failed
-//!   again for a passing reason: tried again after a wait doubling from [`FIRST_AGAIN`] to
-//!   [`MAX_AGAIN`]. Refused for what it says: kept with the reason, never tried again, and no
-//!   longer holding its object's later events.
+//!   normalizer table for raw files: one instance at a time, the scheduler's owner, whether or
+//!   not its listener is on), through the same code as the listener: the first parked event of
+//!   each object, those due longest first, taken for [`CLAIM_FOR`] so that no other instance
+//!   applies it meanwhile. A row is first due [`FIRST_AGAIN`] after it was parked. Applied:
+//!   deleted. Failed again for a passing reason: due again after a wait doubling from
+//!   [`FIRST_AGAIN`] to [`MAX_AGAIN`], its object's later events no sooner, and behind the
+//!   events not tried since, so one organisation's failures do not starve the others'. Refused
+//!   for what it says: kept with the reason, never tried again, and no longer holding its
+//!   object's later events.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -203,8 +214,20 @@ fn subject(source: Source, body: &[u8]) -> Option<(String, Option<String>)> {
 
 /// A failed delivery sorted out: parked (with its row) or handed back (with why).
 pub(super) struct Sorted {
-    pub park: Vec<(Delivery, NewParked, u64, Option<String>)>,
+    /// Each with its row and its mark ([`Mark`]).
+    pub park: Vec<(Delivery, NewParked, Mark)>,
     pub retry: Vec<(Delivery, String)>,
+}
+
+/// What a park, once committed, is to note of a message: its organisation, its object's
+/// reference (its hold is released), and, when it failed on its own rather than behind another
+/// event of its object, the digest of its body (its organisation's other failures are then
+/// parked at once for a while).
+#[derive(Debug, Clone)]
+pub(super) struct Mark {
+    pub organisation: String,
+    pub reference: Option<String>,
+    pub own_failure: Option<u64>,
 }
 
 /// What one tick of the cron entry did.
@@ -250,10 +273,13 @@ impl Listener {
             };
             let key = reference.as_deref().map(|r| object_key(&organisation, r));
             let d = digest(&delivery.data);
-            let park = match park {
-                Some(true) => true,
-                Some(false) => key.as_ref().is_some_and(|k| parked_objects.contains(k)),
-                None => self.parking.failures.due(d, &organisation, now),
+            let (park, own_failure) = match park {
+                Some(true) => (true, None),
+                Some(false) => (
+                    key.as_ref().is_some_and(|k| parked_objects.contains(k)),
+                    None,
+                ),
+                None => (self.parking.failures.due(d, &organisation, now), Some(d)),
             };
             if !park {
                 sorted.retry.push((delivery, reason));
@@ -262,6 +288,11 @@ impl Listener {
             if let Some(k) = &key {
                 parked_objects.insert(k.clone());
             }
+            let mark = Mark {
+                organisation: organisation.clone(),
+                reference,
+                own_failure,
+            };
             let row = NewParked {
                 id: uuid::Uuid::new_v4().to_string(),
                 source: source.name(),
@@ -271,7 +302,7 @@ impl Listener {
                 body,
                 reason,
             };
-            sorted.park.push((delivery, row, d, reference));
+            sorted.park.push((delivery, row, mark));
         }
         sorted
     }
@@ -294,28 +325,29 @@ impl Listener {
         .await
     }
 
-    /// After a park was committed: the messages' failures are forgotten, their organisations
-    /// marked, and their objects' holds released (their later events now wait behind the
-    /// parked one).
-    pub(super) fn after_park(&self, parked: &[(String, Option<String>, u64)], now: DateTime<Utc>) {
-        for (organisation, reference, d) in parked {
-            self.parking.failures.parked(*d, organisation, now);
-            if let Some(r) = reference {
-                self.holds.release(&(organisation.clone(), r.clone()));
+    /// After a park was committed: the failures of the messages that failed on their own are
+    /// forgotten and their organisations marked, and the objects' holds released (their later
+    /// events now wait behind the parked one).
+    pub(super) fn after_park(&self, parked: &[Mark], now: DateTime<Utc>) {
+        for m in parked {
+            if let Some(d) = m.own_failure {
+                self.parking.failures.parked(d, &m.organisation, now);
+            }
+            if let Some(r) = &m.reference {
+                self.holds.release(&(m.organisation.clone(), r.clone()));
             }
         }
     }
 
-    /// Applies `source`'s parked events due at `now` (the cron entry `parked`).
-    pub async fn redrive(
-        &self,
-        source: Source,
-        now: DateTime<Utc>,
-    ) -> Result<Redriven, StorageError> {
+    /// Applies `source`'s parked events due now (the cron entry `parked`): claims of up to
+    /// [`CLAIM_LIMIT`] while there are some, at most [`ROUNDS_PER_TICK`]. Those that fail again
+    /// are due later, so each claim takes others.
+    pub async fn redrive(&self, source: Source) -> Result<Redriven, StorageError> {
         let mut done = Redriven::default();
         for _ in 0..ROUNDS_PER_TICK {
-            let at = now.naive_utc();
-            let until = (now + CLAIM_FOR).naive_utc();
+            // The clock of now, not the tick's: a claim runs for CLAIM_FOR from when it is made.
+            let now = self.planner.clock.now();
+            let (at, until) = (now.naive_utc(), (now + CLAIM_FOR).naive_utc());
             let name = source.name();
             let claimed = storage::run(&self.parking.pool, move |c| {
                 Ok::<_, StorageError>(rows::claim(c, name, at, until, CLAIM_LIMIT)?)
@@ -325,13 +357,9 @@ impl Listener {
                 break;
             }
             let round = self.apply_claimed(source, claimed, now).await?;
-            let progress = round.applied > 0 || round.refused > 0;
             done.applied += round.applied;
             done.again += round.again;
             done.refused += round.refused;
-            if !progress {
-                break;
-            }
         }
         Ok(done)
     }

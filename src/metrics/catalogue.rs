@@ -246,7 +246,7 @@ pub const CATALOGUE: &[Family] = &[
         "scheduler_listener_messages_total",
         Kind::Counter,
         "queue,outcome",
-        "AMQP messages by outcome: received, acked, dead_lettered, retried.",
+        "AMQP messages by outcome: received, acked, dead_lettered, retried, parked.",
     ),
     family(
         "scheduler_listener_lag_messages",

@@ -3,10 +3,10 @@
 //! object it is about (`object_key`, so that an object's events apply in the order parked) and
 //! when it is next tried.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use chrono::NaiveDateTime;
-use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use diesel::sql_types::{BigInt, Integer, Text, Timestamp};
 use diesel::{Connection, QueryResult, QueryableByName};
 
 use super::sql::Sql;
@@ -52,7 +52,10 @@ pub struct Claimed {
     pub attempts: i32,
 }
 
-/// Writes `rows`, parked at `now` and first tried again at `next`, all or none.
+/// Writes `rows`, parked at `now` and first tried again at `next`, all or none. An object's
+/// row is placed after the object's rows already parked, whatever `seq` the caller gave
+/// (another instance's clock may be ahead of this one's), and is first tried no sooner than
+/// they are next: it waits for them anyway.
 pub fn park(
     conn: &mut AnyConnection,
     rows: &[NewParked],
@@ -62,37 +65,79 @@ pub fn park(
     if rows.is_empty() {
         return Ok(());
     }
+    conn.transaction(|c| {
+        let keys: Vec<String> = rows.iter().filter_map(|r| r.object_key.clone()).collect();
+        let mut ahead = last_parked(c, &keys)?;
+        let mut q = sql(
+            c,
+            "INSERT INTO listener_parked (id, source, seq, organisation, object_key, body, \
+             reason, attempts, parked_at, next_try_at) VALUES ",
+        );
+        for (i, r) in rows.iter().enumerate() {
+            let (mut seq, mut first_try) = (r.seq, next);
+            if let Some(k) = &r.object_key {
+                if let Some((last, at)) = ahead.get(k) {
+                    seq = seq.max(last.saturating_add(1));
+                    first_try = first_try.max(*at);
+                }
+                ahead.insert(k.clone(), (seq, first_try));
+            }
+            if i > 0 {
+                q.push(", ");
+            }
+            q.push("(")
+                .bind(r.id.as_str())
+                .push(", ")
+                .bind(r.source)
+                .push(", ")
+                .bind(seq)
+                .push(", ")
+                .bind(r.organisation.as_str())
+                .push(", ")
+                .bind(super::sql::Bind::OptText(r.object_key.clone()))
+                .push(", ")
+                .bind(r.body.as_str())
+                .push(", ")
+                .bind(r.reason.as_str())
+                .push(", 0, ")
+                .bind(now)
+                .push(", ")
+                .bind(first_try)
+                .push(")");
+        }
+        q.execute(c).map(|_| ())
+    })
+}
+
+/// Of `object_keys`, the last `seq` parked and the latest next try of each with events parked
+/// and not refused.
+fn last_parked(
+    conn: &mut AnyConnection,
+    object_keys: &[String],
+) -> QueryResult<HashMap<String, (i64, NaiveDateTime)>> {
+    #[derive(QueryableByName)]
+    struct Last {
+        #[diesel(sql_type = Text)]
+        object_key: String,
+        #[diesel(sql_type = BigInt)]
+        seq: i64,
+        #[diesel(sql_type = Timestamp)]
+        next_try_at: NaiveDateTime,
+    }
+    if object_keys.is_empty() {
+        return Ok(HashMap::new());
+    }
     let mut q = sql(
         conn,
-        "INSERT INTO listener_parked (id, source, seq, organisation, object_key, body, reason, \
-         attempts, parked_at, next_try_at) VALUES ",
+        "SELECT object_key, MAX(seq) AS seq, MAX(next_try_at) AS next_try_at \
+         FROM listener_parked WHERE refused IS NULL AND object_key IN ",
     );
-    for (i, r) in rows.iter().enumerate() {
-        if i > 0 {
-            q.push(", ");
-        }
-        q.push("(")
-            .bind(r.id.as_str())
-            .push(", ")
-            .bind(r.source)
-            .push(", ")
-            .bind(r.seq)
-            .push(", ")
-            .bind(r.organisation.as_str())
-            .push(", ")
-            .bind(super::sql::Bind::OptText(r.object_key.clone()))
-            .push(", ")
-            .bind(r.body.as_str())
-            .push(", ")
-            .bind(r.reason.as_str())
-            .push(", 0, ")
-            .bind(now)
-            .push(", ")
-            .bind(next)
-            .push(")");
-    }
-    // One statement: the rows are written together or not at all.
-    conn.transaction(|c| q.execute(c).map(|_| ()))
+    q.bind_list(object_keys.iter().map(String::as_str))
+        .push(" GROUP BY object_key");
+    Ok(q.load::<Last>(conn)?
+        .into_iter()
+        .map(|l| (l.object_key, (l.seq, l.next_try_at)))
+        .collect())
 }
 
 /// Of `object_keys`, those with an event parked and not refused: their later events must be
@@ -121,9 +166,11 @@ pub fn parked_objects(
         .collect())
 }
 
-/// Takes up to `limit` of `source`'s parked events due at `now`, oldest first, each the first
-/// of its object still parked (an object's later events wait for it), and marks them taken until
-/// `until`, so that no other instance applies them meanwhile. Answers them in their order.
+/// Takes up to `limit` of `source`'s parked events due at `now`, those due longest first (an
+/// event that failed again waits behind those not tried since: one organisation's failing
+/// events do not hold the others'), each the first of its object still parked (an object's
+/// later events wait for it), and marks them taken until `until`, so that no other instance
+/// applies them meanwhile. Answers them in their order.
 ///
 /// The events due are read first, and written only when there are some: the entry runs every
 /// tick, and on SQLite a write statement takes the database's write lock even when it changes
@@ -153,7 +200,7 @@ pub fn claim(
             ") AND (p.object_key IS NULL OR NOT EXISTS (SELECT 1 FROM listener_parked e \
              WHERE e.object_key = p.object_key AND e.refused IS NULL \
              AND (e.seq < p.seq OR (e.seq = p.seq AND e.id < p.id)))) \
-             ORDER BY p.seq, p.id LIMIT ",
+             ORDER BY p.next_try_at, p.seq LIMIT ",
         )
         .bind(limit);
     let due: Vec<String> = q.load::<Id>(conn)?.into_iter().map(|r| r.id).collect();
@@ -183,7 +230,8 @@ pub fn applied(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<usize> {
     q.execute(conn)
 }
 
-/// An event that failed again for a passing reason: tried again at `next`.
+/// An event that failed again for a passing reason: tried again at `next`, and its object's
+/// later events no sooner (they wait for it anyway, and the claim need not read past them).
 pub fn again(
     conn: &mut AnyConnection,
     id: &str,
@@ -199,7 +247,18 @@ pub fn again(
         .bind(next)
         .push(" WHERE id = ")
         .bind(id);
-    q.execute(conn)
+    let n = q.execute(conn)?;
+    let mut q = sql(conn, "UPDATE listener_parked SET next_try_at = ");
+    q.bind(next)
+        .push(
+            " WHERE refused IS NULL AND object_key IN (SELECT object_key FROM listener_parked \
+             WHERE id = ",
+        )
+        .bind(id)
+        .push(") AND next_try_at < ")
+        .bind(next);
+    q.execute(conn)?;
+    Ok(n)
 }
 
 /// An event refused for what it says: kept, never tried again, and no longer holding its
@@ -211,23 +270,4 @@ pub fn refuse(conn: &mut AnyConnection, id: &str, reason: &str) -> QueryResult<u
     );
     q.bind(reason).push(" WHERE id = ").bind(id);
     q.execute(conn)
-}
-
-/// Parked events of `source`: waiting to be tried again, and refused.
-pub fn counts(conn: &mut AnyConnection, source: &str) -> QueryResult<(i64, i64)> {
-    #[derive(QueryableByName)]
-    struct Counts {
-        #[diesel(sql_type = BigInt)]
-        waiting: i64,
-        #[diesel(sql_type = Nullable<BigInt>)]
-        refused: Option<i64>,
-    }
-    let mut q = sql(
-        conn,
-        "SELECT COUNT(*) - COUNT(refused) AS waiting, COUNT(refused) AS refused \
-         FROM listener_parked WHERE source = ",
-    );
-    q.bind(source);
-    let c = q.load::<Counts>(conn)?.into_iter().next();
-    Ok(c.map_or((0, 0), |c| (c.waiting, c.refused.unwrap_or(0))))
 }

@@ -37,6 +37,7 @@ mod model;
 mod openapi;
 mod operable;
 mod outage;
+mod parked_store;
 mod pending_backlog;
 mod plans;
 mod politeness;

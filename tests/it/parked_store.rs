@@ -1,0 +1,155 @@
+//! The table of parked events (`storage::parked`) on both backends: an object's events are
+//! claimed in the order parked whatever the clock of the instance that parked them, an event
+//! that fails again waits behind those not tried since (one organisation's failures do not
+//! starve the others'), and an object's later events wait as long as its first.
+
+use chrono::{Duration, NaiveDateTime};
+use kat_scheduler::listener::parked::object_key;
+use kat_scheduler::storage::parked::{self, NewParked};
+use kat_scheduler::storage::{self, AnyConnection};
+
+use crate::helpers::*;
+
+fn t(secs: i64) -> NaiveDateTime {
+    chrono::DateTime::from_timestamp(1_800_000_000, 0)
+        .unwrap()
+        .naive_utc()
+        + Duration::seconds(secs)
+}
+
+fn row(org: &str, reference: &str, seq: i64, body: &str) -> NewParked {
+    NewParked {
+        id: uuid::Uuid::new_v4().to_string(),
+        source: "mutations",
+        seq,
+        organisation: org.into(),
+        object_key: Some(object_key(org, reference)),
+        body: body.into(),
+        reason: "Katalogus failed".into(),
+    }
+}
+
+/// Runs `f` on a connection to `app`'s (migrated) database.
+async fn with_conn<T: Send + 'static>(
+    app: &TestApp,
+    f: impl FnOnce(&mut AnyConnection) -> T + Send + 'static,
+) -> T {
+    let uri = app.db.uri.clone();
+    tokio::task::spawn_blocking(move || {
+        let target = storage::DbTarget::parse(&uri).unwrap();
+        let pool = storage::connect(&target, 1, std::time::Duration::from_secs(5)).unwrap();
+        let mut conn = storage::checkout(&pool).unwrap();
+        f(&mut conn)
+    })
+    .await
+    .unwrap()
+}
+
+fn bodies(claimed: &[parked::Claimed]) -> Vec<String> {
+    claimed.iter().map(|c| c.body.clone()).collect()
+}
+
+/// Another instance, its clock behind, parks the object's delete behind its create: the delete
+/// is placed after the create all the same, and is first tried no sooner.
+async fn an_objects_event_is_placed_after_those_parked_whatever_its_clock(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let claimed = with_conn(&app, |c| {
+        parked::park(c, &[row("o", "x", 1_000, "create")], t(0), t(10)).unwrap();
+        // Its own place (5) is before the create's, and it would be due sooner.
+        parked::park(c, &[row("o", "x", 5, "delete")], t(1), t(5)).unwrap();
+        let early = parked::claim(c, "mutations", t(6), t(600), 100).unwrap();
+        let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        parked::applied(c, &[first[0].id.clone()]).unwrap();
+        let second = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        (early, first, second)
+    })
+    .await;
+    assert!(
+        claimed.0.is_empty(),
+        "not due before the create: {:?}",
+        claimed.0
+    );
+    assert_eq!(bodies(&claimed.1), ["create"]);
+    assert_eq!(bodies(&claimed.2), ["delete"]);
+    assert!(claimed.2[0].seq > claimed.1[0].seq);
+}
+
+/// 150 events of a failing organisation, then one of another: the first 100 claimed fail again
+/// (due a second later); the next claim takes the events not tried yet, the other
+/// organisation's among them, before those tried again.
+async fn events_that_fail_again_wait_behind_those_not_tried_since(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let (first, second) = with_conn(&app, |c| {
+        let mut rows: Vec<NewParked> = (0..150)
+            .map(|i| row("failing", &format!("o{i}"), i, "failing"))
+            .collect();
+        rows.push(row("other", "p", 150, "other"));
+        parked::park(c, &rows, t(0), t(10)).unwrap();
+        let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        for claimed in &first {
+            parked::again(c, &claimed.id, "Katalogus failed again", t(11)).unwrap();
+        }
+        let second = parked::claim(c, "mutations", t(12), t(600), 100).unwrap();
+        (first, second)
+    })
+    .await;
+    assert_eq!(first.len(), 100);
+    assert!(bodies(&first).iter().all(|b| b == "failing"));
+    let second = bodies(&second);
+    assert_eq!(second.len(), 100);
+    assert!(
+        second.contains(&"other".to_owned()),
+        "not starved: {second:?}"
+    );
+}
+
+/// The first of an object's events fails again and waits ten minutes: its later events are not
+/// due before it (so a claim meanwhile need not read past them), a claim meanwhile takes
+/// neither, and a claim while the first is taken takes nothing twice.
+async fn an_objects_later_events_wait_as_long_as_its_first(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    #[derive(diesel::QueryableByName)]
+    struct Next {
+        #[diesel(sql_type = diesel::sql_types::Timestamp)]
+        next_try_at: NaiveDateTime,
+    }
+    let (taken_twice, delete_due, meanwhile, later) = with_conn(&app, |c| {
+        parked::park(
+            c,
+            &[row("o", "x", 1, "create"), row("o", "x", 2, "delete")],
+            t(0),
+            t(10),
+        )
+        .unwrap();
+        let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        let taken_twice = parked::claim(c, "mutations", t(11), t(600), 100).unwrap();
+        parked::again(c, &first[0].id, "Katalogus failed again", t(610)).unwrap();
+        let delete_due = diesel::RunQueryDsl::get_result::<Next>(
+            diesel::sql_query("SELECT next_try_at FROM listener_parked WHERE body = 'delete'"),
+            c,
+        )
+        .unwrap()
+        .next_try_at;
+        let meanwhile = parked::claim(c, "mutations", t(300), t(900), 100).unwrap();
+        let later = parked::claim(c, "mutations", t(610), t(1200), 100).unwrap();
+        (taken_twice, delete_due, meanwhile, later)
+    })
+    .await;
+    assert!(taken_twice.is_empty(), "{taken_twice:?}");
+    assert_eq!(delete_due, t(610));
+    assert!(meanwhile.is_empty(), "{meanwhile:?}");
+    assert_eq!(bodies(&later), ["create"]);
+    assert_eq!(later[0].attempts, 1);
+}
+
+crate::backend_tests!(
+    an_objects_event_is_placed_after_those_parked_whatever_its_clock,
+    events_that_fail_again_wait_behind_those_not_tried_since,
+    an_objects_later_events_wait_as_long_as_its_first,
+);
