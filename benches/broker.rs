@@ -10,6 +10,7 @@
 //! cargo bench --bench broker -- --pending       # 1e5 queued over a heap of 1e4
 //! cargo bench --bench broker -- --fairness      # one organisation's flood vs ten quiet ones (broker/fairness.rs)
 //! cargo bench --bench broker -- --ingest        # the listener and ColdStart (broker/ingest.rs)
+//! cargo bench --bench broker -- --parked        # parked events' reads at 0, 1e4, 1e5 parked (broker/parked.rs)
 //! cargo bench --bench broker -- --ingest --messages 5000 --objects 20000   # a quick look
 //! cargo bench --bench broker -- --cron          # one tick over 1e5 due schedules; an hour and an object change at 1e6 waiting (broker/cron.rs)
 //! cargo bench --bench broker -- --cluster --tasks 100000 --seconds 2   # one instance vs three; 10 takeovers (broker/cluster.rs)
@@ -66,7 +67,10 @@
 //!   queued task after a heap rebuild, against PostgreSQL's bytes per row of the same tasks;
 //! - `rebuild.rs` (`--rebuild`, `--rebuild-queued Q` default 100,000, `--rebuild-history H,H,…`
 //!   default `0,1e6`): a start's heap rebuild beside finished history, against `\copy` of the
-//!   same queued rows.
+//!   same queued rows;
+//! - `parked.rs` (`--parked`, `--parked-depths D,D,…` default `0,1e4,1e5`): the reads of the
+//!   listener's parked events (an idle tick's claim, the listener's per-batch read, a claim of
+//!   100 due) at depth, against the empty table in the same run.
 //!
 //! What they share is in `benches/broker/harness/` (its `mod.rs` has the map): statistics, the
 //! PostgreSQL seed and baseline, starting the broker, the HTTP load client, and the worker pops
@@ -94,6 +98,8 @@ mod harness;
 mod ingest;
 #[path = "broker/memory.rs"]
 mod memory;
+#[path = "broker/parked.rs"]
+mod parked;
 #[path = "broker/pending.rs"]
 mod pending;
 #[path = "broker/pushes.rs"]
@@ -177,6 +183,10 @@ struct Options {
     /// Run the memory scenario (`broker/memory.rs`) at each of `memory_depths`.
     memory: bool,
     memory_depths: Vec<usize>,
+    /// Run the parked events scenario (`broker/parked.rs`).
+    parked: bool,
+    /// Parked events the scenario measures at.
+    parked_depths: Vec<usize>,
     /// Run the rebuild scenario (`broker/rebuild.rs`).
     rebuild: bool,
     /// Queued tasks of the rebuild scenario.
@@ -238,6 +248,8 @@ fn options() -> Result<Options> {
         pg_wal: None,
         memory: false,
         memory_depths: vec![100_000, 1_000_000],
+        parked: false,
+        parked_depths: vec![0, 10_000, 100_000],
         rebuild: false,
         rebuild_queued: 100_000,
         rebuild_history: vec![0, 1_000_000],
@@ -295,6 +307,13 @@ fn options() -> Result<Options> {
                     .map(|d| count(d.trim()))
                     .collect::<Result<_>>()?;
             }
+            "--parked" => o.parked = true,
+            "--parked-depths" => {
+                o.parked_depths = value()?
+                    .split(',')
+                    .map(|d| count(d.trim()))
+                    .collect::<Result<_>>()?;
+            }
             "--rebuild" => o.rebuild = true,
             "--rebuild-queued" => o.rebuild_queued = count(&value()?)?,
             "--rebuild-history" => {
@@ -331,6 +350,7 @@ fn options() -> Result<Options> {
         && !o.wal
         && !o.memory
         && !o.rebuild
+        && !o.parked
     {
         o.default_run = true;
     }
@@ -393,6 +413,9 @@ fn main() -> Result<()> {
     }
     if o.memory {
         line.push(memory::run_memory(&o, &base)?);
+    }
+    if o.parked {
+        line.push(parked::run_parked(&o, &base)?);
     }
     if o.pending {
         line.push(with_db(&o, &base, "_full", |full| {

@@ -404,7 +404,7 @@ impl Listener {
                 Outcome::Poison(why) => refused.push((c.id, why)),
                 Outcome::Retry(why) | Outcome::Behind(why) | Outcome::Park(why) => {
                     let next = (now + again_after(c.attempts)).naive_utc();
-                    again.push((c.id, why, next));
+                    again.push((c.id, c.object_key, why, next));
                 }
             }
         }
@@ -419,7 +419,7 @@ impl Listener {
                 "parked events refused for what they say: kept in listener_parked, not tried again"
             );
         }
-        if let Some((_, why, _)) = again.first() {
+        if let Some((_, _, why, _)) = again.first() {
             warn!(
                 queue = source.name(),
                 events = again.len(),
@@ -432,8 +432,8 @@ impl Listener {
             for (id, why) in &refused {
                 rows::refuse(c, id, why)?;
             }
-            for (id, why, next) in &again {
-                rows::again(c, id, why, *next)?;
+            for (id, key, why, next) in &again {
+                rows::again(c, id, key.as_deref(), why, *next)?;
             }
             Ok::<_, StorageError>(())
         })

@@ -44,6 +44,9 @@ pub struct Claimed {
     /// Its place among the events parked.
     #[diesel(sql_type = BigInt)]
     pub seq: i64,
+    /// The object it is about; `None` for raw files.
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    pub object_key: Option<String>,
     /// The message as received.
     #[diesel(sql_type = Text)]
     pub body: String,
@@ -109,60 +112,102 @@ pub fn park(
     })
 }
 
+/// A parked row of one of the objects asked for.
+#[derive(Debug, QueryableByName)]
+struct ObjectRow {
+    #[diesel(sql_type = Text)]
+    id: String,
+    #[diesel(sql_type = Text)]
+    object_key: String,
+    #[diesel(sql_type = BigInt)]
+    seq: i64,
+    #[diesel(sql_type = Timestamp)]
+    next_try_at: NaiveDateTime,
+    /// 1 when not refused.
+    #[diesel(sql_type = Integer)]
+    waiting: i32,
+}
+
+/// Every parked row of `object_keys` (refused ones too: told apart by `waiting`, here and not in
+/// the statement). The statement names only what `ix_listener_parked_object` holds, and the
+/// keys as an array (`= ANY`) rather than a set to join: on a table never analysed, PostgreSQL
+/// otherwise takes the partial index of rows not refused, or a join over the whole table
+/// (measured at 100,000 parked rows: 25 ms against 0.6 ms). The statement is kept prepared: its
+/// text is the same whatever the number of keys.
+fn rows_of_objects(
+    conn: &mut AnyConnection,
+    object_keys: &[String],
+) -> QueryResult<Vec<ObjectRow>> {
+    if object_keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    objects_statement(Backend::of(conn), object_keys).load_prepared::<ObjectRow>(conn)
+}
+
+/// The statement of [`rows_of_objects`] (public for the plan tests).
+pub fn objects_statement(backend: Backend, object_keys: &[String]) -> Sql {
+    let mut q = Sql::new(
+        backend,
+        "SELECT id, object_key, seq, next_try_at, \
+         CASE WHEN refused IS NULL THEN 1 ELSE 0 END AS waiting \
+         FROM listener_parked WHERE object_key IS NOT NULL AND object_key ",
+    );
+    q.push(match backend {
+        Backend::Postgres => "= ANY(ARRAY(SELECT json_array_elements_text(",
+        Backend::Sqlite => "IN (SELECT value FROM json_each(",
+    })
+    .bind(serde_json::to_string(object_keys).unwrap_or_else(|_| "[]".into()))
+    .push(match backend {
+        Backend::Postgres => "::json)))",
+        Backend::Sqlite => "))",
+    });
+    q
+}
+
+/// The events of `source` due at `now` and not taken, those due longest first, at most
+/// `limit` (the first statement of [`claim`]; public for the plan tests).
+pub fn due_statement(backend: Backend, source: &str, now: NaiveDateTime, limit: i64) -> Sql {
+    let mut q = Sql::new(
+        backend,
+        "SELECT id, object_key FROM listener_parked WHERE refused IS NULL AND source = ",
+    );
+    q.bind(source)
+        .push(" AND next_try_at <= ")
+        .bind(now)
+        .push(" AND (claimed_until IS NULL OR claimed_until < ")
+        .bind(now)
+        .push(") ORDER BY next_try_at, seq LIMIT ")
+        .bind(limit);
+    q
+}
+
 /// Of `object_keys`, the last `seq` parked and the latest next try of each with events parked
 /// and not refused.
 fn last_parked(
     conn: &mut AnyConnection,
     object_keys: &[String],
 ) -> QueryResult<HashMap<String, (i64, NaiveDateTime)>> {
-    #[derive(QueryableByName)]
-    struct Last {
-        #[diesel(sql_type = Text)]
-        object_key: String,
-        #[diesel(sql_type = BigInt)]
-        seq: i64,
-        #[diesel(sql_type = Timestamp)]
-        next_try_at: NaiveDateTime,
+    let mut last: HashMap<String, (i64, NaiveDateTime)> = HashMap::new();
+    for r in rows_of_objects(conn, object_keys)? {
+        if r.waiting == 0 {
+            continue;
+        }
+        let e = last.entry(r.object_key).or_insert((r.seq, r.next_try_at));
+        *e = (e.0.max(r.seq), e.1.max(r.next_try_at));
     }
-    if object_keys.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let mut q = sql(
-        conn,
-        "SELECT object_key, MAX(seq) AS seq, MAX(next_try_at) AS next_try_at \
-         FROM listener_parked WHERE refused IS NULL AND object_key IN ",
-    );
-    q.bind_list(object_keys.iter().map(String::as_str))
-        .push(" GROUP BY object_key");
-    Ok(q.load::<Last>(conn)?
-        .into_iter()
-        .map(|l| (l.object_key, (l.seq, l.next_try_at)))
-        .collect())
+    Ok(last)
 }
 
 /// Of `object_keys`, those with an event parked and not refused: their later events must be
-/// parked behind it.
+/// parked behind it. The listener asks this of every batch of object events.
 pub fn parked_objects(
     conn: &mut AnyConnection,
     object_keys: &[String],
 ) -> QueryResult<HashSet<String>> {
-    #[derive(QueryableByName)]
-    struct Key {
-        #[diesel(sql_type = Text)]
-        object_key: String,
-    }
-    if object_keys.is_empty() {
-        return Ok(HashSet::new());
-    }
-    let mut q = sql(
-        conn,
-        "SELECT DISTINCT object_key FROM listener_parked WHERE refused IS NULL \
-         AND object_key IN ",
-    );
-    q.bind_list(object_keys.iter().map(String::as_str));
-    Ok(q.load::<Key>(conn)?
+    Ok(rows_of_objects(conn, object_keys)?
         .into_iter()
-        .map(|k| k.object_key)
+        .filter(|r| r.waiting == 1)
+        .map(|r| r.object_key)
         .collect())
 }
 
@@ -172,9 +217,12 @@ pub fn parked_objects(
 /// later events wait for it), and marks them taken until `until`, so that no other instance
 /// applies them meanwhile. Answers them in their order.
 ///
-/// The events due are read first, and written only when there are some: the entry runs every
-/// tick, and on SQLite a write statement takes the database's write lock even when it changes
-/// nothing.
+/// Three statements, each on one index whatever the statistics: the events due, read from
+/// `ix_listener_parked_due` in the order they came due (twice the limit, as some may wait
+/// behind an earlier event of their object); the rows of their objects, by key, to keep only
+/// each object's first; then the claim, by id. They read before they write, and write only when
+/// some are due: the entry runs every tick, and on SQLite a write statement takes the
+/// database's write lock even when it changes nothing.
 pub fn claim(
     conn: &mut AnyConnection,
     source: &str,
@@ -183,38 +231,58 @@ pub fn claim(
     limit: i64,
 ) -> QueryResult<Vec<Claimed>> {
     #[derive(QueryableByName)]
-    struct Id {
+    struct Due {
         #[diesel(sql_type = Text)]
         id: String,
+        #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+        object_key: Option<String>,
     }
-    let mut q = sql(
-        conn,
-        "SELECT p.id FROM listener_parked p WHERE p.refused IS NULL AND p.source = ",
-    );
-    q.bind(source)
-        .push(" AND p.next_try_at <= ")
-        .bind(now)
-        .push(" AND (p.claimed_until IS NULL OR p.claimed_until < ")
-        .bind(now)
-        .push(
-            ") AND (p.object_key IS NULL OR NOT EXISTS (SELECT 1 FROM listener_parked e \
-             WHERE e.object_key = p.object_key AND e.refused IS NULL \
-             AND (e.seq < p.seq OR (e.seq = p.seq AND e.id < p.id)))) \
-             ORDER BY p.next_try_at, p.seq LIMIT ",
-        )
-        .bind(limit);
-    let due: Vec<String> = q.load::<Id>(conn)?.into_iter().map(|r| r.id).collect();
+    let q = due_statement(Backend::of(conn), source, now, limit.saturating_mul(2));
+    let due = q.load_prepared::<Due>(conn)?;
     if due.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<String> = due
+        .iter()
+        .filter_map(|d| d.object_key.clone())
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    // Each object's first event still parked (refused ones hold nothing back).
+    let mut first: HashMap<String, (i64, String)> = HashMap::new();
+    for r in rows_of_objects(conn, &keys)? {
+        if r.waiting == 0 {
+            continue;
+        }
+        let candidate = (r.seq, r.id);
+        match first.get_mut(&r.object_key) {
+            Some(f) if *f <= candidate => {}
+            Some(f) => *f = candidate,
+            None => {
+                first.insert(r.object_key, candidate);
+            }
+        }
+    }
+    let take: Vec<String> = due
+        .into_iter()
+        .filter(|d| match &d.object_key {
+            None => true,
+            Some(k) => first.get(k).is_some_and(|(_, id)| *id == d.id),
+        })
+        .map(|d| d.id)
+        .take(usize::try_from(limit).unwrap_or(0))
+        .collect();
+    if take.is_empty() {
         return Ok(Vec::new());
     }
     let mut q = sql(conn, "UPDATE listener_parked SET claimed_until = ");
     q.bind(until).push(" WHERE id IN ");
-    q.bind_list(due.iter().map(String::as_str))
+    q.bind_list(take.iter().map(String::as_str))
         // Checked again on the row itself: another instance that took it between the read and
         // the write leaves it alone here.
         .push(" AND (claimed_until IS NULL OR claimed_until < ")
         .bind(now)
-        .push(") RETURNING id, seq, body, attempts");
+        .push(") RETURNING id, seq, object_key, body, attempts");
     let mut rows = q.load::<Claimed>(conn)?;
     rows.sort_by(|a, b| (a.seq, &a.id).cmp(&(b.seq, &b.id)));
     Ok(rows)
@@ -231,10 +299,12 @@ pub fn applied(conn: &mut AnyConnection, ids: &[String]) -> QueryResult<usize> {
 }
 
 /// An event that failed again for a passing reason: tried again at `next`, and its object's
-/// later events no sooner (they wait for it anyway, and the claim need not read past them).
+/// later events (`object_key`) no sooner (they wait for it anyway, and the claim need not read
+/// past them).
 pub fn again(
     conn: &mut AnyConnection,
     id: &str,
+    object_key: Option<&str>,
     reason: &str,
     next: NaiveDateTime,
 ) -> QueryResult<usize> {
@@ -248,16 +318,17 @@ pub fn again(
         .push(" WHERE id = ")
         .bind(id);
     let n = q.execute(conn)?;
-    let mut q = sql(conn, "UPDATE listener_parked SET next_try_at = ");
-    q.bind(next)
-        .push(
-            " WHERE refused IS NULL AND object_key IN (SELECT object_key FROM listener_parked \
-             WHERE id = ",
-        )
-        .bind(id)
-        .push(") AND next_try_at < ")
-        .bind(next);
-    q.execute(conn)?;
+    if let Some(key) = object_key {
+        // Refused rows are moved too: nothing claims them, and naming them would offer the
+        // planner the index of rows not refused.
+        let mut q = sql(conn, "UPDATE listener_parked SET next_try_at = ");
+        q.bind(next)
+            .push(" WHERE object_key IS NOT NULL AND object_key = ")
+            .bind(key)
+            .push(" AND next_try_at < ")
+            .bind(next);
+        q.execute(conn)?;
+    }
     Ok(n)
 }
 

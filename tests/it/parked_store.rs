@@ -91,7 +91,14 @@ async fn events_that_fail_again_wait_behind_those_not_tried_since(backend: Backe
         parked::park(c, &rows, t(0), t(10)).unwrap();
         let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
         for claimed in &first {
-            parked::again(c, &claimed.id, "Katalogus failed again", t(11)).unwrap();
+            parked::again(
+                c,
+                &claimed.id,
+                claimed.object_key.as_deref(),
+                "Katalogus failed again",
+                t(11),
+            )
+            .unwrap();
         }
         let second = parked::claim(c, "mutations", t(12), t(600), 100).unwrap();
         (first, second)
@@ -129,7 +136,14 @@ async fn an_objects_later_events_wait_as_long_as_its_first(backend: Backend) {
         .unwrap();
         let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
         let taken_twice = parked::claim(c, "mutations", t(11), t(600), 100).unwrap();
-        parked::again(c, &first[0].id, "Katalogus failed again", t(610)).unwrap();
+        parked::again(
+            c,
+            &first[0].id,
+            first[0].object_key.as_deref(),
+            "Katalogus failed again",
+            t(610),
+        )
+        .unwrap();
         let delete_due = diesel::RunQueryDsl::get_result::<Next>(
             diesel::sql_query("SELECT next_try_at FROM listener_parked WHERE body = 'delete'"),
             c,
