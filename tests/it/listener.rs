@@ -218,6 +218,57 @@ impl Setup {
     }
 }
 
+/// Katalogus with `plugins` for each of `orgs`, failing for the organisation `broken`, and an
+/// app whose listener (prefetch `prefetch`) parks events that fail for 60 s. The stub goes with
+/// the setup: dropped, it stops answering.
+async fn parking_setup(
+    backend: Backend,
+    prefetch: u16,
+    orgs: &[&str],
+    plugins: Vec<Value>,
+) -> Option<(Setup, KatalogusState, Stub)> {
+    let katalogus = KatalogusState::default();
+    for org in orgs {
+        katalogus
+            .plugins
+            .lock()
+            .unwrap()
+            .insert((*org).into(), plugins.clone());
+    }
+    katalogus.failing.lock().unwrap().insert("broken".into());
+    let stub = katalogus.serve();
+    let url = stub.url.clone();
+    let s = Setup::with(backend, prefetch, move |s| {
+        s.clients.katalogus_api = url;
+        s.listener.park_after_secs = 60;
+    })
+    .await?;
+    Some((s, katalogus, stub))
+}
+
+impl Setup {
+    /// Waits (on the listener's own signal) until `n` messages in all were parked.
+    async fn parked(&self, n: u64) {
+        tokio::time::timeout(Duration::from_secs(30), self.app.listener.wait_parked(n))
+            .await
+            .expect("the messages are parked");
+    }
+
+    /// Waits until `n` messages in all were handed back.
+    async fn handed_back(&self, n: u64) {
+        tokio::time::timeout(Duration::from_secs(30), self.app.listener.wait_retried(n))
+            .await
+            .expect("the messages are handed back");
+    }
+
+    /// What the cron entry `parked` of `component`'s table did on a tick now.
+    async fn redrive(&self, component: kat_scheduler::domain::SchedulerId) -> String {
+        self.app.tick(component).await.entries["parked"]
+            .summary
+            .clone()
+    }
+}
+
 fn object(op: &str, org: &str, reference: &str, object_type: &str, level: i64) -> Value {
     json!({"operation": op, "primary_key": reference, "client_id": org,
         "value": {"primary_key": reference, "object_type": object_type,
@@ -1410,21 +1461,8 @@ async fn one_queue_waiting_on_katalogus_does_not_hold_the_other(backend: Backend
 async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_others(
     backend: Backend,
 ) {
-    let katalogus = KatalogusState::default();
-    for org in ["broken", "fine"] {
-        katalogus.plugins.lock().unwrap().insert(
-            org.into(),
-            vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
-        );
-    }
-    katalogus.failing.lock().unwrap().insert("broken".into());
-    let stub = katalogus.serve();
-    let url = stub.url.clone();
-    let Some(s) = Setup::with(backend, 2, move |s| {
-        s.clients.katalogus_api = url;
-        s.listener.park_after_secs = 60;
-    })
-    .await
+    let plugins = vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)];
+    let Some((s, katalogus, _stub)) = parking_setup(backend, 2, &["broken", "fine"], plugins).await
     else {
         return;
     };
@@ -1442,50 +1480,42 @@ async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_oth
     ))
     .await;
     // Two rounds of the window handed back: the fine organisation's event is not delivered.
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(4))
-        .await
-        .expect("the broken organisation's events are handed back");
+    s.handed_back(4).await;
     assert!(s.boefje_ids("fine").await.is_empty(), "held behind them");
     s.app.advance(chrono::Duration::seconds(61));
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_parked(2))
-        .await
-        .expect("the events failing for a minute are parked");
+    s.parked(2).await;
     s.handled(3).await;
     assert_eq!(s.boefje_ids("fine").await, vec!["dns-records"]);
     // An event about an object with an event parked is parked behind it, unapplied.
     s.mutation(json!({"operation": "delete", "primary_key": x, "client_id": "broken"}))
         .await;
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_parked(3))
-        .await
-        .expect("the delete is parked behind the create");
+    s.parked(3).await;
     let parked = |r: &Value| r["parked"].as_u64().unwrap();
     let queues = s.app.service_health("listener").await["additional"]["queues"].clone();
     assert_eq!(parked(&queues[0]), 3);
-    let summary =
-        |report: kat_scheduler::cron::TickReport| report.entries["parked"].summary.clone();
     // Not due yet: parked events are first tried again after a wait.
     let boefje = kat_scheduler::domain::SchedulerId::Boefje;
     assert_eq!(
-        summary(s.app.tick(boefje).await),
+        s.redrive(boefje).await,
         "applied 0, failed again 0, refused 0"
     );
     s.app.advance(chrono::Duration::seconds(11));
     assert_eq!(
-        summary(s.app.tick(boefje).await),
+        s.redrive(boefje).await,
         "applied 0, failed again 2, refused 0",
         "Katalogus still fails: both creates again, the delete behind its create not tried"
     );
     // All failed again: none is due before its wait.
     s.app.advance(chrono::Duration::seconds(5));
     assert_eq!(
-        summary(s.app.tick(boefje).await),
+        s.redrive(boefje).await,
         "applied 0, failed again 0, refused 0"
     );
     assert!(s.boefje_ids("broken").await.is_empty());
     katalogus.failing.lock().unwrap().clear();
     s.app.advance(chrono::Duration::seconds(21));
     assert_eq!(
-        summary(s.app.tick(boefje).await),
+        s.redrive(boefje).await,
         "applied 3, failed again 0, refused 0"
     );
     let tasks: Value = s
@@ -1516,7 +1546,7 @@ async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_oth
         "the creates' tasks, x's cancelled by its delete after it: {tasks}"
     );
     assert_eq!(
-        summary(s.app.tick(boefje).await),
+        s.redrive(boefje).await,
         "applied 0, failed again 0, refused 0"
     );
     s.cleanup().await;
@@ -1526,20 +1556,8 @@ async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_oth
 /// nothing: the message is acked only once its row is written, so it is handed back as before
 /// and parked once the database takes it.
 async fn an_event_the_database_refuses_to_park_is_handed_back_not_lost(backend: Backend) {
-    let katalogus = KatalogusState::default();
-    katalogus.plugins.lock().unwrap().insert(
-        "broken".into(),
-        vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)],
-    );
-    katalogus.failing.lock().unwrap().insert("broken".into());
-    let stub = katalogus.serve();
-    let url = stub.url.clone();
-    let Some(s) = Setup::with(backend, 10, move |s| {
-        s.clients.katalogus_api = url;
-        s.listener.park_after_secs = 60;
-    })
-    .await
-    else {
+    let plugins = vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)];
+    let Some((s, katalogus, _stub)) = parking_setup(backend, 10, &["broken"], plugins).await else {
         return;
     };
     let uri = s.app.db.uri.clone();
@@ -1562,14 +1580,10 @@ async fn an_event_the_database_refuses_to_park_is_handed_back_not_lost(backend: 
     let x = "Hostname|internet|x.nl";
     s.mutation(object("create", "broken", x, "Hostname", 1))
         .await;
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(1))
-        .await
-        .expect("handed back");
+    s.handed_back(1).await;
     s.app.advance(chrono::Duration::seconds(61));
     // Due to be parked, refused by the database: handed back again, twice.
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(3))
-        .await
-        .expect("handed back while the database refuses the park");
+    s.handed_back(3).await;
     let queues = s.app.service_health("listener").await["additional"]["queues"].clone();
     assert_eq!(queues[0]["parked"], 0);
     assert_eq!(queues[0]["acked"], 0, "not acked: {queues}");
@@ -1578,14 +1592,12 @@ async fn an_event_the_database_refuses_to_park_is_handed_back_not_lost(backend: 
         Backend::Sqlite => "DROP TRIGGER refuse_park",
     };
     behind_its_back(backend, &uri, drop);
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_parked(1))
-        .await
-        .expect("parked once the database takes it");
+    s.parked(1).await;
     katalogus.failing.lock().unwrap().clear();
     s.app.advance(chrono::Duration::seconds(11));
     let boefje = kat_scheduler::domain::SchedulerId::Boefje;
     assert_eq!(
-        s.app.tick(boefje).await.entries["parked"].summary,
+        s.redrive(boefje).await,
         "applied 1, failed again 0, refused 0"
     );
     assert_eq!(s.boefje_ids("broken").await, vec!["dns-records"]);
@@ -1597,23 +1609,11 @@ async fn an_event_the_database_refuses_to_park_is_handed_back_not_lost(backend: 
 /// row altered here; a stored message is read once already, so this is rare) is kept aside and
 /// not tried again, and the others are applied.
 async fn parked_raw_files_are_applied_again_and_one_refused_is_kept_aside(backend: Backend) {
-    let katalogus = KatalogusState::default();
-    katalogus.plugins.lock().unwrap().insert(
-        "broken".into(),
-        vec![
-            katalogus_boefje("dns-records", &["Hostname"], 1, false),
-            katalogus_normalizer("kat_dns_normalize", &["boefje/dns-records"]),
-        ],
-    );
-    katalogus.failing.lock().unwrap().insert("broken".into());
-    let stub = katalogus.serve();
-    let url = stub.url.clone();
-    let Some(s) = Setup::with(backend, 10, move |s| {
-        s.clients.katalogus_api = url;
-        s.listener.park_after_secs = 60;
-    })
-    .await
-    else {
+    let plugins = vec![
+        katalogus_boefje("dns-records", &["Hostname"], 1, false),
+        katalogus_normalizer("kat_dns_normalize", &["boefje/dns-records"]),
+    ];
+    let Some((s, katalogus, _stub)) = parking_setup(backend, 10, &["broken"], plugins).await else {
         return;
     };
     let ids: Vec<String> = (0..2).map(|_| Uuid::new_v4().to_string()).collect();
@@ -1626,13 +1626,9 @@ async fn parked_raw_files_are_applied_again_and_one_refused_is_kept_aside(backen
         s.publish(&s.raw_files.clone(), raw.to_string().as_bytes())
             .await;
     }
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_retried(2))
-        .await
-        .expect("handed back");
+    s.handed_back(2).await;
     s.app.advance(chrono::Duration::seconds(61));
-    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_parked(2))
-        .await
-        .expect("parked");
+    s.parked(2).await;
     behind_its_back(
         backend,
         &s.app.db.uri,
@@ -1645,14 +1641,12 @@ async fn parked_raw_files_are_applied_again_and_one_refused_is_kept_aside(backen
     katalogus.failing.lock().unwrap().clear();
     s.app.advance(chrono::Duration::seconds(11));
     let normalizer = kat_scheduler::domain::SchedulerId::Normalizer;
-    let summary =
-        |report: kat_scheduler::cron::TickReport| report.entries["parked"].summary.clone();
     assert_eq!(
-        summary(s.app.tick(normalizer).await),
+        s.redrive(normalizer).await,
         "applied 1, failed again 0, refused 1"
     );
     assert_eq!(
-        summary(s.app.tick(normalizer).await),
+        s.redrive(normalizer).await,
         "applied 0, failed again 0, refused 0",
         "the refused one is not tried again"
     );
