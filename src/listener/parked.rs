@@ -24,8 +24,8 @@
 //!   it). Raw files need no order.
 //! - **Nothing lost.** A message is acked only once its row is committed; when the write fails
 //!   (the database away) it is handed back as before. An ack lost after the commit brings the
-//!   message back, parked a second time behind its first copy: applying an event twice changes
-//!   nothing.
+//!   message back: an object event is parked a second time behind its first copy, a raw file
+//!   applied or parked again on its own. Applying an event twice changes nothing.
 //! - **Applied again** by the cron entry `parked` (the boefje table for object events, the
 //!   normalizer table for raw files: one instance at a time, the scheduler's owner, whether or
 //!   not its listener is on), through the same code as the listener: the first parked event of
@@ -43,6 +43,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{DateTime, Utc};
+use diesel::Connection;
 use lapin::message::Delivery;
 use serde::Serialize;
 use tracing::warn;
@@ -53,10 +54,10 @@ use crate::storage::parked::{self as rows, Claimed, NewParked};
 use crate::storage::{self, DbPool, StorageError};
 
 /// Events taken at a time by the cron entry.
-const CLAIM_LIMIT: i64 = 100;
+pub const CLAIM_LIMIT: i64 = 100;
 /// Claims per tick at most: an object's later event is claimable once its first is applied, so
 /// a tick goes on while events are applied, up to this.
-const ROUNDS_PER_TICK: usize = 10;
+pub const ROUNDS_PER_TICK: usize = 10;
 /// How long a claim keeps other instances off an event: longer than applying a batch can take
 /// (a Katalogus or Octopoes call waits seconds at most), so that only a stopped instance's
 /// claims run out.
@@ -356,7 +357,7 @@ impl Listener {
             if claimed.is_empty() {
                 break;
             }
-            let round = self.apply_claimed(source, claimed, now).await?;
+            let round = self.apply_claimed(source, claimed, now, until).await?;
             done.applied += round.applied;
             done.again += round.again;
             done.refused += round.refused;
@@ -369,6 +370,7 @@ impl Listener {
         source: Source,
         claimed: Vec<Claimed>,
         now: DateTime<Utc>,
+        until: chrono::NaiveDateTime,
     ) -> Result<Redriven, StorageError> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; claimed.len()];
         match source {
@@ -427,14 +429,21 @@ impl Listener {
                 "parked events failed again: tried again later"
             );
         }
+        // One transaction: a round's outcomes are written together (an event failed again
+        // and its object's later events pushed back with it, never one without the other),
+        // and on SQLite with one sync to disk.
         storage::run(&self.parking.pool, move |c| {
-            rows::applied(c, &applied)?;
-            for (id, why) in &refused {
-                rows::refuse(c, id, why)?;
-            }
-            for (id, key, why, next) in &again {
-                rows::again(c, id, key.as_deref(), why, *next)?;
-            }
+            c.transaction(|c| {
+                storage::begin_write(c)?;
+                rows::applied(c, &applied)?;
+                for (id, why) in &refused {
+                    rows::refuse(c, id, until, why)?;
+                }
+                for (id, key, why, next) in &again {
+                    rows::again(c, id, until, key.as_deref(), why, *next)?;
+                }
+                Ok::<_, diesel::result::Error>(())
+            })?;
             Ok::<_, StorageError>(())
         })
         .await?;

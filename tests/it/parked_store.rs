@@ -94,6 +94,7 @@ async fn events_that_fail_again_wait_behind_those_not_tried_since(backend: Backe
             parked::again(
                 c,
                 &claimed.id,
+                t(600),
                 claimed.object_key.as_deref(),
                 "Katalogus failed again",
                 t(11),
@@ -139,6 +140,7 @@ async fn an_objects_later_events_wait_as_long_as_its_first(backend: Backend) {
         parked::again(
             c,
             &first[0].id,
+            t(600),
             first[0].object_key.as_deref(),
             "Katalogus failed again",
             t(610),
@@ -162,7 +164,57 @@ async fn an_objects_later_events_wait_as_long_as_its_first(backend: Backend) {
     assert_eq!(later[0].attempts, 1);
 }
 
+/// An object's first event refused for what it says no longer holds its later events back.
+async fn a_refused_event_no_longer_holds_its_objects_later_ones(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let (first, next) = with_conn(&app, |c| {
+        parked::park(
+            c,
+            &[row("o", "x", 1, "create"), row("o", "x", 2, "delete")],
+            t(0),
+            t(10),
+        )
+        .unwrap();
+        let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        parked::refuse(c, &first[0].id, t(600), "malformed").unwrap();
+        let next = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        (first, next)
+    })
+    .await;
+    assert_eq!(bodies(&first), ["create"]);
+    assert_eq!(bodies(&next), ["delete"]);
+}
+
+/// An object's first event is taken by an instance that stopped (its claim runs for minutes),
+/// and 250 of its later events, due, come first in the order due: a claim reads past them to
+/// the events behind, which do not wait for that claim to run out.
+async fn a_claim_reads_past_events_waiting_behind_a_taken_one(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let claimed = with_conn(&app, |c| {
+        parked::park(c, &[row("o", "x", 0, "first")], t(0), t(1)).unwrap();
+        // Taken by the instance that stopped, until t(300).
+        assert_eq!(
+            parked::claim(c, "mutations", t(1), t(300), 1)
+                .unwrap()
+                .len(),
+            1
+        );
+        let later: Vec<NewParked> = (1..=250).map(|i| row("o", "x", i, "later")).collect();
+        parked::park(c, &later, t(0), t(5)).unwrap();
+        parked::park(c, &[row("p", "y", 251, "other")], t(0), t(6)).unwrap();
+        parked::claim(c, "mutations", t(10), t(600), 100).unwrap()
+    })
+    .await;
+    assert_eq!(bodies(&claimed), ["other"]);
+}
+
 crate::backend_tests!(
+    a_refused_event_no_longer_holds_its_objects_later_ones,
+    a_claim_reads_past_events_waiting_behind_a_taken_one,
     an_objects_event_is_placed_after_those_parked_whatever_its_clock,
     events_that_fail_again_wait_behind_those_not_tried_since,
     an_objects_later_events_wait_as_long_as_its_first,
