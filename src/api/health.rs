@@ -28,15 +28,15 @@ pub async fn livez() -> HttpResponse {
         .body(r#"{"status":"ok"}"#)
 }
 
-/// Readiness: whether the service can serve its API now: the database answers and every
-/// scheduler is owned here or by a live instance (503, naming what is not, otherwise; `/livez`
+/// Readiness: whether the service can serve its API now: the database answers and takes writes,
+/// and every scheduler is owned here or by a live instance (503, naming what is not, otherwise; `/livez`
 /// is liveness).
 #[utoipa::path(
     tag = "health",
     params(HealthQuery),
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "Not ready: the database does not answer, or a scheduler has no owner at the moment", body = Health)
+        (status = 503, description = "Not ready: the database does not answer or takes no writes, or a scheduler has no owner at the moment", body = Health)
     )
 )]
 #[get("/health")]
@@ -45,12 +45,23 @@ pub async fn health(
     observed: web::Data<Arc<Observed>>,
     query: web::Query<HealthQuery>,
 ) -> HttpResponse {
-    let db_ok = broker.database_ok().await;
+    let reachable = broker.database_ok().await;
+    // A database that answers and takes no writes (a standby) serves no push, pop or patch.
+    let refusing = if reachable {
+        broker.database_refusing_writes().await
+    } else {
+        None
+    };
+    let db_ok = reachable && refusing.is_none();
+    let mut database = json!({"backend": broker.backend().name()});
+    if let Some(why) = refusing {
+        database["writes"] = Value::String(format!("refused: {why}"));
+    }
     let mut results = vec![ServiceHealth {
         service: "database".into(),
         healthy: db_ok,
         version: None,
-        additional: json!({"backend": broker.backend().name()}),
+        additional: database,
         results: Vec::new(),
     }];
     // Ready means every scheduler is served: owned here, or by a live instance its requests

@@ -697,6 +697,16 @@ impl Broker {
             .await
             .unwrap_or(false)
     }
+
+    /// Why the database takes no writes now, if it answers and does not (see
+    /// [`storage::refusing_writes`]).
+    pub async fn database_refusing_writes(&self) -> Option<String> {
+        let pool = self.inner.pool.clone();
+        tokio::task::spawn_blocking(move || storage::refusing_writes(&pool))
+            .await
+            .ok()
+            .flatten()
+    }
 }
 
 #[cfg(test)]

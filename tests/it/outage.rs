@@ -335,6 +335,60 @@ async fn acknowledged_work_survives_a_database_crash_under_load() {
     database_crashes_under_load(false, 3).await;
 }
 
+/// A database that answers and takes no writes (sessions read-only by default, as maintenance
+/// or a failover onto a standby leaves them): `/health` says so and is not ready, and a push is
+/// answered 503, not 500. Once it takes writes again both are back, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_takes_no_writes_is_not_ready_and_its_pushes_get_503() {
+    let Some(app) = spawn_app(Backend::Postgres).await else {
+        return;
+    };
+    let name = app.db.uri.rsplit('/').next().unwrap().to_owned();
+    let uri = app.db.uri.clone();
+    behind_its_back(
+        Backend::Postgres,
+        &uri,
+        &format!("ALTER DATABASE {name} SET default_transaction_read_only = on"),
+    );
+    terminate_connections(&uri).await;
+    let resp = app.get("/health").await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = resp.json().await.unwrap();
+    let database = &body["results"][0];
+    assert_eq!(database["healthy"], false, "{body}");
+    assert!(
+        database["additional"]["writes"]
+            .as_str()
+            .is_some_and(|w| w.contains("read-only")),
+        "{body}"
+    );
+    let push = app
+        .push("boefje", &boefje_push("org1", "during", None, 3))
+        .await;
+    assert_eq!(push.status(), StatusCode::SERVICE_UNAVAILABLE);
+    behind_its_back(
+        Backend::Postgres,
+        &uri,
+        &format!(
+            "BEGIN READ WRITE; ALTER DATABASE {name} RESET default_transaction_read_only; COMMIT"
+        ),
+    );
+    terminate_connections(&uri).await;
+    let resp = app.get("/health").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["results"][0]["additional"].get("writes").is_none(),
+        "{body}"
+    );
+    retried_push(
+        &app,
+        &boefje_push("org1", "after", None, 3),
+        "writes came back",
+    )
+    .await;
+}
+
 /// A push answered 503, retried as its caller does: stored now, or named as stored (a boost
 /// or a duplicate) by a task the table holds; answers that task. An engine whose heap kept a
 /// push whose commit a crash lost would name a task that is not there.
