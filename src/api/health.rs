@@ -45,13 +45,8 @@ pub async fn health(
     observed: web::Data<Arc<Observed>>,
     query: web::Query<HealthQuery>,
 ) -> HttpResponse {
-    let reachable = broker.database_ok().await;
     // A database that answers and takes no writes (a standby) serves no push, pop or patch.
-    let refusing = if reachable {
-        broker.database_refusing_writes().await
-    } else {
-        None
-    };
+    let (reachable, refusing) = broker.database_state().await;
     let db_ok = reachable && refusing.is_none();
     let mut database = json!({"backend": broker.backend().name()});
     if let Some(why) = refusing {

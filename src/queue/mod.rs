@@ -690,22 +690,14 @@ impl Broker {
         &self.inner.gauges.engine
     }
 
-    /// Whether the database answers.
-    pub async fn database_ok(&self) -> bool {
+    /// Whether the database answers (`false`) and, if it takes no writes now, why (see
+    /// [`storage::write_state`]): one checkout and one round trip for `/health`.
+    pub async fn database_state(&self) -> (bool, Option<String>) {
         let pool = self.inner.pool.clone();
-        tokio::task::spawn_blocking(move || storage::reachable(&pool))
-            .await
-            .unwrap_or(false)
-    }
-
-    /// Why the database takes no writes now, if it answers and does not (see
-    /// [`storage::refusing_writes`]).
-    pub async fn database_refusing_writes(&self) -> Option<String> {
-        let pool = self.inner.pool.clone();
-        tokio::task::spawn_blocking(move || storage::refusing_writes(&pool))
-            .await
-            .ok()
-            .flatten()
+        match tokio::task::spawn_blocking(move || storage::write_state(&pool)).await {
+            Ok(Ok(refusing)) => (true, refusing),
+            _ => (false, None),
+        }
     }
 }
 

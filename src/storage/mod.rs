@@ -865,13 +865,15 @@ pub fn reachable(pool: &DbPool) -> bool {
     checkout(pool).is_ok_and(|mut c| ping(&mut c).is_ok())
 }
 
-/// Why the database reached through `pool` takes no writes now, if it does not: on PostgreSQL a
-/// standby (in recovery: a failover that left the service on the old primary's replica, or a
-/// replica named by mistake) or a session read-only by default (`default_transaction_read_only`,
-/// as for maintenance). Every push, pop and patch would be answered 503 while reads answer, so
-/// `/health` says so. One round trip, no write. On SQLite `None`: a file that takes no writes
-/// (full disk, read-only) cannot be told without writing, and shows in the writes' 503s.
-pub fn refusing_writes(pool: &DbPool) -> Option<String> {
+/// Whether the database reached through `pool` answers (`Err`: it does not) and, if it takes
+/// no writes now, why: on PostgreSQL a standby (in recovery: a failover that left the service
+/// on the old primary's replica, or a replica named by mistake) or sessions read-only by default
+/// (`default_transaction_read_only`, as for maintenance). Every push, pop and patch would be
+/// answered 503 while reads answer, so `/health` says so. One round trip, which is also the
+/// check that the database answers; no write. On SQLite the answer is only whether it answers:
+/// a file that takes no writes (full disk, read-only) cannot be told without writing, and shows
+/// in the writes' 503s.
+pub fn write_state(pool: &DbPool) -> Result<Option<String>, StorageError> {
     #[derive(QueryableByName)]
     struct State {
         #[diesel(sql_type = diesel::sql_types::Bool)]
@@ -879,23 +881,23 @@ pub fn refusing_writes(pool: &DbPool) -> Option<String> {
         #[diesel(sql_type = diesel::sql_types::Bool)]
         read_only: bool,
     }
-    let mut conn = checkout(pool).ok()?;
+    let mut conn = checkout(pool)?;
     if Backend::of(&conn) != Backend::Postgres {
-        return None;
+        ping(&mut conn)?;
+        return Ok(None);
     }
     let state = diesel::sql_query(
         "SELECT pg_is_in_recovery() AS standby, \
          current_setting('transaction_read_only') = 'on' AS read_only",
     )
-    .get_result::<State>(&mut *conn)
-    .ok()?;
-    if state.standby {
+    .get_result::<State>(&mut *conn)?;
+    Ok(if state.standby {
         Some("the server is a standby (in recovery): it takes no writes".into())
     } else if state.read_only {
         Some("sessions are read-only (default_transaction_read_only): it takes no writes".into())
     } else {
         None
-    }
+    })
 }
 
 /// One round trip on `conn`: whether it still works.

@@ -45,6 +45,19 @@ async fn with_conn<T: Send + 'static>(
     .unwrap()
 }
 
+/// Parks an object's create and then its delete, due at t(10), and claims at t(10) (until
+/// t(600)): the create alone.
+fn create_then_delete(c: &mut AnyConnection) -> Vec<parked::Claimed> {
+    parked::park(
+        c,
+        &[row("o", "x", 1, "create"), row("o", "x", 2, "delete")],
+        t(0),
+        t(10),
+    )
+    .unwrap();
+    parked::claim(c, "mutations", t(10), t(600), 100).unwrap()
+}
+
 fn bodies(claimed: &[parked::Claimed]) -> Vec<String> {
     claimed.iter().map(|c| c.body.clone()).collect()
 }
@@ -128,14 +141,7 @@ async fn an_objects_later_events_wait_as_long_as_its_first(backend: Backend) {
         next_try_at: NaiveDateTime,
     }
     let (taken_twice, delete_due, meanwhile, later) = with_conn(&app, |c| {
-        parked::park(
-            c,
-            &[row("o", "x", 1, "create"), row("o", "x", 2, "delete")],
-            t(0),
-            t(10),
-        )
-        .unwrap();
-        let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        let first = create_then_delete(c);
         let taken_twice = parked::claim(c, "mutations", t(11), t(600), 100).unwrap();
         parked::again(
             c,
@@ -170,14 +176,7 @@ async fn a_refused_event_no_longer_holds_its_objects_later_ones(backend: Backend
         return;
     };
     let (first, next) = with_conn(&app, |c| {
-        parked::park(
-            c,
-            &[row("o", "x", 1, "create"), row("o", "x", 2, "delete")],
-            t(0),
-            t(10),
-        )
-        .unwrap();
-        let first = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
+        let first = create_then_delete(c);
         parked::refuse(c, &first[0].id, t(600), "malformed").unwrap();
         let next = parked::claim(c, "mutations", t(10), t(600), 100).unwrap();
         (first, next)
