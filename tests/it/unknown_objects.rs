@@ -339,8 +339,10 @@ async fn objects_octopoes_is_slow_on_wait_for_the_next_tick_without_a_backoff(ba
     let Some(s) = Setup::new(backend, 2).await else {
         return;
     };
-    s.schedule(ORG, &host(0)).await;
-    s.schedule(ORG, &host(1)).await;
+    let ids = [
+        s.schedule(ORG, &host(0)).await,
+        s.schedule(ORG, &host(1)).await,
+    ];
     // One lookup hangs past the window (5 s); the other is answered.
     let mut held = s.octopoes.hold();
     let release = async {
@@ -351,10 +353,21 @@ async fn objects_octopoes_is_slow_on_wait_for_the_next_tick_without_a_backoff(ba
     assert_eq!(summary, "fired 1, skipped 0, disabled 0, waiting 1");
     held.release();
     s.app.clock.advance(Duration::seconds(1));
+    let summary = s.reschedule().await;
+    let mut fires = Vec::new();
+    for id in &ids {
+        let h: Value = s
+            .app
+            .get(&format!("/schedules/{id}/history"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        fires.push(h["results"].clone());
+    }
     assert_eq!(
-        s.reschedule().await,
-        "fired 1, skipped 0, disabled 0, waiting 0",
-        "asked again at once: no backoff"
+        summary, "fired 1, skipped 0, disabled 0, waiting 0",
+        "asked again at once: no backoff; the fires: {fires:#?}"
     );
     let metrics = s.app.get("/metrics").await.text().await.unwrap();
     assert!(
