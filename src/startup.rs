@@ -435,7 +435,8 @@ impl Application {
             }),
             clock_for_cron.clone(),
             broker.metrics().clone(),
-        );
+        )
+        .with_window(clients.lookup_window());
         let runs = match clients.bytes().map_err(|e| anyhow!(e))? {
             None => None,
             Some(b) => {

@@ -336,10 +336,10 @@ impl ServiceClient {
     /// Sends `call`, retrying transport failures; the body of a 2xx answer.
     pub async fn send(&self, call: Call<'_>) -> Result<Vec<u8>, ClientError> {
         let attempts = self.backoff.attempts.max(1);
-        let mut tried = 0;
+        let (mut tried, mut redone) = (0, false);
         loop {
             tried += 1;
-            match self.try_once(call).await {
+            match self.try_once(call, &mut redone).await {
                 Ok((status, body)) => {
                     return self
                         .check(call.url, status, body)
@@ -392,7 +392,7 @@ impl ServiceClient {
     /// with `healthy`, that it is `true` (the platform's services answer `{"healthy": bool, …}`).
     pub async fn healthy(&self, segments: &[&str]) -> bool {
         let url = self.url(segments, &[]);
-        let Ok((status, body)) = self.try_once(Call::get(&url)).await else {
+        let Ok((status, body)) = self.try_once(Call::get(&url), &mut false).await else {
             return false;
         };
         if !status.is_success() {
@@ -407,7 +407,33 @@ impl ServiceClient {
     }
 
     /// One try: the status and body, or the transport error's text (without the URL).
-    async fn try_once(&self, call: Call<'_>) -> Result<(StatusCode, Vec<u8>), String> {
+    ///
+    /// A request that went out on a kept-alive connection the server closed before answering is
+    /// sent once more at once, once a call (`redone` says it was): the platform's services run
+    /// uvicorn, which closes a connection idle for 5 s, and a request that meets that close has
+    /// said nothing of the service. Callers that try once (Octopoes' lookups, health checks)
+    /// would otherwise count a healthy service as failing, and the rest would wait out a retry.
+    async fn try_once(
+        &self,
+        call: Call<'_>,
+        redone: &mut bool,
+    ) -> Result<(StatusCode, Vec<u8>), String> {
+        match self.send_once(call).await {
+            Err(Failure::Closed(reason)) if !*redone => {
+                *redone = true;
+                debug!(
+                    service = self.name,
+                    url.path = call.url.path(),
+                    error = %reason,
+                    "connection closed before an answer, sending again"
+                );
+                self.send_once(call).await.map_err(Failure::reason)
+            }
+            answer => answer.map_err(Failure::reason),
+        }
+    }
+
+    async fn send_once(&self, call: Call<'_>) -> Result<(StatusCode, Vec<u8>), Failure> {
         let method = match call.method {
             Verb::Get => Method::GET,
             Verb::Post => Method::POST,
@@ -427,9 +453,19 @@ impl ServiceClient {
                 )
                 .body(body);
         }
-        let response = request.send().await.map_err(transport)?;
+        let response = request.send().await.map_err(|e| {
+            // Not refused, not out of time: the connection ended before an answer began.
+            if e.is_request() && !e.is_connect() && !e.is_timeout() {
+                Failure::Closed(transport(e))
+            } else {
+                Failure::Other(transport(e))
+            }
+        })?;
         let status = response.status();
-        let body = response.bytes().await.map_err(transport)?;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| Failure::Other(transport(e)))?;
         Ok((status, body.to_vec()))
     }
 
@@ -467,6 +503,22 @@ impl ServiceClient {
 
 /// A transport error's text with its causes (`error sending request: client error (Connect):
 /// tcp connect error: Connection refused`), the URL left out.
+/// Why one send got no answer.
+enum Failure {
+    /// The connection closed after the request went out and before any answer.
+    Closed(String),
+    /// Anything else: refused, timed out, cut off mid-answer.
+    Other(String),
+}
+
+impl Failure {
+    fn reason(self) -> String {
+        match self {
+            Failure::Closed(r) | Failure::Other(r) => r,
+        }
+    }
+}
+
 fn transport(error: reqwest::Error) -> String {
     let error = error.without_url();
     let mut text = error.to_string();
@@ -841,7 +893,84 @@ mod tests {
             matches!(err, ClientError::Unreachable { attempts: 3, .. }),
             "{err:?}"
         );
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        // The three tries, and the first closed one sent again at once (once a call).
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    /// A server closing a kept-alive connection as a request arrives on it (uvicorn, which
+    /// serves the platform's services, closes one idle for 5 s): the request went out and got no
+    /// answer through no fault of the service's.
+    #[tokio::test]
+    async fn a_request_on_a_connection_the_server_was_closing_is_made_again_at_once() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // (connections accepted, requests read on the first connection after its first)
+        let seen = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        let counters = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let n = counters.0.fetch_add(1, Ordering::SeqCst);
+                let counters = counters.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    loop {
+                        let mut read = Vec::new();
+                        while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match socket.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => read.extend_from_slice(&buf[..k]),
+                            }
+                        }
+                        if n == 0 && counters.1.fetch_add(1, Ordering::SeqCst) > 0 {
+                            // The first connection's keep-alive ran out as this request came.
+                            return;
+                        }
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                      content-length: 2\r\n\r\n{}";
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let c = ServiceClient::new(
+            "octopoes",
+            &format!("http://127.0.0.1:{port}"),
+            Duration::from_secs(5),
+        )
+        .unwrap()
+        .with_backoff(Backoff {
+            attempts: 1,
+            ..quick()
+        });
+        let first = c
+            .get_json::<serde_json::Value>(&["org1", "object"], &[])
+            .await;
+        assert_eq!(first, Ok(serde_json::json!({})));
+        // Lets the client put the connection back in its pool.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let second = c
+            .get_json::<serde_json::Value>(&["org1", "object"], &[])
+            .await;
+        assert_eq!(
+            seen.1.load(Ordering::SeqCst),
+            2,
+            "the second call went out on the kept-alive connection"
+        );
+        assert_eq!(
+            second,
+            Ok(serde_json::json!({})),
+            "made again, and answered"
+        );
+        assert_eq!(
+            seen.0.load(Ordering::SeqCst),
+            2,
+            "on a connection of its own"
+        );
     }
 
     #[tokio::test]

@@ -9,6 +9,10 @@ use super::ConfigError;
 
 /// Default seconds each try of a call to Katalogus, Octopoes or Bytes may take (mula's 10).
 pub const DEFAULT_CLIENT_TIMEOUT_SECS: u64 = 10;
+/// Default seconds a fire's lookups wait for Octopoes' answers.
+pub const DEFAULT_LOOKUP_WINDOW_SECS: u64 = 5;
+/// Longest lookup window: a cron table waits this long at most for one page's lookups.
+pub const MAX_LOOKUP_WINDOW_SECS: u64 = 300;
 
 /// Where the platform's other services are (see [`crate::clients`]); an empty URL means that
 /// service is not configured.
@@ -28,6 +32,10 @@ pub struct ClientSettings {
     pub bytes_password: String,
     /// Seconds each try of a call may take, from connecting to the last byte.
     pub request_timeout_secs: u64,
+    /// Seconds the objects of a page of due schedules (or a fire's holders) wait for Octopoes'
+    /// answers (`GET /{org}/object`); the unanswered wait for the next tick. A cron table waits
+    /// this long at most for one organisation's page.
+    pub lookup_window_secs: u64,
 }
 
 impl Default for ClientSettings {
@@ -39,6 +47,7 @@ impl Default for ClientSettings {
             bytes_username: String::new(),
             bytes_password: String::new(),
             request_timeout_secs: DEFAULT_CLIENT_TIMEOUT_SECS,
+            lookup_window_secs: DEFAULT_LOOKUP_WINDOW_SECS,
         }
     }
 }
@@ -58,6 +67,7 @@ impl std::fmt::Debug for ClientSettings {
             .field("bytes_username", &self.bytes_username)
             .field("bytes_password", &"***")
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("lookup_window_secs", &self.lookup_window_secs)
             .finish()
     }
 }
@@ -66,6 +76,11 @@ impl ClientSettings {
     /// Each try's time limit.
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.request_timeout_secs)
+    }
+
+    /// How long a lookup waits for Octopoes' answers.
+    pub fn lookup_window(&self) -> Duration {
+        Duration::from_secs(self.lookup_window_secs)
     }
 
     /// The Katalogus client, if `katalogus_api` is set.
@@ -100,8 +115,8 @@ impl ClientSettings {
 }
 
 impl ClientSettings {
-    /// Refuses a URL that is not `http://HOST:PORT`, Bytes without its user and password, and
-    /// a zero timeout.
+    /// Refuses a URL that is not `http://HOST:PORT`, Bytes without its user and password, a
+    /// zero timeout, and a lookup window of zero or beyond [`MAX_LOOKUP_WINDOW_SECS`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, url) in [
             ("clients.katalogus_api", &self.katalogus_api),
@@ -135,7 +150,18 @@ impl ClientSettings {
                 }
             }
         }
-        ConfigError::at_least_one("clients.request_timeout_secs", self.request_timeout_secs)
+        ConfigError::at_least_one("clients.request_timeout_secs", self.request_timeout_secs)?;
+        ConfigError::at_least_one("clients.lookup_window_secs", self.lookup_window_secs)?;
+        if self.lookup_window_secs > MAX_LOOKUP_WINDOW_SECS {
+            return Err(ConfigError::setting(
+                "clients.lookup_window_secs",
+                format!(
+                    "{} is more than {MAX_LOOKUP_WINDOW_SECS} (a cron table would wait that long for one page)",
+                    self.lookup_window_secs
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -153,6 +179,7 @@ mod tests {
             ("BYTES_USERNAME", "scheduler"),
             ("BYTES_PASSWORD", "s3cr3t-pw"),
             ("SCHEDULER_CLIENTS_REQUEST_TIMEOUT", "3"),
+            ("SCHEDULER_OCTOPOES_LOOKUP_WINDOW", "12"),
         ])
         .unwrap();
         let c = &s.clients;
@@ -162,12 +189,14 @@ mod tests {
         assert_eq!(c.bytes_username, "scheduler");
         assert_eq!(c.bytes_password, "s3cr3t-pw");
         assert_eq!(c.timeout(), Duration::from_secs(3));
+        assert_eq!(c.lookup_window(), Duration::from_secs(12));
         assert!(c.katalogus().unwrap().is_some());
         assert!(c.octopoes().unwrap().is_some());
         assert!(c.bytes().unwrap().is_some());
         assert!(!format!("{s:?}").contains("s3cr3t-pw"));
         let none = load(&[]).unwrap().clients;
         assert_eq!(none.request_timeout_secs, DEFAULT_CLIENT_TIMEOUT_SECS);
+        assert_eq!(none.lookup_window_secs, DEFAULT_LOOKUP_WINDOW_SECS);
         assert!(none.katalogus().unwrap().is_none());
         assert!(none.bytes().unwrap().is_none());
     }
@@ -197,6 +226,15 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(err.starts_with("clients.request_timeout_secs"), "{err}");
+        for (window, why) in [("0", "must be at least 1"), ("301", "301 is more than 300")] {
+            let err = load(&[("SCHEDULER_OCTOPOES_LOOKUP_WINDOW", window)])
+                .unwrap_err()
+                .0;
+            assert!(
+                err.starts_with("clients.lookup_window_secs") && err.contains(why),
+                "{err}"
+            );
+        }
         let err = load(&[("BYTES_API", "http://u:hunter2@bytes:8000")])
             .unwrap_err()
             .0;

@@ -192,6 +192,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "seconds each try of a call to Katalogus, Octopoes or Bytes may take (default 10)",
     ),
     (
+        "SCHEDULER_OCTOPOES_LOOKUP_WINDOW",
+        "clients.lookup_window_secs",
+        "seconds a page of due schedules waits for Octopoes' answers on their objects (default 5, at most 300)",
+    ),
+    (
         "SCHEDULER_LIMIT_FILTER_CONDITIONS",
         "limits.max_filter_conditions",
         "conditions in one filter (default 100)",

@@ -36,8 +36,6 @@ use crate::storage::frontier::FrontierRow;
 const CONCURRENCY: usize = 8;
 /// Default Octopoes calls one cron run may make (the rest wait for the next tick).
 pub const DEFAULT_BUDGET: usize = 500;
-/// Longest one lookup waits for Octopoes' answers; the unanswered wait for a later try.
-const WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
 /// Objects refused by Octopoes remembered at most (past these, they are asked at every run).
 const REFUSALS_REMEMBERED: usize = 10_000;
 /// How long an object Octopoes refused to read waits before it is asked again.
@@ -116,6 +114,8 @@ pub struct ObjectLookup {
     /// cannot read stays so until Octopoes changes, and asking again every tick would spend the
     /// tick's budget of calls on it.
     refused: Arc<Mutex<HashMap<String, DateTime<Utc>>>>,
+    /// Longest one lookup waits for Octopoes' answers; the unanswered wait for a later try.
+    window: std::time::Duration,
 }
 
 impl ObjectLookup {
@@ -133,7 +133,14 @@ impl ObjectLookup {
             metrics,
             backoff: Arc::default(),
             refused: Arc::default(),
+            window: std::time::Duration::from_secs(crate::config::DEFAULT_LOOKUP_WINDOW_SECS),
         }
+    }
+
+    /// The same lookup waiting `window` at most for Octopoes' answers
+    /// (`clients.lookup_window_secs`).
+    pub fn with_window(self, window: std::time::Duration) -> Self {
+        Self { window, ..self }
     }
 
     /// Whether an Octopoes is configured to ask (else every answer is the frontier's).
@@ -218,7 +225,7 @@ impl ObjectLookup {
         .buffer_unordered(CONCURRENCY);
         futures_util::pin_mut!(calls);
         // A hung Octopoes holds the caller (a cron table) no longer than this.
-        let deadline = tokio::time::Instant::now() + WINDOW;
+        let deadline = tokio::time::Instant::now() + self.window;
         let mut answers = Vec::new();
         while let Ok(Some((reference, answer))) =
             tokio::time::timeout_at(deadline, calls.next()).await
@@ -237,7 +244,7 @@ impl ObjectLookup {
             if answers.is_empty() {
                 self.metrics
                     .object_lookups(LookupOutcome::Failed, unanswered.len() as u64);
-                service_failure = Some(format!("no answer within {} s", WINDOW.as_secs()));
+                service_failure = Some(format!("no answer within {} s", self.window.as_secs()));
             } else {
                 self.metrics
                     .object_lookups(LookupOutcome::Deferred, unanswered.len() as u64);
@@ -340,8 +347,11 @@ impl ObjectLookup {
             self.metrics.object_lookups(LookupOutcome::Deferred, 1);
             return Ok(rows);
         }
-        let asked =
-            tokio::time::timeout(WINDOW, octopoes.object_clients(reference, &missing, now)).await;
+        let asked = tokio::time::timeout(
+            self.window,
+            octopoes.object_clients(reference, &missing, now),
+        )
+        .await;
         let held = match asked {
             Ok(Ok(held)) => {
                 self.answered(SERVICE_WIDE);
@@ -354,7 +364,7 @@ impl ObjectLookup {
             }
             Err(_) => {
                 self.metrics.object_lookups(LookupOutcome::Failed, 1);
-                let why = format!("no answer within {} s", WINDOW.as_secs());
+                let why = format!("no answer within {} s", self.window.as_secs());
                 self.failed(SERVICE_WIDE, now, &why);
                 return Ok(rows);
             }
