@@ -322,16 +322,9 @@ impl Listener {
             channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
-            let durable = QueueDeclareOptions {
-                durable: true,
-                ..QueueDeclareOptions::default()
-            };
-            channel
-                .queue_declare(q.as_str().into(), durable, FieldTable::default())
-                .await?;
-            channel
-                .queue_declare(dead_letter(q).into(), durable, FieldTable::default())
-                .await?;
+            for name in [q.clone(), dead_letter(q)] {
+                ensure_queue(&conn, &channel, &name).await?;
+            }
             let consumer = channel
                 .basic_consume(
                     q.as_str().into(),
@@ -629,6 +622,39 @@ fn gather(
         }
     }
     Ok(batch)
+}
+
+/// Declares `name` durable unless it exists. A queue an operator declared with arguments (a
+/// quorum queue, a length limit) is used as it is: declared again without them, RabbitMQ
+/// refuses (406 PRECONDITION_FAILED) and closes the channel, and the listener could never start.
+/// Whether it exists is asked on a channel of its own (a passive declare of a missing queue
+/// closes its channel); on any refusal there, the durable declaration says what is wrong.
+async fn ensure_queue(
+    conn: &Connection,
+    channel: &Channel,
+    name: &str,
+) -> Result<(), lapin::Error> {
+    let probe = conn.create_channel().await?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let exists = probe
+        .queue_declare(name.into(), passive, FieldTable::default())
+        .await
+        .is_ok();
+    if exists {
+        let _ = probe.close(200, "checked".into()).await;
+        return Ok(());
+    }
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(name.into(), durable, FieldTable::default())
+        .await?;
+    Ok(())
 }
 
 /// The dead-letter queue of `queue`.

@@ -95,13 +95,18 @@ pub struct TestQueues {
 
 impl TestQueues {
     pub async fn declare(url: &str) -> TestQueues {
+        Self::declare_with(url, lapin::types::FieldTable::default()).await
+    }
+
+    /// The same, each queue declared with `arguments` (an operator's quorum queues, say).
+    pub async fn declare_with(url: &str, arguments: lapin::types::FieldTable) -> TestQueues {
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         let (mutations, raw_files) = (format!("muts-{suffix}"), format!("raws-{suffix}"));
         let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
             .await
             .unwrap();
         let channel = conn.create_channel().await.unwrap();
-        declare_with_dead(&channel, &[&mutations, &raw_files]).await;
+        declare_with_dead_as(&channel, &[&mutations, &raw_files], arguments).await;
         TestQueues {
             conn,
             channel,
@@ -114,6 +119,15 @@ impl TestQueues {
 /// Declares each queue and its `.dead` queue, durable, on `channel`: done before anything is
 /// published, so nothing is dropped on the floor.
 pub async fn declare_with_dead(channel: &lapin::Channel, queues: &[&str]) {
+    declare_with_dead_as(channel, queues, lapin::types::FieldTable::default()).await;
+}
+
+/// The same, with `arguments`.
+pub async fn declare_with_dead_as(
+    channel: &lapin::Channel,
+    queues: &[&str],
+    arguments: lapin::types::FieldTable,
+) {
     for q in queues {
         for name in [q.to_string(), format!("{q}.dead")] {
             channel
@@ -123,7 +137,7 @@ pub async fn declare_with_dead(channel: &lapin::Channel, queues: &[&str]) {
                         durable: true,
                         ..Default::default()
                     },
-                    lapin::types::FieldTable::default(),
+                    arguments.clone(),
                 )
                 .await
                 .unwrap();

@@ -78,6 +78,16 @@ impl Setup {
         prefetch: u16,
         tweak: impl FnOnce(&mut kat_scheduler::config::Settings) + Send + 'static,
     ) -> Option<Setup> {
+        Self::on_queues(backend, prefetch, FieldTable::default(), tweak).await
+    }
+
+    /// The same, its queues declared beforehand with `arguments`, as an operator may have.
+    async fn on_queues(
+        backend: Backend,
+        prefetch: u16,
+        arguments: FieldTable,
+        tweak: impl FnOnce(&mut kat_scheduler::config::Settings) + Send + 'static,
+    ) -> Option<Setup> {
         let url = rabbitmq().await?;
         let dir = tempfile::tempdir().unwrap();
         let catalogue = dir.path().join("catalogue.toml");
@@ -87,7 +97,7 @@ impl Setup {
             channel,
             mutations,
             raw_files,
-        } = TestQueues::declare(&url).await;
+        } = TestQueues::declare_with(&url, arguments).await;
         let (m, r, c) = (mutations.clone(), raw_files.clone(), catalogue.clone());
         let app = spawn_app_with(backend, move |s| {
             s.listener.uri = url;
@@ -395,6 +405,38 @@ async fn poison_is_dead_lettered_and_never_stalls_the_queue(backend: Backend) {
 /// The dead-letter queue deleted while the listener runs (an operator clearing it): a poison
 /// message published there went nowhere, confirmed all the same, and its original was acked
 /// and lost. The queue is declared again and the message kept.
+/// An operator declared the queues and their dead-letter queues as quorum queues (replicated,
+/// for a RabbitMQ cluster) before the scheduler first started: the listener consumes them as
+/// they are. Declared again without that argument, RabbitMQ refuses the declaration (406
+/// PRECONDITION_FAILED) and closes the channel, so the listener could never start.
+async fn queues_an_operator_declared_with_arguments_are_consumed_as_they_are(backend: Backend) {
+    let mut quorum = FieldTable::default();
+    quorum.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    let Some(s) = Setup::on_queues(backend, 5, quorum, |_| {}).await else {
+        return;
+    };
+    s.mutation(object(
+        "create",
+        "org1",
+        "Hostname|internet|a.nl",
+        "Hostname",
+        2,
+    ))
+    .await;
+    s.publish(&s.mutations.clone(), b"not json").await;
+    s.handled(2).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "on-create-only"]
+    );
+    let (body, _) = s.first_dead_letter(&s.mutations.clone()).await;
+    assert_eq!(body, b"not json", "dead-lettered into the quorum queue");
+    s.cleanup().await;
+}
+
 async fn a_poison_message_is_kept_when_its_dead_letter_queue_was_deleted(backend: Backend) {
     let Some(s) = Setup::new(backend, 5).await else {
         return;
@@ -1688,6 +1730,7 @@ crate::backend_tests!(
     an_object_event_becomes_the_tasks_its_plugins_allow,
     poison_is_dead_lettered_and_never_stalls_the_queue,
     a_poison_message_is_kept_when_its_dead_letter_queue_was_deleted,
+    queues_an_operator_declared_with_arguments_are_consumed_as_they_are,
     a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only,
     a_delete_carrying_its_object_cancels_as_one_without,
     a_delete_of_an_object_octopoes_still_holds_cancels_nothing,
