@@ -106,7 +106,7 @@ impl TestQueues {
             .await
             .unwrap();
         let channel = conn.create_channel().await.unwrap();
-        declare_with_dead_as(&channel, &[&mutations, &raw_files], arguments).await;
+        declare_with_dead(&channel, &[&mutations, &raw_files], arguments).await;
         TestQueues {
             conn,
             channel,
@@ -118,12 +118,8 @@ impl TestQueues {
 
 /// Declares each queue and its `.dead` queue, durable, on `channel`: done before anything is
 /// published, so nothing is dropped on the floor.
-pub async fn declare_with_dead(channel: &lapin::Channel, queues: &[&str]) {
-    declare_with_dead_as(channel, queues, lapin::types::FieldTable::default()).await;
-}
-
-/// The same, with `arguments`.
-pub async fn declare_with_dead_as(
+/// Each is declared with `arguments` (none: a plain durable queue).
+pub async fn declare_with_dead(
     channel: &lapin::Channel,
     queues: &[&str],
     arguments: lapin::types::FieldTable,
