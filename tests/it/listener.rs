@@ -402,9 +402,6 @@ async fn poison_is_dead_lettered_and_never_stalls_the_queue(backend: Backend) {
     s.cleanup().await;
 }
 
-/// The dead-letter queue deleted while the listener runs (an operator clearing it): a poison
-/// message published there went nowhere, confirmed all the same, and its original was acked
-/// and lost. The queue is declared again and the message kept.
 /// An operator declared the queues and their dead-letter queues as quorum queues (replicated,
 /// for a RabbitMQ cluster) before the scheduler first started: the listener consumes them as
 /// they are. Declared again without that argument, RabbitMQ refuses the declaration (406
@@ -437,6 +434,9 @@ async fn queues_an_operator_declared_with_arguments_are_consumed_as_they_are(bac
     s.cleanup().await;
 }
 
+/// The dead-letter queue deleted while the listener runs (an operator clearing it): a poison
+/// message published there went nowhere, confirmed all the same, and its original was acked
+/// and lost. The queue is declared again and the message kept.
 async fn a_poison_message_is_kept_when_its_dead_letter_queue_was_deleted(backend: Backend) {
     let Some(s) = Setup::new(backend, 5).await else {
         return;
