@@ -29,6 +29,9 @@ pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(60);
 /// Characters of an unexpected response's body kept in an error.
 pub const EXCERPT_CHARS: usize = 200;
 
+/// How long an idle connection to a service is kept for the next call.
+const POOL_IDLE: Duration = Duration::from_secs(4);
+
 /// Why a base URL is refused when it is `https://`: no TLS stack is compiled in.
 pub const HTTPS_REFUSED: &str =
     "https is not built in: use http on the internal network or a TLS-terminating proxy";
@@ -288,6 +291,9 @@ impl ServiceClient {
         let base = parse_base(base).map_err(|e| format!("{name}: {e}"))?;
         let client = Client::builder()
             .timeout(timeout)
+            // Below the 5 s after which uvicorn, which serves the platform's services, closes
+            // an idle connection: one it may be closing is not taken from the pool.
+            .pool_idle_timeout(POOL_IDLE)
             .user_agent(USER_AGENT)
             .build()
             .map_err(|e| format!("{name}: cannot build an HTTP client: {e}"))?;
@@ -408,11 +414,13 @@ impl ServiceClient {
 
     /// One try: the status and body, or the transport error's text (without the URL).
     ///
-    /// A request that went out on a kept-alive connection the server closed before answering is
-    /// sent once more at once, once a call (`redone` says it was): the platform's services run
-    /// uvicorn, which closes a connection idle for 5 s, and a request that meets that close has
-    /// said nothing of the service. Callers that try once (Octopoes' lookups, health checks)
-    /// would otherwise count a healthy service as failing, and the rest would wait out a retry.
+    /// A request whose connection closed before any answer (most often a kept-alive one the
+    /// server was closing as it arrived: uvicorn, which serves the platform's services, closes
+    /// one idle for 5 s) is sent once more at once, once a call (`redone` says it was): that
+    /// close says nothing of the service. Callers that try once (Octopoes' lookups, health
+    /// checks) would otherwise count a healthy service as failing, and the rest would wait out
+    /// a retry's backoff. Idle connections are not kept past [`POOL_IDLE`], so the race is rare
+    /// to begin with.
     async fn try_once(
         &self,
         call: Call<'_>,
@@ -454,7 +462,10 @@ impl ServiceClient {
                 .body(body);
         }
         let response = request.send().await.map_err(|e| {
-            // Not refused, not out of time: the connection ended before an answer began.
+            // hyper resends by itself a request that never left a reused connection; what
+            // reaches here went out and met a close (or a reply that is not HTTP). Sending it
+            // again is safe for the calls made: GETs, and Bytes' login, which only issues a
+            // second token.
             if e.is_request() && !e.is_connect() && !e.is_timeout() {
                 Failure::Closed(transport(e))
             } else {
@@ -501,8 +512,6 @@ impl ServiceClient {
     }
 }
 
-/// A transport error's text with its causes (`error sending request: client error (Connect):
-/// tcp connect error: Connection refused`), the URL left out.
 /// Why one send got no answer.
 enum Failure {
     /// The connection closed after the request went out and before any answer.
@@ -519,6 +528,8 @@ impl Failure {
     }
 }
 
+/// A transport error's text with its causes (`error sending request: client error (Connect):
+/// tcp connect error: Connection refused`), the URL left out.
 fn transport(error: reqwest::Error) -> String {
     let error = error.without_url();
     let mut text = error.to_string();

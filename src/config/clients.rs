@@ -11,8 +11,9 @@ use super::ConfigError;
 pub const DEFAULT_CLIENT_TIMEOUT_SECS: u64 = 10;
 /// Default seconds a fire's lookups wait for Octopoes' answers.
 pub const DEFAULT_LOOKUP_WINDOW_SECS: u64 = 5;
-/// Longest lookup window: a cron table waits this long at most for one page's lookups.
-pub const MAX_LOOKUP_WINDOW_SECS: u64 = 300;
+/// Longest lookup window: each page of a cron table, and each batch of the listener, may wait
+/// this long for Octopoes.
+pub const MAX_LOOKUP_WINDOW_SECS: u64 = 60;
 
 /// Where the platform's other services are (see [`crate::clients`]); an empty URL means that
 /// service is not configured.
@@ -32,9 +33,9 @@ pub struct ClientSettings {
     pub bytes_password: String,
     /// Seconds each try of a call may take, from connecting to the last byte.
     pub request_timeout_secs: u64,
-    /// Seconds the objects of a page of due schedules (or a fire's holders) wait for Octopoes'
-    /// answers (`GET /{org}/object`); the unanswered wait for the next tick. A cron table waits
-    /// this long at most for one organisation's page.
+    /// Seconds one lookup of objects the frontier cannot vouch for waits for Octopoes' answers
+    /// (`GET /{org}/object`, 8 at a time): an organisation's page of due schedules, a listener
+    /// batch's deletes and lowered levels, a fire's holders. The unanswered wait for a later try.
     pub lookup_window_secs: u64,
 }
 
@@ -156,7 +157,7 @@ impl ClientSettings {
             return Err(ConfigError::setting(
                 "clients.lookup_window_secs",
                 format!(
-                    "{} is more than {MAX_LOOKUP_WINDOW_SECS} (a cron table would wait that long for one page)",
+                    "{} is more than {MAX_LOOKUP_WINDOW_SECS}: each page of due schedules and each listener batch may wait this long for Octopoes",
                     self.lookup_window_secs
                 ),
             ));
@@ -226,7 +227,7 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(err.starts_with("clients.request_timeout_secs"), "{err}");
-        for (window, why) in [("0", "must be at least 1"), ("301", "301 is more than 300")] {
+        for (window, why) in [("0", "must be at least 1"), ("61", "61 is more than 60")] {
             let err = load(&[("SCHEDULER_OCTOPOES_LOOKUP_WINDOW", window)])
                 .unwrap_err()
                 .0;

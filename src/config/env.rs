@@ -194,7 +194,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SCHEDULER_OCTOPOES_LOOKUP_WINDOW",
         "clients.lookup_window_secs",
-        "seconds a page of due schedules waits for Octopoes' answers on their objects (default 5, at most 300)",
+        "seconds one lookup of objects waits for Octopoes' answers: a page of due schedules, a listener batch (default 5, at most 60)",
     ),
     (
         "SCHEDULER_LIMIT_FILTER_CONDITIONS",

@@ -145,7 +145,7 @@ pub struct ListenerStatus {
     queues: [String; 2],
     state: Mutex<String>,
     /// Connections that reached consuming (more than one: it reconnected).
-    sessions: AtomicU64,
+    sessions: tokio::sync::watch::Sender<u64>,
     counters: [Counters; 2],
     handled: tokio::sync::watch::Sender<u64>,
     retried: tokio::sync::watch::Sender<u64>,
@@ -158,7 +158,7 @@ impl ListenerStatus {
         Self {
             queues: [mutations_queue.to_owned(), raw_files_queue.to_owned()],
             state: Mutex::new("off".into()),
-            sessions: AtomicU64::new(0),
+            sessions: tokio::sync::watch::channel(0).0,
             counters: Default::default(),
             handled: tokio::sync::watch::channel(0).0,
             retried: tokio::sync::watch::channel(0).0,
@@ -183,7 +183,13 @@ impl ListenerStatus {
 
     /// Connections that reached consuming since start.
     pub fn sessions(&self) -> u64 {
-        self.sessions.load(Ordering::Relaxed)
+        *self.sessions.borrow()
+    }
+
+    /// Waits until `n` connections have reached consuming (a test signal).
+    pub async fn wait_sessions(&self, n: u64) {
+        let mut rx = self.sessions.subscribe();
+        let _ = rx.wait_for(|c| *c >= n).await;
     }
 
     /// Each queue's figures.
@@ -338,7 +344,7 @@ impl Listener {
         let (raw_channel, raw_files) = consumers.pop().ok_or_else(no_consumer)?;
         let (mut_channel, mutations) = consumers.pop().ok_or_else(no_consumer)?;
         self.status.set_state("consuming");
-        self.status.sessions.fetch_add(1, Ordering::Relaxed);
+        self.status.sessions.send_modify(|c| *c += 1);
         // The old connection's unacked messages went back to the queue in their order: nothing
         // handed back is ahead of anything else any more.
         self.holds.clear();
@@ -682,8 +688,9 @@ async fn dead_letter_publish(
         .with_headers(headers);
     // Mandatory, and its confirmation read: a message with no queue to go to (the dead-letter
     // queue deleted while the listener runs) is otherwise dropped and confirmed all the same,
-    // and the original, acked, would be lost. Declared again and tried once more; failing
-    // that, the session ends and the unacked original goes back to its queue.
+    // and the original, acked, would be lost. A queue gone is declared again and the message
+    // tried once more; failing that, or refused, the session ends and the unacked original goes
+    // back to its queue.
     let mandatory = BasicPublishOptions {
         mandatory: true,
         ..BasicPublishOptions::default()
@@ -701,8 +708,11 @@ async fn dead_letter_publish(
             .await?;
         match confirmation {
             Confirmation::Ack(None) | Confirmation::NotRequested => return Ok(()),
-            refused if attempt == 0 => {
-                warn!(queue = %dead_letter(queue), returned = refused.take_message().is_some(), "the dead-letter queue did not take a message; declaring it again");
+            // Returned unrouted: the queue is gone. A queue that exists and refuses (a nack: an
+            // operator's length limit with `reject-publish`) is not declared again: declared
+            // without its arguments, RabbitMQ would refuse that too and close the channel.
+            Confirmation::Ack(Some(_)) if attempt == 0 => {
+                warn!(queue = %dead_letter(queue), "the dead-letter queue is gone; declaring it again");
                 let durable = QueueDeclareOptions {
                     durable: true,
                     ..QueueDeclareOptions::default()
@@ -711,11 +721,12 @@ async fn dead_letter_publish(
                     .queue_declare(dead_letter(queue).into(), durable, FieldTable::default())
                     .await?;
             }
-            _ => {}
+            _ => break,
         }
     }
     Err(std::io::Error::other(format!(
-        "the dead-letter queue {} refused a message twice",
+        "the dead-letter queue {} did not take a message (gone after being declared again, or \
+         full and refusing)",
         dead_letter(queue)
     ))
     .into())

@@ -100,13 +100,24 @@ impl TestQueues {
 
     /// The same, each queue declared with `arguments` (an operator's quorum queues, say).
     pub async fn declare_with(url: &str, arguments: lapin::types::FieldTable) -> TestQueues {
+        let queues = Self::named(url).await;
+        declare_with_dead(
+            &queues.channel,
+            &[&queues.mutations, &queues.raw_files],
+            arguments,
+        )
+        .await;
+        queues
+    }
+
+    /// Names of their own and a channel, nothing declared.
+    pub async fn named(url: &str) -> TestQueues {
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         let (mutations, raw_files) = (format!("muts-{suffix}"), format!("raws-{suffix}"));
         let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
             .await
             .unwrap();
         let channel = conn.create_channel().await.unwrap();
-        declare_with_dead(&channel, &[&mutations, &raw_files], arguments).await;
         TestQueues {
             conn,
             channel,

@@ -78,14 +78,15 @@ impl Setup {
         prefetch: u16,
         tweak: impl FnOnce(&mut kat_scheduler::config::Settings) + Send + 'static,
     ) -> Option<Setup> {
-        Self::on_queues(backend, prefetch, FieldTable::default(), tweak).await
+        Self::on_queues(backend, prefetch, Some(FieldTable::default()), tweak).await
     }
 
-    /// The same, its queues declared beforehand with `arguments`, as an operator may have.
+    /// The same, its queues declared beforehand with `arguments`, as an operator may have
+    /// (`None`: not declared at all, as on a fresh RabbitMQ).
     async fn on_queues(
         backend: Backend,
         prefetch: u16,
-        arguments: FieldTable,
+        arguments: Option<FieldTable>,
         tweak: impl FnOnce(&mut kat_scheduler::config::Settings) + Send + 'static,
     ) -> Option<Setup> {
         let url = rabbitmq().await?;
@@ -97,7 +98,10 @@ impl Setup {
             channel,
             mutations,
             raw_files,
-        } = TestQueues::declare_with(&url, arguments).await;
+        } = match arguments {
+            Some(arguments) => TestQueues::declare_with(&url, arguments).await,
+            None => TestQueues::named(&url).await,
+        };
         let (m, r, c) = (mutations.clone(), raw_files.clone(), catalogue.clone());
         let app = spawn_app_with(backend, move |s| {
             s.listener.uri = url;
@@ -412,7 +416,7 @@ async fn queues_an_operator_declared_with_arguments_are_consumed_as_they_are(bac
         "x-queue-type".into(),
         AMQPValue::LongString("quorum".into()),
     );
-    let Some(s) = Setup::on_queues(backend, 5, quorum, |_| {}).await else {
+    let Some(s) = Setup::on_queues(backend, 5, Some(quorum), |_| {}).await else {
         return;
     };
     s.mutation(object(
@@ -431,6 +435,47 @@ async fn queues_an_operator_declared_with_arguments_are_consumed_as_they_are(bac
     );
     let (body, _) = s.first_dead_letter(&s.mutations.clone()).await;
     assert_eq!(body, b"not json", "dead-lettered into the quorum queue");
+    s.cleanup().await;
+}
+
+/// A fresh RabbitMQ, where nothing declared the queues: the listener declares them and their
+/// dead-letter queues (durable) and consumes them.
+async fn queues_nobody_declared_are_declared_and_consumed(backend: Backend) {
+    let Some(s) = Setup::on_queues(backend, 5, None, |_| {}).await else {
+        return;
+    };
+    tokio::time::timeout(Duration::from_secs(30), s.app.listener.wait_sessions(1))
+        .await
+        .expect("the listener starts consuming");
+    let probe = s._conn.create_channel().await.unwrap();
+    for q in [&s.mutations, &s.raw_files] {
+        for name in [q.clone(), format!("{q}.dead")] {
+            let passive = lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            probe
+                .queue_declare(name.as_str().into(), passive, FieldTable::default())
+                .await
+                .unwrap_or_else(|e| panic!("{name} was declared: {e}"));
+        }
+    }
+    s.mutation(object(
+        "create",
+        "org1",
+        "Hostname|internet|a.nl",
+        "Hostname",
+        2,
+    ))
+    .await;
+    s.publish(&s.mutations.clone(), b"not json").await;
+    s.handled(2).await;
+    assert_eq!(
+        s.boefje_ids("org1").await,
+        vec!["dns-records", "on-create-only"]
+    );
+    let (body, _) = s.first_dead_letter(&s.mutations.clone()).await;
+    assert_eq!(body, b"not json");
     s.cleanup().await;
 }
 
@@ -1731,6 +1776,7 @@ crate::backend_tests!(
     poison_is_dead_lettered_and_never_stalls_the_queue,
     a_poison_message_is_kept_when_its_dead_letter_queue_was_deleted,
     queues_an_operator_declared_with_arguments_are_consumed_as_they_are,
+    queues_nobody_declared_are_declared_and_consumed,
     a_delete_cancels_that_organisations_waiting_tasks_for_the_object_only,
     a_delete_carrying_its_object_cancels_as_one_without,
     a_delete_of_an_object_octopoes_still_holds_cancels_nothing,
