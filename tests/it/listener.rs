@@ -241,6 +241,17 @@ async fn parking_setup(
     orgs: &[&str],
     plugins: Vec<Value>,
 ) -> Option<(Setup, KatalogusState, Stub)> {
+    parking_setup_with(backend, prefetch, orgs, plugins, |_| {}).await
+}
+
+/// The same, with `tweak` applied to the app's settings.
+async fn parking_setup_with(
+    backend: Backend,
+    prefetch: u16,
+    orgs: &[&str],
+    plugins: Vec<Value>,
+    tweak: impl FnOnce(&mut kat_scheduler::config::Settings) + Send + 'static,
+) -> Option<(Setup, KatalogusState, Stub)> {
     let katalogus = KatalogusState::default();
     for org in orgs {
         katalogus
@@ -255,6 +266,7 @@ async fn parking_setup(
     let s = Setup::with(backend, prefetch, move |s| {
         s.clients.katalogus_api = url;
         s.listener.park_after_secs = 60;
+        tweak(s);
     })
     .await?;
     Some((s, katalogus, stub))
@@ -1545,6 +1557,81 @@ async fn one_queue_waiting_on_katalogus_does_not_hold_the_other(backend: Backend
 /// still fails they stay (the delete behind its create is not tried before it), and once it
 /// answers they are applied in each object's order: the create's task, then the delete
 /// cancelling it.
+/// Deletes parked while Katalogus failed, applied minutes later: by then Octopoes holds one of
+/// the objects again (created anew since; the events announcing that could be parked behind, or
+/// dead-lettered). The frontier says both are gone, but a cancel cannot be undone, so Octopoes is
+/// asked, as for a live delete: only the object it no longer holds has its work cancelled.
+async fn parked_deletes_applied_late_cancel_only_what_octopoes_no_longer_holds(backend: Backend) {
+    let (x, y) = ("Hostname|internet|x.nl", "Hostname|internet|y.nl");
+    let octopoes = OctopoesState::default();
+    octopoes.set("broken", vec![octopoes_object(x, "Hostname", 1)]);
+    let o = octopoes.serve();
+    let ou = o.url.clone();
+    let plugins = vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)];
+    let Some((s, katalogus, _stub)) =
+        parking_setup_with(backend, 10, &["broken"], plugins, move |s| {
+            s.clients.octopoes_api = ou;
+        })
+        .await
+    else {
+        return;
+    };
+    for r in [x, y] {
+        s.mutation(object("create", "broken", r, "Hostname", 1))
+            .await;
+    }
+    s.handed_back(2).await;
+    s.app.advance(chrono::Duration::seconds(61));
+    s.parked(2).await;
+    for r in [x, y] {
+        s.mutation(json!({"operation": "delete", "primary_key": r, "client_id": "broken"}))
+            .await;
+    }
+    s.parked(4).await;
+    katalogus.failing.lock().unwrap().clear();
+    s.app.advance(chrono::Duration::seconds(11));
+    let boefje = kat_scheduler::domain::SchedulerId::Boefje;
+    assert_eq!(
+        s.redrive(boefje).await,
+        "applied 4, failed again 0, refused 0"
+    );
+    let tasks: Value = s
+        .app
+        .get("/tasks?scheduler_id=boefje&organisation=broken&limit=10")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut seen: Vec<(String, String)> = tasks["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["data"]["input_ooi"].as_str().unwrap().to_owned(),
+                t["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (x.to_owned(), "queued".to_owned()),
+            (y.to_owned(), "cancelled".to_owned())
+        ],
+        "x is held by Octopoes: its work stays; y is gone: {tasks}"
+    );
+    assert!(
+        o.seen()
+            .iter()
+            .any(|r| r.path == "/broken/object" && r.param("reference") == Some(x)),
+        "Octopoes asked about x: {:?}",
+        o.seen()
+    );
+    s.cleanup().await;
+}
+
 async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_others(
     backend: Backend,
 ) {
@@ -1758,6 +1845,7 @@ crate::backend_tests!(
     parked_raw_files_are_applied_again_and_one_refused_is_kept_aside,
     an_event_the_database_refuses_to_park_is_handed_back_not_lost,
     events_failing_for_one_organisation_are_parked_and_stop_holding_the_others,
+    parked_deletes_applied_late_cancel_only_what_octopoes_no_longer_holds,
     one_queue_waiting_on_katalogus_does_not_hold_the_other,
     events_of_an_organisation_katalogus_does_not_list_are_planned_as_it_answers,
     an_object_with_a_reference_longer_than_an_index_entry_is_planned,
