@@ -1729,6 +1729,41 @@ async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_oth
 /// A database that refuses the park (a trigger here; a full disk, a lost connection) loses
 /// nothing: the message is acked only once its row is written, so it is handed back as before
 /// and parked once the database takes it.
+/// The parked events cannot be read (here: the table renamed away; in life, a database that
+/// refuses the read): whether an earlier event of an object waits parked is not known, so no
+/// event is applied, which could overtake one parked (a delete before its create), nor parked on
+/// its own failure. Each is handed back, unacked, and applied once the table reads again.
+async fn events_are_held_back_while_the_parked_events_cannot_be_read(backend: Backend) {
+    let plugins = vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)];
+    let Some((s, _katalogus, _stub)) = parking_setup(backend, 10, &["org1"], plugins).await else {
+        return;
+    };
+    let uri = s.app.db.uri.clone();
+    behind_its_back(
+        backend,
+        &uri,
+        "ALTER TABLE listener_parked RENAME TO listener_parked_away",
+    );
+    let x = "Hostname|internet|x.nl";
+    s.mutation(object("create", "org1", x, "Hostname", 1)).await;
+    s.handed_back(2).await;
+    let queues = s.app.service_health("listener").await["additional"]["queues"].clone();
+    assert_eq!(
+        (queues[0]["acked"].clone(), queues[0]["parked"].clone()),
+        (json!(0), json!(0)),
+        "neither applied nor parked: {queues}"
+    );
+    assert!(s.boefje_ids("org1").await.is_empty());
+    behind_its_back(
+        backend,
+        &uri,
+        "ALTER TABLE listener_parked_away RENAME TO listener_parked",
+    );
+    s.handled(1).await;
+    assert_eq!(s.boefje_ids("org1").await, vec!["dns-records"]);
+    s.cleanup().await;
+}
+
 async fn an_event_the_database_refuses_to_park_is_handed_back_not_lost(backend: Backend) {
     let plugins = vec![katalogus_boefje("dns-records", &["Hostname"], 1, false)];
     let Some((s, katalogus, _stub)) = parking_setup(backend, 10, &["broken"], plugins).await else {
@@ -1846,6 +1881,7 @@ crate::backend_tests!(
     an_event_the_database_refuses_to_park_is_handed_back_not_lost,
     events_failing_for_one_organisation_are_parked_and_stop_holding_the_others,
     parked_deletes_applied_late_cancel_only_what_octopoes_no_longer_holds,
+    events_are_held_back_while_the_parked_events_cannot_be_read,
     one_queue_waiting_on_katalogus_does_not_hold_the_other,
     events_of_an_organisation_katalogus_does_not_list_are_planned_as_it_answers,
     an_object_with_a_reference_longer_than_an_index_entry_is_planned,
