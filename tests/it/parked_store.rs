@@ -211,7 +211,56 @@ async fn a_claim_reads_past_events_waiting_behind_a_taken_one(backend: Backend) 
     assert_eq!(bodies(&claimed), ["other"]);
 }
 
+/// Events another instance parked are applied by the scheduler's owner even when it runs no
+/// listener (no `QUEUE_URI`): the entry `parked` is registered on every instance, so events a
+/// listener acked are never left in the table for want of one.
+async fn events_parked_elsewhere_are_applied_by_an_owner_without_a_listener(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(
+        &catalogue,
+        "[[plugins]]\nid = \"dns-records\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\n\
+         scan_level = 1\nenabled = true\n",
+    )
+    .unwrap();
+    let path = catalogue.to_string_lossy().into_owned();
+    let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = path).await else {
+        return;
+    };
+    let x = "Hostname|internet|x.nl";
+    let create = serde_json::json!({"operation": "create", "primary_key": x, "client_id": "org1",
+        "value": {"primary_key": x, "object_type": "Hostname",
+                  "scan_profile": {"level": 1, "reference": x, "scan_profile_type": "declared"}}});
+    let now = kat_scheduler::clock::Clock::now(app.clock.as_ref()).naive_utc();
+    with_conn(&app, move |c| {
+        parked::park(c, &[row("org1", x, 1, &create.to_string())], now, now).unwrap();
+    })
+    .await;
+    let report = app.tick(kat_scheduler::domain::SchedulerId::Boefje).await;
+    assert_eq!(
+        report.entries["parked"].summary,
+        "applied 1, failed again 0, refused 0"
+    );
+    let tasks = app.boefje_tasks("org1", "queued").await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(tasks[0]["data"]["input_ooi"], x);
+    let left = with_conn(&app, move |c| {
+        parked::claim(
+            c,
+            "mutations",
+            now + Duration::hours(1),
+            now + Duration::hours(2),
+            10,
+        )
+        .unwrap()
+        .len()
+    })
+    .await;
+    assert_eq!(left, 0, "applied, and gone from the table");
+}
+
 crate::backend_tests!(
+    events_parked_elsewhere_are_applied_by_an_owner_without_a_listener,
     a_refused_event_no_longer_holds_its_objects_later_ones,
     a_claim_reads_past_events_waiting_behind_a_taken_one,
     an_objects_event_is_placed_after_those_parked_whatever_its_clock,
