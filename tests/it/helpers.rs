@@ -965,3 +965,16 @@ pub fn health_row(health: &Value, service: &str) -> Value {
         .unwrap_or_else(|| panic!("no {service} in {health}"))
         .clone()
 }
+
+/// A plugin catalogue file in `dir` holding one boefje, `dns-records` (consumes `Hostname`,
+/// scan level 1, enabled); answers its path for `catalogue.file`.
+pub fn dns_records_catalogue(dir: &tempfile::TempDir) -> String {
+    let catalogue = dir.path().join("catalogue.toml");
+    std::fs::write(
+        &catalogue,
+        "[[plugins]]\nid = \"dns-records\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\n\
+         scan_level = 1\nenabled = true\n",
+    )
+    .unwrap();
+    catalogue.to_string_lossy().into_owned()
+}

@@ -1107,14 +1107,7 @@ async fn schedules_mula_disabled_come_back_with_their_work_at_mula_s_newest_revi
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let catalogue = dir.path().join("catalogue.toml");
-    std::fs::write(
-        &catalogue,
-        "[[plugins]]\nid = \"dns-records\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\n\
-         scan_level = 1\nenabled = true\n",
-    )
-    .unwrap();
-    let c = catalogue.to_string_lossy().into_owned();
+    let c = dns_records_catalogue(&dir);
     let app = spawn_app_on(target, backend, move |s| s.catalogue.file = c).await;
     let state = |id: &'static str| {
         let app = &app;

@@ -287,6 +287,32 @@ impl Setup {
             .expect("the messages are handed back");
     }
 
+    /// `org`'s boefje tasks as (object, status), sorted, and the page they were read from.
+    async fn task_states(&self, org: &str) -> (Vec<(String, String)>, Value) {
+        let tasks: Value = self
+            .app
+            .get(&format!(
+                "/tasks?scheduler_id=boefje&organisation={org}&limit=10"
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let mut seen: Vec<(String, String)> = tasks["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["data"]["input_ooi"].as_str().unwrap().to_owned(),
+                    t["status"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        seen.sort();
+        (seen, tasks)
+    }
+
     /// What the cron entry `parked` of `component`'s table did on a tick now.
     async fn redrive(&self, component: kat_scheduler::domain::SchedulerId) -> String {
         self.app.tick(component).await.entries["parked"]
@@ -1595,25 +1621,7 @@ async fn parked_deletes_applied_late_cancel_only_what_octopoes_no_longer_holds(b
         s.redrive(boefje).await,
         "applied 4, failed again 0, refused 0"
     );
-    let tasks: Value = s
-        .app
-        .get("/tasks?scheduler_id=boefje&organisation=broken&limit=10")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let mut seen: Vec<(String, String)> = tasks["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            (
-                t["data"]["input_ooi"].as_str().unwrap().to_owned(),
-                t["status"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    seen.sort();
+    let (seen, tasks) = s.task_states("broken").await;
     assert_eq!(
         seen,
         vec![
@@ -1692,25 +1700,7 @@ async fn events_failing_for_one_organisation_are_parked_and_stop_holding_the_oth
         s.redrive(boefje).await,
         "applied 3, failed again 0, refused 0"
     );
-    let tasks: Value = s
-        .app
-        .get("/tasks?scheduler_id=boefje&organisation=broken&limit=10")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let mut seen: Vec<(String, String)> = tasks["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            (
-                t["data"]["input_ooi"].as_str().unwrap().to_owned(),
-                t["status"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    seen.sort();
+    let (seen, tasks) = s.task_states("broken").await;
     assert_eq!(
         seen,
         vec![

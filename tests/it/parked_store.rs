@@ -216,14 +216,7 @@ async fn a_claim_reads_past_events_waiting_behind_a_taken_one(backend: Backend) 
 /// listener acked are never left in the table for want of one.
 async fn events_parked_elsewhere_are_applied_by_an_owner_without_a_listener(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let catalogue = dir.path().join("catalogue.toml");
-    std::fs::write(
-        &catalogue,
-        "[[plugins]]\nid = \"dns-records\"\ntype = \"boefje\"\nconsumes = [\"Hostname\"]\n\
-         scan_level = 1\nenabled = true\n",
-    )
-    .unwrap();
-    let path = catalogue.to_string_lossy().into_owned();
+    let path = dns_records_catalogue(&dir);
     let Some(app) = spawn_app_with(backend, move |s| s.catalogue.file = path).await else {
         return;
     };

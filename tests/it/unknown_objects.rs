@@ -109,6 +109,16 @@ impl Setup {
         s["id"].as_str().unwrap().to_owned()
     }
 
+    /// `GET /schedules/{id}/history`: the schedule's fires, newest first.
+    async fn history(&self, id: &str) -> Value {
+        self.app
+            .get(&format!("/schedules/{id}/history"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
     async fn get_schedule(&self, id: &str) -> Value {
         self.app
             .get(&format!("/schedules/{id}"))
@@ -362,14 +372,7 @@ async fn objects_octopoes_is_slow_on_wait_for_the_next_tick_without_a_backoff(ba
     let summary = s.reschedule().await;
     let mut fires = Vec::new();
     for id in &ids {
-        let h: Value = s
-            .app
-            .get(&format!("/schedules/{id}/history"))
-            .await
-            .json()
-            .await
-            .unwrap();
-        fires.push(h["results"].clone());
+        fires.push(s.history(id).await["results"].clone());
     }
     assert_eq!(
         summary, "fired 1, skipped 0, disabled 0, waiting 0",
@@ -618,13 +621,7 @@ async fn a_users_edit_made_while_a_tick_decides_is_not_overwritten(backend: Back
         "{m}"
     );
     assert_eq!(m["data"]["input_ooi"], host(0).as_str());
-    let history: Value = s
-        .app
-        .get(&format!("/schedules/{moved}/history"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let history = s.history(&moved).await;
     assert_eq!(history["count"], 0, "no fire recorded for it: {history}");
     let f = s.get_schedule(&fires).await;
     assert_eq!(deadline(&f), midnight() + Duration::days(1), "the user's");
